@@ -1,0 +1,190 @@
+"""The ``clustersim`` command line: parse, call, print. User errors exit with code 2."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from clustersim.errors import ClusterSimError
+
+app = typer.Typer(
+    help="Capacity planning for LLM serving on a vLLM-faithful simulator.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def user_errors(func: F) -> F:
+    """Turn clustersim's errors into ``path: message`` lines on stderr and exit code 2."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except ClusterSimError as error:
+            for line in getattr(error, "lines", None) or [str(error)]:
+                typer.echo(line, err=True)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e3:,.1f}"
+
+
+def print_summary(summary: dict[str, Any], header: str) -> None:
+    typer.echo(header)
+    typer.echo(
+        f"requests: {summary['num_requests']} arrived, {summary['num_finished']} finished, "
+        f"{summary['num_rejected']} rejected, {summary['num_preemptions']} preemptions"
+    )
+    typer.echo(f"{'latency (ms)':<14}{'mean':>12}{'p50':>12}{'p90':>12}{'p99':>12}")
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E")):
+        d = summary[key]
+        typer.echo(
+            f"{label:<14}{_ms(d['mean']):>12}{_ms(d['p50']):>12}{_ms(d['p90']):>12}"
+            f"{_ms(d['p99']):>12}"
+        )
+    t = summary["throughput"]
+    if t["requests_per_s"] is not None:
+        typer.echo(
+            f"throughput: {t['requests_per_s']:.2f} req/s, "
+            f"{t['prompt_tokens_per_s']:,.0f} prompt tok/s, "
+            f"{t['output_tokens_per_s']:,.0f} output tok/s over {summary['window_s']:.2f} s"
+        )
+    for inst in summary["instances"]:
+        util = inst["utilization"]
+        kv_mean = inst["kv_usage_mean"]
+        typer.echo(
+            f"instance {inst['name']}: {inst['num_steps']} steps, busy "
+            f"{'-' if util is None else f'{util:.0%}'}, KV mean "
+            f"{'-' if kv_mean is None else f'{kv_mean:.0%}'} / peak {inst['kv_usage_peak']:.0%} "
+            f"of {inst['usable_kv_blocks']} blocks"
+        )
+    if "slo" in summary:
+        slo = summary["slo"]
+        terms = ", ".join(f"{k} <= {v}" for k, v in slo.items() if k != "attainment")
+        typer.echo(f"SLO attainment ({terms}): {slo['attainment']:.1%}")
+
+
+@app.command()
+@user_errors
+def simulate(
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
+    out: Annotated[Path, typer.Option("--out", help="Directory for the run's files.")] = Path(
+        "runs/latest"
+    ),
+) -> None:
+    """Simulate a scenario; write requests.csv, steps.csv and summary.json to --out."""
+    from dataclasses import asdict
+
+    from clustersim.metrics import summarize
+    from clustersim.output import write_requests_csv, write_steps_csv, write_summary_json
+    from clustersim.scenario import load_scenario
+    from clustersim.sim import run_scenario
+
+    spec = load_scenario(scenario)
+    result = run_scenario(spec)
+    summary = {
+        "scenario": spec.name,
+        "seed": spec.seed,
+        "model": spec.model,
+        "gpu": spec.gpu,
+        "tensor_parallel_size": spec.tensor_parallel_size,
+        "engine": [asdict(info) for info in result.instances],
+        **summarize(
+            result.requests,
+            result.steps,
+            {i.name: i.num_gpu_blocks - 1 for i in result.instances},
+            spec.slo,
+        ),
+    }
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ClusterSimError(str(out), f"cannot create output directory: {error.strerror}") from None
+    write_requests_csv(out / "requests.csv", result.requests)
+    write_steps_csv(out / "steps.csv", result.steps)
+    write_summary_json(out / "summary.json", summary)
+    first = result.instances[0]
+    print_summary(
+        summary,
+        f"{spec.name}: {spec.model} on {first.gpu} TP{first.tensor_parallel_size}, "
+        f"max_num_batched_tokens {first.max_num_batched_tokens}, max_num_seqs "
+        f"{first.max_num_seqs}, {first.num_gpu_blocks} KV blocks",
+    )
+    typer.echo(f"wrote {out}/requests.csv, steps.csv, summary.json")
+
+
+@app.command("step-time")
+@user_errors
+def step_time_cmd(
+    model: Annotated[str, typer.Option(help="Catalog model id or path to a config.json.")],
+    gpu: Annotated[str, typer.Option(help="Catalog GPU id.")],
+    tp: Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel size.")] = 1,
+    prefill_tokens: Annotated[
+        int | None, typer.Option(min=1, help="Prompt tokens of one prefill chunk.")
+    ] = None,
+    context: Annotated[
+        int, typer.Option(min=0, help="Tokens already in KV (prefix for prefill, per decode).")
+    ] = 0,
+    decode_batch: Annotated[
+        int | None, typer.Option(min=1, help="Number of decoding requests.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Price one engine step with the roofline cost model."""
+    from clustersim.catalog import load_gpu, load_model
+    from clustersim.cost.roofline import BatchShape, CostModel
+
+    if (prefill_tokens is None) == (decode_batch is None):
+        raise ClusterSimError("step-time", "give exactly one of --prefill-tokens or --decode-batch")
+    spec_model = load_model(model)
+    spec_gpu = load_gpu(gpu)
+    if decode_batch is not None:
+        if context < 1:
+            raise ClusterSimError("--context", "decodes need a context of at least 1 token")
+        batch = BatchShape.from_chunks([(1, context, True)] * decode_batch)
+        shape = {"decode_batch": decode_batch, "context": context}
+    else:
+        assert prefill_tokens is not None
+        batch = BatchShape.from_chunks([(prefill_tokens, context, True)])
+        shape = {"prefill_tokens": prefill_tokens, "context": context}
+    cost = CostModel(spec_model, spec_gpu, tp).step_time(batch)
+    result = {
+        "model": spec_model.id,
+        "gpu": spec_gpu.id,
+        "tp": tp,
+        **shape,
+        "time_s": cost.time_s,
+        "compute_s": cost.compute_s,
+        "memory_s": cost.memory_s,
+        "communication_s": cost.communication_s,
+        "overhead_s": cost.overhead_s,
+    }
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    typer.echo(
+        f"{spec_model.id} on {spec_gpu.id} TP{tp}, "
+        + ", ".join(f"{k} {v}" for k, v in shape.items())
+    )
+    typer.echo(
+        f"step time {cost.time_s * 1e3:.3f} ms = compute-bound {cost.compute_s * 1e3:.3f} + "
+        f"memory-bound {cost.memory_s * 1e3:.3f} + communication "
+        f"{cost.communication_s * 1e3:.3f} + overhead {cost.overhead_s * 1e3:.3f} ms"
+    )
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    sys.exit(app())

@@ -1,0 +1,134 @@
+"""vLLM's engine defaults and start-up checks, applied to a scenario's ``engine:`` block.
+
+``vllm serve`` picks the batch defaults by device memory (``EngineArgs.get_batch_defaults``,
+spec §5.3), then refuses configurations it cannot run (``SchedulerConfig.verify_max_model_len``,
+spec §5.1) and KV caches too small for one ``max_model_len`` request (spec §6).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from clustersim.catalog.specs import GpuSpec, ModelSpec
+from clustersim.cost.memory import num_gpu_blocks
+from clustersim.engine.config import SchedulerConfig
+from clustersim.engine.kv_manager import cdiv
+from clustersim.errors import ConfigError
+from clustersim.scenario import EngineSettings
+
+GIB = 1 << 30
+# (min device GiB, excluded GPU families, max_num_batched_tokens, max_num_seqs), first match wins.
+_SERVE_BATCH_DEFAULTS = (
+    (160, (), 16384, 1024),
+    (70, ("a100",), 8192, 1024),
+    (0, (), 2048, 256),
+)
+
+
+def batch_defaults(gpu: GpuSpec) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) that ``vllm serve`` uses on this GPU."""
+    mem_gib = gpu.mem_capacity_bytes / GIB
+    for min_gib, excluded, tokens, seqs in _SERVE_BATCH_DEFAULTS:
+        if mem_gib >= min_gib and not any(family in gpu.id for family in excluded):
+            return tokens, seqs
+    raise AssertionError("the last batch-default tier matches every GPU")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSetup:
+    """An instance's resolved scheduler settings and KV size."""
+
+    scheduler: SchedulerConfig
+    num_gpu_blocks: int
+
+
+def resolve_engine(
+    settings: EngineSettings, model: ModelSpec, gpu: GpuSpec, tp: int
+) -> EngineSetup:
+    """Fill vLLM's defaults, run its start-up checks, and size the KV cache."""
+    max_model_len = settings.max_model_len or model.max_position_embeddings
+    if max_model_len > model.max_position_embeddings:
+        raise ConfigError(
+            "engine.max_model_len",
+            f"{max_model_len} exceeds the model's max_position_embeddings "
+            f"{model.max_position_embeddings}",
+        )
+
+    default_tokens, default_seqs = batch_defaults(gpu)
+    max_num_seqs = settings.max_num_seqs
+    max_num_batched_tokens = settings.max_num_batched_tokens
+    if max_num_batched_tokens is None:
+        tokens = default_tokens
+        if not settings.enable_chunked_prefill:
+            tokens = max(max_model_len, tokens)
+        max_num_batched_tokens = min((max_num_seqs or default_seqs) * max_model_len, tokens)
+    if max_num_seqs is None:
+        max_num_seqs = min(default_seqs, max_num_batched_tokens)
+
+    if not settings.enable_chunked_prefill and max_num_batched_tokens < max_model_len:
+        raise ConfigError(
+            "engine.max_num_batched_tokens",
+            f"{max_num_batched_tokens} is smaller than max_model_len {max_model_len} with "
+            "chunked prefill disabled; vLLM refuses to start (raise it or enable chunking)",
+        )
+    if max_num_batched_tokens < max_num_seqs:
+        raise ConfigError(
+            "engine.max_num_batched_tokens",
+            f"{max_num_batched_tokens} must be >= max_num_seqs {max_num_seqs}",
+        )
+    if settings.long_prefill_token_threshold > max_model_len:
+        raise ConfigError(
+            "engine.long_prefill_token_threshold",
+            f"{settings.long_prefill_token_threshold} exceeds max_model_len {max_model_len}",
+        )
+    if (
+        settings.max_num_scheduled_tokens is not None
+        and settings.max_num_scheduled_tokens > max_num_batched_tokens
+    ):
+        raise ConfigError(
+            "engine.max_num_scheduled_tokens",
+            f"{settings.max_num_scheduled_tokens} exceeds max_num_batched_tokens "
+            f"{max_num_batched_tokens}",
+        )
+
+    if settings.num_gpu_blocks_override is not None:
+        blocks = settings.num_gpu_blocks_override
+    else:
+        blocks = num_gpu_blocks(
+            model,
+            gpu,
+            tp,
+            gpu_memory_utilization=settings.gpu_memory_utilization,
+            block_size=settings.block_size,
+            max_num_batched_tokens=max_num_batched_tokens,
+        )
+    needed = cdiv(max_model_len, settings.block_size)
+    if blocks - 1 < needed:
+        raise ConfigError(
+            "engine",
+            f"KV cache of {blocks - 1} usable blocks ({(blocks - 1) * settings.block_size} "
+            f"tokens) cannot hold one max_model_len {max_model_len} request "
+            f"({needed} blocks); lower max_model_len, raise gpu_memory_utilization or "
+            "tensor_parallel_size",
+        )
+
+    scheduler = SchedulerConfig(
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        max_model_len=max_model_len,
+        block_size=settings.block_size,
+        max_num_scheduled_tokens=settings.max_num_scheduled_tokens,
+        enable_chunked_prefill=settings.enable_chunked_prefill,
+        long_prefill_token_threshold=settings.long_prefill_token_threshold,
+        long_prefill_token_threshold_adaptive=settings.long_prefill_token_threshold_adaptive,
+        long_prefill_threshold_single_request=settings.long_prefill_threshold_single_request,
+        policy=settings.policy,
+        scheduler_reserve_full_isl=settings.scheduler_reserve_full_isl,
+        watermark=settings.watermark,
+        enable_prefix_caching=settings.enable_prefix_caching,
+        async_scheduling=settings.async_scheduling,
+        step_policy=settings.step_policy,
+        prefill_reserve_fraction=settings.prefill_reserve_fraction,
+        decode_reserve_tokens=settings.decode_reserve_tokens,
+    )
+    return EngineSetup(scheduler=scheduler, num_gpu_blocks=blocks)

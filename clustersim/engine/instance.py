@@ -1,0 +1,154 @@
+"""One engine instance as a SimPy process: schedule, price, wait, apply.
+
+The process only waits; every decision is made by the :class:`Scheduler` (pure state
+transitions) and every duration by the step-cost function it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import simpy
+
+from clustersim.engine.request import Request, RequestStatus
+from clustersim.engine.scheduler import Scheduler, StepPlan
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One row of the engine trace (``steps.csv``)."""
+
+    instance: str
+    step: int
+    start_s: float
+    end_s: float
+    num_decode_tokens: int
+    prefill_chunks: tuple[tuple[str, int], ...]
+    num_scheduled_tokens: int
+    num_running: int
+    num_waiting: int
+    kv_blocks_used: int
+    num_preempted: int
+
+
+class Instance:
+    """A vLLM V1 engine: its step loop runs whenever it has unfinished requests."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        name: str,
+        scheduler: Scheduler,
+        price_step: Callable[[StepPlan], float],
+    ) -> None:
+        self.env = env
+        self.name = name
+        self.scheduler = scheduler
+        self.price_step = price_step
+        self.steps: list[StepRecord] = []
+        self.rejected: list[Request] = []
+        self.busy_s = 0.0
+        self._wakeup: simpy.Event | None = None
+        self.process = env.process(self._run_async() if scheduler.config.async_scheduling
+                                   else self._run())
+
+    # ----------------------------------------------------------------- intake
+    def submit(self, request: Request) -> None:
+        """A request reaches the engine now (front-end checks as vLLM's input processor)."""
+        max_model_len = self.scheduler.config.max_model_len
+        if request.num_prompt_tokens >= max_model_len:
+            self.reject(request, f"prompt of {request.num_prompt_tokens} tokens leaves no room "
+                        f"for output within max_model_len {max_model_len}")
+            return
+        if request.num_prompt_tokens + request.max_tokens > max_model_len:
+            self.reject(request, f"prompt {request.num_prompt_tokens} + output "
+                        f"{request.max_tokens} tokens exceed max_model_len {max_model_len}")
+            return
+        self.scheduler.add_request(request)
+        if self._wakeup is not None and not self._wakeup.triggered:
+            self._wakeup.succeed()
+
+    def reject(self, request: Request, reason: str) -> None:
+        request.status = RequestStatus.REJECTED
+        request.reject_reason = reason
+        request.finish_s = self.env.now
+        self.rejected.append(request)
+
+    # ------------------------------------------------------------- step loops
+    def _idle(self):
+        self._wakeup = self.env.event()
+        yield self._wakeup
+        self._wakeup = None
+
+    def _run(self):
+        """Sync scheduling: schedule(N) -> run(N) -> update(N) -> schedule(N+1)."""
+        env = self.env
+        scheduler = self.scheduler
+        while True:
+            if scheduler.num_unfinished == 0:
+                yield from self._idle()
+                continue
+            plan = scheduler.schedule()
+            if plan.is_empty:
+                if not plan.preempted:  # preemptions alone free blocks for the next try
+                    self._reject_unschedulable()
+                continue
+            start = env.now
+            duration = self.price_step(plan)
+            yield env.timeout(duration)
+            self.busy_s += duration
+            scheduler.update_from_output(plan, env.now)
+            self._record(plan, start, env.now)
+
+    def _run_async(self):
+        """Async scheduling: schedule(N+1) runs before update(N), as vLLM's batch queue does."""
+        env = self.env
+        scheduler = self.scheduler
+        plan: StepPlan | None = None
+        while True:
+            if plan is None or plan.is_empty:
+                if scheduler.num_unfinished == 0:
+                    yield from self._idle()
+                    continue
+                plan = scheduler.schedule()
+                if plan.is_empty:
+                    if not plan.preempted:
+                        self._reject_unschedulable()
+                    plan = None
+                    continue
+            start = env.now
+            duration = self.price_step(plan)
+            self._record(plan, start, start + duration)
+            next_plan = scheduler.schedule()
+            yield env.timeout(duration)
+            self.busy_s += duration
+            scheduler.update_from_output(plan, env.now)
+            plan = next_plan
+
+    def _reject_unschedulable(self) -> None:
+        """Nothing runs and the head of the queue cannot be admitted: it never will be."""
+        scheduler = self.scheduler
+        if scheduler.running or not len(scheduler.waiting):
+            raise AssertionError(f"{self.name}: empty step with {len(scheduler.running)} running")
+        request = scheduler.waiting.pop()
+        kv = scheduler.kv
+        self.reject(request, f"needs more KV blocks than the {kv.num_usable_blocks} usable "
+                    f"blocks of instance {self.name}")
+
+    def _record(self, plan: StepPlan, start_s: float, end_s: float) -> None:
+        self.steps.append(
+            StepRecord(
+                instance=self.name,
+                step=len(self.steps),
+                start_s=start_s,
+                end_s=end_s,
+                num_decode_tokens=plan.num_decode_tokens,
+                prefill_chunks=tuple((r.request_id, n) for r, n in plan.prefill_chunks),
+                num_scheduled_tokens=plan.num_scheduled_tokens,
+                num_running=plan.num_running,
+                num_waiting=plan.num_waiting,
+                kv_blocks_used=plan.kv_blocks_used,
+                num_preempted=len(plan.preempted),
+            )
+        )

@@ -1,0 +1,69 @@
+"""A simulated request: one progress counter, as in vLLM V1.
+
+There is no prefill/decode flag. ``num_computed_tokens`` catches up with ``num_tokens``
+(prompt + outputs so far); a request with exactly one uncomputed token after its first output
+is a decode, anything else is (re)computing a prompt::
+
+    | <------------- num_prompt_tokens -------------> | <-- num_output_tokens --> |
+    | <----- num_computed_tokens -----> | <-- still to compute this or later steps -->
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class RequestStatus(Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    FINISHED = "finished"
+    REJECTED = "rejected"
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """One request as an engine instance sees it.
+
+    ``max_tokens`` is the number of output tokens the request generates (the trace's output
+    length); the request stops after sampling that many, as vLLM does on EOS or on
+    ``max_tokens``.
+    """
+
+    request_id: str
+    arrival_s: float
+    num_prompt_tokens: int
+    max_tokens: int
+    priority: int = 0
+    block_hashes: tuple[int, ...] = ()
+    """Chained hashes of the prompt's full blocks (prefix-cache keys), oldest block first."""
+
+    status: RequestStatus = RequestStatus.WAITING
+    num_computed_tokens: int = 0
+    num_output_tokens: int = 0
+    num_output_placeholders: int = 0
+    """Async scheduling only: tokens scheduled whose sampled value is not back yet."""
+    num_preemptions: int = 0
+    first_token_s: float | None = None
+    finish_s: float | None = None
+    reject_reason: str | None = None
+    token_times_s: array = field(default_factory=lambda: array("d"))
+    """End time of every step that produced an output token for this request."""
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prompt_tokens + self.num_output_tokens
+
+    @property
+    def is_done(self) -> bool:
+        return self.status is RequestStatus.FINISHED or self.status is RequestStatus.REJECTED
+
+    @property
+    def outcome(self) -> str:
+        if self.status is RequestStatus.FINISHED:
+            return "finished"
+        if self.status is RequestStatus.REJECTED:
+            return f"rejected: {self.reject_reason}"
+        return f"unfinished: {self.status.value}"

@@ -1,0 +1,370 @@
+"""vLLM V1's ``Scheduler.schedule()`` and ``update_from_output()`` over plain state.
+
+No SimPy and no clock in here: the instance process calls :meth:`Scheduler.schedule` to get a
+:class:`StepPlan`, prices and waits for the step, then hands the plan back to
+:meth:`Scheduler.update_from_output` with the time the step ended. The rules and their vLLM
+sources are in ``vllm_scheduler_spec.md`` §2-§6; section numbers below refer to it.
+
+Like vLLM, ``schedule()`` applies the schedule-time transitions itself (blocks allocated,
+``num_computed_tokens`` advanced, victims preempted); only sampled tokens wait for the step.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from clustersim.engine.config import SchedulerConfig
+from clustersim.engine.kv_manager import KVCacheManager
+from clustersim.engine.request import Request, RequestStatus
+
+
+class FCFSQueue:
+    """Waiting requests in arrival order; preempted ones go back to the front."""
+
+    def __init__(self) -> None:
+        self._q: deque[Request] = deque()
+
+    def add(self, request: Request) -> None:
+        self._q.append(request)
+
+    def prepend(self, request: Request) -> None:
+        self._q.appendleft(request)
+
+    def peek(self) -> Request:
+        return self._q[0]
+
+    def pop(self) -> Request:
+        return self._q.popleft()
+
+    def remove(self, request: Request) -> None:
+        self._q.remove(request)
+
+    def __len__(self) -> int:
+        return len(self._q)
+
+    def __iter__(self) -> Iterator[Request]:
+        return iter(self._q)
+
+
+class PriorityQueue:
+    """Waiting requests ordered by ``(priority, arrival_s)``; lower is served first."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, float, int, Request]] = []
+        self._seq = 0
+
+    def add(self, request: Request) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (request.priority, request.arrival_s, self._seq, request))
+
+    prepend = add  # vLLM pushes a preempted request back into the heap
+
+    def peek(self) -> Request:
+        return self._heap[0][3]
+
+    def pop(self) -> Request:
+        return heapq.heappop(self._heap)[3]
+
+    def remove(self, request: Request) -> None:
+        self._heap = [entry for entry in self._heap if entry[3] is not request]
+        heapq.heapify(self._heap)
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def __iter__(self) -> Iterator[Request]:
+        return (entry[3] for entry in sorted(self._heap))
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """What one engine step runs: vLLM's ``SchedulerOutput``, reduced to what we simulate."""
+
+    scheduled: list[tuple[Request, int]] = field(default_factory=list)
+    """(request, tokens) in scheduling order."""
+    sampled: list[Request] = field(default_factory=list)
+    """Requests whose step ends with a sampled token (last prompt chunk or a decode)."""
+    preempted: list[Request] = field(default_factory=list)
+    num_scheduled_tokens: int = 0
+    num_decode_tokens: int = 0
+    # Aggregates the cost model prices (see clustersim.cost.roofline.BatchShape).
+    num_prefill_tokens: int = 0
+    prefill_attn_pairs: float = 0.0
+    prefill_kv_tokens: int = 0
+    decode_kv_tokens: int = 0
+
+    # Queue state right after scheduling, for the engine trace.
+    num_running: int = 0
+    num_waiting: int = 0
+    kv_blocks_used: int = 0
+    prefill_chunks: list[tuple[Request, int]] = field(default_factory=list)
+    """The scheduled entries that are prompt (or recompute) chunks, not decodes."""
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled
+
+
+class Scheduler:
+    """One instance's queues and the V1 scheduling loop (spec §3)."""
+
+    def __init__(self, config: SchedulerConfig, kv: KVCacheManager) -> None:
+        self.config = config
+        self.kv = kv
+        self.running: list[Request] = []
+        self.waiting: FCFSQueue | PriorityQueue = (
+            PriorityQueue() if config.policy == "priority" else FCFSQueue()
+        )
+        self._watermark_blocks = int(config.watermark * kv.num_gpu_blocks)
+
+    # ------------------------------------------------------------------ queues
+    def add_request(self, request: Request) -> None:
+        request.status = RequestStatus.WAITING
+        self.waiting.add(request)
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self.running) + len(self.waiting)
+
+    # ---------------------------------------------------------------- schedule
+    def schedule(self) -> StepPlan:
+        """Decide this step's tokens per request (spec §3.1-§3.5)."""
+        cfg = self.config
+        plan = StepPlan()
+        scheduled_tokens: dict[int, int] = {}  # id(request) -> tokens, for refunds
+        budget = cfg.token_budget
+        decode_budget = cfg.decode_cap
+        async_mode = cfg.async_scheduling
+        max_model_len = cfg.max_model_len
+
+        num_eligible = len(self.running) + len(self.waiting)
+        threshold = cfg.long_prefill_token_threshold
+        if num_eligible <= 1 and not cfg.long_prefill_threshold_single_request:
+            threshold = 0  # v0.33: the cap is off when only one request is eligible
+        elif threshold > 0 and cfg.long_prefill_token_threshold_adaptive:
+            threshold = max(threshold, cfg.max_num_batched_tokens // num_eligible)
+
+        running = self.running
+        deferred_decodes: list[Request] = []
+        preempted = plan.preempted
+
+        # Phase 1: RUNNING requests in admission order (§3.2).
+        index = 0
+        while index < len(running) and budget > 0:
+            request = running[index]
+            placeholders = request.num_output_placeholders
+            if async_mode and placeholders > 0 and (
+                request.num_computed_tokens + 2 - placeholders
+                >= request.num_prompt_tokens + request.max_tokens
+            ):
+                index += 1  # certain to finish on the in-flight token; don't waste a slot
+                continue
+            num_new = request.num_tokens + placeholders - request.num_computed_tokens
+            is_decode = num_new == 1 and request.num_output_tokens + placeholders > 0
+            if is_decode and decode_budget <= 0:
+                deferred_decodes.append(request)
+                index += 1
+                continue
+            if 0 < threshold < num_new:
+                num_new = threshold
+            num_new = min(num_new, budget, max_model_len - 1 - request.num_computed_tokens)
+            if num_new <= 0:
+                index += 1
+                continue
+            allocated, removed_before = self._allocate_running(
+                request, num_new, index, plan, scheduled_tokens
+            )
+            index -= removed_before
+            budget = cfg.token_budget - plan.num_scheduled_tokens  # victims may be refunded
+            if not allocated:
+                if cfg.policy == "priority":
+                    continue  # v0.33: self-preempted; try the next running request
+                break
+            self._record(plan, scheduled_tokens, request, num_new)
+            budget -= num_new
+            if is_decode:
+                decode_budget -= 1
+            index += 1
+        budget = cfg.token_budget - plan.num_scheduled_tokens
+
+        # Phase 2: WAITING requests, only if nobody was preempted (§3.4).
+        if not preempted:
+            budget = self._schedule_waiting(plan, scheduled_tokens, budget, threshold)
+
+        # Decodes held back by the step policy get what is left.
+        for request in deferred_decodes:
+            if budget <= 0:
+                break
+            if request.status is not RequestStatus.RUNNING:
+                continue  # preempted meanwhile
+            index = running.index(request)
+            allocated, _ = self._allocate_running(request, 1, index, plan, scheduled_tokens)
+            budget = cfg.token_budget - plan.num_scheduled_tokens
+            if not allocated:
+                if cfg.policy == "priority":
+                    continue
+                break
+            self._record(plan, scheduled_tokens, request, 1)
+            budget -= 1
+
+        self._update_after_schedule(plan)
+        plan.num_running = len(self.running)
+        plan.num_waiting = len(self.waiting)
+        plan.kv_blocks_used = self.kv.num_used_blocks
+        return plan
+
+    def _schedule_waiting(
+        self,
+        plan: StepPlan,
+        scheduled_tokens: dict[int, int],
+        budget: int,
+        threshold: int,
+    ) -> int:
+        cfg = self.config
+        kv = self.kv
+        waiting = self.waiting
+        running = self.running
+        while budget > 0 and len(waiting) > 0:
+            if len(running) >= cfg.max_num_seqs:
+                break  # seat cap counts every running request (§3.4 step 2)
+            request = waiting.peek()
+            hit_blocks: list[int] = []
+            num_computed = request.num_computed_tokens
+            if num_computed == 0:
+                hit_blocks, num_computed = kv.get_computed_blocks(request)
+            num_new = request.num_tokens - num_computed
+            if 0 < threshold < num_new:
+                num_new = threshold
+            if not cfg.enable_chunked_prefill and num_new > budget:
+                break  # the whole prompt must fit this step; it waits, blocking the queue
+            num_new = min(num_new, budget)
+            if num_new <= 0:
+                break
+            watermark = self._watermark_blocks if running else 0
+            if not kv.allocate_slots(
+                request,
+                num_new,
+                new_computed_blocks=hit_blocks,
+                num_new_computed_tokens=num_computed - request.num_computed_tokens,
+                full_sequence_must_fit=cfg.scheduler_reserve_full_isl,
+                watermark_blocks=watermark,
+            ):
+                break  # head-of-line blocking: no later request is tried
+            waiting.pop()
+            running.append(request)
+            request.status = RequestStatus.RUNNING
+            request.num_computed_tokens = num_computed
+            self._record(plan, scheduled_tokens, request, num_new)
+            budget -= num_new
+        return budget
+
+    def _allocate_running(
+        self,
+        request: Request,
+        num_new: int,
+        index: int,
+        plan: StepPlan,
+        scheduled_tokens: dict[int, int],
+    ) -> tuple[bool, int]:
+        """Allocate for a running request, preempting victims until it fits (§3.3).
+
+        Returns whether it fits and how many victims were taken from before ``index``.
+        """
+        running = self.running
+        removed_before = 0
+        while not self.kv.allocate_slots(request, num_new):
+            if self.config.policy == "priority":
+                victim = max(running, key=lambda r: (r.priority, r.arrival_s))
+            else:
+                victim = running[-1]
+            victim_index = running.index(victim) if victim is not running[-1] else len(running) - 1
+            if victim_index < index:
+                removed_before += 1
+            del running[victim_index]
+            if id(victim) in scheduled_tokens:
+                self._unrecord(plan, scheduled_tokens, victim)
+            self._preempt(victim)
+            plan.preempted.append(victim)
+            if victim is request:
+                return False, removed_before
+        return True, removed_before
+
+    def _preempt(self, request: Request) -> None:
+        self.kv.free(request)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        self.waiting.prepend(request)
+
+    @staticmethod
+    def _record(
+        plan: StepPlan, scheduled_tokens: dict[int, int], request: Request, num_new: int
+    ) -> None:
+        scheduled_tokens[id(request)] = num_new
+        plan.scheduled.append((request, num_new))
+        plan.num_scheduled_tokens += num_new
+
+    @staticmethod
+    def _unrecord(plan: StepPlan, scheduled_tokens: dict[int, int], request: Request) -> None:
+        num_new = scheduled_tokens.pop(id(request))
+        plan.scheduled = [(r, n) for r, n in plan.scheduled if r is not request]
+        plan.num_scheduled_tokens -= num_new
+
+    def _update_after_schedule(self, plan: StepPlan) -> None:
+        """Advance ``num_computed_tokens`` and collect what the cost model needs (§3.5)."""
+        async_mode = self.config.async_scheduling
+        for request, num_new in plan.scheduled:
+            context = request.num_computed_tokens
+            placeholders = request.num_output_placeholders
+            target = request.num_tokens + placeholders
+            is_decode = num_new == 1 and target - context == 1 and (
+                request.num_output_tokens + placeholders > 0
+            )
+            request.num_computed_tokens = context + num_new
+            samples = context + num_new >= target
+            if samples:
+                plan.sampled.append(request)
+                if async_mode:
+                    request.num_output_placeholders = placeholders + 1
+            if is_decode:
+                plan.num_decode_tokens += 1
+                plan.decode_kv_tokens += context + 1
+            else:
+                plan.prefill_chunks.append((request, num_new))
+                plan.num_prefill_tokens += num_new
+                plan.prefill_attn_pairs += num_new * context + num_new * (num_new + 1) / 2
+                plan.prefill_kv_tokens += context + num_new
+
+    # ----------------------------------------------------------------- update
+    def update_from_output(self, plan: StepPlan, now_s: float) -> list[Request]:
+        """Apply a finished step: sampled tokens, stops, freed blocks. Returns finished ones."""
+        async_mode = self.config.async_scheduling
+        max_model_len = self.config.max_model_len
+        finished: list[Request] = []
+        for request in plan.sampled:
+            if request.status is RequestStatus.FINISHED:
+                continue
+            if async_mode:
+                request.num_output_placeholders -= 1
+            request.num_output_tokens += 1
+            request.token_times_s.append(now_s)
+            if request.first_token_s is None:
+                request.first_token_s = now_s
+            if (
+                request.num_output_tokens >= request.max_tokens
+                or request.num_tokens >= max_model_len
+            ):
+                was_waiting = request.status is not RequestStatus.RUNNING
+                request.status = RequestStatus.FINISHED
+                request.finish_s = now_s
+                self.kv.free(request)
+                finished.append(request)
+                if was_waiting:  # async: preempted while its last token was in flight
+                    self.waiting.remove(request)
+        if finished:
+            done = {id(r) for r in finished}
+            self.running = [r for r in self.running if id(r) not in done]
+        return finished
