@@ -112,7 +112,8 @@ def simulate(
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise ClusterSimError(str(out), f"cannot create output directory: {error.strerror}") from None
+        message = f"cannot create output directory: {error.strerror}"
+        raise ClusterSimError(str(out), message) from None
     write_requests_csv(out / "requests.csv", result.requests)
     write_steps_csv(out / "steps.csv", result.steps)
     write_summary_json(out / "summary.json", summary)

@@ -122,10 +122,10 @@ class UniformLength(Strict):
 
 
 LengthDist = Annotated[
-    FixedLength | UniformLength,
+    Annotated[FixedLength | UniformLength, Field(discriminator="kind")],
     BeforeValidator(_int_as_fixed),
-    Field(discriminator="kind"),
 ]
+"""A token-length distribution; a plain integer means ``{kind: fixed, value: n}``."""
 
 
 class ExplicitRequest(Strict):

@@ -95,7 +95,8 @@ def run_scenario(scenario: Scenario) -> RunResult:
     requests = build_requests(scenario.workload, rng)
 
     env = simpy.Environment()
-    instance = Instance(env, "i0", Scheduler(config, kv), make_pricer(model, gpu, tp, scenario.cost))
+    pricer = make_pricer(model, gpu, tp, scenario.cost)
+    instance = Instance(env, "i0", Scheduler(config, kv), pricer)
     env.process(_arrivals(env, requests, instance))
     env.run()
 

@@ -32,7 +32,8 @@ class KVCacheManager:
         enable_prefix_caching: bool = True,
     ) -> None:
         if num_gpu_blocks < 2:
-            raise ValueError(f"num_gpu_blocks must be >= 2 (block 0 is reserved), got {num_gpu_blocks}")
+            raise ValueError(f"num_gpu_blocks must be >= 2 (block 0 is the null block), "
+                             f"got {num_gpu_blocks}")
         self.num_gpu_blocks = num_gpu_blocks
         self.block_size = block_size
         self.max_model_len = max_model_len

@@ -134,7 +134,9 @@ class Scheduler:
         """Decide this step's tokens per request (spec §3.1-§3.5)."""
         cfg = self.config
         plan = StepPlan()
-        scheduled_tokens: dict[int, int] = {}  # id(request) -> tokens, for refunds
+        scheduled = plan.scheduled
+        kv_blocks = self.kv.req_to_blocks
+        block_size = self.kv.block_size
         budget = cfg.token_budget
         decode_budget = cfg.decode_cap
         async_mode = cfg.async_scheduling
@@ -174,16 +176,23 @@ class Scheduler:
             if num_new <= 0:
                 index += 1
                 continue
-            allocated, removed_before = self._allocate_running(
-                request, num_new, index, plan, scheduled_tokens
-            )
-            index -= removed_before
-            budget = cfg.token_budget - plan.num_scheduled_tokens  # victims may be refunded
-            if not allocated:
-                if cfg.policy == "priority":
-                    continue  # v0.33: self-preempted; try the next running request
-                break
-            self._record(plan, scheduled_tokens, request, num_new)
+            # A decode that still has room in its last block needs no allocation (the common
+            # case); anything else goes through allocate_slots and, if needed, preemption.
+            held = kv_blocks.get(request.request_id)
+            if not (
+                is_decode
+                and held is not None
+                and len(held) * block_size > request.num_computed_tokens
+            ):
+                allocated, removed_before = self._allocate_running(request, num_new, index, plan)
+                index -= removed_before
+                budget = cfg.token_budget - plan.num_scheduled_tokens  # victims may be refunded
+                if not allocated:
+                    if cfg.policy == "priority":
+                        continue  # v0.33: self-preempted; try the next running request
+                    break
+            scheduled.append((request, num_new))
+            plan.num_scheduled_tokens += num_new
             budget -= num_new
             if is_decode:
                 decode_budget -= 1
@@ -192,7 +201,7 @@ class Scheduler:
 
         # Phase 2: WAITING requests, only if nobody was preempted (§3.4).
         if not preempted:
-            budget = self._schedule_waiting(plan, scheduled_tokens, budget, threshold)
+            budget = self._schedule_waiting(plan, budget, threshold)
 
         # Decodes held back by the step policy get what is left.
         for request in deferred_decodes:
@@ -201,13 +210,13 @@ class Scheduler:
             if request.status is not RequestStatus.RUNNING:
                 continue  # preempted meanwhile
             index = running.index(request)
-            allocated, _ = self._allocate_running(request, 1, index, plan, scheduled_tokens)
+            allocated, _ = self._allocate_running(request, 1, index, plan)
             budget = cfg.token_budget - plan.num_scheduled_tokens
             if not allocated:
                 if cfg.policy == "priority":
                     continue
                 break
-            self._record(plan, scheduled_tokens, request, 1)
+            self._record(plan, request, 1)
             budget -= 1
 
         self._update_after_schedule(plan)
@@ -219,7 +228,6 @@ class Scheduler:
     def _schedule_waiting(
         self,
         plan: StepPlan,
-        scheduled_tokens: dict[int, int],
         budget: int,
         threshold: int,
     ) -> int:
@@ -257,7 +265,7 @@ class Scheduler:
             running.append(request)
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = num_computed
-            self._record(plan, scheduled_tokens, request, num_new)
+            self._record(plan, request, num_new)
             budget -= num_new
         return budget
 
@@ -267,7 +275,6 @@ class Scheduler:
         num_new: int,
         index: int,
         plan: StepPlan,
-        scheduled_tokens: dict[int, int],
     ) -> tuple[bool, int]:
         """Allocate for a running request, preempting victims until it fits (§3.3).
 
@@ -284,8 +291,7 @@ class Scheduler:
             if victim_index < index:
                 removed_before += 1
             del running[victim_index]
-            if id(victim) in scheduled_tokens:
-                self._unrecord(plan, scheduled_tokens, victim)
+            self._unrecord(plan, victim)
             self._preempt(victim)
             plan.preempted.append(victim)
             if victim is request:
@@ -300,18 +306,18 @@ class Scheduler:
         self.waiting.prepend(request)
 
     @staticmethod
-    def _record(
-        plan: StepPlan, scheduled_tokens: dict[int, int], request: Request, num_new: int
-    ) -> None:
-        scheduled_tokens[id(request)] = num_new
+    def _record(plan: StepPlan, request: Request, num_new: int) -> None:
         plan.scheduled.append((request, num_new))
         plan.num_scheduled_tokens += num_new
 
     @staticmethod
-    def _unrecord(plan: StepPlan, scheduled_tokens: dict[int, int], request: Request) -> None:
-        num_new = scheduled_tokens.pop(id(request))
-        plan.scheduled = [(r, n) for r, n in plan.scheduled if r is not request]
-        plan.num_scheduled_tokens -= num_new
+    def _unrecord(plan: StepPlan, request: Request) -> None:
+        """Refund a victim that was already scheduled this step (priority / step policies)."""
+        for position, (scheduled, num_new) in enumerate(plan.scheduled):
+            if scheduled is request:
+                del plan.scheduled[position]
+                plan.num_scheduled_tokens -= num_new
+                return
 
     def _update_after_schedule(self, plan: StepPlan) -> None:
         """Advance ``num_computed_tokens`` and collect what the cost model needs (§3.5)."""

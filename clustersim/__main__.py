@@ -1,0 +1,5 @@
+"""``python -m clustersim`` runs the CLI."""
+
+from clustersim.cli import app
+
+app()

@@ -1,0 +1,115 @@
+"""Read a HuggingFace ``config.json`` into a :class:`ModelSpec`.
+
+Only dense decoder-only transformers are modelled; MoE, MLA and other layouts are refused with
+an ``InputError`` rather than priced wrongly.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from clustersim.catalog.specs import ModelSpec
+from clustersim.errors import InputError
+
+# OPTLearnedPositionalEmbedding keeps 2 rows ahead of position 0 (a fairseq legacy).
+_OPT_POSITION_OFFSET = 2
+# config.json keys that mean a layout the cost model does not price.
+_UNSUPPORTED_KEYS = {
+    "num_experts": "mixture-of-experts",
+    "num_local_experts": "mixture-of-experts",
+    "n_routed_experts": "mixture-of-experts",
+    "kv_lora_rank": "multi-head latent attention",
+}
+# Model types whose q/k/v projections always carry a bias (the config has no switch for it).
+_QKV_BIAS_TYPES = {"qwen2"}
+# vLLM's dtype "auto" serves float32 checkpoints in 16-bit; bfloat16 is what it picks on GPUs
+# that support it, which every catalog GPU does.
+_DTYPE_ALIASES = {"float32": "bfloat16", "float": "bfloat16", "half": "float16"}
+
+
+def model_from_hf_config(path: Path) -> ModelSpec:
+    """Parse ``path`` (a config.json, or a folder with one); ``InputError`` if it is malformed."""
+    if path.is_dir():
+        path = path / "config.json"
+    where = str(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(where, f"cannot read model config: {exc.strerror or exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{where}:{exc.lineno}", f"not valid JSON: {exc.msg}") from exc
+    if not isinstance(raw, dict):
+        raise InputError(where, "a model config must be a JSON object")
+    # multimodal configs nest the language model under text_config
+    config: dict[str, Any] = raw.get("text_config") or raw
+    if not isinstance(config, dict):
+        raise InputError(where, "text_config must be a JSON object")
+    for key, layout in _UNSUPPORTED_KEYS.items():
+        if config.get(key):
+            raise InputError(where, f"{layout} models ({key}) are not supported")
+
+    model_type = str(config.get("model_type") or raw.get("model_type") or "")
+    is_opt = model_type == "opt"
+    heads = _require(config, "num_attention_heads", where)
+    hidden = _require(config, "hidden_size", where)
+    if is_opt and config.get("word_embed_proj_dim", hidden) != hidden:
+        raise InputError(where, "OPT with word_embed_proj_dim != hidden_size is not supported")
+    max_pos = _require(config, "max_position_embeddings", where)
+    if is_opt:
+        # enable_bias switches the bias of every OPT linear layer
+        qkv_bias = o_bias = mlp_bias = bool(config.get("enable_bias", True))
+    else:
+        # attention_bias covers q, k, v and o; Qwen2 has q/k/v biases with no switch
+        o_bias = bool(config.get("attention_bias", False))
+        qkv_bias = o_bias or model_type in _QKV_BIAS_TYPES
+        mlp_bias = bool(config.get("mlp_bias", False))
+    dtype = str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")
+    fields: dict[str, Any] = {
+        "id": path.parent.name or path.stem,
+        "hf_repo": raw.get("_name_or_path") or None,
+        "num_layers": _require(config, "num_hidden_layers", where),
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_key_value_heads": config.get("num_key_value_heads") or heads,
+        "head_dim": config.get("head_dim") or _head_dim(hidden, heads, where),
+        "intermediate_size": _require(config, "ffn_dim" if is_opt else "intermediate_size", where),
+        "vocab_size": _require(config, "vocab_size", where),
+        "max_position_embeddings": max_pos,
+        # transformers' PretrainedConfig ties embeddings unless the config says otherwise
+        "tie_word_embeddings": bool(config.get("tie_word_embeddings", True)),
+        "dtype": _DTYPE_ALIASES.get(dtype, dtype),
+        "mlp": "plain" if is_opt else "gated",
+        "qkv_bias": qkv_bias,
+        "o_bias": o_bias,
+        "mlp_bias": mlp_bias,
+        "qk_norm": model_type == "qwen3",
+        "norm": "layernorm" if is_opt else "rmsnorm",
+        "learned_position_rows": max_pos + _OPT_POSITION_OFFSET if is_opt else 0,
+        "source": f"HuggingFace config {where}",
+    }
+    try:
+        return ModelSpec.model_validate(fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        raise InputError(where, f"{field}: {first['msg']} (got {first.get('input')!r})") from exc
+
+
+def _require(config: dict[str, Any], key: str, where: str) -> Any:
+    if config.get(key) is None:
+        raise InputError(where, f"missing required key {key!r}")
+    return config[key]
+
+
+def _head_dim(hidden: Any, heads: Any, where: str) -> int:
+    if not isinstance(hidden, int) or not isinstance(heads, int) or heads <= 0 or hidden % heads:
+        raise InputError(
+            where,
+            f"head_dim missing and hidden_size {hidden!r} is not a multiple of "
+            f"num_attention_heads {heads!r}",
+        )
+    return hidden // heads

@@ -1,0 +1,214 @@
+"""Validated GPU and model specs: what the catalog YAML files and HF ``config.json`` become.
+
+Both are frozen pydantic models (hashable, safe to share and cache). ``ModelSpec`` derives the
+numbers the cost and memory models need (parameter count, weight bytes, KV bytes per token)
+from the architecture fields alone, so a user's ``config.json`` gets the same treatment as a
+catalog entry.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    model_validator,
+)
+
+from clustersim.errors import ConfigError
+
+GIGA = 1e9
+TERA = 1e12
+
+DType = Literal["bfloat16", "float16"]
+
+DTYPE_BYTES: dict[str, int] = {
+    "float32": 4,
+    "bfloat16": 2,
+    "float16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+}
+"""Bytes per element of the dtypes weights and KV caches are stored in."""
+
+Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LinkSpec(_Spec):
+    """A GPU-to-GPU path inside one node, as tensor-parallel collectives see it."""
+
+    kind: Literal["nvlink", "nvlink_bridge", "pcie", "infinity_fabric"]
+    bw_gb_per_s_per_dir: PositiveFloat = Field(
+        description="Theoretical bandwidth per direction per GPU (GB/s = 1e9 B/s)."
+    )
+    efficiency: Fraction = Field(description="Achieved all-reduce bus bandwidth / theoretical.")
+    max_gpus: PositiveInt = Field(description="Most GPUs this link joins (an NVLink bridge: 2).")
+    source: str
+
+    @property
+    def effective_bytes_per_s(self) -> float:
+        return self.bw_gb_per_s_per_dir * GIGA * self.efficiency
+
+
+class GpuSpec(_Spec):
+    """One accelerator: datasheet peaks, links, and the default efficiencies that price work."""
+
+    id: str
+    name: str
+    bf16_dense_tflops: PositiveFloat = Field(
+        description="Dense BF16/FP16 tensor peak with FP32 accumulate (what PyTorch GEMMs use)."
+    )
+    fp8_dense_tflops: PositiveFloat | None = Field(description="None where there is no FP8.")
+    mem_capacity_bytes: PositiveInt = Field(description="Device memory the framework can see.")
+    mem_bw_gb_per_s: PositiveFloat
+    link: LinkSpec = Field(description="The fastest intra-node path for TP collectives.")
+    pcie_gen: PositiveInt
+    pcie: LinkSpec = Field(description="PCIe fallback when TP spans more GPUs than ``link``.")
+    compute_efficiency: Fraction = Field(description="Large-GEMM MFU.")
+    attention_efficiency: Fraction = Field(description="Attention-kernel MFU.")
+    memory_efficiency: Fraction = Field(description="Achieved / peak HBM bandwidth.")
+    per_step_overhead_s: NonNegativeFloat = Field(description="Scheduler + launch cost per step.")
+    per_layer_overhead_s: NonNegativeFloat = Field(description="Kernel launches per layer.")
+    per_request_overhead_s: NonNegativeFloat = Field(description="Input prep per request.")
+    allreduce_latency_s: NonNegativeFloat = Field(description="Fixed cost of one all-reduce.")
+    non_torch_memory_bytes: NonNegativeInt = Field(
+        description="CUDA context, NCCL and cuBLAS buffers, CUDA graphs, sampler scratch: memory "
+        "vLLM holds outside weights and activations. An estimate, to be calibrated."
+    )
+    calibration: str = Field(description="Provenance of the efficiencies: 'default' or a fit id.")
+    source: str
+
+    @property
+    def peak_flops(self) -> float:
+        return self.bf16_dense_tflops * TERA
+
+    @property
+    def mem_bytes_per_s(self) -> float:
+        return self.mem_bw_gb_per_s * GIGA
+
+    def tp_link(self, tp: int) -> LinkSpec:
+        """The link a ``tp``-way all-reduce runs over: ``link`` if it joins that many GPUs."""
+        if tp <= self.link.max_gpus:
+            return self.link
+        if tp <= self.pcie.max_gpus:
+            return self.pcie
+        raise ConfigError(
+            "tensor_parallel_size",
+            f"{tp} GPUs exceed the {max(self.link.max_gpus, self.pcie.max_gpus)} that one "
+            f"{self.id} node connects; tensor parallelism across nodes is not modelled",
+        )
+
+
+class ModelSpec(_Spec):
+    """A dense decoder-only transformer, described by its HF config fields."""
+
+    id: str
+    hf_repo: str | None = None
+    num_layers: PositiveInt
+    hidden_size: PositiveInt
+    num_attention_heads: PositiveInt
+    num_key_value_heads: PositiveInt
+    head_dim: PositiveInt
+    intermediate_size: PositiveInt
+    vocab_size: PositiveInt
+    max_position_embeddings: PositiveInt
+    tie_word_embeddings: bool
+    dtype: DType
+    mlp: Literal["gated", "plain"] = Field(
+        description="gated: SwiGLU gate/up/down (3 matrices); plain: fc1/fc2 (2 matrices)."
+    )
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = Field(False, description="Per-head RMSNorm on q and k (Qwen3).")
+    norm: Literal["rmsnorm", "layernorm"] = Field(
+        "rmsnorm", description="layernorm carries a bias as well as a weight."
+    )
+    learned_position_rows: int = Field(
+        0, ge=0, description="Rows of a learned position table (OPT: max_pos + 2); 0 for RoPE."
+    )
+    source: str
+
+    @model_validator(mode="after")
+    def _heads_group_evenly(self) -> ModelSpec:
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_attention_heads {self.num_attention_heads} is not a multiple of "
+                f"num_key_value_heads {self.num_key_value_heads}"
+            )
+        return self
+
+    # ---------------------------------------------------------------- derived
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def mlp_matrices(self) -> int:
+        """Weight matrices of the MLP, each hidden x intermediate."""
+        return 3 if self.mlp == "gated" else 2
+
+    @property
+    def q_size(self) -> int:
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_key_value_heads * self.head_dim
+
+    def kv_heads_per_gpu(self, tp: int = 1) -> int:
+        """KV heads each TP rank stores; vLLM replicates them when there are fewer than ``tp``."""
+        return max(1, self.num_key_value_heads // tp)
+
+    def kv_bytes_per_token(self, tp: int = 1, kv_dtype_bytes: int | None = None) -> int:
+        """K and V bytes one token occupies on one TP rank, over all layers."""
+        elem = self.dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
+        return 2 * self.num_layers * self.kv_heads_per_gpu(tp) * self.head_dim * elem
+
+    @property
+    def params_per_layer(self) -> int:
+        h, f = self.hidden_size, self.intermediate_size
+        qkv = h * (self.q_size + 2 * self.kv_size)
+        if self.qkv_bias:
+            qkv += self.q_size + 2 * self.kv_size
+        o = self.q_size * h + (h if self.o_bias else 0)
+        mlp = self.mlp_matrices * h * f
+        if self.mlp_bias:
+            # every up-projection has an f-wide bias, the down-projection an h-wide one
+            mlp += (self.mlp_matrices - 1) * f + h
+        norm_width = 2 if self.norm == "layernorm" else 1
+        norms = 2 * norm_width * h
+        if self.qk_norm:
+            norms += 2 * self.head_dim
+        return qkv + o + mlp + norms
+
+    @property
+    def num_params(self) -> int:
+        """Parameters computed from the architecture (embeddings, untied LM head, norms, biases)."""
+        h = self.hidden_size
+        embeddings = self.vocab_size * h + self.learned_position_rows * h
+        lm_head = 0 if self.tie_word_embeddings else self.vocab_size * h
+        final_norm = (2 if self.norm == "layernorm" else 1) * h
+        return embeddings + lm_head + final_norm + self.num_layers * self.params_per_layer
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.num_params * self.dtype_bytes
+
+    def check_tp(self, tp: int) -> None:
+        """Raise ``ConfigError`` unless vLLM could shard this model ``tp`` ways."""
+        if tp < 1 or self.num_attention_heads % tp:
+            raise ConfigError(
+                "tensor_parallel_size",
+                f"{tp} does not divide the {self.num_attention_heads} attention heads of {self.id}",
+            )

@@ -1,0 +1,122 @@
+"""KV-cache capacity the way vLLM sizes it at start-up (vllm_scheduler_spec.md section 6).
+
+Per GPU::
+
+    requested  = ceil(mem_capacity x gpu_memory_utilization)
+    available  = requested - weights / tp - activation peak - non-torch reserve
+    num_blocks = available // bytes_per_block
+
+vLLM measures the activation peak and the non-torch memory by profiling a dummy forward of
+``max_num_batched_tokens`` tokens; here the first is estimated from the layer shapes and the
+second is a per-GPU catalog constant (``non_torch_memory_bytes``, to be calibrated).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from clustersim.catalog.specs import GIGA, GpuSpec, ModelSpec
+from clustersim.errors import ConfigError
+
+# Hidden-size tensors alive at the MLP's peak: the residual stream and the normed input.
+_HIDDEN_TENSORS_AT_PEAK = 2
+
+
+def kv_bytes_per_block(
+    model: ModelSpec, tp: int, block_size: int = 16, kv_dtype_bytes: int | None = None
+) -> int:
+    """Bytes one KV block takes on one TP rank: K and V of ``block_size`` tokens, all layers."""
+    return block_size * model.kv_bytes_per_token(tp, kv_dtype_bytes)
+
+
+def activation_peak_bytes(model: ModelSpec, tp: int, num_tokens: int) -> int:
+    """Estimated peak activation memory of one forward over ``num_tokens`` tokens on one rank.
+
+    The largest live set is inside the MLP: the residual stream and normed input (hidden wide),
+    the up-projection output (2f/tp for gate+up, f/tp for fc1) and the activation output
+    (f/tp). Attention scratch is smaller with FlashAttention and is left out; the sampler's
+    logits are part of the non-torch reserve.
+    """
+    f_shard = model.intermediate_size / tp
+    up_out = (model.mlp_matrices - 1) * f_shard
+    width = _HIDDEN_TENSORS_AT_PEAK * model.hidden_size + up_out + f_shard
+    return math.ceil(num_tokens * width * model.dtype_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class KvBudget:
+    """How one GPU's memory splits at start-up, in bytes, and the KV blocks that fit."""
+
+    requested_bytes: int
+    weight_bytes: int
+    activation_bytes: int
+    non_torch_bytes: int
+    available_bytes: int
+    bytes_per_block: int
+    num_gpu_blocks: int
+
+
+def kv_budget(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    tp: int,
+    *,
+    gpu_memory_utilization: float,
+    block_size: int,
+    max_num_batched_tokens: int,
+    kv_dtype_bytes: int | None = None,
+) -> KvBudget:
+    """Split one GPU's memory as vLLM does; raise ``ConfigError`` if no KV block fits."""
+    if not 0.0 < gpu_memory_utilization <= 1.0:
+        raise ConfigError(
+            "engine.gpu_memory_utilization", f"must be in (0, 1], got {gpu_memory_utilization}"
+        )
+    model.check_tp(tp)
+    requested = math.ceil(gpu.mem_capacity_bytes * gpu_memory_utilization)
+    weights = math.ceil(model.weight_bytes / tp)
+    activation = activation_peak_bytes(model, tp, max_num_batched_tokens)
+    non_torch = gpu.non_torch_memory_bytes
+    available = requested - weights - activation - non_torch
+    bytes_per_block = kv_bytes_per_block(model, tp, block_size, kv_dtype_bytes)
+    num_blocks = max(0, available) // bytes_per_block
+    if num_blocks < 1:
+        raise ConfigError(
+            "engine",
+            f"{model.id} does not fit on {gpu.id} at tensor_parallel_size {tp}: "
+            f"{gpu_memory_utilization:g} x {gpu.mem_capacity_bytes / GIGA:.2f} GB = "
+            f"{requested / GIGA:.2f} GB requested, weights {weights / GIGA:.2f} GB + activations "
+            f"{activation / GIGA:.2f} GB + non-torch {non_torch / GIGA:.2f} GB leave "
+            f"{available / GIGA:.2f} GB, less than one {bytes_per_block}-byte KV block",
+        )
+    return KvBudget(
+        requested_bytes=requested,
+        weight_bytes=weights,
+        activation_bytes=activation,
+        non_torch_bytes=non_torch,
+        available_bytes=available,
+        bytes_per_block=bytes_per_block,
+        num_gpu_blocks=num_blocks,
+    )
+
+
+def num_gpu_blocks(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    tp: int,
+    *,
+    gpu_memory_utilization: float,
+    block_size: int,
+    max_num_batched_tokens: int,
+    kv_dtype_bytes: int | None = None,
+) -> int:
+    """KV blocks per GPU (vLLM's ``num_gpu_blocks``, block 0 included); see :func:`kv_budget`."""
+    return kv_budget(
+        model,
+        gpu,
+        tp,
+        gpu_memory_utilization=gpu_memory_utilization,
+        block_size=block_size,
+        max_num_batched_tokens=max_num_batched_tokens,
+        kv_dtype_bytes=kv_dtype_bytes,
+    ).num_gpu_blocks

@@ -1,0 +1,232 @@
+"""Roofline step time: what one engine step of a mixed prefill/decode batch costs on a GPU.
+
+Every op of a layer is priced ``max(FLOPs / (eff_c x peak), bytes / (eff_m x bandwidth))`` and
+the layer repeats ``num_layers`` times; a step adds TP all-reduces and fixed CPU/launch
+overheads (hardware_and_roofline.md section 3.6)::
+
+    per layer, sharded tp ways         tokens = prefill chunk tokens + decodes
+      qkv_proj  (tokens x h) @ (h x (n_q + 2 n_kv) d / tp)
+      attention prefill chunks: causal query-key pairs;   decodes: context each attends to
+      o_proj    (tokens x n_q d / tp) @ (n_q d / tp x h)  -> all-reduce
+      gate_up   (tokens x h) @ (h x 2f / tp)   [plain MLP: fc1, h x f / tp]
+      down      (tokens x f / tp) @ (f / tp x h)           -> all-reduce
+    once per step
+      lm_head   (sampled x h) @ (h x V / tp)   only rows that sample a token
+
+GEMM weights are read once per step whatever the batch; activations in and out are read and
+written once per op. Attention reads the KV its tokens attend to and writes the new tokens' KV,
+``max(1, n_kv // tp)`` heads per rank: GQA enters only there and in the K/V projections.
+Elementwise ops (norms, rotary, SiLU) and the embedding gather are left out: they are small
+next to the GEMMs and partly fused in vLLM.
+
+``CostModel`` folds all of this into a handful of per-(model, GPU, TP) constants, so pricing a
+step is a few float multiply-adds: the simulator calls it once per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+
+from clustersim.catalog.specs import GpuSpec, ModelSpec
+
+# FLOPs per multiply-accumulate.
+_FLOPS_PER_MAC = 2
+# QK^T and AV each take one MAC per (query, key, head, head_dim element).
+_ATTENTION_MATMULS = 2
+# A ring all-reduce moves 2(n-1)/n of the message over each GPU's link.
+_RING_PASSES = 2
+# Tensor parallelism all-reduces twice per layer: after o_proj and after the MLP down-proj.
+_ALLREDUCES_PER_LAYER = 2
+
+
+@dataclass(frozen=True, slots=True)
+class BatchShape:
+    """What one engine step runs, aggregated (cheap to build incrementally in the step loop)."""
+
+    num_prefill_tokens: int = 0
+    """Tokens of the prompt (or recompute) chunks this step."""
+    prefill_attn_pairs: float = 0.0
+    """Causal query-key pairs of those chunks: per chunk ``s*c + s*(s+1)/2`` (s new, c cached)."""
+    prefill_kv_tokens: int = 0
+    """Per chunk ``c + s``: the KV tokens the chunk attends to."""
+    num_decode_tokens: int = 0
+    """Decoding requests this step, one new token each."""
+    decode_kv_tokens: int = 0
+    """Context the decodes attend to, each including its new token."""
+    num_sampled: int = 0
+    """Requests that sample a token (last prompt chunk or decode): LM-head rows."""
+    num_seqs: int = 0
+    """Requests in the step."""
+
+    @classmethod
+    def from_chunks(cls, chunks: Iterable[tuple[int, int, bool]]) -> BatchShape:
+        """Aggregate ``(new_tokens, context_before, samples)`` per scheduled request.
+
+        One new token on top of existing context that samples is a decode; anything else
+        (a prompt chunk, a recompute after preemption) is priced as a prefill chunk.
+        """
+        prefill_tokens = prefill_kv = decode_tokens = decode_kv = sampled = seqs = 0
+        pairs = 0.0
+        for new_tokens, context, samples in chunks:
+            if new_tokens < 1 or context < 0:
+                raise ValueError(f"bad chunk: {new_tokens} new tokens after {context}")
+            seqs += 1
+            sampled += bool(samples)
+            if new_tokens == 1 and context > 0 and samples:
+                decode_tokens += 1
+                decode_kv += context + 1
+            else:
+                prefill_tokens += new_tokens
+                prefill_kv += context + new_tokens
+                pairs += new_tokens * context + new_tokens * (new_tokens + 1) / 2
+        return cls(
+            num_prefill_tokens=prefill_tokens,
+            prefill_attn_pairs=pairs,
+            prefill_kv_tokens=prefill_kv,
+            num_decode_tokens=decode_tokens,
+            decode_kv_tokens=decode_kv,
+            num_sampled=sampled,
+            num_seqs=seqs,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StepCost:
+    """Seconds one step takes, and where they went; ``time_s`` is the sum of the parts."""
+
+    time_s: float
+    compute_s: float
+    """Ops whose FLOPs outweighed their bytes."""
+    memory_s: float
+    """Ops whose bytes outweighed their FLOPs."""
+    communication_s: float
+    """Tensor-parallel all-reduces."""
+    overhead_s: float
+    """Per-step, per-layer and per-request CPU and launch overhead."""
+
+
+IDLE_COST = StepCost(0.0, 0.0, 0.0, 0.0, 0.0)
+"""An empty batch costs nothing here; the engine models idle time itself."""
+
+
+class CostModel:
+    """Step pricing for one (model, GPU, tensor-parallel size), constants precomputed."""
+
+    __slots__ = (
+        "model",
+        "gpu",
+        "tp",
+        "_gemms",
+        "_lm_head_s_per_row",
+        "_lm_head_weight_s",
+        "_lm_head_act_s_per_row",
+        "_attn_s_per_pair",
+        "_kv_s_per_token",
+        "_allreduce_fixed_s",
+        "_allreduce_s_per_token",
+        "_fixed_overhead_s",
+        "_request_overhead_s",
+    )
+
+    def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int = 1) -> None:
+        model.check_tp(tp)
+        self.model, self.gpu, self.tp = model, gpu, tp
+        layers = model.num_layers
+        h, d, f, e = model.hidden_size, model.head_dim, model.intermediate_size, model.dtype_bytes
+        q_out = model.num_attention_heads // tp * d
+        kv_out = model.kv_heads_per_gpu(tp) * d
+        f_shard = f / tp
+        up_out = (model.mlp_matrices - 1) * f_shard  # gate+up (gated) or fc1 (plain)
+
+        # seconds per FLOP / per byte, pre-inverted so the hot path only multiplies
+        s_per_gemm_flop = 1.0 / (gpu.compute_efficiency * gpu.peak_flops)
+        s_per_attn_flop = 1.0 / (gpu.attention_efficiency * gpu.peak_flops)
+        s_per_byte = 1.0 / (gpu.memory_efficiency * gpu.mem_bytes_per_s)
+
+        # (in, out) features of each layer GEMM on one rank
+        shapes = ((h, q_out + 2 * kv_out), (q_out, h), (h, up_out), (f_shard, h))
+        # per GEMM, summed over layers: (compute s per token, weight-read s, activation s per token)
+        self._gemms = tuple(
+            (
+                layers * _FLOPS_PER_MAC * k * n * s_per_gemm_flop,
+                layers * k * n * e * s_per_byte,
+                layers * (k + n) * e * s_per_byte,
+            )
+            for k, n in shapes
+        )
+        vocab_shard = model.vocab_size / tp
+        self._lm_head_s_per_row = _FLOPS_PER_MAC * h * vocab_shard * s_per_gemm_flop
+        self._lm_head_weight_s = h * vocab_shard * e * s_per_byte
+        self._lm_head_act_s_per_row = (h + vocab_shard) * e * s_per_byte
+
+        # attention: FLOPs per query-key pair over this rank's query heads; K and V of one token
+        self._attn_s_per_pair = (
+            layers * _FLOPS_PER_MAC * _ATTENTION_MATMULS * q_out * s_per_attn_flop
+        )
+        self._kv_s_per_token = model.kv_bytes_per_token(tp) * s_per_byte
+
+        if tp > 1:
+            link = gpu.tp_link(tp)
+            count = _ALLREDUCES_PER_LAYER * layers
+            ring_factor = _RING_PASSES * (tp - 1) / tp
+            self._allreduce_fixed_s = count * gpu.allreduce_latency_s
+            self._allreduce_s_per_token = count * ring_factor * h * e / link.effective_bytes_per_s
+        else:
+            self._allreduce_fixed_s = self._allreduce_s_per_token = 0.0
+        self._fixed_overhead_s = gpu.per_step_overhead_s + layers * gpu.per_layer_overhead_s
+        self._request_overhead_s = gpu.per_request_overhead_s
+
+    def step_time(self, batch: BatchShape) -> StepCost:
+        """Price one step; an empty batch costs 0."""
+        tokens = batch.num_prefill_tokens + batch.num_decode_tokens
+        if not tokens:
+            return IDLE_COST
+        compute = memory = 0.0
+        for flop_s, weight_s, act_s in self._gemms:
+            t_compute = tokens * flop_s
+            t_memory = weight_s + tokens * act_s
+            if t_compute >= t_memory:
+                compute += t_compute
+            else:
+                memory += t_memory
+        rows = batch.num_sampled
+        if rows:
+            t_compute = rows * self._lm_head_s_per_row
+            t_memory = self._lm_head_weight_s + rows * self._lm_head_act_s_per_row
+            if t_compute >= t_memory:
+                compute += t_compute
+            else:
+                memory += t_memory
+        if batch.num_prefill_tokens:
+            # reads the KV the chunks attend to, writes the chunks' own KV
+            t_compute = batch.prefill_attn_pairs * self._attn_s_per_pair
+            t_memory = (batch.prefill_kv_tokens + batch.num_prefill_tokens) * self._kv_s_per_token
+            if t_compute >= t_memory:
+                compute += t_compute
+            else:
+                memory += t_memory
+        if batch.num_decode_tokens:
+            t_compute = batch.decode_kv_tokens * self._attn_s_per_pair
+            t_memory = (batch.decode_kv_tokens + batch.num_decode_tokens) * self._kv_s_per_token
+            if t_compute >= t_memory:
+                compute += t_compute
+            else:
+                memory += t_memory
+        communication = self._allreduce_fixed_s + tokens * self._allreduce_s_per_token
+        overhead = self._fixed_overhead_s + batch.num_seqs * self._request_overhead_s
+        return StepCost(
+            compute + memory + communication + overhead, compute, memory, communication, overhead
+        )
+
+
+@lru_cache(maxsize=64)
+def cost_model(model: ModelSpec, gpu: GpuSpec, tp: int = 1) -> CostModel:
+    """A shared ``CostModel`` per (model, GPU, TP)."""
+    return CostModel(model, gpu, tp)
+
+
+def step_time(batch: BatchShape, model: ModelSpec, gpu: GpuSpec, tp: int = 1) -> StepCost:
+    """Price one step; see :class:`CostModel` (hold one in a hot loop: hashing specs costs)."""
+    return cost_model(model, gpu, tp).step_time(batch)

@@ -1,0 +1,131 @@
+"""The command line: outputs, determinism, and bad input as ``path: message`` with exit code 2."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import explicit, run_cli, scenario, simulate, write_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_simulate_writes_the_three_files_with_the_documented_columns(tmp_path):
+    result = simulate(tmp_path, scenario())
+    out = result["out"]
+    with (out / "requests.csv").open() as f:
+        assert next(csv.reader(f)) == [
+            "id", "arrival_s", "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s",
+            "prompt_tokens", "output_tokens", "preemptions", "outcome",
+        ]
+    with (out / "steps.csv").open() as f:
+        assert next(csv.reader(f)) == [
+            "instance", "step", "start_s", "end_s", "num_decode_tokens", "prefill_chunks",
+            "num_scheduled_tokens", "num_running", "num_waiting", "kv_blocks_used",
+            "num_preempted",
+        ]
+    row = result["requests"]["r0"]
+    assert row["outcome"] == "finished"
+    assert int(row["output_tokens"]) == 4
+    assert result["summary"]["num_finished"] == 1
+
+
+def test_shipped_scenarios_run_and_are_byte_identical_across_runs(tmp_path):
+    for path in sorted((ROOT / "scenarios").glob("*.yaml")):
+        outputs = []
+        for run in ("a", "b"):
+            out = tmp_path / path.stem / run
+            code, text = run_cli("simulate", str(path), "--out", str(out))
+            assert code == 0, text
+            outputs.append({f.name: f.read_bytes() for f in sorted(out.iterdir())})
+        assert outputs[0] == outputs[1], path.name
+        summary = json.loads(outputs[0]["summary.json"])
+        assert summary["num_requests"] == summary["num_finished"] + summary["num_rejected"]
+
+
+def test_different_seeds_give_different_poisson_traffic(tmp_path):
+    workload = {"kind": "poisson", "rate_per_s": 5.0, "num_requests": 20,
+                "prompt_tokens": {"kind": "uniform", "low": 10, "high": 200},
+                "output_tokens": 8}
+    a = simulate(tmp_path / "a", scenario(seed=1, workload=workload))
+    b = simulate(tmp_path / "b", scenario(seed=2, workload=workload))
+    assert [r["arrival_s"] for r in a["requests"].values()] != [
+        r["arrival_s"] for r in b["requests"].values()
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"engine": {"max_num_seqs": 0}}, "engine.max_num_seqs: Input should be greater than 0"),
+        ({"engine": {"max_num_seq": 4}}, "engine.max_num_seq: Extra inputs are not permitted"),
+        ({"engine": {"step_policy": "greedy"}}, "engine.step_policy: Input should be"),
+        ({"gpu": "h900"}, "gpu: unknown GPU 'h900'"),
+        ({"model": "llama-9"}, "model: unknown model 'llama-9'"),
+        ({"workload": {"kind": "zipf"}}, "workload: Input tag 'zipf' found using 'kind'"),
+        ({"workload": {"kind": "poisson", "rate_per_s": 1, "num_requests": 3,
+                       "prompt_tokens": {"kind": "uniform", "low": 9, "high": 3},
+                       "output_tokens": 2}},
+         "workload.prompt_tokens: low (9) must be <= high (3)"),
+        ({"workload": explicit(("a", 0.0, 10, 2), ("a", 1.0, 10, 2))},
+         "workload.requests: duplicate request id 'a'"),
+        ({"workload": explicit(("a", -1.0, 10, 2))},
+         "workload.requests[0].arrival_s: Input should be greater than or equal to 0"),
+        ({"engine": {"enable_chunked_prefill": False, "max_num_batched_tokens": 2048,
+                     "max_model_len": 4096}},
+         "engine.max_num_batched_tokens: 2048 is smaller than max_model_len 4096 with "
+         "chunked prefill disabled"),
+        ({"engine": {"max_num_batched_tokens": 8, "max_num_seqs": 16}},
+         "engine.max_num_batched_tokens: 8 must be >= max_num_seqs 16"),
+        ({"engine": {"max_model_len": 1_000_000}},
+         "engine.max_model_len: 1000000 exceeds the model's max_position_embeddings"),
+        ({"engine": {"num_gpu_blocks_override": 4, "max_model_len": 1024}},
+         "engine: KV cache of 3 usable blocks"),
+        ({"tensor_parallel_size": 3}, "tensor_parallel_size: 3 does not divide"),
+    ],
+)
+def test_bad_scenarios_exit_2_with_path_and_message(tmp_path, change, expected):
+    path = write_scenario(tmp_path, scenario(**change))
+    code, output = run_cli("simulate", str(path), "--out", str(tmp_path / "out"))
+    assert code == 2, output
+    assert output.startswith(expected), output
+    assert "Traceback" not in output
+
+
+def test_unreadable_and_malformed_yaml_exit_2(tmp_path):
+    code, output = run_cli("simulate", str(tmp_path / "missing.yaml"))
+    assert code == 2 and "missing.yaml: cannot read scenario" in output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nengine: [\n")
+    code, output = run_cli("simulate", str(bad))
+    assert code == 2 and output.startswith(f"{bad}:3: invalid YAML")
+
+
+def test_requests_that_cannot_be_served_are_rejected_with_a_reason(tmp_path):
+    data = scenario(engine={"max_model_len": 64}, workload=explicit(
+        ("fits", 0.0, 32, 8), ("long", 0.0, 64, 1), ("overflow", 0.0, 60, 8)))
+    result = simulate(tmp_path, data)
+    rows = result["requests"]
+    assert rows["fits"]["outcome"] == "finished"
+    assert rows["long"]["outcome"].startswith("rejected: prompt of 64 tokens leaves no room")
+    assert rows["overflow"]["outcome"].startswith(
+        "rejected: prompt 60 + output 8 tokens exceed max_model_len 64")
+    assert result["summary"]["num_rejected"] == 2
+
+
+def test_step_time_json_and_exclusive_shapes():
+    code, output = run_cli("step-time", "--model", "llama-3.1-8b", "--gpu", "h100-sxm",
+                           "--decode-batch", "1", "--context", "1024", "--json")
+    assert code == 0, output
+    data = json.loads(output)
+    assert {"time_s", "compute_s", "memory_s", "communication_s"} <= data.keys()
+    weight_read_s = 16.06e9 / 3.35e12
+    assert weight_read_s < data["time_s"] < 2 * weight_read_s
+    code, output = run_cli("step-time", "--model", "llama-3.1-8b", "--gpu", "h100-sxm")
+    assert code == 2 and "give exactly one of --prefill-tokens or --decode-batch" in output
+    code, output = run_cli("step-time", "--model", "llama-3.1-8b", "--gpu", "nope",
+                           "--prefill-tokens", "128")
+    assert code == 2 and output.startswith("gpu: unknown GPU 'nope'")

@@ -1,0 +1,228 @@
+"""The roofline step-time model: hand-computed shapes on a toy GPU, then sanity on real ones."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from clustersim.catalog import load_gpu, load_model
+from clustersim.catalog.specs import GpuSpec, LinkSpec, ModelSpec
+from clustersim.cost.roofline import BatchShape, CostModel, StepCost, step_time
+from clustersim.errors import ConfigError
+
+
+def make_gpu(**overrides) -> GpuSpec:
+    """A toy GPU with round effective rates.
+
+    GEMMs 2 TFLOPS x 0.5 = 1e12 FLOP/s; attention x 0.25 = 5e11 FLOP/s; memory 200 GB/s x 0.5
+    = 1e11 B/s; NVLink 100 GB/s x 0.5 = 5e10 B/s for 2 GPUs, PCIe 10 x 0.5 = 5e9 B/s up to 8.
+    """
+    fields = dict(
+        id="toy",
+        name="Toy GPU",
+        bf16_dense_tflops=2.0,
+        fp8_dense_tflops=None,
+        mem_capacity_bytes=10**9,
+        mem_bw_gb_per_s=200.0,
+        link=LinkSpec(
+            kind="nvlink", bw_gb_per_s_per_dir=100, efficiency=0.5, max_gpus=2, source="test"
+        ),
+        pcie_gen=4,
+        pcie=LinkSpec(
+            kind="pcie", bw_gb_per_s_per_dir=10, efficiency=0.5, max_gpus=8, source="test"
+        ),
+        compute_efficiency=0.5,
+        attention_efficiency=0.25,
+        memory_efficiency=0.5,
+        per_step_overhead_s=1e-3,
+        per_layer_overhead_s=1e-4,
+        per_request_overhead_s=1e-5,
+        allreduce_latency_s=1e-5,
+        non_torch_memory_bytes=1000,
+        calibration="default",
+        source="test",
+    )
+    fields.update(overrides)
+    return GpuSpec(**fields)
+
+
+def make_model(**overrides) -> ModelSpec:
+    """A toy 2-layer GQA model: h 64, 4 query heads / 2 KV heads of 16, f 128, V 256, fp16."""
+    fields = dict(
+        id="toy",
+        num_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=128,
+        vocab_size=256,
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+        dtype="float16",
+        mlp="gated",
+        source="test",
+    )
+    fields.update(overrides)
+    return ModelSpec(**fields)
+
+
+def decode_batch(batch_size: int, context: int) -> BatchShape:
+    """``batch_size`` decodes, each with ``context`` tokens already in KV."""
+    return BatchShape.from_chunks([(1, context, True)] * batch_size)
+
+
+# --------------------------------------------------------------- BatchShape
+def test_from_chunks_sorts_decodes_from_prefill_chunks():
+    batch = BatchShape.from_chunks(
+        [
+            (1, 9, True),  # decode: attends to 10
+            (100, 50, False),  # middle prompt chunk
+            (20, 150, True),  # last prompt chunk
+            (1, 0, True),  # a one-token prompt is a prefill, not a decode
+        ]
+    )
+    assert batch == BatchShape(
+        num_prefill_tokens=121,
+        prefill_attn_pairs=100 * 50 + 100 * 101 / 2 + 20 * 150 + 20 * 21 / 2 + 1,
+        prefill_kv_tokens=150 + 170 + 1,
+        num_decode_tokens=1,
+        decode_kv_tokens=10,
+        num_sampled=3,
+        num_seqs=4,
+    )
+
+
+def test_from_chunks_rejects_empty_chunks():
+    with pytest.raises(ValueError):
+        BatchShape.from_chunks([(0, 5, True)])
+
+
+# ------------------------------------------------------ hand-computed, toy GPU
+def test_decode_by_hand():
+    cost = step_time(decode_batch(1, 9), make_model(), make_gpu())
+    # Per layer (weights, activations in+out) in bytes, x 2 layers; all memory-bound at 1e11 B/s:
+    #   qkv   64x128: 16384 + (64+128)*2     = 16768
+    #   o     64x64:   8192 + (64+64)*2      =  8448
+    #   gate_up 64x256: 32768 + (64+256)*2   = 33408
+    #   down  128x64: 16384 + (128+64)*2     = 16768
+    gemm_bytes = 2 * (16768 + 8448 + 33408 + 16768)
+    lm_head_bytes = 64 * 256 * 2 + (64 + 256) * 2
+    # KV per token = 2 (K,V) * 2 layers * 2 heads * 16 * 2 B = 256; reads 10, writes 1
+    kv_bytes = (10 + 1) * 256
+    memory = (gemm_bytes + lm_head_bytes + kv_bytes) / 1e11
+    overhead = 1e-3 + 2 * 1e-4 + 1 * 1e-5
+    assert cost == StepCost(
+        time_s=pytest.approx(memory + overhead, rel=1e-12),
+        compute_s=0.0,
+        memory_s=pytest.approx(memory, rel=1e-12),
+        communication_s=0.0,
+        overhead_s=pytest.approx(overhead, rel=1e-12),
+    )
+
+
+def test_prefill_by_hand():
+    cost = step_time(BatchShape.from_chunks([(1000, 0, True)]), make_model(), make_gpu())
+    # GEMM FLOPs per token, 2 layers: 2*(2*64*128 + 2*64*64 + 2*64*256 + 2*128*64) = 147456;
+    # each GEMM's compute time beats its bytes at 1000 tokens (e.g. qkv 32.8 us vs 8.0 us)
+    gemm = 1000 * 147456 / 1e12
+    # causal pairs 1000*1001/2 = 500500; 4 * (4 heads * 16) FLOPs per pair per layer, 2 layers
+    attention = 500500 * 4 * 64 * 2 / 5e11
+    # LM head for the one sampled row stays memory-bound
+    lm_head = (64 * 256 * 2 + (64 + 256) * 2) / 1e11
+    overhead = 1e-3 + 2 * 1e-4 + 1e-5
+    assert cost.compute_s == pytest.approx(gemm + attention, rel=1e-12)
+    assert cost.memory_s == pytest.approx(lm_head, rel=1e-12)
+    assert cost.time_s == pytest.approx(gemm + attention + lm_head + overhead, rel=1e-12)
+
+
+def test_tp2_all_reduce_over_nvlink_by_hand():
+    cost = step_time(decode_batch(1, 9), make_model(), make_gpu(), tp=2)
+    # 2 all-reduces x 2 layers, each 10 us + 2*(1/2) * (1 token * 64 * 2 B) / 5e10 B/s
+    assert cost.communication_s == pytest.approx(4 * (1e-5 + 128 / 5e10), rel=1e-12)
+
+
+def test_tp4_falls_back_to_pcie_by_hand():
+    cost = step_time(decode_batch(1, 9), make_model(), make_gpu(), tp=4)
+    # the NVLink joins 2 GPUs only: PCIe at 5e9 B/s, ring factor 2*3/4
+    assert cost.communication_s == pytest.approx(4 * (1e-5 + 1.5 * 128 / 5e9), rel=1e-12)
+
+
+def test_tp_halves_sharded_weight_reads():
+    model, gpu = make_model(), make_gpu()
+    one = step_time(decode_batch(1, 9), model, gpu)
+    two = step_time(decode_batch(1, 9), model, gpu, tp=2)
+    assert two.memory_s < 0.6 * one.memory_s
+
+
+def test_empty_batch_costs_nothing():
+    assert step_time(BatchShape(), make_model(), make_gpu()) == StepCost(0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def test_tp_must_divide_heads():
+    with pytest.raises(ConfigError) as excinfo:
+        CostModel(make_model(), make_gpu(), tp=3)
+    assert excinfo.value.path == "tensor_parallel_size"
+
+
+def test_wrapper_matches_cost_model():
+    model, gpu = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
+    batch = BatchShape.from_chunks([(1, 500, True)] * 8 + [(256, 0, True)])
+    assert step_time(batch, model, gpu, 2) == CostModel(model, gpu, 2).step_time(batch)
+
+
+# ------------------------------------------------------------ real hardware
+def test_llama_8b_decode_on_h100_is_near_the_weight_read_bound():
+    model, gpu = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
+    bound_s = model.weight_bytes / gpu.mem_bytes_per_s  # 16.06 GB / 3.35 TB/s = 4.8 ms
+    cost = step_time(decode_batch(1, 1023), model, gpu)
+    assert bound_s < cost.time_s < 2 * bound_s
+    assert cost.compute_s == 0.0
+
+
+def test_long_prefill_is_compute_bound():
+    cost = step_time(
+        BatchShape.from_chunks([(2048, 0, True)]), load_model("llama-3.1-8b"), load_gpu("h100-sxm")
+    )
+    assert cost.compute_s > 0.9 * (cost.time_s - cost.overhead_s)
+
+
+def test_cost_grows_with_context():
+    model, gpu = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
+    decode_times = [
+        step_time(decode_batch(32, ctx), model, gpu).time_s for ctx in (1024, 8192, 32768)
+    ]
+    assert decode_times == sorted(decode_times) and decode_times[0] < decode_times[-1]
+    chunk_times = [
+        step_time(BatchShape.from_chunks([(512, prefix, False)]), model, gpu).time_s
+        for prefix in (0, 4096, 16384)
+    ]
+    assert chunk_times == sorted(chunk_times) and chunk_times[0] < chunk_times[-1]
+
+
+def test_tp2_adds_communication():
+    model, gpu = load_model("llama-3.1-70b"), load_gpu("h100-sxm")
+    batch = decode_batch(16, 2000)
+    assert CostModel(model, gpu, 1).step_time(batch).communication_s == 0.0
+    assert CostModel(model, gpu, 2).step_time(batch).communication_s > 0.0
+
+
+@given(
+    prefill=st.integers(0, 4096),
+    prefix=st.integers(0, 8192),
+    decodes=st.integers(0, 256),
+    context=st.integers(1, 8192),
+    tp=st.sampled_from([1, 2, 4, 8]),
+)
+def test_parts_add_up_and_grow_with_work(prefill, prefix, decodes, context, tp):
+    model, gpu = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
+    chunks = [(1, context, True)] * decodes
+    if prefill:
+        chunks.append((prefill, prefix, True))
+    cost = step_time(BatchShape.from_chunks(chunks), model, gpu, tp)
+    parts = cost.compute_s + cost.memory_s + cost.communication_s + cost.overhead_s
+    assert cost.time_s == pytest.approx(parts)
+    assert min(cost.compute_s, cost.memory_s, cost.communication_s, cost.overhead_s) >= 0.0
+    more = step_time(BatchShape.from_chunks([*chunks, (1, context, True)]), model, gpu, tp)
+    assert more.time_s > cost.time_s

@@ -1,0 +1,40 @@
+"""The code stays ruff clean and the core stays free of plotting and Ray imports."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_ruff_clean():
+    ruff = shutil.which("ruff")
+    if ruff is None:
+        pytest.skip("ruff not installed (it is in the 'test' extra)")
+    result = subprocess.run([ruff, "check", "clustersim", "tests", "benchmarks"], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_core_imports_no_plotting_or_ray():
+    code = (
+        "import sys, clustersim.sim, clustersim.cli, clustersim.metrics, clustersim.output; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('matplotlib', 'ray')]; "
+        "print(','.join(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_no_machine_paths_in_tracked_sources():
+    for path in [*ROOT.glob("clustersim/**/*.py"), *ROOT.glob("clustersim/**/*.yaml"),
+                 *ROOT.glob("scenarios/*.yaml"), ROOT / "README.md"]:
+        if path.exists():
+            text = path.read_text()
+            assert "/work/" not in text and "/tmp/bash_" not in text, path
