@@ -10,25 +10,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    NonNegativeFloat,
-    NonNegativeInt,
-    PositiveFloat,
-    PositiveInt,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
-from clustersim.errors import ClusterSimError, InputError
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+from clustersim.errors import InputError
+from clustersim.validation import Strict, validate
+from clustersim.workload.spec import Workload
 
 
 # ------------------------------------------------------------------ engine
@@ -95,105 +81,6 @@ class EngineSettings(Strict):
     )
 
 
-# ---------------------------------------------------------------- workload
-def _int_as_fixed(value: Any) -> Any:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return {"kind": "fixed", "value": value}
-    return value
-
-
-class FixedLength(Strict):
-    kind: Literal["fixed"]
-    value: PositiveInt
-
-
-class UniformLength(Strict):
-    """Integers drawn uniformly from [low, high]."""
-
-    kind: Literal["uniform"]
-    low: PositiveInt
-    high: PositiveInt
-
-    @model_validator(mode="after")
-    def _ordered(self) -> UniformLength:
-        if self.low > self.high:
-            raise ValueError(f"low ({self.low}) must be <= high ({self.high})")
-        return self
-
-
-LengthDist = Annotated[
-    Annotated[FixedLength | UniformLength, Field(discriminator="kind")],
-    BeforeValidator(_int_as_fixed),
-]
-"""A token-length distribution; a plain integer means ``{kind: fixed, value: n}``."""
-
-
-class ExplicitRequest(Strict):
-    id: str
-    arrival_s: NonNegativeFloat
-    prompt_tokens: PositiveInt
-    output_tokens: PositiveInt
-    block_hashes: list[int] | None = Field(
-        None, description="Prefix-cache keys of the prompt's full blocks, first block first."
-    )
-    priority: int = Field(0, description="Lower is served first under policy: priority.")
-
-    @field_validator("id", mode="before")
-    @classmethod
-    def _id_as_text(cls, value: Any) -> Any:
-        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-
-
-class ExplicitWorkload(Strict):
-    """Requests listed one by one."""
-
-    kind: Literal["explicit"]
-    requests: list[ExplicitRequest] = Field(min_length=1)
-
-    @field_validator("requests")
-    @classmethod
-    def _unique_ids(cls, requests: list[ExplicitRequest]) -> list[ExplicitRequest]:
-        seen: set[str] = set()
-        for request in requests:
-            if request.id in seen:
-                raise ValueError(f"duplicate request id {request.id!r}")
-            seen.add(request.id)
-        return requests
-
-
-class LengthClass(Strict):
-    """One traffic class of a mixture: its share of requests and its lengths."""
-
-    name: str
-    weight: PositiveFloat
-    prompt_tokens: LengthDist
-    output_tokens: LengthDist
-
-
-class PoissonWorkload(Strict):
-    """Poisson arrivals at ``rate_per_s``; lengths from one distribution or a class mixture."""
-
-    kind: Literal["poisson"]
-    rate_per_s: PositiveFloat
-    num_requests: PositiveInt
-    start_s: NonNegativeFloat = 0.0
-    prompt_tokens: LengthDist | None = None
-    output_tokens: LengthDist | None = None
-    classes: list[LengthClass] | None = Field(None, min_length=1)
-
-    @model_validator(mode="after")
-    def _one_length_source(self) -> PoissonWorkload:
-        has_lengths = self.prompt_tokens is not None or self.output_tokens is not None
-        if self.classes is not None and has_lengths:
-            raise ValueError("give either classes or prompt_tokens/output_tokens, not both")
-        if self.classes is None and (self.prompt_tokens is None or self.output_tokens is None):
-            raise ValueError("prompt_tokens and output_tokens are required without classes")
-        return self
-
-
-Workload = Annotated[ExplicitWorkload | PoissonWorkload, Field(discriminator="kind")]
-
-
 # ------------------------------------------------------------------- cost
 class RooflineCost(Strict):
     """Step times from the roofline model of the scenario's GPU (the default)."""
@@ -234,45 +121,8 @@ class Scenario(Strict):
 
 
 # ------------------------------------------------------------------ loading
-def format_loc(loc: tuple[int | str, ...]) -> str:
-    """('engine', 'max_num_seqs') -> 'engine.max_num_seqs'; list indexes as [i]."""
-    text = ""
-    for part in loc:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        else:
-            text += f".{part}" if text else str(part)
-    return text or "scenario"
-
-
-class ScenarioInvalid(ClusterSimError):
-    """A scenario that failed validation; ``lines`` holds one ``path: message`` per problem."""
-
-    def __init__(self, lines: list[str]) -> None:
-        super().__init__(lines[0].split(": ", 1)[0], lines[0].split(": ", 1)[-1])
-        self.lines = lines
-
-
-def validation_lines(error: ValidationError) -> list[str]:
-    lines = []
-    for item in error.errors(include_url=False):
-        # Drop pydantic's union/validator tags (e.g. 'poisson', 'function-before[...]') from paths.
-        loc = tuple(
-            p for p in item["loc"] if not (isinstance(p, str) and ("[" in p or p in _TAGS))
-        )
-        message = item["msg"].removeprefix("Value error, ")
-        lines.append(f"{format_loc(loc)}: {message}")
-    return lines
-
-
-_TAGS = {"explicit", "poisson", "fixed", "uniform", "roofline"}
-
-
 def parse_scenario(data: Any) -> Scenario:
-    try:
-        return Scenario.model_validate(data)
-    except ValidationError as error:
-        raise ScenarioInvalid(validation_lines(error)) from None
+    return validate(Scenario, data)
 
 
 def load_scenario(path: str | Path) -> Scenario:

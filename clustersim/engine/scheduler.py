@@ -209,8 +209,7 @@ class Scheduler:
                 break
             if request.status is not RequestStatus.RUNNING:
                 continue  # preempted meanwhile
-            index = running.index(request)
-            allocated, _ = self._allocate_running(request, 1, index, plan)
+            allocated, _ = self._allocate_running(request, 1, len(running), plan)
             budget = cfg.token_budget - plan.num_scheduled_tokens
             if not allocated:
                 if cfg.policy == "priority":
@@ -287,7 +286,7 @@ class Scheduler:
                 victim = max(running, key=lambda r: (r.priority, r.arrival_s))
             else:
                 victim = running[-1]
-            victim_index = running.index(victim) if victim is not running[-1] else len(running) - 1
+            victim_index = len(running) - 1 if victim is running[-1] else running.index(victim)
             if victim_index < index:
                 removed_before += 1
             del running[victim_index]

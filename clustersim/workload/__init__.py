@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from clustersim.engine.request import Request
-from clustersim.scenario import (
+from clustersim.workload.spec import (
     ExplicitWorkload,
     FixedLength,
     LengthClass,
