@@ -17,7 +17,7 @@ from clustersim.engine.request import Request
 from clustersim.engine.scheduler import Scheduler, StepPlan
 from clustersim.errors import ConfigError
 from clustersim.scenario import Cost, FixedCost, Scenario
-from clustersim.workload import build_requests
+from clustersim.workload import build_workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,14 +66,6 @@ def make_pricer(model: ModelSpec, gpu: GpuSpec, tp: int, cost: Cost):
     return price
 
 
-def _arrivals(env: simpy.Environment, requests: list[Request], instance: Instance):
-    for request in requests:
-        delay = request.arrival_s - env.now
-        if delay > 0:
-            yield env.timeout(delay)
-        instance.submit(request)
-
-
 def run_scenario(scenario: Scenario) -> RunResult:
     model = load_model(scenario.model)
     gpu = load_gpu(scenario.gpu)
@@ -92,13 +84,14 @@ def run_scenario(scenario: Scenario) -> RunResult:
         enable_prefix_caching=config.enable_prefix_caching,
     )
     rng = np.random.default_rng(scenario.seed)
-    requests = build_requests(scenario.workload, rng)
+    source = build_workload(scenario.workload, rng)
 
     env = simpy.Environment()
     pricer = make_pricer(model, gpu, tp, scenario.cost)
-    instance = Instance(env, "i0", Scheduler(config, kv), pricer)
-    env.process(_arrivals(env, requests, instance))
+    instance = Instance(env, "i0", Scheduler(config, kv), pricer, on_done=source.on_done)
+    env.process(source.run(env, instance.submit))
     env.run()
+    requests = source.requests
 
     unfinished = [r for r in requests if not r.is_done]
     if unfinished:

@@ -41,11 +41,14 @@ class Instance:
         name: str,
         scheduler: Scheduler,
         price_step: Callable[[StepPlan], float],
+        on_done: Callable[[Request], None] | None = None,
     ) -> None:
         self.env = env
         self.name = name
         self.scheduler = scheduler
         self.price_step = price_step
+        self.on_done = on_done
+        """Called with every request that finishes or is rejected here."""
         self.steps: list[StepRecord] = []
         self.rejected: list[Request] = []
         self.busy_s = 0.0
@@ -74,6 +77,8 @@ class Instance:
         request.reject_reason = reason
         request.finish_s = self.env.now
         self.rejected.append(request)
+        if self.on_done is not None:
+            self.on_done(request)
 
     # ------------------------------------------------------------- step loops
     def _idle(self):
@@ -98,8 +103,9 @@ class Instance:
             duration = self.price_step(plan)
             yield env.timeout(duration)
             self.busy_s += duration
-            scheduler.update_from_output(plan, env.now)
+            finished = scheduler.update_from_output(plan, env.now)
             self._record(plan, start, env.now)
+            self._done(finished)
 
     def _run_async(self):
         """Async scheduling: schedule(N+1) runs before update(N), as vLLM's batch queue does."""
@@ -123,8 +129,13 @@ class Instance:
             next_plan = scheduler.schedule()
             yield env.timeout(duration)
             self.busy_s += duration
-            scheduler.update_from_output(plan, env.now)
+            self._done(scheduler.update_from_output(plan, env.now))
             plan = next_plan
+
+    def _done(self, finished: list[Request]) -> None:
+        if finished and self.on_done is not None:
+            for request in finished:
+                self.on_done(request)
 
     def _reject_unschedulable(self) -> None:
         """Nothing runs and the head of the queue cannot be admitted: it never will be."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Generator, Sequence
+from typing import Any
 
 import numpy as np
+import simpy
 
 from clustersim.engine.request import Request
 from clustersim.workload.spec import (
@@ -89,8 +91,39 @@ def _poisson(workload: PoissonWorkload, rng: np.random.Generator) -> list[Reques
     ]
 
 
+Submit = Callable[[Request], None]
+
+
+class OpenLoop:
+    """Requests with fixed arrival times, submitted when their time comes.
+
+    Every workload source offers the same three things to the simulator: ``requests`` (all the
+    requests it will ever submit, for accounting), ``run(env, submit)`` (a SimPy process that
+    submits them) and ``on_done(request)`` (called when a request finishes or is rejected,
+    which a closed-loop client uses to send its next one).
+    """
+
+    def __init__(self, requests: list[Request]) -> None:
+        self.requests = requests
+
+    def run(self, env: simpy.Environment, submit: Submit) -> Generator[Any, Any, None]:
+        for request in self.requests:
+            delay = request.arrival_s - env.now
+            if delay > 0:
+                yield env.timeout(delay)
+            submit(request)
+
+    def on_done(self, request: Request) -> None:
+        """Open-loop clients do not wait for answers."""
+
+
 def build_requests(workload: Workload, rng: np.random.Generator) -> list[Request]:
-    """The scenario's requests, sorted by arrival time."""
+    """The scenario's requests, sorted by arrival time (open-loop workloads)."""
     if isinstance(workload, ExplicitWorkload):
         return _explicit(workload)
     return _poisson(workload, rng)
+
+
+def build_workload(workload: Workload, rng: np.random.Generator) -> OpenLoop:
+    """The request source the simulator drives for this ``workload:`` section."""
+    return OpenLoop(build_requests(workload, rng))
