@@ -43,6 +43,8 @@ class SchedulerConfig:
     step_policy: StepPolicy = "decode_first"
     prefill_reserve_fraction: float = 0.0
     decode_reserve_tokens: int = 1
+    kv_full_blocks_only: bool = False
+    """Decode side of P/D as in vLLM <= 0.10: pull only the prompt's full blocks (spec §7.4)."""
 
     @property
     def token_budget(self) -> int:

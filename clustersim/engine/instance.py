@@ -42,6 +42,8 @@ class Instance:
         scheduler: Scheduler,
         price_step: Callable[[StepPlan], float],
         on_done: Callable[[Request], None] | None = None,
+        start_kv_load: Callable[[Request, int], simpy.Event] | None = None,
+        poll_interval_s: float = 1e-3,
     ) -> None:
         self.env = env
         self.name = name
@@ -49,6 +51,10 @@ class Instance:
         self.price_step = price_step
         self.on_done = on_done
         """Called with every request that finishes or is rejected here."""
+        self.start_kv_load = start_kv_load
+        """Starts pulling a request's KV (request, blocks); the event fires when it is resident."""
+        self.poll_interval_s = poll_interval_s
+        """How soon an engine with nothing to run notices a finished pull (no-forward steps)."""
         self.steps: list[StepRecord] = []
         self.rejected: list[Request] = []
         self.busy_s = 0.0
@@ -69,8 +75,7 @@ class Instance:
                         f"{request.max_tokens} tokens exceed max_model_len {max_model_len}")
             return
         self.scheduler.add_request(request)
-        if self._wakeup is not None and not self._wakeup.triggered:
-            self._wakeup.succeed()
+        self._wake()
 
     def reject(self, request: Request, reason: str) -> None:
         request.status = RequestStatus.REJECTED
@@ -81,25 +86,58 @@ class Instance:
             self.on_done(request)
 
     # ------------------------------------------------------------- step loops
-    def _idle(self):
+    def _wake(self) -> None:
+        if self._wakeup is not None and not self._wakeup.triggered:
+            self._wakeup.succeed()
+
+    def _wait(self):
+        """Sleep until a request arrives or a KV pull finishes."""
         self._wakeup = self.env.event()
         yield self._wakeup
         self._wakeup = None
+
+    def _begin(self, plan: StepPlan) -> None:
+        """What the worker does as a step starts: issue the plan's KV reads (spec §7.4 step 5)."""
+        for request, num_blocks in plan.kv_loads:
+            if self.start_kv_load is None:
+                raise AssertionError(f"{self.name}: KV pull for {request.request_id} without "
+                                     "a connector")
+            self.start_kv_load(request, num_blocks).callbacks.append(
+                lambda _event, request=request: self._pulled(request)
+            )
+
+    def _pulled(self, request: Request) -> None:
+        request.kv_transfer_done = True
+        self._wake()
+
+    def _next_plan(self):
+        """Schedule until there is a step to run, waiting while there is nothing to do."""
+        scheduler = self.scheduler
+        while True:
+            if scheduler.num_unfinished == 0:
+                yield from self._wait()
+                continue
+            plan = scheduler.schedule()
+            if not plan.is_empty:
+                return plan
+            self._begin(plan)  # a step with only KV reads still runs (no forward pass)
+            if plan.preempted:
+                continue  # preemptions alone freed blocks; try again
+            if scheduler.kv_holding:
+                if not any(r.kv_transfer_done for r in scheduler.kv_holding):
+                    yield from self._wait()
+                yield self.env.timeout(self.poll_interval_s)
+                continue
+            self._reject_unschedulable()
 
     def _run(self):
         """Sync scheduling: schedule(N) -> run(N) -> update(N) -> schedule(N+1)."""
         env = self.env
         scheduler = self.scheduler
         while True:
-            if scheduler.num_unfinished == 0:
-                yield from self._idle()
-                continue
-            plan = scheduler.schedule()
-            if plan.is_empty:
-                if not plan.preempted:  # preemptions alone free blocks for the next try
-                    self._reject_unschedulable()
-                continue
+            plan = yield from self._next_plan()
             start = env.now
+            self._begin(plan)
             duration = self.price_step(plan)
             yield env.timeout(duration)
             self.busy_s += duration
@@ -113,24 +151,21 @@ class Instance:
         scheduler = self.scheduler
         plan: StepPlan | None = None
         while True:
-            if plan is None or plan.is_empty:
-                if scheduler.num_unfinished == 0:
-                    yield from self._idle()
-                    continue
-                plan = scheduler.schedule()
-                if plan.is_empty:
-                    if not plan.preempted:
-                        self._reject_unschedulable()
-                    plan = None
-                    continue
+            if plan is None:
+                plan = yield from self._next_plan()
             start = env.now
+            self._begin(plan)
             duration = self.price_step(plan)
             self._record(plan, start, start + duration)
             next_plan = scheduler.schedule()
             yield env.timeout(duration)
             self.busy_s += duration
             self._done(scheduler.update_from_output(plan, env.now))
-            plan = next_plan
+            if next_plan.is_empty:
+                self._begin(next_plan)
+                plan = None
+            else:
+                plan = next_plan
 
     def _done(self, finished: list[Request]) -> None:
         if finished and self.on_done is not None:

@@ -129,8 +129,8 @@ class KVCacheManager:
             self._num_cached_blocks[request.request_id] = len(held)
         for _ in range(num_new_blocks):
             held.append(self._pop_free())
-        if not delay_cache_blocks and request.block_hashes and self.enable_prefix_caching:
-            self._cache_full_blocks(request, min(total, request.num_tokens))
+        if not delay_cache_blocks:
+            self.cache_blocks(request, min(total, request.num_tokens))
         return True
 
     def free(self, request: Request) -> None:
@@ -166,8 +166,10 @@ class KVCacheManager:
         self._ref_cnt[block_id] = 1
         return block_id
 
-    def _cache_full_blocks(self, request: Request, num_tokens: int) -> None:
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
         """Register the request's newly full prompt blocks under their prefix hashes."""
+        if not request.block_hashes or not self.enable_prefix_caching:
+            return
         rid = request.request_id
         num_full = min(num_tokens // self.block_size, len(request.block_hashes))
         start = self._num_cached_blocks.get(rid, 0)

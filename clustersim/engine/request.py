@@ -17,6 +17,7 @@ from enum import Enum
 
 class RequestStatus(Enum):
     WAITING = "waiting"
+    WAITING_FOR_REMOTE_KVS = "waiting_for_remote_kvs"
     RUNNING = "running"
     PREEMPTED = "preempted"
     FINISHED = "finished"
@@ -51,6 +52,19 @@ class Request:
     reject_reason: str | None = None
     token_times_s: array = field(default_factory=lambda: array("d"))
     """End time of every step that produced an output token for this request."""
+
+    # Prefill/decode disaggregation (vLLM's NIXL connector, spec §7).
+    kv_producer: bool = False
+    """Prefill side: after its one token the request keeps its blocks until they are read."""
+    do_remote_prefill: bool = False
+    """Decode side: the prompt's KV comes from a producer instead of a local prefill."""
+    kv_transfer_done: bool = False
+    """Decode side: the pull finished; the next schedule() admits the request."""
+    prefill_instance: str | None = None
+    decode_instance: str | None = None
+    handoff_bytes: int = 0
+    handoff_start_s: float | None = None
+    handoff_end_s: float | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from clustersim.engine.config import SchedulerConfig
-from clustersim.engine.kv_manager import KVCacheManager
+from clustersim.engine.kv_manager import KVCacheManager, cdiv
 from clustersim.engine.request import Request, RequestStatus
 
 
@@ -102,6 +102,8 @@ class StepPlan:
     kv_blocks_used: int = 0
     prefill_chunks: list[tuple[Request, int]] = field(default_factory=list)
     """The scheduled entries that are prompt (or recompute) chunks, not decodes."""
+    kv_loads: list[tuple[Request, int]] = field(default_factory=list)
+    """(request, blocks to read): KV pulls this step's execute starts (decode side of P/D)."""
 
     @property
     def is_empty(self) -> bool:
@@ -118,6 +120,10 @@ class Scheduler:
         self.waiting: FCFSQueue | PriorityQueue = (
             PriorityQueue() if config.policy == "priority" else FCFSQueue()
         )
+        self.kv_holding: deque[Request] = deque()
+        """Waiting requests that already hold blocks (pulling remote KV); served first (v0.33)."""
+        self.kv_held: dict[str, Request] = {}
+        """Finished producer requests whose blocks wait to be read by a decode instance."""
         self._watermark_blocks = int(config.watermark * kv.num_gpu_blocks)
 
     # ------------------------------------------------------------------ queues
@@ -127,7 +133,12 @@ class Scheduler:
 
     @property
     def num_unfinished(self) -> int:
-        return len(self.running) + len(self.waiting)
+        return len(self.running) + len(self.waiting) + len(self.kv_holding)
+
+    def release_kv(self, request: Request) -> None:
+        """A consumer has read a finished producer request's blocks (or its hold expired)."""
+        if self.kv_held.pop(request.request_id, None) is not None:
+            self.kv.free(request)
 
     # ---------------------------------------------------------------- schedule
     def schedule(self) -> StepPlan:
@@ -142,7 +153,7 @@ class Scheduler:
         async_mode = cfg.async_scheduling
         max_model_len = cfg.max_model_len
 
-        num_eligible = len(self.running) + len(self.waiting)
+        num_eligible = self.num_unfinished
         threshold = cfg.long_prefill_token_threshold
         if num_eligible <= 1 and not cfg.long_prefill_threshold_single_request:
             threshold = 0  # v0.33: the cap is off when only one request is eligible
@@ -230,14 +241,35 @@ class Scheduler:
         budget: int,
         threshold: int,
     ) -> int:
+        """Admit waiting requests: KV-holding ones first, then the waiting queue (§3.4, §7.4)."""
         cfg = self.config
         kv = self.kv
         waiting = self.waiting
+        holding = self.kv_holding
         running = self.running
-        while budget > 0 and len(waiting) > 0:
+        blocked: list[Request] = []  # holding requests whose pull is still in flight
+        while budget > 0:
+            from_holding = bool(holding)
+            if not from_holding and not len(waiting):
+                break
             if len(running) >= cfg.max_num_seqs:
                 break  # seat cap counts every running request (§3.4 step 2)
-            request = waiting.peek()
+            if from_holding:
+                request = holding[0]
+                if not request.kv_transfer_done:
+                    blocked.append(holding.popleft())
+                    continue
+                self._finish_remote_load(request)
+            else:
+                request = waiting.peek()
+                if request.do_remote_prefill and request.num_computed_tokens == 0:
+                    parked = self._start_remote_load(request, plan)
+                    if parked is None:
+                        request.do_remote_prefill = False  # nothing to pull: prefill locally
+                    elif parked:
+                        continue
+                    else:
+                        break
             hit_blocks: list[int] = []
             num_computed = request.num_computed_tokens
             if num_computed == 0:
@@ -260,13 +292,78 @@ class Scheduler:
                 watermark_blocks=watermark,
             ):
                 break  # head-of-line blocking: no later request is tried
-            waiting.pop()
+            if from_holding:
+                holding.popleft()
+            else:
+                waiting.pop()
             running.append(request)
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = num_computed
             self._record(plan, request, num_new)
             budget -= num_new
+        holding.extendleft(reversed(blocked))
         return budget
+
+    def _start_remote_load(self, request: Request, plan: StepPlan) -> bool | None:
+        """Allocate blocks for a prompt whose KV a producer computed, and park the request.
+
+        Returns True when parked in ``kv_holding`` (no budget, no seat), False when the blocks
+        do not fit (admission stops: head of line), None when there is nothing to pull.
+        """
+        cfg = self.config
+        kv = self.kv
+        block_size = kv.block_size
+        hit_blocks, hit = kv.get_computed_blocks(request)
+        prompt = request.num_prompt_tokens
+        pulled = (prompt // block_size) * block_size if cfg.kv_full_blocks_only else prompt
+        external = pulled - hit
+        if external <= 0:
+            return None
+        if not kv.allocate_slots(
+            request,
+            0,
+            new_computed_blocks=hit_blocks,
+            num_new_computed_tokens=hit,
+            num_external_tokens=external,
+            full_sequence_must_fit=cfg.scheduler_reserve_full_isl,
+            watermark_blocks=self._watermark_blocks if self.running else 0,
+            reserved_blocks=self._blocks_still_needed_by_prefills(),
+            delay_cache_blocks=True,
+        ):
+            return False
+        self.waiting.pop()
+        request.status = RequestStatus.WAITING_FOR_REMOTE_KVS
+        request.num_computed_tokens = hit + external
+        self.kv_holding.append(request)
+        # blocks found in the local prefix cache are not read again
+        plan.kv_loads.append((request, cdiv(pulled, block_size) - hit // block_size))
+        return True
+
+    def _finish_remote_load(self, request: Request) -> None:
+        """The pull is done: cache the blocks and leave the last prompt token to recompute."""
+        self.kv.cache_blocks(request, request.num_computed_tokens)
+        if request.num_computed_tokens >= request.num_tokens:
+            request.num_computed_tokens = request.num_tokens - 1  # its logits give token 1
+        request.status = RequestStatus.WAITING
+        request.do_remote_prefill = False  # a later preemption recomputes locally
+
+    def _offers_blocks(self, request: Request) -> bool:
+        """vLLM <= 0.10 offers only full blocks: a prompt shorter than one is not transferred."""
+        return not (
+            self.config.kv_full_blocks_only and request.num_prompt_tokens < self.kv.block_size
+        )
+
+    def _blocks_still_needed_by_prefills(self) -> int:
+        """Blocks running chunked prefills will still take: a pull must fit beside them."""
+        kv = self.kv
+        block_size = kv.block_size
+        max_model_len = self.config.max_model_len
+        needed = 0
+        for request in self.running:
+            if request.num_computed_tokens < request.num_tokens:
+                full = cdiv(min(request.num_tokens, max_model_len), block_size)
+                needed += max(0, full - kv.num_blocks_of(request.request_id))
+        return needed
 
     def _allocate_running(
         self,
@@ -365,7 +462,10 @@ class Scheduler:
                 was_waiting = request.status is not RequestStatus.RUNNING
                 request.status = RequestStatus.FINISHED
                 request.finish_s = now_s
-                self.kv.free(request)
+                if request.kv_producer and self._offers_blocks(request):
+                    self.kv_held[request.request_id] = request  # freed once the consumer reads
+                else:
+                    self.kv.free(request)
                 finished.append(request)
                 if was_waiting:  # async: preempted while its last token was in flight
                     self.waiting.remove(request)
