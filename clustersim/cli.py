@@ -71,6 +71,12 @@ def print_summary(summary: dict[str, Any], header: str) -> None:
             f"{'-' if kv_mean is None else f'{kv_mean:.0%}'} / peak {inst['kv_usage_peak']:.0%} "
             f"of {inst['usable_kv_blocks']} blocks"
         )
+    if "handoff_s" in summary:
+        h = summary["handoff_s"]
+        typer.echo(
+            f"KV handoff: {summary['handoff_bytes'] / 1e9:,.2f} GB moved, p50 {_ms(h['p50'])} ms, "
+            f"p99 {_ms(h['p99'])} ms (prefill done -> KV resident on the decode instance)"
+        )
     if "slo" in summary:
         slo = summary["slo"]
         terms = ", ".join(f"{k} <= {v}" for k, v in slo.items() if k != "attainment")
@@ -86,45 +92,40 @@ def simulate(
     ),
 ) -> None:
     """Simulate a scenario; write requests.csv, steps.csv and summary.json to --out."""
-    from dataclasses import asdict
-
-    from clustersim.metrics import summarize
-    from clustersim.output import write_requests_csv, write_steps_csv, write_summary_json
+    from clustersim.output import write_run
     from clustersim.scenario import load_scenario
     from clustersim.sim import run_scenario
 
     spec = load_scenario(scenario)
     result = run_scenario(spec)
-    summary = {
-        "scenario": spec.name,
-        "seed": spec.seed,
-        "model": spec.model,
-        "gpu": spec.gpu,
-        "tensor_parallel_size": spec.tensor_parallel_size,
-        "engine": [asdict(info) for info in result.instances],
-        **summarize(
-            result.requests,
-            result.steps,
-            {i.name: i.num_gpu_blocks - 1 for i in result.instances},
-            spec.slo,
-        ),
-    }
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         message = f"cannot create output directory: {error.strerror}"
         raise ClusterSimError(str(out), message) from None
-    write_requests_csv(out / "requests.csv", result.requests)
-    write_steps_csv(out / "steps.csv", result.steps)
-    write_summary_json(out / "summary.json", summary)
-    first = result.instances[0]
-    print_summary(
-        summary,
-        f"{spec.name}: {spec.model} on {first.gpu} TP{first.tensor_parallel_size}, "
-        f"max_num_batched_tokens {first.max_num_batched_tokens}, max_num_seqs "
-        f"{first.max_num_seqs}, {first.num_gpu_blocks} KV blocks",
-    )
-    typer.echo(f"wrote {out}/requests.csv, steps.csv, summary.json")
+    summary = write_run(result, out)
+    print_summary(summary, describe_layout(spec.name, spec.model, result.instances))
+    files = "requests.csv, steps.csv, " + ("transfers.csv, " if result.transfers else "")
+    typer.echo(f"wrote {out}/{files}summary.json")
+
+
+def describe_layout(name: str, model: str, instances: list[Any]) -> str:
+    """One line per pool: what runs where."""
+    pools: dict[str, list[Any]] = {}
+    for info in instances:
+        pools.setdefault(info.pool, []).append(info)
+    lines = []
+    for pool, members in pools.items():
+        first = members[0]
+        role = "" if first.role == "colocated" else f" ({first.role})"
+        lines.append(
+            f"  {pool}{role}: {len(members)} x {first.gpu} TP{first.tensor_parallel_size}, "
+            f"max_num_batched_tokens {first.max_num_batched_tokens}, max_num_seqs "
+            f"{first.max_num_seqs}, {first.num_gpu_blocks} KV blocks each"
+        )
+    if len(instances) == 1:
+        return f"{name}: {model} on{lines[0].split(':', 1)[1]}".replace(" each", "")
+    return f"{name}: {model}\n" + "\n".join(lines)
 
 
 @app.command("step-time")

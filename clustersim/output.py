@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clustersim.engine.instance import StepRecord
 from clustersim.engine.request import Request
-from clustersim.metrics import request_metrics
+from clustersim.metrics import request_metrics, summarize
+
+if TYPE_CHECKING:
+    from clustersim.sim import RunResult
 
 REQUEST_COLUMNS = (
     "id", "arrival_s", "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s",
-    "prompt_tokens", "output_tokens", "preemptions", "outcome",
+    "prompt_tokens", "output_tokens", "preemptions", "outcome", "prefill_instance",
+    "decode_instance", "handoff_bytes", "handoff_start_s", "handoff_end_s",
 )
 STEP_COLUMNS = (
     "instance", "step", "start_s", "end_s", "num_decode_tokens", "prefill_chunks",
@@ -34,7 +39,9 @@ def write_requests_csv(path: Path, requests: list[Request]) -> None:
             writer.writerow((
                 r.request_id, _time(r.arrival_s), _time(r.first_token_s), _time(r.finish_s),
                 _time(m.ttft_s), _time(m.tpot_s), _time(m.e2e_s), r.num_prompt_tokens,
-                r.num_output_tokens, r.num_preemptions, r.outcome,
+                r.num_output_tokens, r.num_preemptions, r.outcome, r.prefill_instance or "",
+                r.decode_instance or "", r.handoff_bytes or "", _time(r.handoff_start_s),
+                _time(r.handoff_end_s),
             ))
 
 
@@ -54,5 +61,59 @@ def write_steps_csv(path: Path, steps: list[StepRecord]) -> None:
             ))
 
 
+TRANSFER_COLUMNS = (
+    "request", "source", "destination", "path", "bytes", "requested_s", "start_s", "end_s",
+    "ideal_s", "queue_s",
+)
+
+
+def write_transfers_csv(path: Path, transfers: list[Any]) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(TRANSFER_COLUMNS)
+        for t in transfers:
+            writer.writerow((
+                t.tag, "+".join(t.src), "+".join(t.dst), t.path, t.bytes, _time(t.requested_s),
+                _time(t.start_s), _time(t.end_s), _time(t.ideal_s), _time(t.queue_s),
+            ))
+
+
 def write_summary_json(path: Path, summary: dict[str, Any]) -> None:
     path.write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
+
+
+def summarize_run(result: RunResult) -> dict[str, Any]:
+    """summary.json: the scenario, the resolved instances, the metrics, the links."""
+    scenario = result.scenario
+    layout = scenario.layout
+    summary: dict[str, Any] = {
+        "scenario": scenario.name,
+        "seed": scenario.seed,
+        "model": scenario.model,
+        "layout": layout.kind if layout is not None else "colocated",
+        "topology": scenario.topology,
+        "num_gpus": sum(i.tensor_parallel_size for i in result.instances),
+        "engine": [asdict(info) for info in result.instances],
+        **summarize(
+            result.requests,
+            result.steps,
+            {i.name: i.num_gpu_blocks - 1 for i in result.instances},
+            scenario.slo,
+        ),
+    }
+    if result.link_utilization:
+        busiest = sorted(result.link_utilization.items(), key=lambda kv: (-kv[1], kv[0]))
+        summary["link_utilization"] = dict(busiest[:10])
+        summary["num_transfers"] = len(result.transfers)
+    return summary
+
+
+def write_run(result: RunResult, out: Path) -> dict[str, Any]:
+    """Write requests.csv, steps.csv, summary.json (and transfers.csv when KV moved)."""
+    summary = summarize_run(result)
+    write_requests_csv(out / "requests.csv", result.requests)
+    write_steps_csv(out / "steps.csv", result.steps)
+    if result.transfers:
+        write_transfers_csv(out / "transfers.csv", result.transfers)
+    write_summary_json(out / "summary.json", summary)
+    return summary

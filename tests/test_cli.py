@@ -19,7 +19,8 @@ def test_simulate_writes_the_three_files_with_the_documented_columns(tmp_path):
     with (out / "requests.csv").open() as f:
         assert next(csv.reader(f)) == [
             "id", "arrival_s", "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s",
-            "prompt_tokens", "output_tokens", "preemptions", "outcome",
+            "prompt_tokens", "output_tokens", "preemptions", "outcome", "prefill_instance",
+            "decode_instance", "handoff_bytes", "handoff_start_s", "handoff_end_s",
         ]
     with (out / "steps.csv").open() as f:
         assert next(csv.reader(f)) == [

@@ -13,8 +13,8 @@ from clustersim.catalog.specs import GpuSpec, ModelSpec
 from clustersim.cost.memory import num_gpu_blocks
 from clustersim.engine.config import SchedulerConfig
 from clustersim.engine.kv_manager import cdiv
+from clustersim.engine.settings import EngineSettings
 from clustersim.errors import ConfigError
-from clustersim.scenario import EngineSettings
 
 GIB = 1 << 30
 # (min device GiB, excluded GPU families, max_num_batched_tokens, max_num_seqs), first match wins.

@@ -55,6 +55,8 @@ class Instance:
         """Starts pulling a request's KV (request, blocks); the event fires when it is resident."""
         self.poll_interval_s = poll_interval_s
         """How soon an engine with nothing to run notices a finished pull (no-forward steps)."""
+        self.gpus: tuple[str, ...] = ()
+        """The GPUs of this instance's tensor-parallel group (set by the cluster)."""
         self.steps: list[StepRecord] = []
         self.rejected: list[Request] = []
         self.busy_s = 0.0
@@ -75,6 +77,11 @@ class Instance:
                         f"{request.max_tokens} tokens exceed max_model_len {max_model_len}")
             return
         self.scheduler.add_request(request)
+        self._wake()
+
+    def release_kv(self, request: Request) -> None:
+        """A decode instance finished reading this producer request's blocks: free them."""
+        self.scheduler.release_kv(request)
         self._wake()
 
     def reject(self, request: Request, reason: str) -> None:
@@ -127,6 +134,9 @@ class Instance:
                 if not any(r.kv_transfer_done for r in scheduler.kv_holding):
                     yield from self._wait()
                 yield self.env.timeout(self.poll_interval_s)
+                continue
+            if scheduler.kv_held and not scheduler.running:
+                yield from self._wait()  # blocks held for decode instances will come back
                 continue
             self._reject_unschedulable()
 

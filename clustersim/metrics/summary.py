@@ -122,6 +122,12 @@ def summarize(
         "num_preemptions": sum(r.num_preemptions for r in requests),
         "num_preempted_requests": sum(1 for r in requests if r.num_preemptions),
     }
+    handed_off = [r for r in requests if r.handoff_end_s is not None]
+    if handed_off:
+        summary["handoff_s"] = distribution(
+            [r.handoff_end_s - r.handoff_start_s for r in handed_off]
+        )
+        summary["handoff_bytes"] = sum(r.handoff_bytes for r in handed_off)
     if slo is not None:
         met = sum(1 for m in per_request if attains(m, slo))
         summary["slo"] = {

@@ -1,0 +1,1 @@
+"""Clusters: topology, KV transfer flows, routers and layouts."""

@@ -1,0 +1,123 @@
+"""The ``layout:`` section of a scenario: pools of instances, routers, and the KV handoff.
+
+Without a ``layout:`` a scenario is one colocated instance built from the top-level ``model``,
+``gpu``, ``tensor_parallel_size`` and ``engine`` fields; pools inherit those fields too and
+override what they set.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+
+from clustersim.engine.settings import EngineSettings
+from clustersim.validation import Strict
+
+RouterKind = Literal[
+    "round_robin",
+    "least_outstanding_requests",
+    "least_outstanding_tokens",
+    "power_of_two",
+    "prefix_aware",
+]
+
+
+class PoolSpec(Strict):
+    """A group of identical instances (each a tensor-parallel group of GPUs)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.]+$", description="Used in instance names.")
+    role: Literal["colocated", "prefill", "decode"] = Field(
+        "colocated",
+        description="colocated: prefill and decode on the same instance; prefill: KV producer "
+        "(runs each prompt with max_tokens=1 and hands its KV over); decode: KV consumer.",
+    )
+    gpu: str | None = Field(None, description="Catalog GPU id; default the scenario's gpu.")
+    tensor_parallel_size: PositiveInt | None = Field(
+        None, description="GPUs per instance; default the scenario's tensor_parallel_size."
+    )
+    instances: PositiveInt = Field(1, description="Number of instances in the pool.")
+    engine: EngineSettings | None = Field(
+        None, description="Engine settings that override the scenario's engine: for this pool."
+    )
+    nodes: list[str] | None = Field(
+        None, description="Topology nodes the pool may use; default any free GPUs of its type."
+    )
+
+
+class RouterSpec(Strict):
+    """How a request picks an instance among a pool's instances."""
+
+    kind: RouterKind = Field(
+        "round_robin",
+        description="round_robin | least_outstanding_requests | least_outstanding_tokens | "
+        "power_of_two (two random instances, the less loaded wins) | prefix_aware (longest "
+        "cached prefix of block hashes, then least outstanding requests).",
+    )
+
+
+class KVTransferSpec(Strict):
+    """How prefill instances hand the KV cache to decode instances (spec §7-§8)."""
+
+    connector: Literal["nixl", "sglang"] = Field(
+        "nixl",
+        description="nixl: vLLM's flow, the proxy sends the prompt to a prefill instance with "
+        "max_tokens=1, then to a decode instance that pulls the KV once prefill is done; "
+        "sglang: the router sends to both at once, decode allocates early, prefill pushes.",
+    )
+    vllm_compat: Literal["0.33", "0.10"] = Field(
+        "0.33",
+        description="0.10: only full blocks are transferred (a prompt shorter than one block "
+        "is prefilled again on the decode side); 0.33: all prompt tokens, 1 token recomputed.",
+    )
+    handshake_s: NonNegativeFloat = Field(
+        0.0, description="Extra latency of the first transfer between a prefill/decode pair."
+    )
+    proxy_latency_s: NonNegativeFloat = Field(
+        0.0, description="Prefill response -> proxy -> decode request (nixl connector)."
+    )
+    poll_interval_s: PositiveFloat = Field(
+        1e-3, description="How soon an idle decode engine notices a finished pull."
+    )
+
+
+class LayoutSpec(Strict):
+    """Pools, the routers in front of them, and the KV handoff between them."""
+
+    kind: Literal["colocated", "disaggregated", "three_pool"] = Field(
+        "colocated",
+        description="colocated: colocated pools behind one router; disaggregated: prefill "
+        "pool(s) -> decode pool(s); three_pool: prefill-heavy requests take the prefill -> "
+        "decode path, decode-heavy ones go to the decode pool, the rest to a colocated pool.",
+    )
+    pools: list[PoolSpec] = Field(min_length=1)
+    router: RouterSpec = Field(default_factory=RouterSpec, description="Colocated pools.")
+    prefill_router: RouterSpec = Field(default_factory=RouterSpec)
+    decode_router: RouterSpec = Field(default_factory=RouterSpec)
+    kv_transfer: KVTransferSpec = Field(default_factory=KVTransferSpec)
+    long_prompt_tokens: PositiveInt = Field(
+        2048, description="three_pool: a prompt longer than this is prefill-heavy."
+    )
+    long_output_tokens: PositiveInt = Field(
+        256, description="three_pool: an output longer than this is decode-heavy."
+    )
+
+    @model_validator(mode="after")
+    def _roles_fit_the_kind(self) -> LayoutSpec:
+        names = [p.name for p in self.pools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"pool names must be unique, got {names}")
+        roles = [p.role for p in self.pools]
+        wanted = {
+            "colocated": ({"colocated"}, "only colocated pools"),
+            "disaggregated": ({"prefill", "decode"}, "prefill and decode pools"),
+            "three_pool": ({"prefill", "decode", "colocated"}, "one pool of each role"),
+        }[self.kind]
+        if set(roles) != wanted[0]:
+            raise ValueError(f"layout {self.kind} needs {wanted[1]}, got roles {roles}")
+        if self.kind == "three_pool" and len(roles) != 3:
+            raise ValueError(f"layout three_pool needs exactly three pools, got {len(roles)}")
+        return self
+
+    def pools_with_role(self, role: str) -> list[PoolSpec]:
+        return [p for p in self.pools if p.role == role]

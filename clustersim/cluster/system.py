@@ -1,0 +1,381 @@
+"""A cluster of engine instances: pools placed on a topology, routers, and the P/D handoff.
+
+The request paths (spec §7.2, §8)::
+
+    colocated      client -> router -> instance (prefill + decode)
+    disaggregated  client -> proxy -> prefill instance (max_tokens=1, keeps its blocks)
+                          -> proxy -> decode instance (pulls the KV, recomputes 1 token, decodes)
+    sglang         client -> router -> prefill and decode instance at once; decode allocates
+                          early, prefill pushes when done
+    three_pool     prefill-heavy -> the disaggregated path; decode-heavy -> a decode instance;
+                   mixed -> the colocated pool
+
+The client's request object travels to the instance that produces its tokens; a prefill
+instance works on a copy, so every per-request timestamp is what the client saw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import simpy
+
+from clustersim.catalog import load_gpu
+from clustersim.catalog.specs import GpuSpec, ModelSpec
+from clustersim.cluster.router import InstanceLoad, Router
+from clustersim.cluster.spec import LayoutSpec, PoolSpec
+from clustersim.cost.roofline import BatchShape, CostModel
+from clustersim.engine.defaults import EngineSetup, resolve_engine
+from clustersim.engine.instance import Instance
+from clustersim.engine.kv_manager import KVCacheManager
+from clustersim.engine.request import Request, RequestStatus
+from clustersim.engine.scheduler import Scheduler, StepPlan
+from clustersim.engine.settings import EngineSettings
+from clustersim.errors import ClusterSimError, ConfigError
+from clustersim.scenario import Cost, FixedCost, Scenario
+
+DEFAULT_POOL = "main"
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceInfo:
+    """One instance's resolved configuration, for summaries."""
+
+    name: str
+    pool: str
+    role: str
+    gpu: str
+    tensor_parallel_size: int
+    gpus: tuple[str, ...]
+    num_gpu_blocks: int
+    block_size: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    max_model_len: int
+
+
+def make_pricer(cost_model: CostModel | None, cost: Cost) -> Callable[[StepPlan], float]:
+    """StepPlan -> seconds, through the roofline cost model (or a fixed time per step)."""
+    if isinstance(cost, FixedCost) or cost_model is None:
+        step_time_s = cost.step_time_s if isinstance(cost, FixedCost) else 0.0
+        return lambda plan: step_time_s
+    step_time = cost_model.step_time
+
+    def price(plan: StepPlan) -> float:
+        batch = BatchShape(
+            num_prefill_tokens=plan.num_prefill_tokens,
+            prefill_attn_pairs=plan.prefill_attn_pairs,
+            prefill_kv_tokens=plan.prefill_kv_tokens,
+            num_decode_tokens=plan.num_decode_tokens,
+            decode_kv_tokens=plan.decode_kv_tokens,
+            num_sampled=len(plan.sampled),
+            num_seqs=len(plan.scheduled),
+        )
+        return step_time(batch).time_s
+
+    return price
+
+
+def default_layout() -> LayoutSpec:
+    return LayoutSpec(kind="colocated", pools=[PoolSpec(name=DEFAULT_POOL)])
+
+
+def _merged_engine(base: EngineSettings, override: EngineSettings | None) -> EngineSettings:
+    if override is None:
+        return base
+    fields = base.model_dump(exclude_unset=True) | override.model_dump(exclude_unset=True)
+    return EngineSettings(**fields)
+
+
+@dataclass(slots=True)
+class _Handoff:
+    """A request on the disaggregated path: its prefill copy and where each half runs."""
+
+    client: Request
+    producer: Request
+    prefill_index: int
+    decode_index: int | None = None
+    prefill_done: simpy.Event | None = None
+
+
+class Cluster:
+    """Builds the instances of a scenario and moves requests through them."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        scenario: Scenario,
+        model: ModelSpec,
+        rng: np.random.Generator,
+        on_done: Callable[[Request], None],
+    ) -> None:
+        self.env = env
+        self.scenario = scenario
+        self.model = model
+        self.layout = scenario.layout or default_layout()
+        self.on_done = on_done
+        self.kv_transfer = self.layout.kv_transfer
+        self.topology = self._load_topology()
+        self.flows = self._flow_network()
+        self.instances: dict[str, list[Instance]] = {"colocated": [], "prefill": [], "decode": []}
+        self.infos: list[InstanceInfo] = []
+        self._build_pools()
+        self.routers = {
+            role: Router(spec.kind, [InstanceLoad(i.name) for i in self.instances[role]], rng)
+            for role, spec in (
+                ("colocated", self.layout.router),
+                ("prefill", self.layout.prefill_router),
+                ("decode", self.layout.decode_router),
+            )
+            if self.instances[role]
+        }
+        self._handoffs: dict[int, _Handoff] = {}  # id(producer copy or client) -> handoff
+        self._route_of: dict[int, tuple[str, int]] = {}  # id(client) -> (role, index)
+        self._paired: set[tuple[int, int]] = set()
+
+    # ------------------------------------------------------------------ build
+    def _load_topology(self):
+        name = self.scenario.topology
+        if name is None:
+            if self.layout.kind != "colocated":
+                raise ConfigError(
+                    "topology",
+                    f"layout {self.layout.kind} needs a topology: the KV handoff runs over its "
+                    "links (e.g. topology: dgx-h100-x2)",
+                )
+            return None
+        from clustersim.cluster.topology import Topology
+
+        return Topology.load(name, base_dir=self.scenario.base_dir)
+
+    def _flow_network(self):
+        if self.topology is None:
+            return None
+        from clustersim.cluster.flows import FlowNetwork
+
+        return FlowNetwork(self.env, self.topology)
+
+    def _build_pools(self) -> None:
+        scenario = self.scenario
+        explicit = scenario.layout is not None
+        pools: list[tuple[int, PoolSpec, GpuSpec, int]] = []
+        for i, pool in enumerate(self.layout.pools):
+            where = f"layout.pools[{i}]" if explicit else ""
+            gpu_id = pool.gpu or scenario.gpu
+            gpu = load_gpu(gpu_id, path=f"{where}.gpu" if explicit else "gpu")
+            tp = pool.tensor_parallel_size or scenario.tensor_parallel_size
+            pools.append((i, pool, gpu, tp))
+        if self.topology is not None:
+            placement = self.topology.place(
+                [(pool.name, gpu.id, tp, pool.instances, pool.nodes) for _, pool, gpu, tp in pools]
+            )
+        else:
+            placement = {
+                pool.name: [
+                    [f"{pool.name}-{j}/gpu{r}" for r in range(tp)] for j in range(pool.instances)
+                ]
+                for _, pool, _, tp in pools
+            }
+        for i, pool, gpu, tp in pools:
+            where = f"layout.pools[{i}]." if explicit else ""
+            settings = _merged_engine(scenario.engine, pool.engine)
+            try:
+                setup = resolve_engine(settings, self.model, gpu, tp)
+            except ClusterSimError as error:
+                raise type(error)(f"{where}{error.path}", error.message) from None
+            for j, group in enumerate(placement[pool.name]):
+                self._add_instance(pool, gpu, tp, setup, j, group)
+
+    def _add_instance(
+        self, pool: PoolSpec, gpu: GpuSpec, tp: int, setup: EngineSetup, index: int,
+        group: list[str],
+    ) -> None:
+        config = replace(
+            setup.scheduler, kv_full_blocks_only=self.kv_transfer.vllm_compat == "0.10"
+        )
+        kv = KVCacheManager(
+            setup.num_gpu_blocks,
+            config.block_size,
+            config.max_model_len,
+            enable_prefix_caching=config.enable_prefix_caching,
+        )
+        cost_model = None
+        if not isinstance(self.scenario.cost, FixedCost):
+            link: dict[str, Any] = {}
+            if self.topology is not None and tp > 1:
+                link["tp_link_bytes_per_s"] = self.topology.tp_group_link(group).bytes_per_s
+            try:
+                cost_model = CostModel(self.model, gpu, tp, **link)
+            except ClusterSimError as error:
+                raise type(error)(error.path, error.message) from None
+        role = pool.role
+        position = len(self.instances[role])
+        instance = Instance(
+            self.env,
+            f"{pool.name}-{index}",
+            Scheduler(config, kv),
+            make_pricer(cost_model, self.scenario.cost),
+            on_done=lambda request, role=role, position=position: self._done(
+                role, position, request
+            ),
+            start_kv_load=(
+                lambda request, tokens, position=position: self._pull(position, request, tokens)
+            )
+            if role == "decode"
+            else None,
+            poll_interval_s=self.kv_transfer.poll_interval_s,
+        )
+        instance.gpus = tuple(group)
+        self.instances[role].append(instance)
+        self.infos.append(
+            InstanceInfo(
+                name=instance.name,
+                pool=pool.name,
+                role=role,
+                gpu=gpu.id,
+                tensor_parallel_size=tp,
+                gpus=tuple(group),
+                num_gpu_blocks=setup.num_gpu_blocks,
+                block_size=config.block_size,
+                max_num_batched_tokens=config.max_num_batched_tokens,
+                max_num_seqs=config.max_num_seqs,
+                max_model_len=config.max_model_len,
+            )
+        )
+
+    # ---------------------------------------------------------------- routing
+    def submit(self, request: Request) -> None:
+        """A client request reaches the cluster's entry point now."""
+        kind = self.layout.kind
+        if kind == "colocated":
+            self._send("colocated", request)
+        elif kind == "disaggregated":
+            self._to_prefill(request)
+        else:
+            self._three_pool(request)
+
+    def _three_pool(self, request: Request) -> None:
+        """Golden S6: long prompts split, long outputs go to the decode pool, the rest share."""
+        if request.num_prompt_tokens > self.layout.long_prompt_tokens:
+            self._to_prefill(request)
+        elif request.max_tokens > self.layout.long_output_tokens:
+            self._send("decode", request)
+        else:
+            self._send("colocated", request)
+
+    def _send(self, role: str, request: Request) -> None:
+        """Route a request to an instance that will produce all its tokens."""
+        router = self.routers[role]
+        index = router.choose(request)
+        router.sent(index, request)
+        instance = self.instances[role][index]
+        self._route_of[id(request)] = (role, index)
+        request.prefill_instance = request.decode_instance = instance.name
+        instance.submit(request)
+
+    def _to_prefill(self, request: Request) -> None:
+        router = self.routers["prefill"]
+        index = router.choose(request)
+        router.sent(index, request)
+        instance = self.instances["prefill"][index]
+        producer = Request(
+            request.request_id,
+            self.env.now,
+            request.num_prompt_tokens,
+            1,  # the proxy asks the prefill instance for one token (max_tokens=1)
+            priority=request.priority,
+            block_hashes=request.block_hashes,
+            kv_producer=True,
+        )
+        handoff = _Handoff(client=request, producer=producer, prefill_index=index)
+        self._handoffs[id(producer)] = handoff
+        self._handoffs[id(request)] = handoff
+        request.prefill_instance = instance.name
+        if self.kv_transfer.connector == "sglang":
+            handoff.prefill_done = self.env.event()
+            instance.submit(producer)
+            if producer.status is not RequestStatus.REJECTED:
+                self._to_decode(handoff)  # the router contacts both sides at once
+        else:
+            instance.submit(producer)
+
+    def _to_decode(self, handoff: _Handoff) -> None:
+        router = self.routers["decode"]
+        client = handoff.client
+        index = router.choose(client)
+        router.sent(index, client)
+        handoff.decode_index = index
+        instance = self.instances["decode"][index]
+        self._route_of[id(client)] = ("decode", index)
+        client.decode_instance = instance.name
+        client.do_remote_prefill = True
+        instance.submit(client)
+
+    def _proxy_to_decode(self, handoff: _Handoff):
+        if self.kv_transfer.proxy_latency_s > 0:
+            yield self.env.timeout(self.kv_transfer.proxy_latency_s)
+        self._to_decode(handoff)
+
+    # --------------------------------------------------------------- handoff
+    def _pull(self, decode_index: int, client: Request, num_tokens: int) -> simpy.Event:
+        """The decode instance starts reading a prompt's KV from its prefill instance."""
+        done = self.env.event()
+        self.env.process(self._transfer(decode_index, client, num_tokens, done))
+        return done
+
+    def _transfer(self, decode_index: int, client: Request, num_tokens: int, done: simpy.Event):
+        handoff = self._handoffs[id(client)]
+        if handoff.prefill_done is not None and not handoff.prefill_done.triggered:
+            yield handoff.prefill_done  # sglang: decode allocated first; prefill pushes later
+        prefill = self.instances["prefill"][handoff.prefill_index]
+        decode = self.instances["decode"][decode_index]
+        tp = len(decode.gpus)
+        num_bytes = num_tokens * self.model.kv_bytes_per_token(tp) * tp
+        pair = (handoff.prefill_index, decode_index)
+        extra = 0.0
+        if pair not in self._paired:
+            self._paired.add(pair)
+            extra = self.kv_transfer.handshake_s
+        yield self.flows.transfer(
+            client.request_id, list(prefill.gpus), list(decode.gpus), num_bytes, extra
+        )
+        prefill.release_kv(handoff.producer)
+        client.handoff_bytes = num_bytes
+        client.handoff_start_s = handoff.producer.finish_s
+        client.handoff_end_s = self.env.now
+        done.succeed()
+
+    # ------------------------------------------------------------ completion
+    def _done(self, role: str, index: int, request: Request) -> None:
+        if request.kv_producer:
+            self._prefill_done(index, request)
+            return
+        route = self._route_of.pop(id(request), None)
+        if route is not None:
+            self.routers[route[0]].returned(route[1], request)
+        self._handoffs.pop(id(request), None)
+        self.on_done(request)
+
+    def _prefill_done(self, index: int, producer: Request) -> None:
+        handoff = self._handoffs.pop(id(producer))
+        client = handoff.client
+        self.routers["prefill"].returned(index, client)
+        client.num_preemptions += producer.num_preemptions
+        if producer.status is RequestStatus.REJECTED:
+            self._handoffs.pop(id(client), None)
+            client.status = RequestStatus.REJECTED
+            client.reject_reason = f"prefill: {producer.reject_reason}"
+            client.finish_s = self.env.now
+            self.on_done(client)
+            return
+        if handoff.prefill_done is not None:
+            handoff.prefill_done.succeed()
+            return
+        self.env.process(self._proxy_to_decode(handoff))
+
+    # ---------------------------------------------------------------- results
+    def all_instances(self) -> list[Instance]:
+        return [i for role in ("colocated", "prefill", "decode") for i in self.instances[role]]

@@ -1,0 +1,76 @@
+"""The ``engine:`` section: vLLM's engine arguments, strictly validated.
+
+Fields left unset take vLLM's defaults for the GPU (``vllm serve``, spec §5.3); see
+``clustersim.engine.defaults``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, NonNegativeInt, PositiveInt
+
+from clustersim.validation import Strict
+
+
+class EngineSettings(Strict):
+    """vLLM engine arguments (same names and meaning), plus clustersim's step policies.
+
+    Fields left unset take vLLM's defaults for the GPU (``vllm serve``, spec §5.3).
+    """
+
+    max_num_batched_tokens: PositiveInt | None = Field(
+        None, description="Token budget of one step (vLLM default depends on the GPU)."
+    )
+    max_num_seqs: PositiveInt | None = Field(
+        None, description="Most requests running at once (vLLM default depends on the GPU)."
+    )
+    max_model_len: PositiveInt | None = Field(
+        None, description="Longest prompt + output; default the model's max_position_embeddings."
+    )
+    max_num_scheduled_tokens: PositiveInt | None = Field(
+        None, description="Tokens the scheduler may issue per step; default max_num_batched_tokens."
+    )
+    enable_chunked_prefill: bool = Field(True, description="Split prompts across steps.")
+    long_prefill_token_threshold: NonNegativeInt = Field(
+        0, description="Cap on one request's prompt chunk per step; 0 = off."
+    )
+    long_prefill_token_threshold_adaptive: bool = Field(
+        False, description="Floor the cap at max_num_batched_tokens // eligible requests."
+    )
+    long_prefill_threshold_single_request: bool = Field(
+        False, description="Apply the cap even with one eligible request (vLLM before v0.33)."
+    )
+    policy: Literal["fcfs", "priority"] = Field("fcfs", description="Waiting-queue order.")
+    scheduler_reserve_full_isl: bool = Field(
+        True, description="Admit a request only if its whole input fits in free KV (v0.33)."
+    )
+    watermark: float = Field(
+        0.0, ge=0.0, lt=1.0, description="Share of KV blocks kept free when admitting."
+    )
+    enable_prefix_caching: bool = Field(True, description="Reuse cached prompt blocks.")
+    block_size: Literal[1, 8, 16, 32, 64, 128] = Field(16, description="Tokens per KV block.")
+    gpu_memory_utilization: float = Field(
+        0.92, gt=0.0, le=1.0, description="Share of GPU memory vLLM may use (v0.33: 0.92)."
+    )
+    num_gpu_blocks_override: int | None = Field(
+        None, ge=2, description="Use exactly this many KV blocks (block 0 is reserved)."
+    )
+    async_scheduling: bool = Field(
+        False, description="Schedule step N+1 while step N runs (vLLM v0.33 default on)."
+    )
+    step_policy: Literal["decode_first", "prefill_first", "balanced"] = Field(
+        "decode_first",
+        description="decode_first = vLLM; prefill_first: prompt chunks before decodes; "
+        "balanced: decode_reserve_tokens decodes, then prompt chunks, then the other decodes.",
+    )
+    prefill_reserve_fraction: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="Share of each step's budget decodes may not take before prompt chunks "
+        "have had their turn (anti-starvation).",
+    )
+    decode_reserve_tokens: NonNegativeInt = Field(
+        1, description="balanced: decode tokens served before prompt chunks."
+    )
