@@ -128,6 +128,57 @@ def describe_layout(name: str, model: str, instances: list[Any]) -> str:
     return f"{name}: {model}\n" + "\n".join(lines)
 
 
+@app.command()
+@user_errors
+def compare(
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
+    out: Annotated[Path, typer.Option("--out", help="Directory for both runs' files.")] = Path(
+        "runs/compare"
+    ),
+    handoff_budget_ms: Annotated[
+        float, typer.Option(min=0.0, help="Largest acceptable p95 KV handoff.")
+    ] = 10.0,
+) -> None:
+    """Run the scenario colocated and disaggregated on the same traffic and GPUs; compare."""
+    from clustersim.cluster.compare import (
+        comparison_rows,
+        counterparts,
+        split_verdict,
+        throughput,
+    )
+    from clustersim.output import write_run
+    from clustersim.scenario import load_scenario
+    from clustersim.sim import run_scenario
+
+    spec = load_scenario(scenario)
+    colocated_spec, split_spec = counterparts(spec)
+    summaries = {}
+    for label, variant in (("colocated", colocated_spec), ("disaggregated", split_spec)):
+        result = run_scenario(variant)
+        folder = out / label
+        folder.mkdir(parents=True, exist_ok=True)
+        summaries[label] = write_run(result, folder)
+        typer.echo(describe_layout(f"{label}", spec.model, result.instances))
+    colocated, split = summaries["colocated"], summaries["disaggregated"]
+    typer.echo(f"{'':<22}{'colocated':>16}{'disaggregated':>30}")
+    for metric, left, right in comparison_rows(colocated, split):
+        typer.echo(f"{metric:<22}{left:>16}{right:>30}")
+    handoff = split.get("handoff_s", {}).get("p95") or 0.0
+    verdict = split_verdict(
+        throughput(colocated),
+        throughput(split),
+        {m: colocated[m]["p95"] or 0.0 for m in ("ttft_s", "tpot_s")},
+        {m: split[m]["p95"] or 0.0 for m in ("ttft_s", "tpot_s")},
+        handoff,
+        handoff_budget_ms / 1e3,
+    )
+    decision = "keep the disaggregated layout" if verdict.keep_split else "stay colocated"
+    typer.echo(f"verdict: {decision}")
+    for reason in verdict.reasons:
+        typer.echo(f"  - {reason}")
+    typer.echo(f"wrote {out}/colocated and {out}/disaggregated")
+
+
 @app.command("step-time")
 @user_errors
 def step_time_cmd(

@@ -1,0 +1,158 @@
+"""Colocated versus disaggregated on the same traffic and GPU count, and the keep-or-not rule.
+
+The rule is the source documents' (golden S7): keep the split only if throughput rises, p95
+latency does not get worse, and the KV handoff stays within its budget. No single metric decides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from clustersim.cluster.spec import LayoutSpec, PoolSpec, RouterSpec
+from clustersim.errors import ConfigError
+from clustersim.scenario import Scenario
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    keep_split: bool
+    reasons: tuple[str, ...]
+
+
+def split_verdict(
+    colocated_throughput: float,
+    split_throughput: float,
+    colocated_p95_s: dict[str, float],
+    split_p95_s: dict[str, float],
+    handoff_p95_s: float,
+    handoff_budget_s: float,
+) -> Verdict:
+    """Golden S7: throughput must rise, no p95 may worsen, the handoff must fit its budget."""
+    reasons = []
+    ok = True
+    if split_throughput > colocated_throughput:
+        reasons.append(f"throughput rises {colocated_throughput:,.2f} -> {split_throughput:,.2f}")
+    else:
+        ok = False
+        reasons.append(
+            f"throughput does not rise ({colocated_throughput:,.2f} -> {split_throughput:,.2f})"
+        )
+    for metric, before in colocated_p95_s.items():
+        after = split_p95_s[metric]
+        if after > before:
+            ok = False
+            reasons.append(f"p95 {metric} worsens {before * 1e3:,.1f} -> {after * 1e3:,.1f} ms")
+        else:
+            reasons.append(f"p95 {metric} holds {before * 1e3:,.1f} -> {after * 1e3:,.1f} ms")
+    if handoff_p95_s <= handoff_budget_s:
+        reasons.append(
+            f"handoff p95 {handoff_p95_s * 1e3:,.1f} ms within budget "
+            f"{handoff_budget_s * 1e3:,.1f} ms"
+        )
+    else:
+        ok = False
+        reasons.append(
+            f"handoff p95 {handoff_p95_s * 1e3:,.1f} ms over budget "
+            f"{handoff_budget_s * 1e3:,.1f} ms"
+        )
+    return Verdict(ok, tuple(reasons))
+
+
+def comparison_rows(
+    colocated: dict[str, Any], split: dict[str, Any]
+) -> list[tuple[str, str, str]]:
+    """(metric, colocated, disaggregated) rows for the side-by-side table."""
+
+    def ms(summary: dict[str, Any], key: str, stat: str) -> str:
+        value = summary.get(key, {}).get(stat)
+        return "-" if value is None else f"{value * 1e3:,.1f}"
+
+    rows = [("GPUs", str(colocated["num_gpus"]), str(split["num_gpus"]))]
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"),
+                       ("e2e_s", "E2E")):
+        for stat in ("p50", "p95", "p99"):
+            rows.append((f"{label} {stat} (ms)", ms(colocated, key, stat), ms(split, key, stat)))
+    rows.append(
+        ("throughput (req/s)", f"{throughput(colocated):,.2f}", f"{throughput(split):,.2f}")
+    )
+    key = "output_tokens_per_s"
+    rows.append(("output tok/s", f"{colocated['throughput'][key] or 0:,.0f}",
+                 f"{split['throughput'][key] or 0:,.0f}"))
+    if "slo" in colocated:
+        rows.append(("SLO attainment", f"{colocated['slo']['attainment']:.1%}",
+                     f"{split['slo']['attainment']:.1%}"))
+    rows.append(("preemptions", str(colocated["num_preemptions"]), str(split["num_preemptions"])))
+    rows.append(("handoff p50 (ms)", "-", ms(split, "handoff_s", "p50")))
+    rows.append(("handoff p95 (ms)", "-", ms(split, "handoff_s", "p95")))
+    rows.append(("handoff GB", "-", f"{split.get('handoff_bytes', 0) / 1e9:,.2f}"))
+    links = split.get("link_utilization") or {}
+    busiest = max(links.items(), key=lambda kv: kv[1], default=None)
+    rows.append(("busiest link", "-", "-" if busiest is None else f"{busiest[0]} {busiest[1]:.1%}"))
+    return rows
+
+
+def counterparts(scenario: Scenario) -> tuple[Scenario, Scenario]:
+    """(colocated, disaggregated) versions of the scenario with the same GPUs and traffic.
+
+    From a disaggregated scenario, the colocated side runs the decode pool's GPU type and
+    tensor parallelism on all of the split's GPUs with the scenario's top-level engine. From a
+    colocated scenario, the split gives half of the instances (rounded down, at least one) to
+    prefill and the rest to decode.
+    """
+    layout = scenario.layout
+    if layout is None or layout.kind == "colocated":
+        pools = layout.pools if layout is not None else [PoolSpec(name="main")]
+        if len(pools) != 1:
+            raise ConfigError("layout.pools", "compare needs a single colocated pool to split")
+        pool = pools[0]
+        if pool.instances < 2:
+            raise ConfigError(
+                "layout.pools[0].instances",
+                "compare needs at least 2 colocated instances to split into prefill and decode",
+            )
+        num_prefill = max(1, pool.instances // 2)
+        split = LayoutSpec(
+            kind="disaggregated",
+            pools=[
+                pool.model_copy(update={"name": "prefill", "role": "prefill",
+                                        "instances": num_prefill}),
+                pool.model_copy(update={"name": "decode", "role": "decode",
+                                        "instances": pool.instances - num_prefill}),
+            ],
+            router=layout.router if layout is not None else RouterSpec(),
+        )
+        colocated = scenario
+        disaggregated = scenario.model_copy(update={"layout": split})
+        return colocated, disaggregated
+    if layout.kind != "disaggregated":
+        raise ConfigError(
+            "layout.kind", f"compare takes colocated or disaggregated, not {layout.kind}"
+        )
+    decode = layout.pools_with_role("decode")[0]
+    tp = decode.tensor_parallel_size or scenario.tensor_parallel_size
+    gpus = sum(
+        p.instances * (p.tensor_parallel_size or scenario.tensor_parallel_size)
+        for p in layout.pools
+    )
+    colocated_layout = LayoutSpec(
+        kind="colocated",
+        pools=[PoolSpec(name="colocated", gpu=decode.gpu, tensor_parallel_size=tp,
+                        instances=max(1, gpus // tp))],
+        router=layout.router,
+    )
+    return scenario.model_copy(update={"layout": colocated_layout}), scenario
+
+
+def throughput(summary: dict[str, Any]) -> float:
+    """Requests meeting the SLO per second when the scenario has one, else finished req/s.
+
+    Both over first arrival to last finish, so a layout that drains the same traffic sooner
+    scores higher even when neither is saturated.
+    """
+    span = summary["makespan_s"]
+    if not span:
+        return 0.0
+    if "slo" in summary:
+        return summary["slo"]["attainment"] * summary["num_requests"] / span
+    return summary["num_finished"] / span
