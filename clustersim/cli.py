@@ -239,5 +239,11 @@ def step_time_cmd(
     )
 
 
+# Imported here, not at the top: the trace commands use user_errors from this module.
+from clustersim.workload.commands import trace_app  # noqa: E402
+
+app.add_typer(trace_app, name="trace")
+
+
 def main() -> None:  # pragma: no cover - console entry point
     sys.exit(app())

@@ -36,7 +36,9 @@ def run_scenario(scenario: Scenario) -> RunResult:
     rng = np.random.default_rng(scenario.seed)
     # Routers draw from their own stream so that changing the layout never changes the traffic.
     router_rng = np.random.default_rng([scenario.seed, 1])
-    source = build_workload(scenario.workload, rng)
+    source = build_workload(
+        scenario.workload, rng, block_size=scenario.engine.block_size, base_dir=scenario.base_dir
+    )
 
     env = simpy.Environment()
     cluster = Cluster(env, scenario, model, router_rng, on_done=source.on_done)

@@ -1,41 +1,44 @@
-"""Turn a scenario's ``workload:`` into requests, reproducibly from one random generator."""
+"""Turn a scenario's ``workload:`` into requests, reproducibly from one random generator.
+
+``build_workload`` is the simulator's one entry point; the pure pieces live beside it:
+``arrivals`` (open-loop arrival times), ``lengths`` (length distributions), ``traces`` (trace
+file readers), ``replay`` (trace windows and prefix-block keys), ``classify`` (golden S6 request
+classes), ``stats`` (trace statistics) and ``sources`` (the SimPy processes).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
-from typing import Any
+import os
 
 import numpy as np
-import simpy
 
 from clustersim.engine.request import Request
+from clustersim.errors import ConfigError
+from clustersim.workload.arrivals import arrival_times
+from clustersim.workload.classify import REQUEST_CLASSES, RequestClass, classify_request
+from clustersim.workload.lengths import draw_lengths, joint_lengths
+from clustersim.workload.replay import chain_block_hashes, replay_requests
+from clustersim.workload.sources import ClosedLoop, OpenLoop, Submit
 from clustersim.workload.spec import (
+    ClosedLoopArrivals,
+    EmpiricalLengths,
     ExplicitWorkload,
-    FixedLength,
-    LengthClass,
+    IndependentLengths,
+    MixtureLengths,
+    PoissonArrivals,
     PoissonWorkload,
-    UniformLength,
+    ReplayWorkload,
+    SyntheticWorkload,
+    TraceSource,
     Workload,
 )
+from clustersim.workload.traces import SHIPPED_TRACES, Trace, load_trace, resolve_trace_path
 
-
-def chain_block_hashes(hashes: Sequence[int]) -> tuple[int, ...]:
-    """Make block i's key depend on blocks 0..i, as vLLM's chained block hashes do.
-
-    Python's hash of a tuple of ints is stable across runs (no hash randomisation for ints).
-    """
-    keys = []
-    key = 0
-    for block_hash in hashes:
-        key = hash((key, block_hash))
-        keys.append(key)
-    return tuple(keys)
-
-
-def draw_lengths(dist: FixedLength | UniformLength, n: int, rng: np.random.Generator) -> np.ndarray:
-    if isinstance(dist, FixedLength):
-        return np.full(n, dist.value, dtype=np.int64)
-    return rng.integers(dist.low, dist.high, size=n, endpoint=True)
+__all__ = [
+    "REQUEST_CLASSES", "SHIPPED_TRACES", "ClosedLoop", "OpenLoop", "RequestClass", "Submit",
+    "Trace", "build_requests", "build_workload", "chain_block_hashes", "classify_request",
+    "draw_lengths", "load_trace", "resolve_paths",
+]
 
 
 def _explicit(workload: ExplicitWorkload) -> list[Request]:
@@ -55,31 +58,36 @@ def _explicit(workload: ExplicitWorkload) -> list[Request]:
     return requests
 
 
-def _mixture_lengths(
-    classes: list[LengthClass], n: int, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
-    weights = np.array([c.weight for c in classes], dtype=float)
-    picks = rng.choice(len(classes), size=n, p=weights / weights.sum())
-    prompts = np.empty(n, dtype=np.int64)
-    outputs = np.empty(n, dtype=np.int64)
-    for index, cls in enumerate(classes):
-        mask = picks == index
-        count = int(mask.sum())
-        prompts[mask] = draw_lengths(cls.prompt_tokens, count, rng)
-        outputs[mask] = draw_lengths(cls.output_tokens, count, rng)
-    return prompts, outputs
-
-
-def _poisson(workload: PoissonWorkload, rng: np.random.Generator) -> list[Request]:
-    n = workload.num_requests
-    gaps = rng.exponential(1.0 / workload.rate_per_s, size=n)
-    arrivals = workload.start_s + np.cumsum(gaps)
+def _as_synthetic(workload: PoissonWorkload) -> SyntheticWorkload:
+    """The short ``poisson`` form spelled out (same draws, so the same requests)."""
     if workload.classes is not None:
-        prompts, outputs = _mixture_lengths(workload.classes, n, rng)
+        lengths: MixtureLengths | IndependentLengths = MixtureLengths(
+            kind="mixture", classes=workload.classes)
     else:
         assert workload.prompt_tokens is not None and workload.output_tokens is not None
-        prompts = draw_lengths(workload.prompt_tokens, n, rng)
-        outputs = draw_lengths(workload.output_tokens, n, rng)
+        lengths = IndependentLengths(kind="independent", prompt_tokens=workload.prompt_tokens,
+                                     output_tokens=workload.output_tokens)
+    return SyntheticWorkload(
+        kind="synthetic",
+        arrivals=PoissonArrivals(kind="poisson", rate_per_s=workload.rate_per_s),
+        lengths=lengths,
+        num_requests=workload.num_requests,
+        start_s=workload.start_s,
+    )
+
+
+def _table(source: TraceSource, base_dir: str | os.PathLike | None) -> Trace:
+    return load_trace(source.trace, source.format, source.columns, source.time_unit,
+                      base_dir=base_dir)
+
+
+def _lengths(workload: SyntheticWorkload, n: int, rng: np.random.Generator, base_dir):
+    spec = workload.lengths
+    table = _table(spec, base_dir) if isinstance(spec, EmpiricalLengths) else None
+    return joint_lengths(spec, n, rng, table)
+
+
+def _requests(arrivals: np.ndarray, prompts: np.ndarray, outputs: np.ndarray) -> list[Request]:
     return [
         Request(
             request_id=str(i),
@@ -87,43 +95,70 @@ def _poisson(workload: PoissonWorkload, rng: np.random.Generator) -> list[Reques
             num_prompt_tokens=int(prompts[i]),
             max_tokens=int(outputs[i]),
         )
-        for i in range(n)
+        for i in range(len(prompts))
     ]
 
 
-Submit = Callable[[Request], None]
+def _synthetic(workload: SyntheticWorkload, rng: np.random.Generator, base_dir) -> list[Request]:
+    assert not isinstance(workload.arrivals, ClosedLoopArrivals)
+    arrivals = arrival_times(workload.arrivals, rng, num_requests=workload.num_requests,
+                             duration_s=workload.duration_s, start_s=workload.start_s)
+    if arrivals.size == 0:
+        raise ConfigError("workload.duration_s", f"no request arrives within {workload.duration_s}"
+                          " s: lengthen it or raise the rate")
+    prompts, outputs = _lengths(workload, len(arrivals), rng, base_dir)
+    return _requests(arrivals, prompts, outputs)
 
 
-class OpenLoop:
-    """Requests with fixed arrival times, submitted when their time comes.
+def build_requests(
+    workload: Workload,
+    rng: np.random.Generator,
+    *,
+    block_size: int = 16,
+    base_dir: str | os.PathLike | None = None,
+) -> list[Request]:
+    """The scenario's requests, sorted by arrival time (open-loop workloads).
 
-    Every workload source offers the same three things to the simulator: ``requests`` (all the
-    requests it will ever submit, for accounting), ``run(env, submit)`` (a SimPy process that
-    submits them) and ``on_done(request)`` (called when a request finishes or is rejected,
-    which a closed-loop client uses to send its next one).
+    ``block_size`` is the engine's KV block size (for a trace's prefix-block ids);
+    ``base_dir`` the folder relative trace paths are relative to (default: the working one).
     """
-
-    def __init__(self, requests: list[Request]) -> None:
-        self.requests = requests
-
-    def run(self, env: simpy.Environment, submit: Submit) -> Generator[Any, Any, None]:
-        for request in self.requests:
-            delay = request.arrival_s - env.now
-            if delay > 0:
-                yield env.timeout(delay)
-            submit(request)
-
-    def on_done(self, request: Request) -> None:
-        """Open-loop clients do not wait for answers."""
-
-
-def build_requests(workload: Workload, rng: np.random.Generator) -> list[Request]:
-    """The scenario's requests, sorted by arrival time (open-loop workloads)."""
     if isinstance(workload, ExplicitWorkload):
         return _explicit(workload)
-    return _poisson(workload, rng)
+    if isinstance(workload, PoissonWorkload):
+        workload = _as_synthetic(workload)
+    if isinstance(workload, ReplayWorkload):
+        return replay_requests(workload, _table(workload, base_dir), block_size)
+    if isinstance(workload.arrivals, ClosedLoopArrivals):
+        raise ValueError("closed-loop arrival times are set during the run: use build_workload")
+    return _synthetic(workload, rng, base_dir)
 
 
-def build_workload(workload: Workload, rng: np.random.Generator) -> OpenLoop:
+def build_workload(
+    workload: Workload,
+    rng: np.random.Generator,
+    *,
+    block_size: int = 16,
+    base_dir: str | os.PathLike | None = None,
+) -> OpenLoop | ClosedLoop:
     """The request source the simulator drives for this ``workload:`` section."""
-    return OpenLoop(build_requests(workload, rng))
+    if isinstance(workload, SyntheticWorkload) and isinstance(
+        workload.arrivals, ClosedLoopArrivals
+    ):
+        assert workload.num_requests is not None
+        prompts, outputs = _lengths(workload, workload.num_requests, rng, base_dir)
+        requests = _requests(np.zeros(len(prompts)), prompts, outputs)
+        return ClosedLoop(requests, workload.arrivals.num_users, workload.arrivals.think_time_s,
+                          workload.start_s)
+    return OpenLoop(build_requests(workload, rng, block_size=block_size, base_dir=base_dir))
+
+
+def resolve_paths(workload: Workload, base_dir: str | os.PathLike) -> Workload:
+    """``workload`` with its relative trace paths made relative to ``base_dir`` (the scenario
+    file's folder); shipped trace names and absolute paths are kept."""
+    if isinstance(workload, ReplayWorkload):
+        return workload.model_copy(update={"trace": resolve_trace_path(workload.trace, base_dir)})
+    if isinstance(workload, SyntheticWorkload) and isinstance(workload.lengths, EmpiricalLengths):
+        lengths = workload.lengths.model_copy(
+            update={"trace": resolve_trace_path(workload.lengths.trace, base_dir)})
+        return workload.model_copy(update={"lengths": lengths})
+    return workload

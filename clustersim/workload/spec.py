@@ -1,7 +1,13 @@
 """The ``workload:`` section of a scenario: which requests arrive, when, and how long they are.
 
 Each kind is a strict pydantic model chosen by its ``kind:`` field; every request stream is
-reproducible from the scenario's seed.
+reproducible from the scenario's seed. Four kinds::
+
+    explicit   requests listed one by one
+    poisson    Poisson arrivals + lengths, flat (the short form of synthetic)
+    synthetic  arrivals:  poisson | gamma | constant | on_off | rate_curve | closed_loop
+               lengths:   independent | mixture | empirical
+    replay     a trace file's arrivals and lengths (Azure, Mooncake, Vidur, vLLM, BurstGPT, ...)
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from pydantic import (
     NonNegativeFloat,
     PositiveFloat,
     PositiveInt,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -21,6 +28,7 @@ from pydantic import (
 from clustersim.validation import Strict
 
 
+# ------------------------------------------------------------------ one length
 def _int_as_fixed(value: Any) -> Any:
     if isinstance(value, int) and not isinstance(value, bool):
         return {"kind": "fixed", "value": value}
@@ -29,15 +37,15 @@ def _int_as_fixed(value: Any) -> Any:
 
 class FixedLength(Strict):
     kind: Literal["fixed"]
-    value: PositiveInt
+    value: PositiveInt = Field(description="Every request has this many tokens.")
 
 
 class UniformLength(Strict):
     """Integers drawn uniformly from [low, high]."""
 
     kind: Literal["uniform"]
-    low: PositiveInt
-    high: PositiveInt
+    low: PositiveInt = Field(description="Shortest length, tokens.")
+    high: PositiveInt = Field(description="Longest length, tokens (inclusive).")
 
     @model_validator(mode="after")
     def _ordered(self) -> UniformLength:
@@ -46,13 +54,230 @@ class UniformLength(Strict):
         return self
 
 
+class LognormalLength(Strict):
+    """A lognormal with the given mean and coefficient of variation, rounded, then clipped."""
+
+    kind: Literal["lognormal"]
+    mean: PositiveFloat = Field(description="Mean length in tokens (before rounding/clipping).")
+    cv: PositiveFloat = Field(description="Standard deviation / mean (before clipping).")
+    low: PositiveInt = Field(1, description="Shorter draws are raised to this.")
+    high: PositiveInt | None = Field(None, description="Longer draws are cut to this.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LognormalLength:
+        if self.high is not None and self.low > self.high:
+            raise ValueError(f"low ({self.low}) must be <= high ({self.high})")
+        return self
+
+
 LengthDist = Annotated[
-    Annotated[FixedLength | UniformLength, Field(discriminator="kind")],
+    Annotated[FixedLength | UniformLength | LognormalLength, Field(discriminator="kind")],
     BeforeValidator(_int_as_fixed),
 ]
 """A token-length distribution; a plain integer means ``{kind: fixed, value: n}``."""
 
 
+# ------------------------------------------------------------- traffic classes
+SOURCE_CLASSES: dict[str, tuple[int, int]] = {
+    "decode_baseline": (16, 512),
+    "short_interactive": (256, 64),
+    "long_document_16k": (16384, 32),
+    "long_document_32k": (32768, 32),
+}
+"""The source documents' traffic classes, (prompt, output) tokens: a class of one of these
+names that gives no lengths takes these."""
+
+
+class LengthClass(Strict):
+    """One traffic class of a mixture: its share of requests and its lengths."""
+
+    name: str = Field(description=f"Class name; {', '.join(SOURCE_CLASSES)} have default lengths.")
+    weight: PositiveFloat = Field(description="Relative share of requests (weights need not sum "
+                                  "to 1).")
+    prompt_tokens: LengthDist = Field(description="Prompt length of this class's requests.")
+    output_tokens: LengthDist = Field(description="Output length of this class's requests.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shipped_lengths(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "prompt_tokens" in data or "output_tokens" in data:
+            return data
+        name = data.get("name")
+        if name not in SOURCE_CLASSES:
+            raise ValueError(
+                f"class {name!r} needs prompt_tokens and output_tokens "
+                f"(classes with default lengths: {', '.join(SOURCE_CLASSES)})"
+            )
+        prompt, output = SOURCE_CLASSES[name]
+        return {**data, "prompt_tokens": prompt, "output_tokens": output}
+
+
+# ---------------------------------------------------------------- trace files
+TimeUnit = Literal["s", "ms", "us", "ns", "datetime"]
+
+
+class TraceColumns(Strict):
+    """Column (or JSON key) names that replace the format's own; required for csv and jsonl."""
+
+    arrival: str | None = Field(None, description="Arrival time column (none: lengths only).")
+    prompt_tokens: str | None = Field(None, description="Prompt length column, tokens.")
+    output_tokens: str | None = Field(None, description="Output length column, tokens.")
+
+
+class TraceSource(Strict):
+    """Where a trace comes from and how to read it (shared by ``replay`` and ``empirical``)."""
+
+    trace: str = Field(
+        description="A shipped trace's name (`clustersim trace list`: azure-conv-2023, "
+        "azure-code-2023, mooncake-conversation) or a file path; a relative path is relative "
+        "to the scenario's folder. A .gz file is decompressed."
+    )
+    format: Literal[
+        "auto", "azure", "mooncake", "vidur", "vllm", "llmservingsim", "burstgpt", "lengths",
+        "csv", "jsonl",
+    ] = Field("auto", description="File format; auto detects it from the header/first record.")
+    columns: TraceColumns | None = Field(None, description="Column names replacing the format's.")
+    time_unit: TimeUnit | None = Field(
+        None, description="Unit of the arrival column (datetime: ISO 8601 text); default the "
+        "format's own (s for csv/jsonl)."
+    )
+
+    @model_validator(mode="after")
+    def _generic_needs_columns(self) -> TraceSource:
+        if self.format in ("csv", "jsonl"):
+            cols = self.columns
+            if cols is None or cols.prompt_tokens is None or cols.output_tokens is None:
+                raise ValueError(
+                    f"format {self.format} needs columns: {{prompt_tokens: ..., "
+                    "output_tokens: ..., arrival: ...} (arrival optional)"
+                )
+        return self
+
+
+# ---------------------------------------------------------------- arrivals
+class PoissonArrivals(Strict):
+    """Exponential gaps: the memoryless open-loop client (`vllm bench serve --request-rate`)."""
+
+    kind: Literal["poisson"]
+    rate_per_s: PositiveFloat = Field(description="Mean arrival rate, requests per second.")
+
+
+class GammaArrivals(Strict):
+    """Gamma-distributed gaps with mean 1/rate; cv > 1 is burstier than Poisson (cv = 1)."""
+
+    kind: Literal["gamma"]
+    rate_per_s: PositiveFloat = Field(description="Mean arrival rate, requests per second.")
+    cv: PositiveFloat = Field(description="Coefficient of variation of the gaps (burstiness).")
+
+
+class ConstantArrivals(Strict):
+    """One request every 1/rate seconds."""
+
+    kind: Literal["constant"]
+    rate_per_s: PositiveFloat = Field(description="Requests per second, evenly spaced.")
+
+
+class OnOffArrivals(Strict):
+    """Bursts: Poisson at on_rate_per_s for on_s, then at off_rate_per_s for off_s, repeated."""
+
+    kind: Literal["on_off"]
+    on_rate_per_s: PositiveFloat = Field(description="Rate during each burst, requests/s.")
+    on_s: PositiveFloat = Field(description="Length of each burst.")
+    off_s: PositiveFloat = Field(description="Length of each pause between bursts.")
+    off_rate_per_s: NonNegativeFloat = Field(0.0, description="Rate during the pauses.")
+
+
+class RateCurveArrivals(Strict):
+    """Poisson arrivals whose rate follows a curve over time (e.g. a diurnal day)."""
+
+    kind: Literal["rate_curve"]
+    points: list[tuple[NonNegativeFloat, NonNegativeFloat]] = Field(
+        min_length=1,
+        description="[time_s, rate_per_s] pairs from time 0, times increasing; after the last "
+        "point the rate stays at its value (or the curve repeats, with period_s).",
+    )
+    interpolation: Literal["linear", "step"] = Field(
+        "linear", description="linear: the rate ramps between points; step: it holds until the "
+        "next point."
+    )
+    period_s: PositiveFloat | None = Field(
+        None, description="Repeat the curve with this period (> the last point's time); the "
+        "last point leads back to the first."
+    )
+
+    @model_validator(mode="after")
+    def _shape(self) -> RateCurveArrivals:
+        times = [t for t, _ in self.points]
+        if times[0] != 0:
+            raise ValueError(f"the first point must be at time 0, not {times[0]}")
+        for before, after in zip(times, times[1:], strict=False):
+            if after <= before:
+                raise ValueError(f"point times must increase: {after} after {before}")
+        if not any(rate > 0 for _, rate in self.points):
+            raise ValueError("every rate is 0: no request would ever arrive")
+        return self
+
+    @field_validator("period_s")
+    @classmethod
+    def _after_last_point(cls, period: float | None, info: ValidationInfo) -> float | None:
+        points = info.data.get("points")
+        if period is not None and points and period <= points[-1][0]:
+            raise ValueError(f"period_s ({period}) must exceed the last point's time "
+                             f"({points[-1][0]})")
+        return period
+
+
+class ClosedLoopArrivals(Strict):
+    """N users, each sending its next request when its previous one finishes (plus think time),
+    as `vllm bench serve --max-concurrency N` and most vendor tables measure."""
+
+    kind: Literal["closed_loop"]
+    num_users: PositiveInt = Field(description="Concurrent users = most requests in flight.")
+    think_time_s: NonNegativeFloat = Field(
+        0.0, description="Pause between a user's answer and its next request."
+    )
+
+
+Arrivals = Annotated[
+    PoissonArrivals | GammaArrivals | ConstantArrivals | OnOffArrivals | RateCurveArrivals
+    | ClosedLoopArrivals,
+    Field(discriminator="kind"),
+]
+
+
+# ------------------------------------------------------------ joint lengths
+class IndependentLengths(Strict):
+    """Prompt and output lengths drawn independently, each from its own distribution."""
+
+    kind: Literal["independent"]
+    prompt_tokens: LengthDist = Field(description="Prompt length distribution.")
+    output_tokens: LengthDist = Field(description="Output length distribution.")
+
+
+class MixtureLengths(Strict):
+    """Each request picks a class by weight, then draws that class's lengths."""
+
+    kind: Literal["mixture"]
+    classes: list[LengthClass] = Field(min_length=1, description="The traffic classes.")
+
+
+class EmpiricalLengths(TraceSource):
+    """(prompt, output) pairs taken together from the rows of a trace or length table
+    (ShareGPT etc.), so their correlation is kept; arrival times and prefix hashes are not used."""
+
+    kind: Literal["empirical"]
+    sample: Literal["random", "in_order"] = Field(
+        "random", description="random: rows drawn with replacement; in_order: rows in file "
+        "order, starting over after the last."
+    )
+
+
+Lengths = Annotated[
+    IndependentLengths | MixtureLengths | EmpiricalLengths, Field(discriminator="kind")
+]
+
+
+# ----------------------------------------------------------------- workloads
 class ExplicitRequest(Strict):
     id: str
     arrival_s: NonNegativeFloat
@@ -86,25 +311,22 @@ class ExplicitWorkload(Strict):
         return requests
 
 
-class LengthClass(Strict):
-    """One traffic class of a mixture: its share of requests and its lengths."""
-
-    name: str
-    weight: PositiveFloat
-    prompt_tokens: LengthDist
-    output_tokens: LengthDist
-
-
 class PoissonWorkload(Strict):
-    """Poisson arrivals at ``rate_per_s``; lengths from one distribution or a class mixture."""
+    """Poisson arrivals at ``rate_per_s``; lengths from one distribution or a class mixture.
+
+    The short form of ``synthetic`` with ``arrivals: {kind: poisson}``; both give the same
+    requests for the same seed.
+    """
 
     kind: Literal["poisson"]
-    rate_per_s: PositiveFloat
-    num_requests: PositiveInt
-    start_s: NonNegativeFloat = 0.0
-    prompt_tokens: LengthDist | None = None
-    output_tokens: LengthDist | None = None
-    classes: list[LengthClass] | None = Field(None, min_length=1)
+    rate_per_s: PositiveFloat = Field(description="Mean arrival rate, requests per second.")
+    num_requests: PositiveInt = Field(description="How many requests.")
+    start_s: NonNegativeFloat = Field(0.0, description="Arrivals begin one gap after this.")
+    prompt_tokens: LengthDist | None = Field(None, description="Prompt length (without classes).")
+    output_tokens: LengthDist | None = Field(None, description="Output length (without classes).")
+    classes: list[LengthClass] | None = Field(
+        None, min_length=1, description="A mixture of traffic classes instead of one length pair."
+    )
 
     @model_validator(mode="after")
     def _one_length_source(self) -> PoissonWorkload:
@@ -116,4 +338,75 @@ class PoissonWorkload(Strict):
         return self
 
 
-Workload = Annotated[ExplicitWorkload | PoissonWorkload, Field(discriminator="kind")]
+class SyntheticWorkload(Strict):
+    """Traffic generated from an arrival process and a length distribution."""
+
+    kind: Literal["synthetic"]
+    arrivals: Arrivals = Field(description="When requests arrive (a kind: and its fields).")
+    lengths: Lengths = Field(description="How long their prompts and outputs are.")
+    num_requests: PositiveInt | None = Field(
+        None, description="How many requests (required for closed_loop)."
+    )
+    duration_s: PositiveFloat | None = Field(
+        None, description="Open loop: only requests arriving within this long after start_s; "
+        "with num_requests, whichever ends first."
+    )
+    start_s: NonNegativeFloat = Field(
+        0.0, description="When traffic starts: closed-loop users send their first requests "
+        "then; open-loop arrivals begin one gap after it."
+    )
+
+    @model_validator(mode="after")
+    def _how_many(self) -> SyntheticWorkload:
+        arrivals = self.arrivals
+        if isinstance(arrivals, ClosedLoopArrivals):
+            if self.num_requests is None or self.duration_s is not None:
+                raise ValueError("closed_loop arrivals need num_requests and take no duration_s")
+        elif self.num_requests is None and self.duration_s is None:
+            raise ValueError("give num_requests, duration_s or both")
+        if (
+            isinstance(arrivals, RateCurveArrivals)
+            and arrivals.period_s is None
+            and arrivals.points[-1][1] == 0
+            and self.duration_s is None
+        ):
+            raise ValueError("the rate curve ends at rate 0, so traffic stops there: "
+                             "give duration_s")
+        return self
+
+
+class ReplayWorkload(TraceSource):
+    """Replay a trace's arrivals and lengths (and Mooncake's prefix-block hashes)."""
+
+    kind: Literal["replay"]
+    window_start_s: NonNegativeFloat = Field(
+        0.0, description="Replay from this time of the trace (seconds after its first request); "
+        "that moment becomes simulated time 0."
+    )
+    window_end_s: PositiveFloat | None = Field(
+        None, description="Replay requests before this time of the trace (default: to the end)."
+    )
+    max_num_requests: PositiveInt | None = Field(
+        None, description="Replay at most this many requests (the first ones in the window)."
+    )
+    rate_multiplier: PositiveFloat = Field(
+        1.0, description="Speed-up of the replay: gaps are divided by it (2 = twice the rate)."
+    )
+    spread_ties: bool = Field(
+        False, description="Spread requests sharing one timestamp evenly up to the next "
+        "timestamp (Mooncake's conversation trace is quantised to ~3 s ticks)."
+    )
+
+    @field_validator("window_end_s")
+    @classmethod
+    def _after_start(cls, end: float | None, info: ValidationInfo) -> float | None:
+        start = info.data.get("window_start_s")
+        if end is not None and start is not None and end <= start:
+            raise ValueError(f"window_end_s ({end}) must exceed window_start_s ({start})")
+        return end
+
+
+Workload = Annotated[
+    ExplicitWorkload | PoissonWorkload | SyntheticWorkload | ReplayWorkload,
+    Field(discriminator="kind"),
+]

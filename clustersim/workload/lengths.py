@@ -1,0 +1,71 @@
+"""Prompt and output lengths, drawn from one random generator (pure functions)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from clustersim.workload.spec import (
+    EmpiricalLengths,
+    FixedLength,
+    IndependentLengths,
+    LengthClass,
+    LognormalLength,
+    MixtureLengths,
+    UniformLength,
+)
+from clustersim.workload.traces import Trace
+
+
+def draw_lengths(
+    dist: FixedLength | UniformLength | LognormalLength, n: int, rng: np.random.Generator
+) -> np.ndarray:
+    """``n`` token lengths from one distribution."""
+    if isinstance(dist, FixedLength):
+        return np.full(n, dist.value, dtype=np.int64)
+    if isinstance(dist, UniformLength):
+        return rng.integers(dist.low, dist.high, size=n, endpoint=True)
+    # Lognormal with mean m and CV c: sigma² = ln(1 + c²), mu = ln(m) - sigma²/2.
+    sigma2 = float(np.log1p(dist.cv * dist.cv))
+    mu = float(np.log(dist.mean)) - sigma2 / 2
+    values = np.rint(rng.lognormal(mu, np.sqrt(sigma2), size=n))
+    high = np.inf if dist.high is None else dist.high
+    return np.clip(values, dist.low, high).astype(np.int64)
+
+
+def mixture_lengths(
+    classes: list[LengthClass], n: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each request picks a class by weight, then draws that class's prompt and output."""
+    weights = np.array([c.weight for c in classes], dtype=float)
+    picks = rng.choice(len(classes), size=n, p=weights / weights.sum())
+    prompts = np.empty(n, dtype=np.int64)
+    outputs = np.empty(n, dtype=np.int64)
+    for index, cls in enumerate(classes):
+        mask = picks == index
+        count = int(mask.sum())
+        prompts[mask] = draw_lengths(cls.prompt_tokens, count, rng)
+        outputs[mask] = draw_lengths(cls.output_tokens, count, rng)
+    return prompts, outputs
+
+
+def empirical_lengths(
+    table: Trace, n: int, rng: np.random.Generator, in_order: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """(prompt, output) pairs taken together from a table's rows."""
+    rows = np.arange(n) % len(table) if in_order else rng.integers(0, len(table), size=n)
+    return table.prompt_tokens[rows], table.output_tokens[rows]
+
+
+def joint_lengths(
+    spec: IndependentLengths | MixtureLengths | EmpiricalLengths,
+    n: int,
+    rng: np.random.Generator,
+    table: Trace | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt and output lengths of ``n`` requests; ``table`` is the loaded empirical trace."""
+    if isinstance(spec, MixtureLengths):
+        return mixture_lengths(spec.classes, n, rng)
+    if isinstance(spec, EmpiricalLengths):
+        assert table is not None, "empirical lengths need their table loaded"
+        return empirical_lengths(table, n, rng, in_order=spec.sample == "in_order")
+    return draw_lengths(spec.prompt_tokens, n, rng), draw_lengths(spec.output_tokens, n, rng)

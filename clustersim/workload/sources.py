@@ -1,0 +1,86 @@
+"""Workload sources: the SimPy processes that hand requests to the engine.
+
+Every source offers the simulator the same three things: ``requests`` (all the requests it will
+ever submit, for accounting), ``run(env, submit)`` (a SimPy process that submits them) and
+``on_done(request)`` (called when a request finishes or is rejected).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any
+
+import simpy
+
+from clustersim.engine.request import Request
+
+Submit = Callable[[Request], None]
+
+
+class OpenLoop:
+    """Requests with fixed arrival times, submitted when their time comes."""
+
+    def __init__(self, requests: list[Request]) -> None:
+        self.requests = requests
+
+    def run(self, env: simpy.Environment, submit: Submit) -> Generator[Any, Any, None]:
+        for request in self.requests:
+            delay = request.arrival_s - env.now
+            if delay > 0:
+                yield env.timeout(delay)
+            submit(request)
+
+    def on_done(self, request: Request) -> None:
+        """Open-loop clients do not wait for answers."""
+
+
+class ClosedLoop:
+    """``num_users`` clients: each sends its next request when its previous one is done.
+
+    The requests (lengths fixed in advance, in order) are handed out first come, first served:
+    whichever user is free next takes the next one, and its ``arrival_s`` is set when it is
+    sent. At most ``num_users`` requests are ever in flight. A user's next request goes out
+    ``think_time_s`` after the answer, as a separate event, so with no think time it arrives at
+    the same instant but after the engine has planned its next step.
+    """
+
+    def __init__(
+        self, requests: list[Request], num_users: int, think_time_s: float = 0.0,
+        start_s: float = 0.0,
+    ) -> None:
+        self.requests = requests
+        self.num_users = num_users
+        self.think_time_s = think_time_s
+        self.start_s = start_s
+        self._num_sent = 0
+        self._num_claimed = 0
+        """Requests sent or waiting out a think time: a user took each of them."""
+        self._env: simpy.Environment | None = None
+        self._submit: Submit | None = None
+
+    def run(self, env: simpy.Environment, submit: Submit) -> Generator[Any, Any, None]:
+        self._env, self._submit = env, submit
+        yield env.timeout(max(self.start_s - env.now, 0.0))
+        self._num_claimed = min(self.num_users, len(self.requests))
+        for _ in range(self._num_claimed):
+            self._send()
+
+    def _send(self) -> None:
+        assert self._env is not None and self._submit is not None
+        request = self.requests[self._num_sent]
+        self._num_sent += 1
+        request.arrival_s = float(self._env.now)
+        self._submit(request)
+
+    def _send_after_think(self) -> Generator[Any, Any, None]:
+        assert self._env is not None
+        yield self._env.timeout(self.think_time_s)
+        self._send()
+
+    def on_done(self, request: Request) -> None:
+        """The user whose request this was takes the next one, if any is left."""
+        if self._env is None:
+            raise AssertionError(f"request {request.request_id} done before the source ran")
+        if self._num_claimed < len(self.requests):
+            self._num_claimed += 1
+            self._env.process(self._send_after_think())
