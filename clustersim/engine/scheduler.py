@@ -103,7 +103,7 @@ class StepPlan:
     prefill_chunks: list[tuple[Request, int]] = field(default_factory=list)
     """The scheduled entries that are prompt (or recompute) chunks, not decodes."""
     kv_loads: list[tuple[Request, int]] = field(default_factory=list)
-    """(request, blocks to read): KV pulls this step's execute starts (decode side of P/D)."""
+    """(request, tokens to read): KV pulls this step's execute starts (decode side of P/D)."""
 
     @property
     def is_empty(self) -> bool:
@@ -335,8 +335,8 @@ class Scheduler:
         request.status = RequestStatus.WAITING_FOR_REMOTE_KVS
         request.num_computed_tokens = hit + external
         self.kv_holding.append(request)
-        # blocks found in the local prefix cache are not read again
-        plan.kv_loads.append((request, cdiv(pulled, block_size) - hit // block_size))
+        # tokens found in the local prefix cache are not read again
+        plan.kv_loads.append((request, external))
         return True
 
     def _finish_remote_load(self, request: Request) -> None:
