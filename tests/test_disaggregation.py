@@ -192,3 +192,37 @@ def test_compare_runs_both_layouts_and_gives_a_verdict(tmp_path: Path):
     assert "verdict:" in output
     assert (tmp_path / "cmp" / "colocated" / "requests.csv").exists()
     assert (tmp_path / "cmp" / "disaggregated" / "transfers.csv").exists()
+
+
+def test_heterogeneous_pools_prefill_on_h100_tp2_decode_on_a100(tmp_path):
+    topology = tmp_path / "mixed.yaml"
+    topology.write_text("""
+name: h100-plus-a100
+links:
+  nvlink4: {bw_gb_per_s_per_dir: 450, latency_us: 5, efficiency: 0.82, source: test}
+  nvlink3: {bw_gb_per_s_per_dir: 300, latency_us: 5, efficiency: 0.83, source: test}
+  pcie: {bw_gb_per_s_per_dir: 31.5, latency_us: 5, efficiency: 0.83, source: test}
+  hdr: {bw_gb_per_s_per_dir: 25, latency_us: 5, efficiency: 0.85, source: test}
+nodes:
+  - {name: h, gpus: {type: h100-sxm, count: 8}, pcie_link: pcie,
+     gpu_fabric: {kind: nvswitch, link: nvlink4}, nics: {count: 8, link: hdr}}
+  - {name: a, gpus: {type: a100-80gb-sxm, count: 8}, pcie_link: pcie,
+     gpu_fabric: {kind: nvswitch, link: nvlink3}, nics: {count: 8, link: hdr}}
+switches:
+  - {name: leaf0, connects: [h, a]}
+""")
+    data = scenario(
+        model="llama-3.1-8b", gpu="h100-sxm", topology=str(topology),
+        layout={"kind": "disaggregated", "pools": [
+            {"name": "prefill", "role": "prefill", "gpu": "h100-sxm", "tensor_parallel_size": 2},
+            {"name": "decode", "role": "decode", "gpu": "a100-80gb-sxm", "instances": 2}]},
+        workload=explicit(("x", 0.0, 1000, 4), ("y", 0.0, 2000, 4)))
+    result = simulate(tmp_path, data)
+    engines = {e["name"]: e for e in result["summary"]["engine"]}
+    assert engines["prefill-0"]["gpus"] == ["h/gpu0", "h/gpu1"]
+    assert engines["decode-0"]["gpu"] == "a100-80gb-sxm"
+    moved = {t["request"]: t for t in transfers(result)}
+    # TP2 -> TP1: the same bytes as the prompt's KV, from both prefill ranks
+    assert int(moved["x"]["bytes"]) == 1000 * KV_PER_TOKEN
+    assert moved["x"]["source"] == "h/gpu0+h/gpu1"
+    assert all(r["outcome"] == "finished" for r in result["requests"].values())
