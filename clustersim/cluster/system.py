@@ -206,7 +206,11 @@ class Cluster:
         if not isinstance(self.scenario.cost, FixedCost):
             link: dict[str, Any] = {}
             if self.topology is not None and tp > 1:
-                link["tp_link_bytes_per_s"] = self.topology.tp_group_link(group).bytes_per_s
+                # the group's real link can only be slower than what the catalog assumes
+                placed = self.topology.tp_group_link(group).bytes_per_s
+                link["tp_link_bytes_per_s"] = min(
+                    placed, gpu.tp_link(tp).effective_bytes_per_s
+                )
             try:
                 cost_model = CostModel(self.model, gpu, tp, **link)
             except ClusterSimError as error:

@@ -1,0 +1,389 @@
+"""KV handoffs as fluid flows that share link bandwidth max-min fairly.
+
+A transfer from a TP group to a TP group is split into parallel sub-flows, one per rank of the
+larger group (heterogeneous TP pairs rank ``i`` of the larger with ``i * small // large`` of
+the smaller)::
+
+    prefill TP2 ─ gpu0 ──┐
+                 gpu1 ──┴─> decode TP1 gpu0      2 sub-flows of num_bytes / 2
+
+Each sub-flow waits its path latency (plus any extra), then drains at its max-min fair share
+of every directed edge it crosses. Shares are recomputed whenever a sub-flow starts or ends;
+between those instants every rate is constant, so the only wake-up needed is the earliest
+completion.
+
+The core is pure (:func:`max_min_rates`, :class:`FluidState`, :func:`drain_alone`) and is
+tested without SimPy; :class:`FlowNetwork` is the SimPy shell that the cluster calls.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import simpy
+
+from clustersim.cluster.topology import Topology
+
+Edge = Hashable
+"""An edge as the pure core sees it: anything hashable (FlowNetwork uses small ints)."""
+
+DONE_BYTES = 1e-6
+"""A sub-flow with at most this many bytes left is finished (float round-off, not data)."""
+
+
+# -------------------------------------------------------------- pure core
+def max_min_rates(
+    paths: Sequence[Sequence[Hashable]], capacity: Mapping[Hashable, float]
+) -> list[float]:
+    """Max-min fair rates of flows over shared edges (progressive filling).
+
+    Repeatedly take the most constrained edge (capacity left / flows still growing on it;
+    the edge seen first in flow order on a tie), give its growing flows that share, and take
+    it off every edge they cross. A flow crossing no edge gets ``inf``. Flows with the same
+    path get the same rate, so they are filled as one class of ``count`` flows.
+    """
+    class_of: list[int] = []
+    classes: dict[tuple[Hashable, ...], int] = {}
+    for edges in paths:
+        class_of.append(classes.setdefault(tuple(edges), len(classes)))
+    members = list(classes)
+    count = [0] * len(members)
+    for c in class_of:
+        count[c] += 1
+    users: dict[Hashable, list[int]] = {}
+    growing: dict[Hashable, int] = {}
+    for c, edges in enumerate(members):
+        for edge in edges:
+            users.setdefault(edge, []).append(c)
+            growing[edge] = growing.get(edge, 0) + count[c]
+    order = {edge: i for i, edge in enumerate(users)}
+    left = {edge: float(capacity[edge]) for edge in users}
+    heap = [(left[e] / growing[e], order[e], e) for e in users]
+    heapq.heapify(heap)
+    rates = [math.inf] * len(members)
+    frozen = [not edges for edges in members]
+    while heap:
+        share, _, edge = heapq.heappop(heap)
+        if edge not in growing or share != left[edge] / growing[edge]:
+            continue  # stale: the edge changed since this entry was pushed
+        for c in users[edge]:
+            if frozen[c]:
+                continue
+            frozen[c] = True
+            rates[c] = share
+            for crossed in members[c]:
+                rest = left[crossed] - share * count[c]
+                left[crossed] = rest if rest > 0.0 else 0.0
+                growing[crossed] -= count[c]
+                if growing[crossed]:
+                    heapq.heappush(
+                        heap, (left[crossed] / growing[crossed], order[crossed], crossed)
+                    )
+                else:
+                    del growing[crossed]
+    return [rates[c] for c in class_of]
+
+
+@dataclass(slots=True)
+class Drain:
+    """One sub-flow while it moves bytes."""
+
+    edges: tuple[Edge, ...]
+    num_bytes: int
+    remaining: float
+    rate: float = 0.0
+    due_s: float = math.inf
+    """When it finishes at the current rates (set by :meth:`FluidState.replan`)."""
+
+
+class FluidState:
+    """Active sub-flows draining at max-min fair rates. Time is passed in: no SimPy here.
+
+    Call :meth:`advance` to now before every change, then :meth:`replan` after it.
+    """
+
+    def __init__(self, capacity: Mapping[Edge, float], now_s: float = 0.0) -> None:
+        self.capacity = capacity
+        self.now_s = now_s
+        self.active: dict[int, Drain] = {}
+        """Key -> drain, in insertion (creation) order: the order every tie is broken in."""
+
+    def advance(self, now_s: float) -> None:
+        """Move every active sub-flow's bytes on by ``rate x elapsed``."""
+        elapsed = now_s - self.now_s
+        if elapsed < 0:
+            raise ValueError(f"time runs backwards: {now_s} < {self.now_s}")
+        if elapsed > 0:
+            for drain in self.active.values():
+                drain.remaining -= drain.rate * elapsed
+        self.now_s = now_s
+
+    def add(self, key: int, edges: Sequence[Edge], num_bytes: int) -> None:
+        self.active[key] = Drain(tuple(edges), num_bytes, float(num_bytes))
+
+    def replan(self) -> float | None:
+        """Recompute rates and due times; the delay to the earliest completion (None: idle)."""
+        drains = list(self.active.values())
+        rates = max_min_rates([d.edges for d in drains], self.capacity)
+        earliest = None
+        for drain, rate in zip(drains, rates, strict=True):
+            drain.rate = rate
+            delay = max(drain.remaining, 0.0) / rate
+            drain.due_s = self.now_s + delay
+            if earliest is None or delay < earliest:
+                earliest = delay
+        return earliest
+
+    def pop_done(self) -> list[int]:
+        """Remove and return, in creation order, the sub-flows that are finished by now."""
+        done = [
+            key for key, d in self.active.items()
+            if d.due_s <= self.now_s or d.remaining <= DONE_BYTES
+        ]
+        for key in done:
+            del self.active[key]
+        return done
+
+    def carried(self) -> dict[Edge, float]:
+        """Bytes the active sub-flows have moved so far, per edge."""
+        moved: dict[Edge, float] = {}
+        for drain in self.active.values():
+            done = drain.num_bytes - max(drain.remaining, 0.0)
+            for edge in drain.edges:
+                moved[edge] = moved.get(edge, 0.0) + done
+        return moved
+
+
+def drain_alone(
+    flows: Sequence[tuple[float, Sequence[Edge], int]], capacity: Mapping[Edge, float]
+) -> list[float]:
+    """Finish times of ``(start_s, edges, num_bytes)`` sub-flows sharing otherwise idle links.
+
+    A sub-flow with no bytes or no edges finishes at its start.
+    """
+    ends = [start if not edges or not size else math.nan for start, edges, size in flows]
+    pending = sorted(
+        (start, i) for i, (start, edges, size) in enumerate(flows) if edges and size
+    )
+    state = FluidState(capacity, pending[0][0] if pending else 0.0)
+    while pending or state.active:
+        delay = state.replan()
+        next_start = pending[0][0] if pending else math.inf
+        due = state.now_s + delay if delay is not None else math.inf
+        state.advance(min(next_start, due))
+        for key in state.pop_done():
+            ends[key] = state.now_s
+        while pending and pending[0][0] <= state.now_s:
+            _, i = pending.pop(0)
+            state.add(i, flows[i][1], flows[i][2])
+    return ends
+
+
+def pair_ranks(src_gpus: Sequence[str], dst_gpus: Sequence[str]) -> list[tuple[str, str]]:
+    """Sub-flow endpoints: rank i of the larger group with rank ``i * small // large``."""
+    if len(src_gpus) >= len(dst_gpus):
+        return [(s, dst_gpus[i * len(dst_gpus) // len(src_gpus)]) for i, s in enumerate(src_gpus)]
+    return [(src_gpus[i * len(src_gpus) // len(dst_gpus)], d) for i, d in enumerate(dst_gpus)]
+
+
+def split_bytes(num_bytes: int, parts: int) -> list[int]:
+    """``num_bytes`` in ``parts`` near-equal integers (the first ones one byte larger)."""
+    base, extra = divmod(num_bytes, parts)
+    return [base + (i < extra) for i in range(parts)]
+
+
+# ------------------------------------------------------------ SimPy shell
+@dataclass(frozen=True)
+class TransferRecord:
+    """One finished KV handoff."""
+
+    tag: str
+    src: tuple[str, ...]
+    dst: tuple[str, ...]
+    path: str
+    """The first sub-flow's path, vertices joined by ``>`` (``node0/gpu0>node0/nvswitch>...``)."""
+    bytes: int
+    requested_s: float
+    start_s: float
+    """When the first byte moved (request + the shortest sub-flow latency)."""
+    end_s: float
+    ideal_s: float
+    """Duration alone on idle links (its own sub-flows still share what they both cross)."""
+
+    @property
+    def queue_s(self) -> float:
+        """Time lost to other traffic."""
+        return self.end_s - self.requested_s - self.ideal_s
+
+
+@dataclass(slots=True)
+class _Transfer:
+    tag: str
+    src: tuple[str, ...]
+    dst: tuple[str, ...]
+    path: str
+    num_bytes: int
+    requested_s: float
+    start_s: float
+    ideal_s: float
+    event: simpy.Event
+    num_pending: int
+    sub_flows: dict[int, tuple[tuple[int, ...], int]] = field(default_factory=dict)
+
+
+class FlowNetwork:
+    """KV transfers over a topology's links, as SimPy events.
+
+    One wake-up is live at a time, at the earliest sub-flow completion; every start or end
+    re-plans and bumps a generation counter, so wake-ups planned before it are ignored.
+    """
+
+    def __init__(self, env: simpy.Environment, topology: Topology) -> None:
+        self.env = env
+        self.topology = topology
+        self.records: list[TransferRecord] = []
+        """Finished transfers, in completion order."""
+        # edges are numbered in graph order: ints hash fast in the max-min inner loop
+        edges = list(topology.graph.edges(data=True))
+        self._link_ids = [attrs["link_id"] for _, _, attrs in edges]
+        self._edge_index = {(u, v): i for i, (u, v, _) in enumerate(edges)}
+        self._capacity = {i: attrs["bytes_per_s"] for i, (_, _, attrs) in enumerate(edges)}
+        self._edge_bytes = [0.0] * len(edges)
+        self._routes: dict[tuple[str, str], tuple[tuple[int, ...], float, str]] = {}
+        self._fluid = FluidState(self._capacity, env.now)
+        self._owner: dict[int, _Transfer] = {}  # sub-flow key -> its transfer
+        self._keys = itertools.count()
+        self._generation = 0
+
+    def transfer(
+        self,
+        tag: str,
+        src_gpus: list[str],
+        dst_gpus: list[str],
+        num_bytes: int,
+        extra_latency_s: float = 0.0,
+    ) -> simpy.Event:
+        """Move ``num_bytes`` of KV from one TP group to another; the event's value is the
+        :class:`TransferRecord`. Same GPUs on both sides, or no bytes: latency only."""
+        if not src_gpus or not dst_gpus:
+            raise ValueError(f"transfer {tag}: empty GPU group")
+        if num_bytes < 0 or extra_latency_s < 0:
+            raise ValueError(f"transfer {tag}: negative bytes or latency")
+        pairs = pair_ranks(src_gpus, dst_gpus)
+        sizes = split_bytes(num_bytes, len(pairs))
+        now = float(self.env.now)
+        latencies, subs = [], []  # subs: (start_s, edges, bytes)
+        for (src, dst), size in zip(pairs, sizes, strict=True):
+            edges, path_latency_s, _ = self._route(src, dst)
+            latency = path_latency_s + extra_latency_s
+            latencies.append(latency)
+            subs.append((now + latency, edges, size if edges else 0))
+        ends = drain_alone(subs, self._capacity)
+        transfer = _Transfer(
+            tag=tag,
+            src=tuple(src_gpus),
+            dst=tuple(dst_gpus),
+            path=self._route(*pairs[0])[2],
+            num_bytes=num_bytes,
+            requested_s=now,
+            start_s=min(start for start, _, _ in subs),
+            ideal_s=max(ends) - now,
+            event=self.env.event(),
+            num_pending=len(subs),
+        )
+        by_latency: dict[float, list[int]] = {}  # one timeout per distinct latency
+        for latency, (_, edges, size) in zip(latencies, subs, strict=True):
+            key = next(self._keys)
+            transfer.sub_flows[key] = (edges, size)
+            self._owner[key] = transfer
+            by_latency.setdefault(latency, []).append(key)
+        for latency, keys in by_latency.items():
+            timeout = self.env.timeout(latency)
+            timeout.callbacks.append(partial(self._start, keys))
+        return transfer.event
+
+    def link_utilization(self, span_s: float) -> dict[str, float]:
+        """Per link id: bytes carried so far / (effective bytes_per_s x ``span_s``).
+
+        A link that carried nothing is 0.0, even over an empty span."""
+        if span_s < 0:
+            raise ValueError(f"span_s must be >= 0, got {span_s}")
+        self._fluid.advance(self.env.now)
+        carried = list(self._edge_bytes)
+        for edge, moved in self._fluid.carried().items():
+            carried[edge] += moved
+        return {
+            link_id: (
+                moved / (self._capacity[edge] * span_s) if span_s else math.inf
+            ) if moved else 0.0
+            for edge, (link_id, moved) in enumerate(zip(self._link_ids, carried, strict=True))
+        }
+
+    def _route(self, src: str, dst: str) -> tuple[tuple[int, ...], float, str]:
+        """Edge numbers, latency and label of the path from ``src`` to ``dst`` (cached)."""
+        route = self._routes.get((src, dst))
+        if route is None:
+            edges = tuple(self._edge_index[e] for e in self.topology.path(src, dst))
+            latency_s = self.topology.path_view(src, dst).latency_s
+            route = self._routes[src, dst] = (edges, latency_s, self.topology.path_label(src, dst))
+        return route
+
+    # --------------------------------------------------------------- events
+    def _start(self, keys: list[int], _event: Any) -> None:
+        """Sub-flows whose latency is over begin to move bytes."""
+        self._settle()
+        for key in keys:
+            edges, size = self._owner[key].sub_flows[key]
+            if size:
+                self._fluid.add(key, edges, size)
+            else:
+                self._finish(key)
+        self._replan()
+
+    def _wake(self, generation: int, _event: Any) -> None:
+        """The earliest completion planned by the latest re-plan is due."""
+        if generation != self._generation:
+            return  # planned before a later start or end changed the rates
+        self._settle()
+        self._replan()
+
+    def _settle(self) -> None:
+        """Bring the bytes up to now and finish the sub-flows that are done."""
+        self._fluid.advance(self.env.now)
+        for key in self._fluid.pop_done():
+            self._finish(key)
+
+    def _replan(self) -> None:
+        self._generation += 1
+        delay = self._fluid.replan()
+        if delay is not None:
+            wake = self.env.timeout(delay)
+            wake.callbacks.append(partial(self._wake, self._generation))
+
+    def _finish(self, key: int) -> None:
+        transfer = self._owner.pop(key)
+        edges, size = transfer.sub_flows[key]
+        for edge in edges:
+            self._edge_bytes[edge] += size
+        transfer.num_pending -= 1
+        if transfer.num_pending:
+            return
+        record = TransferRecord(
+            tag=transfer.tag,
+            src=transfer.src,
+            dst=transfer.dst,
+            path=transfer.path,
+            bytes=transfer.num_bytes,
+            requested_s=transfer.requested_s,
+            start_s=transfer.start_s,
+            end_s=float(self.env.now),
+            ideal_s=transfer.ideal_s,
+        )
+        self.records.append(record)
+        transfer.event.succeed(record)

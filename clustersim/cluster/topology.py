@@ -1,0 +1,590 @@
+"""Where the GPUs are and how they are wired: a topology file validated into a networkx graph.
+
+A topology is a list of servers (``nodes``), the network ``switches`` between them and the
+``links`` table every wire refers to. It becomes a directed graph with one vertex per GPU, per
+NIC, per in-server fabric hub and per network switch; every cable is two edges, one per
+direction, each with its own capacity (links are full duplex)::
+
+    node0/gpu0 ─┐                 ┌─ node0/gpu7      NVSwitch box: each GPU's NVLink port
+                └─ node0/nvswitch ┘                  to the hub (450 GB/s per direction)
+    node0/gpu3 ── node0/nic3 ── leaf0 ── node1/nic3 ── node1/gpu3
+         GPU's PCIe link    NIC link   NIC link    PCIe link
+
+Assumptions, on purpose:
+
+- GPUDirect RDMA: a NIC reads and writes GPU memory over the GPU's own PCIe link, so an
+  inter-node transfer is GPU -> NIC -> switch(es) -> NIC -> GPU and never bounces through host
+  memory. GPU ``i`` of a node uses NIC ``i * num_nics // num_gpus`` (one per GPU, pairs
+  sharing one, or all sharing one). For a TCP-class network the host bounce is folded into
+  the link's latency; the NIC line rate stays the bottleneck either way.
+- Switches are non-blocking: only their ports (the cables) have capacity. One leaf for all
+  NICs is therefore the same as a rail-optimised fabric for bandwidth.
+- GPUs do not forward traffic: a path may start or end at a GPU but never pass through one.
+- Inside a PCIe box the GPU's P2P link and its link to the NIC are modelled as separate edges
+  (they are one x16 link in reality), so concurrent P2P and network traffic of one GPU is a
+  little optimistic there.
+
+Paths are shortest by summed latency, then by hop count; ties go to the first edge in file
+order, so the same file always gives the same paths.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import networkx as nx
+import yaml
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator
+
+from clustersim.catalog import load_gpu
+from clustersim.errors import CatalogError, ConfigError, InputError
+from clustersim.validation import Strict, ValidationFailed, validate
+
+GIGA = 1e9
+_PS_PER_US = 1_000_000  # latencies are summed as integer picoseconds: exact ties, stable paths
+
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
+"""Node and switch names become parts of vertex ids (``node0/gpu3``) and paths (``a>b``)."""
+
+
+# ------------------------------------------------------------------- schema
+class LinkKind(Strict):
+    """One kind of wire (NVLink port, PCIe x16, a NIC's port), referenced by its key."""
+
+    bw_gb_per_s_per_dir: PositiveFloat = Field(
+        description="Theoretical bandwidth in each direction (GB/s = 1e9 B/s); the two "
+        "directions are independent."
+    )
+    efficiency: float = Field(
+        gt=0.0,
+        le=1.0,
+        description="Achieved / theoretical for large transfers; a flow alone on the link "
+        "moves bw_gb_per_s_per_dir x efficiency.",
+    )
+    latency_us: NonNegativeFloat = Field(
+        description="One-way latency one hop over this link adds to a path (microseconds)."
+    )
+    source: str = Field(description="Where the numbers come from.")
+
+
+class GpuGroup(Strict):
+    """The GPUs of one server, all of one catalog type."""
+
+    type: str = Field(description="Catalog GPU id, e.g. h100-sxm.")
+    count: PositiveInt = Field(description="GPUs in the server: node0/gpu0 .. gpu{count-1}.")
+
+    @field_validator("type")
+    @classmethod
+    def _known_gpu(cls, value: str) -> str:
+        try:
+            load_gpu(value)
+        except CatalogError as error:
+            raise ValueError(error.message) from None
+        return value
+
+
+class NvSwitchFabric(Strict):
+    """Every GPU has its own NVLink port to one switch hub; any pair talks at full port rate."""
+
+    kind: Literal["nvswitch"]
+    link: str = Field(description="Each GPU's port to the hub (a key of links), e.g. nvlink4.")
+
+
+class PcieFabric(Strict):
+    """GPUs talk peer-to-peer through the server's PCIe switch over their ``pcie_link``."""
+
+    kind: Literal["pcie"]
+
+
+class NvlinkBridgePairs(Strict):
+    """GPUs 2k and 2k+1 share an NVLink bridge; other pairs go through the PCIe switch."""
+
+    kind: Literal["nvlink_bridge_pairs"]
+    link: str = Field(description="The bridge (a key of links), e.g. nvlink4_bridge.")
+
+
+GpuFabric = Annotated[
+    NvSwitchFabric | PcieFabric | NvlinkBridgePairs, Field(discriminator="kind")
+]
+
+
+class Nics(Strict):
+    """The server's network cards for GPU-to-GPU traffic (GPUDirect RDMA)."""
+
+    count: PositiveInt = Field(
+        description="NICs in the server, at most one per GPU: GPU i uses NIC "
+        "i * count // num_gpus (count = GPUs: one each; 1: all GPUs share one)."
+    )
+    link: str = Field(description="Each NIC's port to its switch (a key of links).")
+
+
+class NodeSpec(Strict):
+    """One server."""
+
+    name: Name = Field(description="Unique among nodes and switches; GPU ids are name/gpuN.")
+    gpus: GpuGroup = Field(description="The server's GPUs: one catalog type and a count.")
+    pcie_link: str = Field(
+        description="Each GPU's PCIe link (a key of links): GPUDirect RDMA reaches the NIC "
+        "over it, and a pcie fabric's peer-to-peer traffic runs over it."
+    )
+    gpu_fabric: GpuFabric = Field(description="How the server's GPUs reach each other.")
+    nics: Nics | None = Field(None, description="None: the server has no network for GPUs.")
+
+
+class SwitchSpec(Strict):
+    """A network switch (non-blocking): cables to node NICs or to other switches."""
+
+    name: Name = Field(description="Unique among nodes and switches.")
+    connects: list[str] = Field(
+        min_length=1,
+        description="Node names (each of their NICs gets a cable of the NIC's link to this "
+        "switch) or switch names (one cable of ``link``, e.g. leaf to spine).",
+    )
+    link: str | None = Field(
+        None, description="Switch-to-switch cable (a key of links); needed when connects "
+        "names a switch."
+    )
+
+
+class TopologySpec(Strict):
+    """A topology file."""
+
+    name: str = Field(description="Shown in reports; shipped files use their file name.")
+    description: str | None = Field(None, description="One paragraph for reports.")
+    links: dict[str, LinkKind] = Field(
+        min_length=1, description="Link kinds by key: the wires nodes and switches refer to."
+    )
+    nodes: list[NodeSpec] = Field(min_length=1, description="The servers, in placement order.")
+    switches: list[SwitchSpec] = Field(
+        default_factory=list, description="The network; needed when there is more than one node."
+    )
+
+
+# ---------------------------------------------------------------- loading
+_SHIPPED = "topologies"
+
+
+def shipped_topologies() -> list[str]:
+    """Names of the topologies that ship with clustersim (``Topology.load(name)``)."""
+    folder = resources.files(__package__).joinpath(_SHIPPED)
+    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def _read_yaml(text: str, where: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        at = f"{where}:{mark.line + 1}" if mark is not None else where
+        problem = getattr(error, "problem", None) or str(error)
+        raise InputError(at, f"invalid YAML: {problem}") from None
+    if not isinstance(data, dict):
+        raise InputError(where, "a topology must be a YAML mapping")
+    return data
+
+
+def _check_references(spec: TopologySpec) -> None:
+    """Cross-field rules pydantic cannot see: unique names, link keys, switch wiring."""
+    problems: list[str] = []
+    links = ", ".join(spec.links)
+
+    def need_link(key: str | None, where: str) -> None:
+        if key is not None and key not in spec.links:
+            problems.append(f"topology.{where}: unknown link {key!r}; defined: {links}")
+
+    seen: set[str] = set()
+    for i, node in enumerate(spec.nodes):
+        where = f"nodes[{i}]"
+        if node.name in seen:
+            problems.append(f"topology.{where}.name: duplicate name {node.name!r}")
+        seen.add(node.name)
+        need_link(node.pcie_link, f"{where}.pcie_link")
+        need_link(getattr(node.gpu_fabric, "link", None), f"{where}.gpu_fabric.link")
+        if node.gpu_fabric.kind == "nvlink_bridge_pairs" and node.gpus.count % 2:
+            problems.append(
+                f"topology.{where}.gpus.count: nvlink_bridge_pairs needs an even GPU count, "
+                f"got {node.gpus.count}"
+            )
+        if node.nics is not None:
+            need_link(node.nics.link, f"{where}.nics.link")
+            if node.nics.count > node.gpus.count:
+                problems.append(
+                    f"topology.{where}.nics.count: {node.nics.count} NICs for "
+                    f"{node.gpus.count} GPUs; at most one NIC per GPU"
+                )
+    nodes = {node.name: node for node in spec.nodes}
+    switch_names = {s.name for s in spec.switches}
+    uplink: dict[str, str] = {}
+    for i, switch in enumerate(spec.switches):
+        where = f"switches[{i}]"
+        if switch.name in seen:
+            problems.append(f"topology.{where}.name: duplicate name {switch.name!r}")
+        seen.add(switch.name)
+        need_link(switch.link, f"{where}.link")
+        for j, other in enumerate(switch.connects):
+            at = f"topology.{where}.connects[{j}]"
+            if other == switch.name:
+                problems.append(f"{at}: a switch cannot connect to itself")
+            elif other in switch_names:
+                if switch.link is None:
+                    problems.append(
+                        f"topology.{where}.link: needed to connect switch {other!r}"
+                    )
+            elif other not in nodes:
+                problems.append(f"{at}: unknown node or switch {other!r}")
+            elif nodes[other].nics is None:
+                problems.append(f"{at}: node {other!r} has no nics to connect")
+            elif other in uplink:
+                problems.append(f"{at}: node {other!r} is already connected to {uplink[other]!r}")
+            else:
+                uplink[other] = switch.name
+    if problems:
+        raise ValidationFailed(problems)
+
+
+def _parse(data: Any) -> TopologySpec:
+    spec = validate(TopologySpec, data, root="topology")
+    _check_references(spec)
+    return spec
+
+
+# ------------------------------------------------------------------- views
+@dataclass(frozen=True)
+class LinkView:
+    """A path or a TP group as one link: bottleneck bandwidth and latency."""
+
+    bytes_per_s: float
+    """Effective bytes/s (raw x efficiency) of the slowest edge; inf for a GPU to itself."""
+    latency_s: float
+    """Summed one-way latency of the path's edges (a group: of its slowest pair's path)."""
+    kinds: tuple[str, ...]
+    """Link kinds crossed, each once, in path order (e.g. ``("pcie_gen5_x16", "cx7_...")``)."""
+
+
+_LOCAL = LinkView(math.inf, 0.0, ())
+
+
+class Topology:
+    """A validated topology file as a directed graph, with placement and path queries.
+
+    Vertex attributes: ``role`` (gpu, nvswitch, pcie_switch, nic, switch), ``node`` (the
+    server, None for network switches), ``gpu_type`` (GPUs). Edge attributes: ``link_id``
+    (``"u>v"``, one per direction), ``kind`` (the link key), ``bytes_per_s`` (effective, per
+    direction), ``raw_bytes_per_s``, ``efficiency``, ``latency_s``.
+    """
+
+    def __init__(self, spec: TopologySpec) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.description = spec.description
+        self.graph = nx.DiGraph()
+        self._latency_ps: dict[tuple[str, str], int] = {}
+        self._gpu_ids: list[str] = []
+        self._paths: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        self._build()
+        self._check_reachable()
+
+    # ----------------------------------------------------------- loading
+    @classmethod
+    def load(cls, name_or_path: str, base_dir: Path | None = None) -> Topology:
+        """A shipped topology by name (``dgx-h100``) or a YAML file (relative to ``base_dir``)."""
+        shipped = shipped_topologies()
+        if name_or_path in shipped:
+            resource = resources.files(__package__).joinpath(_SHIPPED, f"{name_or_path}.yaml")
+            text = resource.read_text(encoding="utf-8")
+            return cls.from_data(_read_yaml(text, f"{name_or_path}.yaml"))
+        path = Path(name_or_path).expanduser()
+        if not path.is_absolute() and base_dir is not None:
+            path = Path(base_dir) / path
+        if not path.is_file():
+            raise ConfigError(
+                "topology",
+                f"{name_or_path!r} is neither a shipped topology ({', '.join(shipped)}) "
+                "nor a topology file",
+            )
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as error:
+            raise InputError(str(path), f"cannot read topology: {error.strerror}") from None
+        return cls.from_data(_read_yaml(text, str(path)))
+
+    @classmethod
+    def from_data(cls, data: Any) -> Topology:
+        """Validate a parsed topology mapping; problems are ``topology.<field>: message``."""
+        return cls(_parse(data))
+
+    # ------------------------------------------------------------- build
+    def _build(self) -> None:
+        for node in self.spec.nodes:
+            n = node.name
+            gpus = [f"{n}/gpu{i}" for i in range(node.gpus.count)]
+            for gpu in gpus:
+                self.graph.add_node(gpu, role="gpu", node=n, gpu_type=node.gpus.type)
+            self._gpu_ids.extend(gpus)
+            fabric = node.gpu_fabric
+            if fabric.kind == "nvswitch":
+                hub = f"{n}/nvswitch"
+                self.graph.add_node(hub, role="nvswitch", node=n)
+                for gpu in gpus:
+                    self._cable(gpu, hub, fabric.link)
+            else:
+                hub = f"{n}/pcie"
+                self.graph.add_node(hub, role="pcie_switch", node=n)
+                if fabric.kind == "nvlink_bridge_pairs":
+                    for a, b in zip(gpus[::2], gpus[1::2], strict=True):
+                        self._cable(a, b, fabric.link)
+                for gpu in gpus:
+                    self._cable(gpu, hub, node.pcie_link)
+            if node.nics is not None:
+                nics = [f"{n}/nic{j}" for j in range(node.nics.count)]
+                for nic in nics:
+                    self.graph.add_node(nic, role="nic", node=n)
+                for i, gpu in enumerate(gpus):
+                    self._cable(gpu, nics[i * len(nics) // len(gpus)], node.pcie_link)
+        nodes = {node.name: node for node in self.spec.nodes}
+        for switch in self.spec.switches:
+            self.graph.add_node(switch.name, role="switch", node=None)
+        for switch in self.spec.switches:
+            for other in switch.connects:
+                if other in nodes:
+                    nics = nodes[other].nics
+                    assert nics is not None  # checked in _check_references
+                    for j in range(nics.count):
+                        self._cable(f"{other}/nic{j}", switch.name, nics.link)
+                else:
+                    assert switch.link is not None
+                    self._cable(switch.name, other, switch.link)
+
+    def _cable(self, a: str, b: str, key: str) -> None:
+        """A full-duplex cable: one edge per direction, independent capacities."""
+        link = self.spec.links[key]
+        raw = link.bw_gb_per_s_per_dir * GIGA
+        for u, v in ((a, b), (b, a)):
+            if self.graph.has_edge(u, v):
+                raise ConfigError("topology.switches", f"{u} and {v} are connected twice")
+            self.graph.add_edge(
+                u,
+                v,
+                link_id=f"{u}>{v}",
+                kind=key,
+                bytes_per_s=raw * link.efficiency,
+                raw_bytes_per_s=raw,
+                efficiency=link.efficiency,
+                latency_s=link.latency_us * 1e-6,
+            )
+            self._latency_ps[u, v] = round(link.latency_us * _PS_PER_US)
+
+    def _check_reachable(self) -> None:
+        first = self._gpu_ids[0]
+        reachable = nx.descendants(self.graph, first) | {first}
+        for node in self.spec.nodes:
+            if f"{node.name}/gpu0" not in reachable:
+                raise ConfigError(
+                    "topology.switches",
+                    f"node {node.name!r} cannot reach node {self.node_of(first)!r}: give both "
+                    "nics and connect them through switches",
+                )
+
+    # ------------------------------------------------------------ queries
+    def gpu_ids(self) -> list[str]:
+        """Every GPU, node by node in file order, then by index."""
+        return list(self._gpu_ids)
+
+    def node_names(self) -> list[str]:
+        """The servers, in file order."""
+        return [node.name for node in self.spec.nodes]
+
+    def gpu_type(self, gpu_id: str) -> str:
+        """The catalog GPU id of ``gpu_id``."""
+        return self._gpu(gpu_id)["gpu_type"]
+
+    def node_of(self, gpu_id: str) -> str:
+        """The server ``gpu_id`` sits in."""
+        return self._gpu(gpu_id)["node"]
+
+    def _gpu(self, gpu_id: str) -> dict[str, Any]:
+        attrs = self.graph.nodes.get(gpu_id)
+        if attrs is None or attrs["role"] != "gpu":
+            raise KeyError(f"no GPU {gpu_id!r} in topology {self.name}")
+        return attrs
+
+    # ---------------------------------------------------------- placement
+    def place(
+        self, groups: list[tuple[str, str, int, int, list[str] | None]]
+    ) -> dict[str, list[list[str]]]:
+        """Assign GPUs to instances: ``(pool, gpu_type, tp, num_instances, allowed_nodes)``.
+
+        Pools are placed in order, instances first-fit on the first node (in file order, among
+        ``allowed_nodes`` if given) with ``tp`` free GPUs of the type; an instance takes the
+        first free block of ``tp`` GPUs aligned to ``tp`` (GPUs 0-1, 2-3, ... for TP2) if
+        there is one, else the lowest free ones. A TP group never spans nodes. Every call
+        starts from an empty cluster. Returns pool -> instances -> GPU ids.
+        """
+        free = {node.name: [f"{node.name}/gpu{i}" for i in range(node.gpus.count)]
+                for node in self.spec.nodes}
+        types = {node.name: node.gpus.type for node in self.spec.nodes}
+        placed: dict[str, list[list[str]]] = {}
+        for pool, gpu_type, tp, num_instances, allowed in groups:
+            where = f"pools.{pool}"
+            if pool in placed:
+                raise ConfigError(where, "duplicate pool name")
+            if tp < 1 or num_instances < 1:
+                raise ConfigError(where, f"needs tp >= 1 and instances >= 1, got {tp}, "
+                                  f"{num_instances}")
+            candidates = self._candidate_nodes(where, gpu_type, tp, allowed, types)
+            instances = []
+            for k in range(num_instances):
+                node = next((n for n in candidates if len(free[n]) >= tp), None)
+                if node is None:
+                    left = ", ".join(f"{n} {len(free[n])}" for n in candidates)
+                    raise ConfigError(
+                        where,
+                        f"not enough free {gpu_type} GPUs: instance {k + 1} of {num_instances} "
+                        f"needs {tp} on one node; free: {left}",
+                    )
+                group = _take(free[node], tp)
+                instances.append(group)
+            placed[pool] = instances
+        return placed
+
+    def _candidate_nodes(
+        self, where: str, gpu_type: str, tp: int, allowed: list[str] | None,
+        types: dict[str, str],
+    ) -> list[str]:
+        names = self.node_names()
+        if allowed is not None:
+            if not allowed:
+                raise ConfigError(where, "an empty list of nodes leaves no GPUs to place on")
+            unknown = [n for n in allowed if n not in types]
+            if unknown:
+                raise ConfigError(
+                    where, f"unknown node {unknown[0]!r}; nodes: {', '.join(names)}"
+                )
+            names = [n for n in names if n in set(allowed)]
+        of_type = [n for n in names if types[n] == gpu_type]
+        if not of_type:
+            present = sorted({types[n] for n in names})
+            raise ConfigError(
+                where, f"no {gpu_type} GPUs on nodes {', '.join(names)} (they have "
+                f"{', '.join(present)})",
+            )
+        sizes = {n: len(self._node_gpus(n)) for n in of_type}
+        if tp > max(sizes.values()):
+            raise ConfigError(
+                where,
+                f"a TP group of {tp} GPUs would span nodes: the largest {gpu_type} node here "
+                f"has {max(sizes.values())} (tensor parallelism across nodes is not modelled)",
+            )
+        return of_type
+
+    def _node_gpus(self, node: str) -> list[str]:
+        return [g for g in self._gpu_ids if self.graph.nodes[g]["node"] == node]
+
+    # --------------------------------------------------------------- paths
+    def path(self, src_gpu: str, dst_gpu: str) -> list[tuple[str, str]]:
+        """The directed edges from ``src_gpu`` to ``dst_gpu`` ([] for a GPU to itself)."""
+        self._gpu(src_gpu)
+        self._gpu(dst_gpu)
+        key = (src_gpu, dst_gpu)
+        if key not in self._paths:
+            self._paths[key] = self._shortest(src_gpu, dst_gpu)
+        return list(self._paths[key])
+
+    def _shortest(self, src: str, dst: str) -> list[tuple[str, str]]:
+        """Dijkstra on (latency ps, hops); GPUs other than ``src`` do not forward."""
+        if src == dst:
+            return []
+        best: dict[str, tuple[int, int]] = {src: (0, 0)}
+        parent: dict[str, str] = {}
+        order = itertools.count()
+        heap = [(0, 0, next(order), src)]
+        done: set[str] = set()
+        while heap:
+            latency, hops, _, vertex = heapq.heappop(heap)
+            if vertex in done:
+                continue
+            done.add(vertex)
+            if vertex == dst:
+                break
+            if vertex != src and self.graph.nodes[vertex]["role"] == "gpu":
+                continue
+            for nxt in self.graph.successors(vertex):
+                cost = (latency + self._latency_ps[vertex, nxt], hops + 1)
+                if nxt not in done and (nxt not in best or cost < best[nxt]):
+                    best[nxt] = cost
+                    parent[nxt] = vertex
+                    heapq.heappush(heap, (*cost, next(order), nxt))
+        if dst not in done:
+            raise ConfigError("topology", f"no path from {src} to {dst}")
+        vertices = [dst]
+        while vertices[-1] != src:
+            vertices.append(parent[vertices[-1]])
+        vertices.reverse()
+        return list(itertools.pairwise(vertices))
+
+    def path_view(self, src_gpu: str, dst_gpu: str) -> LinkView:
+        """The path from ``src_gpu`` to ``dst_gpu`` as one link."""
+        return self._view(self.path(src_gpu, dst_gpu))
+
+    def _view(self, edges: list[tuple[str, str]]) -> LinkView:
+        if not edges:
+            return _LOCAL
+        attrs = [self.graph.edges[e] for e in edges]
+        return LinkView(
+            bytes_per_s=min(a["bytes_per_s"] for a in attrs),
+            latency_s=sum(self._latency_ps[e] for e in edges) / (_PS_PER_US * 1e6),
+            kinds=tuple(dict.fromkeys(a["kind"] for a in attrs)),
+        )
+
+    def tp_group_link(self, gpu_ids: list[str]) -> LinkView:
+        """What a TP group's ring all-reduce runs over, as one link.
+
+        Every GPU of a ring sends over its own link at once, so the group is as fast as its
+        slowest pairwise path (NVLink in a DGX, PCIe in a PCIe box, PCIe for a 4-GPU group of
+        bridged pairs); ``latency_s`` is the longest pairwise path's. A single GPU has no
+        all-reduce: ``LinkView(inf, 0.0, ())``. Meant for groups inside one node.
+        """
+        if not gpu_ids:
+            raise ValueError("tp_group_link needs at least one GPU")
+        views = [self.path_view(a, b) for a, b in itertools.permutations(gpu_ids, 2)]
+        if not views:
+            self._gpu(gpu_ids[0])
+            return _LOCAL
+        return LinkView(
+            bytes_per_s=min(v.bytes_per_s for v in views),
+            latency_s=max(v.latency_s for v in views),
+            kinds=tuple(dict.fromkeys(k for v in views for k in v.kinds)),
+        )
+
+    def path_label(self, src_gpu: str, dst_gpu: str) -> str:
+        """``node0/gpu0>node0/nvswitch>node0/gpu4``: the vertices of the path."""
+        edges = self.path(src_gpu, dst_gpu)
+        return ">".join([src_gpu, *(v for _, v in edges)])
+
+    def capacities(self) -> dict[tuple[str, str], float]:
+        """Effective bytes/s of every directed edge, in graph order."""
+        return {(u, v): a["bytes_per_s"] for u, v, a in self.graph.edges(data=True)}
+
+    def __repr__(self) -> str:
+        return f"Topology({self.name!r}, {len(self._gpu_ids)} GPUs)"
+
+
+def _take(free: list[str], tp: int) -> list[str]:
+    """Remove and return the first ``tp``-aligned block of ``tp`` free GPUs, else the lowest."""
+    index = {gpu: int(gpu.rsplit("gpu", 1)[1]) for gpu in free}
+    have = set(index.values())
+    for start in sorted(have):
+        if start % tp == 0 and all(start + r in have for r in range(tp)):
+            group = [g for g in free if start <= index[g] < start + tp]
+            break
+    else:
+        group = free[:tp]
+    for gpu in group:
+        free.remove(gpu)
+    return group
