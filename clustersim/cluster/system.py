@@ -99,6 +99,8 @@ class _Handoff:
     prefill_index: int
     decode_index: int | None = None
     prefill_done: simpy.Event | None = None
+    """sglang only: fires when the prefill copy finished (the push may start)."""
+    producer_sent: bool = False
 
 
 class Cluster:
@@ -299,11 +301,17 @@ class Cluster:
         self._handoffs[id(request)] = handoff
         request.prefill_instance = instance.name
         if self.kv_transfer.connector == "sglang":
+            # The router contacts both sides. The prefill side holds the request in its
+            # bootstrap queue until the decode side has allocated the KV (early allocation),
+            # so a prefill never holds blocks for a decode that has no room for them.
+            reason = instance.refusal(producer)
+            if reason is not None:
+                instance.reject(producer, reason)
+                return
             handoff.prefill_done = self.env.event()
-            instance.submit(producer)
-            if producer.status is not RequestStatus.REJECTED:
-                self._to_decode(handoff)  # the router contacts both sides at once
+            self._to_decode(handoff)
         else:
+            handoff.producer_sent = True
             instance.submit(producer)
 
     def _to_decode(self, handoff: _Handoff) -> None:
@@ -332,10 +340,21 @@ class Cluster:
 
     def _transfer(self, decode_index: int, client: Request, num_tokens: int, done: simpy.Event):
         handoff = self._handoffs[id(client)]
-        if handoff.prefill_done is not None and not handoff.prefill_done.triggered:
-            yield handoff.prefill_done  # sglang: decode allocated first; prefill pushes later
         prefill = self.instances["prefill"][handoff.prefill_index]
         decode = self.instances["decode"][decode_index]
+        if num_tokens == 0:  # nothing to read (local prefix hit): the producer may free now
+            if handoff.producer_sent:
+                prefill.release_kv(handoff.producer)
+            else:  # sglang: the prefill never started; take it back from the prefill router
+                self.routers["prefill"].returned(handoff.prefill_index, client)
+                self._handoffs.pop(id(handoff.producer), None)
+            done.succeed()
+            return
+        if handoff.prefill_done is not None:
+            if not handoff.producer_sent:
+                handoff.producer_sent = True
+                prefill.submit(handoff.producer)  # decode has allocated: prefill may start
+            yield handoff.prefill_done
         tp = len(decode.gpus)
         num_bytes = num_tokens * self.model.kv_bytes_per_token(tp) * tp
         pair = (handoff.prefill_index, decode_index)
@@ -360,7 +379,12 @@ class Cluster:
         route = self._route_of.pop(id(request), None)
         if route is not None:
             self.routers[route[0]].returned(route[1], request)
-        self._handoffs.pop(id(request), None)
+        handoff = self._handoffs.pop(id(request), None)
+        if handoff is not None and request.status is RequestStatus.REJECTED:
+            # rejected on the decode side: the prefill copy's blocks will never be read
+            prefill = self.instances["prefill"][handoff.prefill_index]
+            if handoff.producer_sent and handoff.producer.status is RequestStatus.FINISHED:
+                prefill.release_kv(handoff.producer)
         self.on_done(request)
 
     def _prefill_done(self, index: int, producer: Request) -> None:

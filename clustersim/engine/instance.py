@@ -65,16 +65,22 @@ class Instance:
                                    else self._run())
 
     # ----------------------------------------------------------------- intake
-    def submit(self, request: Request) -> None:
-        """A request reaches the engine now (front-end checks as vLLM's input processor)."""
+    def refusal(self, request: Request) -> str | None:
+        """Why vLLM's input processor would answer 400 to this request, or None."""
         max_model_len = self.scheduler.config.max_model_len
         if request.num_prompt_tokens >= max_model_len:
-            self.reject(request, f"prompt of {request.num_prompt_tokens} tokens leaves no room "
-                        f"for output within max_model_len {max_model_len}")
-            return
+            return (f"prompt of {request.num_prompt_tokens} tokens leaves no room for output "
+                    f"within max_model_len {max_model_len}")
         if request.num_prompt_tokens + request.max_tokens > max_model_len:
-            self.reject(request, f"prompt {request.num_prompt_tokens} + output "
-                        f"{request.max_tokens} tokens exceed max_model_len {max_model_len}")
+            return (f"prompt {request.num_prompt_tokens} + output {request.max_tokens} tokens "
+                    f"exceed max_model_len {max_model_len}")
+        return None
+
+    def submit(self, request: Request) -> None:
+        """A request reaches the engine now (front-end checks as vLLM's input processor)."""
+        reason = self.refusal(request)
+        if reason is not None:
+            self.reject(request, reason)
             return
         self.scheduler.add_request(request)
         self._wake()
@@ -130,9 +136,8 @@ class Instance:
             self._begin(plan)  # a step with only KV reads still runs (no forward pass)
             if plan.preempted:
                 continue  # preemptions alone freed blocks; try again
-            if scheduler.kv_holding:
-                if not any(r.kv_transfer_done for r in scheduler.kv_holding):
-                    yield from self._wait()
+            if any(not r.kv_transfer_done for r in scheduler.kv_holding):
+                yield from self._wait()  # a pull in flight will finish
                 yield self.env.timeout(self.poll_interval_s)
                 continue
             if scheduler.kv_held and not scheduler.running:
@@ -183,12 +188,21 @@ class Instance:
                 self.on_done(request)
 
     def _reject_unschedulable(self) -> None:
-        """Nothing runs and the head of the queue cannot be admitted: it never will be."""
+        """Nothing runs, nothing is in flight, and the head of the queue cannot be admitted:
+        it never will be (vLLM would stall here), so it is rejected with the reason."""
         scheduler = self.scheduler
-        if scheduler.running or not len(scheduler.waiting):
-            raise AssertionError(f"{self.name}: empty step with {len(scheduler.running)} running")
-        request = scheduler.waiting.pop()
         kv = scheduler.kv
+        pulled = [r for r in scheduler.kv_holding if r.kv_transfer_done]
+        if scheduler.running or not (pulled or len(scheduler.waiting)):
+            raise AssertionError(f"{self.name}: empty step with {len(scheduler.running)} running")
+        if pulled:
+            request = pulled[0]
+            scheduler.kv_holding.remove(request)
+            kv.free(request)
+            self.reject(request, f"pulled prompts hold all {kv.num_usable_blocks} usable KV "
+                        f"blocks of instance {self.name} and none can complete (deadlock)")
+            return
+        request = scheduler.waiting.pop()
         self.reject(request, f"needs more KV blocks than the {kv.num_usable_blocks} usable "
                     f"blocks of instance {self.name}")
 

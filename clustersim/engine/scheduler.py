@@ -103,7 +103,8 @@ class StepPlan:
     prefill_chunks: list[tuple[Request, int]] = field(default_factory=list)
     """The scheduled entries that are prompt (or recompute) chunks, not decodes."""
     kv_loads: list[tuple[Request, int]] = field(default_factory=list)
-    """(request, tokens to read): KV pulls this step's execute starts (decode side of P/D)."""
+    """(request, tokens to read): KV pulls this step's execute starts (decode side of P/D);
+    zero tokens only releases the producer's blocks."""
 
     @property
     def is_empty(self) -> bool:
@@ -308,7 +309,9 @@ class Scheduler:
         """Allocate blocks for a prompt whose KV a producer computed, and park the request.
 
         Returns True when parked in ``kv_holding`` (no budget, no seat), False when the blocks
-        do not fit (admission stops: head of line), None when there is nothing to pull.
+        do not fit (admission stops: head of line), None when there is nothing to pull (a local
+        prefix hit covers it, or vLLM <= 0.10 and no full block): the request then prefills
+        locally and a zero-token load tells the producer to free its blocks.
         """
         cfg = self.config
         kv = self.kv
@@ -318,6 +321,7 @@ class Scheduler:
         pulled = (prompt // block_size) * block_size if cfg.kv_full_blocks_only else prompt
         external = pulled - hit
         if external <= 0:
+            plan.kv_loads.append((request, 0))  # nothing to read: only tell the producer
             return None
         if not kv.allocate_slots(
             request,
