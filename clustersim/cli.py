@@ -244,6 +244,11 @@ from clustersim.workload.commands import trace_app  # noqa: E402
 
 app.add_typer(trace_app, name="trace")
 
+from clustersim.calibration.commands import calibrate_cmd, validate_cmd  # noqa: E402
+
+app.command("calibrate")(calibrate_cmd)
+app.command("validate")(validate_cmd)
+
 
 def main() -> None:  # pragma: no cover - console entry point
     sys.exit(app())

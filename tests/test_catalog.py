@@ -22,6 +22,7 @@ GPU_IDS = [
     "l40s",
     "b200",
     "mi300x",
+    "rtx-pro-6000",
 ]
 # Published (or reference-computed) parameter counts, in billions.
 PUBLISHED_PARAMS_B = {
@@ -35,6 +36,7 @@ PUBLISHED_PARAMS_B = {
     "opt-13b": 12.853,
     "opt-66b": 65.720,
     "qwen3-32b": 32.8,
+    "bloom-176b": 176.247,  # BLOOM paper: 176,247,271,424 parameters
 }
 
 LLAMA_CONFIG = {
@@ -69,7 +71,9 @@ def test_gpu_ids_are_the_catalog():
         gpu = load_gpu(gpu_id)
         assert gpu.id == gpu_id
         assert gpu.source and gpu.link.source and gpu.pcie.source
-        assert gpu.calibration == "default"
+        assert load_gpu(gpu_id, profile="default").calibration == "default"
+        # the shipped calibrated profile covers every GPU with measurements or a donor
+        assert gpu.calibration.startswith("fit-") or gpu_id == "mi300x"
 
 
 def test_rtx4090_uses_the_fp32_accumulate_peak():

@@ -6,6 +6,13 @@
 131072
 
 ``load_model`` also takes a path to a HuggingFace ``config.json`` (or its folder).
+
+``load_gpu`` returns the datasheet entry of ``gpus.yaml`` with a calibrated profile merged in:
+by default ``calibrated.yaml`` (written by ``clustersim calibrate``; efficiencies, overheads and
+all-reduce cost fitted on kernel profiles), ``profile="default"`` for the uncalibrated guesses,
+or a path to a profile YAML file of the same format (a user's few-shot fit). A GPU id may
+carry its profile after an ``@`` (``rtx-pro-6000@mine.yaml``, ``h100-sxm@default``), so a
+scenario's ``gpu:`` field can pick one.
 """
 
 from __future__ import annotations
@@ -20,10 +27,11 @@ from pydantic import ValidationError
 
 from clustersim.catalog.hf_config import model_from_hf_config
 from clustersim.catalog.specs import GpuSpec, LinkSpec, ModelSpec
-from clustersim.errors import CatalogError
+from clustersim.errors import CatalogError, ConfigError
 
 __all__ = [
     "GpuSpec",
+    "apply_profile",
     "LinkSpec",
     "ModelSpec",
     "gpu_ids",
@@ -35,6 +43,20 @@ __all__ = [
 _SpecT = TypeVar("_SpecT", GpuSpec, ModelSpec)
 _GPUS_FILE = "gpus.yaml"
 _MODELS_FILE = "models.yaml"
+CALIBRATED_FILE = "calibrated.yaml"
+PROFILE_FIELDS = (
+    "compute_efficiency",
+    "compute_half_tokens",
+    "attention_efficiency",
+    "memory_efficiency",
+    "per_step_overhead_s",
+    "per_layer_overhead_s",
+    "per_request_overhead_s",
+    "allreduce_latency_s",
+    "non_torch_memory_bytes",
+    "calibration",
+)
+"""GpuSpec fields a profile may set; ``link_efficiency`` sets ``link.efficiency``."""
 
 
 def gpu_ids() -> list[str]:
@@ -47,12 +69,65 @@ def model_ids() -> list[str]:
     return list(_models())
 
 
-def load_gpu(gpu_id: str, *, path: str = "gpu") -> GpuSpec:
-    """The catalog GPU ``gpu_id``; ``path`` names the field it came from, for the error."""
+def load_gpu(gpu_id: str, *, path: str = "gpu", profile: str = "calibrated") -> GpuSpec:
+    """The catalog GPU ``gpu_id`` with ``profile`` merged in (see the module docstring).
+
+    ``path`` names the field ``gpu_id`` came from, for the error. A GPU the profile does not
+    cover keeps its ``gpus.yaml`` values (``calibration: default``). ``ID@PROFILE`` overrides
+    ``profile``.
+    """
+    gpu_id, at, suffix = gpu_id.partition("@")
+    return _load_gpu(gpu_id, path, suffix if at else profile)
+
+
+@lru_cache(maxsize=256)
+def _load_gpu(gpu_id: str, path: str, profile: str) -> GpuSpec:
     gpus = _gpus()
     if gpu_id not in gpus:
         raise CatalogError(path, f"unknown GPU {gpu_id!r}; known: {', '.join(gpus)}")
-    return gpus[gpu_id]
+    if profile == "default":
+        return gpus[gpu_id]
+    entry = load_profiles(profile).get(gpu_id)
+    return gpus[gpu_id] if entry is None else apply_profile(gpus[gpu_id], entry, where=profile)
+
+
+def apply_profile(gpu: GpuSpec, entry: dict[str, Any], *, where: str = "profile") -> GpuSpec:
+    """``gpu`` with a profile entry's fields replaced (unknown keys other than provenance are
+    errors); the result is validated like a catalog entry."""
+    unknown = set(entry) - set(PROFILE_FIELDS) - {"link_efficiency", "provenance"}
+    if unknown:
+        raise ConfigError(f"{where}:{gpu.id}", f"unknown profile fields: {sorted(unknown)}")
+    data = gpu.model_dump()
+    data.update({k: v for k, v in entry.items() if k in PROFILE_FIELDS})
+    if "link_efficiency" in entry:
+        data["link"] = {**data["link"], "efficiency": entry["link_efficiency"]}
+    return _validate(GpuSpec, where, gpu.id, data)
+
+
+@lru_cache(maxsize=16)
+def load_profiles(profile: str = "calibrated") -> dict[str, dict[str, Any]]:
+    """``{gpu_id: entry}`` of a profile: ``calibrated`` (shipped) or a YAML file's path."""
+    if profile == "calibrated":
+        file = resources.files(__package__).joinpath(CALIBRATED_FILE)
+        if not file.is_file():  # before the first `clustersim calibrate`
+            return {}
+        text, name = file.read_text(encoding="utf-8"), CALIBRATED_FILE
+    else:
+        try:
+            text, name = Path(profile).expanduser().read_text(encoding="utf-8"), profile
+        except OSError as exc:
+            raise ConfigError(
+                profile, f"cannot read profile ({exc.strerror}); give 'calibrated', "
+                "'default' or a profile YAML written by `clustersim calibrate`"
+            ) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise CatalogError(name, f"not valid YAML: {exc}") from exc
+    table = data.get("profiles") if isinstance(data, dict) else None
+    if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
+        raise CatalogError(name, "expected a 'profiles' mapping of GPU id -> fields")
+    return table
 
 
 def load_model(model: str, *, path: str = "model") -> ModelSpec:
@@ -98,7 +173,7 @@ def _validate(spec: type[_SpecT], file_name: str, entry_id: str, entry: Any) -> 
     if not isinstance(entry, dict):
         raise CatalogError(f"{file_name}:{entry_id}", "an entry must be a mapping")
     try:
-        return spec.model_validate({"id": entry_id, **entry})
+        return spec.model_validate({**entry, "id": entry_id})
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(part) for part in first["loc"])

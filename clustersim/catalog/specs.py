@@ -75,6 +75,11 @@ class GpuSpec(_Spec):
     pcie_gen: PositiveInt
     pcie: LinkSpec = Field(description="PCIe fallback when TP spans more GPUs than ``link``.")
     compute_efficiency: Fraction = Field(description="Large-GEMM MFU.")
+    compute_half_tokens: NonNegativeFloat = Field(
+        0.0,
+        description="Tokens at which a GEMM reaches half of ``compute_efficiency``: small-M "
+        "GEMMs run at ``compute_efficiency x tokens / (tokens + compute_half_tokens)``.",
+    )
     attention_efficiency: Fraction = Field(description="Attention-kernel MFU.")
     memory_efficiency: Fraction = Field(description="Achieved / peak HBM bandwidth.")
     per_step_overhead_s: NonNegativeFloat = Field(description="Scheduler + launch cost per step.")

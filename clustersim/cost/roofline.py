@@ -2,7 +2,9 @@
 
 Every op of a layer is priced ``max(FLOPs / (eff_c x peak), bytes / (eff_m x bandwidth))`` and
 the layer repeats ``num_layers`` times; a step adds TP all-reduces and fixed CPU/launch
-overheads (hardware_and_roofline.md section 3.6)::
+overheads (hardware_and_roofline.md section 3.6). GEMM efficiency saturates with the number of
+rows M, ``eff_c x M / (M + compute_half_tokens)``; the efficiencies, overheads and all-reduce
+cost come from the GPU's calibrated profile (``clustersim calibrate``, docs/validation.md)::
 
     per layer, sharded tp ways         tokens = prefill chunk tokens + decodes
       qkv_proj  (tokens x h) @ (h x (n_q + 2 n_kv) d / tp)
@@ -128,10 +130,25 @@ class CostModel:
         "_allreduce_s_per_token",
         "_fixed_overhead_s",
         "_request_overhead_s",
+        "_half_tokens",
     )
 
-    def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int = 1) -> None:
+    def __init__(
+        self,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        tp: int = 1,
+        *,
+        tp_link_bytes_per_s: float | None = None,
+        tp_link_latency_s: float | None = None,
+    ) -> None:
+        """``tp_link_*`` replace ``gpu.tp_link(tp)``'s effective bandwidth and
+        ``gpu.allreduce_latency_s`` for the all-reduces (a topology's ``tp_group_link``)."""
         model.check_tp(tp)
+        if tp_link_bytes_per_s is not None and not tp_link_bytes_per_s > 0:
+            raise ValueError(f"tp_link_bytes_per_s must be > 0, got {tp_link_bytes_per_s}")
+        if tp_link_latency_s is not None and not tp_link_latency_s >= 0:
+            raise ValueError(f"tp_link_latency_s must be >= 0, got {tp_link_latency_s}")
         self.model, self.gpu, self.tp = model, gpu, tp
         layers = model.num_layers
         h, d, f, e = model.hidden_size, model.head_dim, model.intermediate_size, model.dtype_bytes
@@ -168,15 +185,21 @@ class CostModel:
         self._kv_s_per_token = model.kv_bytes_per_token(tp) * s_per_byte
 
         if tp > 1:
-            link = gpu.tp_link(tp)
+            if tp_link_bytes_per_s is None:
+                tp_link_bytes_per_s = gpu.tp_link(tp).effective_bytes_per_s
+            if tp_link_latency_s is None:
+                tp_link_latency_s = gpu.allreduce_latency_s
             count = _ALLREDUCES_PER_LAYER * layers
             ring_factor = _RING_PASSES * (tp - 1) / tp
-            self._allreduce_fixed_s = count * gpu.allreduce_latency_s
-            self._allreduce_s_per_token = count * ring_factor * h * e / link.effective_bytes_per_s
+            self._allreduce_fixed_s = count * tp_link_latency_s
+            self._allreduce_s_per_token = count * ring_factor * h * e / tp_link_bytes_per_s
         else:
             self._allreduce_fixed_s = self._allreduce_s_per_token = 0.0
         self._fixed_overhead_s = gpu.per_step_overhead_s + layers * gpu.per_layer_overhead_s
         self._request_overhead_s = gpu.per_request_overhead_s
+        # GEMM efficiency saturates with M: eff x M / (M + half), so compute time is
+        # (M + half) x FLOPs per row / (eff x peak) -- a fixed M-independent part per GEMM
+        self._half_tokens = gpu.compute_half_tokens
 
     def step_time(self, batch: BatchShape) -> StepCost:
         """Price one step; an empty batch costs 0."""
@@ -185,7 +208,7 @@ class CostModel:
             return IDLE_COST
         compute = memory = 0.0
         for flop_s, weight_s, act_s in self._gemms:
-            t_compute = tokens * flop_s
+            t_compute = (tokens + self._half_tokens) * flop_s
             t_memory = weight_s + tokens * act_s
             if t_compute >= t_memory:
                 compute += t_compute
@@ -193,7 +216,7 @@ class CostModel:
                 memory += t_memory
         rows = batch.num_sampled
         if rows:
-            t_compute = rows * self._lm_head_s_per_row
+            t_compute = (rows + self._half_tokens) * self._lm_head_s_per_row
             t_memory = self._lm_head_weight_s + rows * self._lm_head_act_s_per_row
             if t_compute >= t_memory:
                 compute += t_compute
@@ -222,9 +245,22 @@ class CostModel:
 
 
 @lru_cache(maxsize=64)
-def cost_model(model: ModelSpec, gpu: GpuSpec, tp: int = 1) -> CostModel:
-    """A shared ``CostModel`` per (model, GPU, TP)."""
-    return CostModel(model, gpu, tp)
+def cost_model(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    tp: int = 1,
+    *,
+    tp_link_bytes_per_s: float | None = None,
+    tp_link_latency_s: float | None = None,
+) -> CostModel:
+    """A shared ``CostModel`` per (model, GPU, TP, TP link)."""
+    return CostModel(
+        model,
+        gpu,
+        tp,
+        tp_link_bytes_per_s=tp_link_bytes_per_s,
+        tp_link_latency_s=tp_link_latency_s,
+    )
 
 
 def step_time(batch: BatchShape, model: ModelSpec, gpu: GpuSpec, tp: int = 1) -> StepCost:

@@ -1,0 +1,151 @@
+"""``clustersim calibrate`` and ``clustersim validate``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from clustersim.cli import user_errors
+from clustersim.errors import InputError
+
+_PREFILL_HELP = "A measured prefill: TOKENS=SECONDS (one prompt of TOKENS, no cached prefix)."
+_DECODE_HELP = "A measured decode step: BATCH@CONTEXT=SECONDS (BATCH decodes at CONTEXT tokens)."
+
+
+@user_errors
+def calibrate_cmd(
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Profile file to write; default: the catalog's calibrated.yaml "
+                     "(shipped fit) -- required with measurements."),
+    ] = None,
+    gpu: Annotated[str | None, typer.Option(help="GPU of the measurements (few-shot).")] = None,
+    model: Annotated[str | None, typer.Option(help="Model of the measurements.")] = None,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel size of the measurements.")] = 1,
+    prefill: Annotated[list[str] | None, typer.Option(help=_PREFILL_HELP)] = None,
+    decode: Annotated[list[str] | None, typer.Option(help=_DECODE_HELP)] = None,
+    from_requests: Annotated[
+        Path | None,
+        typer.Option(help="Per-request records of a real run (JSON lines with input_toks, "
+                     "output_toks, queued_ts, first_token_ts, last_token_ts): three "
+                     "measurements are taken from them."),
+    ] = None,
+    max_num_batched_tokens: Annotated[
+        int | None, typer.Option(help="The run's token budget (chunks its prompts).")
+    ] = None,
+) -> None:
+    """Fit the cost model per GPU on the shipped kernel profiles (no measurements given), or
+    adjust one GPU's profile to at most three measured step times of your own stack."""
+    prefill, decode = prefill or [], decode or []
+    if prefill or decode or from_requests:
+        _few_shot(out, gpu, model, tp, prefill, decode, from_requests, max_num_batched_tokens)
+        return
+    if gpu or model:
+        raise InputError("--gpu", "--gpu/--model go with --prefill/--decode measurements")
+    from clustersim.calibration.fit import calibrate, distserve_check
+    from clustersim.calibration.profile import CATALOG_PROFILE, write_profiles
+
+    profiles = calibrate()
+    path = write_profiles(profiles, out or CATALOG_PROFILE)
+    typer.echo(f"{'gpu':<16}{'eff_c':>7}{'t_half':>8}{'eff_m':>7}{'eff_att':>9}"
+               f"{'ar_alpha_us':>13}{'link_eff':>10}  calibration")
+    for gpu_id, p in profiles.items():
+        alpha = p.get("allreduce_latency_s")
+        typer.echo(
+            f"{gpu_id:<16}{p['compute_efficiency']:>7.2f}{p['compute_half_tokens']:>8.0f}"
+            f"{p['memory_efficiency']:>7.2f}{p['attention_efficiency']:>9.2f}"
+            f"{'-' if alpha is None else f'{alpha * 1e6:.1f}':>13}"
+            f"{p.get('link_efficiency', '-')!s:>10}  {p['calibration']}"
+        )
+    typer.echo("cross-check, DistServe's 2023-vLLM A100 decode step (batch 1, context 512) vs "
+               "ours: the gap is that stack's per-step overhead")
+    for row in distserve_check(profiles):
+        typer.echo(f"  {row['model']} TP{row['tp']}: DistServe {row['distserve_ms']:.1f} ms, "
+                   f"calibrated model {row['ours_ms']:.1f} ms")
+    typer.echo(f"wrote {path}")
+
+
+def _few_shot(out, gpu_id, model_id, tp, prefill, decode, from_requests, budget) -> None:
+    import yaml
+
+    from clustersim.calibration.fewshot import MAX_POINTS, fit_few_shot
+    from clustersim.catalog import PROFILE_FIELDS, load_gpu, load_model
+    from clustersim.cost.roofline import BatchShape
+
+    if out is None or gpu_id is None or model_id is None:
+        raise InputError("--out", "few-shot calibration needs --out, --gpu and --model")
+    points = []
+    for text in prefill:
+        tokens, seconds = _split(text, "--prefill", "TOKENS=SECONDS")
+        points.append((BatchShape.from_chunks([(int(tokens), 0, True)]), float(seconds)))
+    for text in decode:
+        shape, seconds = _split(text, "--decode", "BATCH@CONTEXT=SECONDS")
+        batch, _, context = shape.partition("@")
+        if not batch.isdigit() or not context.isdigit() or int(context) < 1:
+            raise InputError("--decode", f"expected BATCH@CONTEXT=SECONDS, got {text!r}")
+        points.append((BatchShape.from_chunks([(1, int(context), True)] * int(batch)),
+                       float(seconds)))
+    if from_requests is not None:
+        from clustersim.calibration.records import measurements_from_records, read_records
+
+        if points:
+            raise InputError("--from-requests", "give either records or --prefill/--decode")
+        points = measurements_from_records(read_records(from_requests), budget)
+        for steps, seconds in points:
+            if steps[0].num_decode_tokens:
+                what = f"decode step, batch {steps[0].num_decode_tokens}"
+            else:
+                what = f"prefill of {sum(b.num_prefill_tokens for b in steps)} tokens"
+            typer.echo(f"measurement from records: {what}, {seconds * 1e3:.2f} ms")
+    if len(points) > MAX_POINTS:
+        raise InputError("--prefill/--decode", f"at most {MAX_POINTS} measurements")
+    gpu = load_gpu(gpu_id, path="--gpu")
+    tuned = fit_few_shot(load_model(model_id, path="--model"), gpu, tp, points)
+    entry = {k: getattr(tuned, k) for k in PROFILE_FIELDS}
+    entry["provenance"] = {
+        "base": gpu.calibration,
+        "measurements": {"model": model_id, "tp": tp, "prefill": prefill, "decode": decode,
+                         "from_requests": None if from_requests is None else str(from_requests)},
+    }
+    doc = {"schema_version": 1, "generated_by": "clustersim calibrate (few-shot)",
+           "profiles": {gpu_id: entry}}
+    out.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    typer.echo(
+        f"{gpu_id}: per-step overhead {tuned.per_step_overhead_s * 1e3:.3f} ms, per-request "
+        f"{tuned.per_request_overhead_s * 1e6:.1f} us, compute efficiency "
+        f"{tuned.compute_efficiency:.2f}, attention efficiency {tuned.attention_efficiency:.2f}"
+    )
+    typer.echo(f"wrote {out} (in a scenario: gpu: {gpu_id}@{out})")
+
+
+def _split(text: str, flag: str, form: str) -> tuple[str, str]:
+    left, sep, right = text.partition("=")
+    try:
+        if not sep or float(right) <= 0:
+            raise ValueError
+        if flag == "--prefill" and int(left) < 1:
+            raise ValueError
+    except ValueError:
+        raise InputError(flag, f"expected {form} with positive numbers, got {text!r}") from None
+    return left, right
+
+
+@user_errors
+def validate_cmd(
+    write_docs: Annotated[
+        Path | None, typer.Option(help="Also write the Markdown page (docs/validation.md).")
+    ] = None,
+) -> None:
+    """Score the calibrated model on the validation data only and print the error tables."""
+    from clustersim.calibration.report import render_markdown, render_text
+    from clustersim.calibration.splitwise import validate_splitwise
+    from clustersim.calibration.vllm_runs import validate_vllm_runs
+
+    splitwise, runs = validate_splitwise(), validate_vllm_runs()
+    typer.echo(render_text(splitwise, runs))
+    if write_docs is not None:
+        write_docs.parent.mkdir(parents=True, exist_ok=True)
+        write_docs.write_text(render_markdown(splitwise, runs), encoding="utf-8")
+        typer.echo(f"\nwrote {write_docs}")

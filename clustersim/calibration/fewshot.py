@@ -1,0 +1,97 @@
+"""Few-shot calibration: adjust a GPU profile to at most three measured step times.
+
+The calibrated model splits a step into memory-bound, compute-bound, communication and
+overhead seconds. Given measured times ``t_i`` of known batches with ``n_i`` requests, solve
+
+    t_i = o + r x n_i + b x compute_i + (memory_i + communication_i + per-layer overhead)
+
+for the per-step overhead ``o``, the per-request overhead ``r`` and the compute scale ``b``
+(GEMMs and attention), then fold them back into the profile: ``per_step_overhead_s = o``,
+``per_request_overhead_s = r``, ``compute_efficiency / b``, ``attention_efficiency / b``.
+One point fits ``o``; two add ``b`` (give a prefill); three add ``r`` (give decodes at two
+batch sizes). Memory efficiency stays the kernel fit's: a decode time that differs from it
+differs by a constant per step, which ``o`` absorbs (a scale on weight reads cannot be told
+apart from a fixed cost with a few batch-1 points). Which op is compute- or memory-bound can
+flip as the efficiencies move, so the solve repeats a few times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from clustersim.catalog.specs import GpuSpec, ModelSpec
+from clustersim.cost.roofline import BatchShape, CostModel
+from clustersim.errors import InputError
+
+MAX_POINTS = 3
+_ROUNDS = 4
+_MIN_EFF = 1e-3
+
+
+def fit_few_shot(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    tp: int,
+    points: Sequence[tuple[BatchShape | Sequence[BatchShape], float]],
+    *,
+    label: str = "few-shot",
+) -> GpuSpec:
+    """``gpu`` adjusted so its step times match ``points``: ``(batch, measured seconds)``, or
+    ``(steps, seconds)`` for a measurement that spans several steps (a chunked prompt)."""
+    if not 1 <= len(points) <= MAX_POINTS:
+        raise InputError("measurements", f"give 1 to {MAX_POINTS} measurements, got {len(points)}")
+    if any(not t > 0 for _, t in points):
+        raise InputError("measurements", "measured times must be > 0")
+    measured = np.array([t for _, t in points])
+    calibration = f"{gpu.calibration}+{label}"
+    step_lists = [[s] if isinstance(s, BatchShape) else list(s) for s, _ in points]
+    num_steps = np.array([len(steps) for steps in step_lists], dtype=float)
+    seqs = np.array([sum(b.num_seqs for b in steps) for steps in step_lists], dtype=float)
+    for _ in range(_ROUNDS):
+        cost = CostModel(model, gpu, tp)
+        costs = [[cost.step_time(b) for b in steps] for steps in step_lists]
+        comp = np.array([sum(c.compute_s for c in cs) for cs in costs])
+        total = np.array([sum(c.time_s for c in cs) for cs in costs])
+        fixed = num_steps * gpu.per_step_overhead_s + seqs * gpu.per_request_overhead_s
+        o, b, r = _solve(measured - (total - comp - fixed), comp, num_steps, seqs)
+        gpu = gpu.model_copy(
+            update={
+                "per_step_overhead_s": o,
+                "per_request_overhead_s": r,
+                "compute_efficiency": _clamp(gpu.compute_efficiency / b),
+                "attention_efficiency": _clamp(gpu.attention_efficiency / b),
+                "calibration": calibration,
+            }
+        )
+    return gpu
+
+
+def _solve(
+    target: np.ndarray, comp: np.ndarray, steps: np.ndarray, seqs: np.ndarray
+) -> tuple[float, float, float]:
+    """Least-squares ``(o, b, r)``: ``o, r >= 0``, ``b > 0``. Unknowns enter in that order as
+    points allow (a part that is zero, or proportional to the steps, over the points is not
+    identifiable); one that comes out negative is dropped and the rest refitted."""
+    columns = {"o": steps, "b": comp, "r": seqs}
+    active = ["o"]
+    if np.any(comp > 0):
+        active.append("b")
+    if np.ptp(seqs / steps) > 0:
+        active.append("r")
+    active = active[: len(target)]
+    while active:
+        design = np.stack([columns[k] for k in active], axis=1)
+        values, *_ = np.linalg.lstsq(design, target, rcond=None)
+        fitted = dict(zip(active, values, strict=True))
+        bad = [k for k, v in fitted.items() if (v <= 0 if k == "b" else v < 0)]
+        if not bad:
+            return (float(fitted.get("o", 0.0)), float(fitted.get("b", 1.0)),
+                    float(fitted.get("r", 0.0)))
+        active.remove(bad[-1])
+    return 0.0, 1.0, 0.0
+
+
+def _clamp(eff: float) -> float:
+    return float(min(1.0, max(_MIN_EFF, eff)))

@@ -1,0 +1,88 @@
+"""Few-shot measurements from a real serving run's per-request records.
+
+Records as vLLM's request stats give them (LLMServingSim's ``vllm_requests.jsonl`` layout): per
+request ``input_toks``, ``output_toks`` and the engine timestamps ``queued_ts``,
+``first_token_ts``, ``last_token_ts`` (seconds, one clock). Three measurements come out:
+
+- a prefill: the request whose TTFT window overlaps the fewest other requests (ties: the
+  longest prompt), its TTFT taken as the time of its prompt's chunks;
+- two decode step times: the requests whose decode ran beside the fewest and the most other
+  decoding requests on average; their TPOT is the step time at that batch, at context
+  ``prompt + output / 2``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from clustersim.cost.roofline import BatchShape
+from clustersim.errors import InputError
+
+_FIELDS = ("input_toks", "output_toks", "queued_ts", "first_token_ts", "last_token_ts")
+Measurement = tuple[list[BatchShape], float]
+
+
+def read_records(path: Path) -> list[dict]:
+    """The records of a JSON-lines file, checked for the fields this module uses."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise InputError(str(path), f"cannot read records: {exc.strerror}") from None
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}:{number}", f"not JSON: {exc.msg}") from None
+        missing = [f for f in _FIELDS if not isinstance(record.get(f), (int, float))]
+        if missing:
+            raise InputError(f"{path}:{number}", f"missing numeric fields {missing}")
+        records.append(record)
+    if len(records) < 2:
+        raise InputError(str(path), "need at least two request records")
+    return records
+
+
+def measurements_from_records(
+    records: list[dict], max_num_batched_tokens: int | None = None
+) -> list[Measurement]:
+    """One prefill and two decode measurements (see the module docstring)."""
+    queued = np.array([r["queued_ts"] for r in records], dtype=float)
+    first = np.array([r["first_token_ts"] for r in records], dtype=float)
+    last = np.array([r["last_token_ts"] for r in records], dtype=float)
+    prompt = np.array([r["input_toks"] for r in records])
+    output = np.array([r["output_toks"] for r in records])
+
+    # requests in the system during each TTFT window (itself excluded)
+    busy = (queued[None, :] < first[:, None]) & (last[None, :] > queued[:, None])
+    np.fill_diagonal(busy, False)
+    crowd = busy.sum(axis=1)
+    k = min(range(len(records)), key=lambda i: (crowd[i], -prompt[i]))
+    budget = max_num_batched_tokens or int(prompt[k])
+    steps, done = [], 0
+    while done < prompt[k]:
+        chunk = min(budget, int(prompt[k]) - done)
+        steps.append(BatchShape.from_chunks([(chunk, done, done + chunk == prompt[k])]))
+        done += chunk
+    points: list[Measurement] = [(steps, float(first[k] - queued[k]))]
+
+    decoding = np.flatnonzero((output > 1) & (last > first))
+    if decoding.size < 2:
+        raise InputError("records", "need two requests with more than one output token")
+    start, end = first[decoding], last[decoding]
+    overlap = np.clip(np.minimum(end[:, None], end[None, :])
+                      - np.maximum(start[:, None], start[None, :]), 0, None)
+    batch = overlap.sum(axis=1) / (end - start)  # includes itself: overlap with self = 1
+    order = np.argsort(batch, kind="stable")
+    for j in (order[0], order[-1]):
+        i = decoding[j]
+        size = max(1, round(float(batch[j])))
+        context = int(prompt[i] + output[i] // 2)
+        tpot = float((last[i] - first[i]) / (output[i] - 1))
+        points.append(([BatchShape.from_chunks([(1, context, True)] * size)], tpot))
+    return points

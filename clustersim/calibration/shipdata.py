@@ -1,0 +1,95 @@
+"""Rebuild ``clustersim/data/calibration/`` from the reference data folder (maintainers only).
+
+``python -m clustersim.calibration.shipdata ../shared/data`` copies the small files verbatim and
+cuts the large Vidur tables down to the columns and rows the fits read (median times only);
+the README beside the data says which is which. Nothing here runs at calibration time.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from clustersim.calibration.sources import DATA_DIR
+
+_MLP_OPS = (
+    "attn_pre_proj",
+    "attn_post_proj",
+    "mlp_up_proj",
+    "mlp_down_proj",
+    "input_layernorm",
+    "post_attention_layernorm",
+    "attn_rope",
+    "mlp_act",
+    "add",
+)
+_MLP_SHAPE = ["n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size", "use_gated_mlp"]
+_VIDUR_MODELS = {
+    "a100": ("Llama-2-7b-hf", "Llama-2-70b-hf", "Meta-Llama-3-8B"),
+    "h100": ("Llama-2-7b-hf", "Llama-2-70b-hf"),
+}
+_LLMSS_RUNS = (
+    "RTX4090_Llama-3.1-8B",
+    "RTXPRO6000_Llama-3.1-8B",
+    "RTXPRO6000_Qwen3-32B",
+    "RTXPRO6000_Qwen3-30B-A3B-Instruct-2507",
+)
+
+
+def ship(shared: Path, out: Path = DATA_DIR) -> None:
+    fit, val = out / "fit", out / "validation"
+    vidur = shared / "vidur"
+    for gpu, models in _VIDUR_MODELS.items():
+        for model in models:
+            frame = pd.read_csv(vidur / "compute" / gpu / "meta-llama" / model / "mlp.csv")
+            keep = [f"time_stats.{op}.median" for op in _MLP_OPS]
+            frame = frame[keep + _MLP_SHAPE + ["num_tokens", "num_tensor_parallel_workers"]]
+            frame.columns = [c.removeprefix("time_stats.") for c in frame.columns]
+            _write_csv(frame, fit / "vidur" / f"mlp_{gpu}_{model}.csv")
+    attn = pd.read_csv(vidur / "a100" / "attention.csv")
+    cols = ["time_stats.attn_prefill.median", "time_stats.attn_decode.median"]
+    shape = ["n_embd", "n_q_head", "n_kv_head", "num_tensor_parallel_workers", "batch_size",
+             "prefill_chunk_size", "kv_cache_size", "is_prefill"]
+    attn = attn[cols + shape]
+    decode = attn[~attn.is_prefill & attn.batch_size.isin([1, 2, 4, 8, 16, 32, 64, 128])]
+    decode = decode[decode.kv_cache_size.isin(sorted(decode.kv_cache_size.unique())[::8])]
+    attn = pd.concat([attn[attn.is_prefill], decode])
+    attn.columns = [c.removeprefix("time_stats.") for c in attn.columns]
+    _write_csv(attn, fit / "vidur" / "attention_a100.csv")
+    for net in ("a100_dgx", "h100_dgx"):
+        frame = pd.read_csv(vidur / "network" / net / "all_reduce.csv")
+        frame = frame[frame.devices_per_node >= frame.num_workers]
+        frame = frame[["time_stats.all_reduce.median", "num_workers", "size"]]
+        frame.columns = ["all_reduce_median", "num_workers", "size"]
+        frame = frame.sort_values(["num_workers", "size"])
+        _write_csv(frame, fit / "vidur" / f"allreduce_{net}.csv")
+    shutil.copy(vidur / "LICENSE.vidur-MIT.txt", fit / "vidur")
+    prof = shared / "llmservingsim" / "RTX4090_Llama-3.1-8B" / "profiler_bf16_tp1"
+    (fit / "rtx4090").mkdir(parents=True, exist_ok=True)
+    for name in ("dense.csv", "attention.csv", "per_sequence.csv", "meta.yaml"):
+        shutil.copy(prof / name, fit / "rtx4090" / name)
+    shutil.copy(shared / "llmservingsim" / "LICENSE.LLMServingSim-MIT.txt", fit / "rtx4090")
+    (fit / "distserve").mkdir(parents=True, exist_ok=True)
+    for name in ("profiler-a100-80g.vllm.json", "LICENSE.DistServe-Apache-2.0.txt"):
+        shutil.copy(shared / "distserve" / name, fit / "distserve" / name)
+
+    (val / "splitwise").mkdir(parents=True, exist_ok=True)
+    for name in ("perf_model.csv", "LICENSE.splitwise-sim.txt"):
+        shutil.copy(shared / "splitwise" / name, val / "splitwise" / name)
+    for run in _LLMSS_RUNS:
+        (val / "llmservingsim" / run).mkdir(parents=True, exist_ok=True)
+        for name in ("vllm_requests.jsonl", "vllm_meta.json", "vllm_timeseries.csv"):
+            shutil.copy(shared / "llmservingsim" / run / name, val / "llmservingsim" / run / name)
+    shutil.copy(shared / "llmservingsim" / "LICENSE.LLMServingSim-MIT.txt", val / "llmservingsim")
+
+
+def _write_csv(frame: pd.DataFrame, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(path, index=False, float_format="%.6g")
+
+
+if __name__ == "__main__":  # pragma: no cover - maintenance entry point
+    ship(Path(sys.argv[1]))

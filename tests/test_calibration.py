@@ -1,0 +1,242 @@
+"""The shipped calibration: fits on kernel profiles only, and the profile load_gpu merges."""
+
+from __future__ import annotations
+
+import builtins
+import io
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from clustersim.calibration import fit as fit_module
+from clustersim.calibration.fewshot import fit_few_shot
+from clustersim.calibration.fit import GemmRows, calibrate, fit_allreduce, fit_gemm
+from clustersim.calibration.profile import CATALOG_PROFILE, dump_profiles
+from clustersim.calibration.sources import FIT_DIR, VALIDATION_DIR, fit_files, validation_files
+from clustersim.catalog import apply_profile, load_gpu, load_model, load_profiles
+from clustersim.cost.roofline import BatchShape, CostModel
+from clustersim.errors import ConfigError, InputError
+
+
+def make_gpu(**overrides):
+    """The uncalibrated RTX 4090 entry with ``overrides``."""
+    return load_gpu("rtx4090", profile="default").model_copy(update=overrides)
+
+
+# ------------------------------------------------------------ data separation
+def test_calibration_reads_no_validation_file(monkeypatch):
+    """Spy on every way the fit opens a file: all under fit/, none under validation/."""
+    opened: list[Path] = []
+
+    def spy_read_csv(path, *args, **kwargs):
+        opened.append(Path(path))
+        return pd.read_csv(path, *args, **kwargs)
+
+    real_open = builtins.open
+
+    def spy_open(file, *args, **kwargs):
+        if isinstance(file, (str, Path)):
+            opened.append(Path(file))
+        return real_open(file, *args, **kwargs)
+
+    real_read_text = Path.read_text
+
+    def spy_read_text(self, *args, **kwargs):
+        opened.append(self)
+        return real_read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", spy_open)
+    monkeypatch.setattr(Path, "read_text", spy_read_text)
+    profiles = calibrate(read=spy_read_csv)
+    fit_module.distserve_check(profiles)
+    data_files = [p.resolve() for p in opened if FIT_DIR.parent in p.resolve().parents]
+    assert data_files, "the spy saw no data file"
+    assert all(FIT_DIR in p.parents for p in data_files)
+    assert not set(data_files) & {p.resolve() for p in validation_files()}
+    # and every declared fit file exists and is outside the validation folder
+    assert fit_files() and all(VALIDATION_DIR not in p.parents for p in fit_files())
+
+
+def test_shipped_profile_is_what_calibrate_writes():
+    shipped = yaml.safe_load(CATALOG_PROFILE.read_text())
+    fresh = yaml.safe_load(dump_profiles(calibrate()))
+    assert shipped == fresh
+
+
+def test_shipped_data_carries_licenses():
+    for folder in ("fit/vidur", "fit/rtx4090", "fit/distserve", "validation/splitwise",
+                   "validation/llmservingsim"):
+        assert list((FIT_DIR.parent / folder).glob("LICENSE*")), folder
+    assert (FIT_DIR.parent / "README.md").is_file()
+
+
+# ------------------------------------------------------------------ the fits
+def test_fit_gemm_recovers_known_efficiencies():
+    tokens = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096], dtype=float)
+    k = n = 4096
+    flops_per_token = np.full_like(tokens, 2.0 * k * n)
+    nbytes = (k * n + tokens * (k + n)) * 2
+    peak, bw = 100e12, 1e12
+    true = np.maximum((tokens + 32) * flops_per_token / (0.8 * peak), nbytes / (0.6 * bw))
+    fitted = fit_gemm(GemmRows(tokens, flops_per_token, nbytes, true), peak, bw)
+    assert fitted["compute_efficiency"] == pytest.approx(0.8, abs=0.011)
+    assert fitted["memory_efficiency"] == pytest.approx(0.6, abs=0.011)
+    assert fitted["compute_half_tokens"] == 32.0
+
+
+def test_fit_allreduce_recovers_alpha_and_bus_bandwidth():
+    sizes = np.geomspace(2048, 2**28, 40)
+    frame = pd.DataFrame({"num_workers": 4, "size": sizes})
+    frame["all_reduce_median"] = (20e-6 + 1.5 * sizes / 300e9) * 1e3
+    gpu = make_gpu()
+    fitted = fit_allreduce(frame, gpu)
+    assert fitted["allreduce_latency_s"] == pytest.approx(20e-6, rel=1e-3)
+    assert fitted["busbw_gb_per_s"] == pytest.approx(300, rel=1e-3)
+
+
+def test_calibrated_values_are_plausible():
+    profiles = load_profiles()
+    for gpu_id in ("a100-80gb-sxm", "h100-sxm"):
+        p = profiles[gpu_id]
+        assert 0.6 <= p["compute_efficiency"] <= 0.9  # large-GEMM MFU, section 3.3
+        assert 0.45 <= p["memory_efficiency"] <= 0.95
+        assert p["allreduce_latency_s"] < 1e-4
+        assert p["provenance"]["sources"]
+    assert profiles["rtx-pro-6000"]["provenance"] == {"transferred_from": "rtx4090"}
+
+
+# --------------------------------------------------------------- the profile
+def test_load_gpu_merges_the_calibrated_profile():
+    default, calibrated = load_gpu("h100-sxm", profile="default"), load_gpu("h100-sxm")
+    entry = load_profiles()["h100-sxm"]
+    assert calibrated.compute_efficiency == entry["compute_efficiency"]
+    assert calibrated.link.efficiency == entry["link_efficiency"]
+    assert calibrated.calibration == "fit-v1:h100-sxm"
+    assert default.calibration == "default"
+    assert calibrated.peak_flops == default.peak_flops
+
+
+def test_profile_file_from_a_path(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump({"profiles": {"rtx4090": {"per_step_overhead_s": 0.005,
+                                                             "calibration": "mine"}}}))
+    gpu = load_gpu("rtx4090", profile=str(path))
+    assert gpu.per_step_overhead_s == 0.005 and gpu.calibration == "mine"
+
+
+def test_bad_profiles_are_errors(tmp_path):
+    with pytest.raises(ConfigError):
+        load_gpu("rtx4090", profile=str(tmp_path / "missing.yaml"))
+    with pytest.raises(ConfigError, match="unknown profile fields"):
+        apply_profile(make_gpu(), {"compute_efficency": 0.5})
+    with pytest.raises(Exception, match="less than or equal"):
+        apply_profile(make_gpu(), {"compute_efficiency": 1.5})
+
+
+def test_half_tokens_slows_small_gemms_only():
+    model = load_model("llama-3.1-8b")
+    gpu = make_gpu(compute_efficiency=0.5, memory_efficiency=1.0)
+    slow = gpu.model_copy(update={"compute_half_tokens": 64.0})
+    big = BatchShape.from_chunks([(8192, 0, True)])
+    t0, t1 = (CostModel(model, g).step_time(big).compute_s for g in (gpu, slow))
+    assert t1 > t0 and t1 < 1.05 * t0
+    one = BatchShape.from_chunks([(1, 100, True)])
+    assert CostModel(model, slow).step_time(one).compute_s == 0.0  # still weight-read bound
+
+
+# ------------------------------------------------------------------ few-shot
+def test_few_shot_recovers_overheads_it_was_fitted_on():
+    model, base = load_model("llama-2-70b"), load_gpu("a100-80gb-sxm")
+    truth = base.model_copy(update={"per_step_overhead_s": 0.02, "per_request_overhead_s": 2e-4,
+                                    "compute_efficiency": 0.5, "attention_efficiency": 0.15})
+    shapes = [BatchShape.from_chunks([(512, 0, True)]),
+              BatchShape.from_chunks([(1, 600, True)]),
+              BatchShape.from_chunks([(1, 600, True)] * 64)]
+    points = [(s, CostModel(model, truth, 4).step_time(s).time_s) for s in shapes]
+    tuned = fit_few_shot(model, base, 4, points)
+    assert tuned.per_step_overhead_s == pytest.approx(0.02, rel=0.02)
+    assert tuned.per_request_overhead_s == pytest.approx(2e-4, rel=0.05)
+    check = BatchShape.from_chunks([(4096, 0, True)])
+    assert CostModel(model, tuned, 4).step_time(check).time_s == pytest.approx(
+        CostModel(model, truth, 4).step_time(check).time_s, rel=0.05)
+
+
+def test_few_shot_refuses_too_many_points():
+    one = (BatchShape.from_chunks([(1, 10, True)]), 0.01)
+    with pytest.raises(InputError):
+        fit_few_shot(load_model("llama-3.1-8b"), make_gpu(), 1, [one] * 4)
+    with pytest.raises(InputError):
+        fit_few_shot(load_model("llama-3.1-8b"), make_gpu(), 1, [])
+
+
+def test_yaml_profile_round_trip():
+    text = dump_profiles({"rtx4090": {"per_step_overhead_s": 1e-3, "calibration": "x"}})
+    assert yaml.safe_load(io.StringIO(text))["profiles"]["rtx4090"]["calibration"] == "x"
+
+
+# ------------------------------------------------------------- from records
+def _record(queued, first, last, prompt=100, output=11):
+    return {"input_toks": prompt, "output_toks": output, "queued_ts": queued,
+            "first_token_ts": first, "last_token_ts": last}
+
+
+def test_measurements_from_records_pick_a_quiet_prefill_and_two_batches():
+    from clustersim.calibration.records import measurements_from_records
+
+    records = [
+        _record(0.0, 0.05, 1.05, prompt=3000),  # alone during its TTFT: the prefill point
+        _record(2.0, 2.02, 3.02),
+        _record(2.0, 2.03, 3.03),
+        _record(2.0, 2.04, 3.04),
+        _record(5.0, 5.01, 5.51),  # decodes alone
+    ]
+    points = measurements_from_records(records, max_num_batched_tokens=2048)
+    prefill_steps, ttft = points[0]
+    assert [s.num_prefill_tokens for s in prefill_steps] == [2048, 952] and ttft == 0.05
+    (alone,), tpot_alone = points[1]
+    (crowded,), tpot_crowded = points[2]
+    # the first request also decodes alone (ties keep record order): 1 s / 10 steps
+    assert alone.num_decode_tokens == 1 and tpot_alone == pytest.approx(0.1)
+    assert alone.decode_kv_tokens == 3000 + 5 + 1
+    assert crowded.num_decode_tokens == 3 and tpot_crowded == pytest.approx(0.1)
+
+
+def test_bad_records_are_input_errors(tmp_path):
+    from clustersim.calibration.records import read_records
+
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"input_toks": 1}\n')
+    with pytest.raises(InputError, match="missing numeric fields"):
+        read_records(path)
+    with pytest.raises(InputError):
+        read_records(tmp_path / "nope.jsonl")
+
+
+def test_shipped_data_matches_the_readme_checksums():
+    import hashlib
+
+    readme = (FIT_DIR.parent / "README.md").read_text()
+    for path in [*fit_files(), *validation_files()]:
+        if path.name.startswith("LICENSE"):
+            continue
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        assert f"{digest}  ./{path.relative_to(FIT_DIR.parent)}" in readme, path
+
+
+def test_a_scenario_picks_a_profile_with_the_gpu_id(tmp_path):
+    from clustersim.scenario import parse_scenario
+    from clustersim.sim import run_scenario
+
+    slow = tmp_path / "slow.yaml"
+    slow.write_text(yaml.safe_dump({"profiles": {"h100-sxm": {"per_step_overhead_s": 0.05}}}))
+    requests = [{"id": "a", "arrival_s": 0.0, "prompt_tokens": 64, "output_tokens": 4}]
+
+    def finish_s(gpu: str) -> float:
+        scenario = parse_scenario({"name": "t", "model": "llama-3.1-8b", "gpu": gpu,
+                                   "workload": {"kind": "explicit", "requests": requests}})
+        return run_scenario(scenario).requests[0].finish_s
+
+    assert finish_s(f"h100-sxm@{slow}") > finish_s("h100-sxm") + 4 * 0.04
