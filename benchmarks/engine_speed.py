@@ -27,6 +27,9 @@ CASES = {
                      "prompt_tokens": {"kind": "uniform", "low": 100, "high": 2000},
                      "output_tokens": {"kind": "uniform", "low": 50, "high": 500}},
     }),
+    "p/d 2+2 h100, azure conv x8 (603 req)": lambda: load_scenario(
+        ROOT / "scenarios/pd_azure_conv_dgx.yaml"
+    ),
     "a100 llama-8b overloaded, preempting": lambda: parse_scenario({
         "name": "bench-a100", "seed": 2, "model": "llama-3.1-8b", "gpu": "a100-40gb-sxm",
         "engine": {"max_model_len": 8192},

@@ -114,18 +114,18 @@ def describe_layout(name: str, model: str, instances: list[Any]) -> str:
     pools: dict[str, list[Any]] = {}
     for info in instances:
         pools.setdefault(info.pool, []).append(info)
-    lines = []
-    for pool, members in pools.items():
-        first = members[0]
-        role = "" if first.role == "colocated" else f" ({first.role})"
-        lines.append(
-            f"  {pool}{role}: {len(members)} x {first.gpu} TP{first.tensor_parallel_size}, "
-            f"max_num_batched_tokens {first.max_num_batched_tokens}, max_num_seqs "
-            f"{first.max_num_seqs}, {first.num_gpu_blocks} KV blocks each"
-        )
+    def engine(info: Any) -> str:
+        return (f"{info.gpu} TP{info.tensor_parallel_size}, max_num_batched_tokens "
+                f"{info.max_num_batched_tokens}, max_num_seqs {info.max_num_seqs}, "
+                f"{info.num_gpu_blocks} KV blocks")
+
     if len(instances) == 1:
-        return f"{name}: {model} on{lines[0].split(':', 1)[1]}".replace(" each", "")
-    return f"{name}: {model}\n" + "\n".join(lines)
+        return f"{name}: {model} on {engine(instances[0])}"
+    lines = [f"{name}: {model}"]
+    for pool, members in pools.items():
+        role = "" if members[0].role == "colocated" else f" ({members[0].role})"
+        lines.append(f"  {pool}{role}: {len(members)} x {engine(members[0])} each")
+    return "\n".join(lines)
 
 
 @app.command()
