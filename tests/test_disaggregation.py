@@ -226,3 +226,16 @@ switches:
     assert int(moved["x"]["bytes"]) == 1000 * KV_PER_TOKEN
     assert moved["x"]["source"] == "h/gpu0+h/gpu1"
     assert all(r["outcome"] == "finished" for r in result["requests"].values())
+
+
+def test_placements_that_do_not_fit_the_topology_are_config_errors(tmp_path):
+    too_many = pd_scenario([("R", 0.0, 40, 5)], pools=[
+        {"name": "prefill", "role": "prefill", "instances": 6},
+        {"name": "decode", "role": "decode", "instances": 4}])
+    code, output = run_cli("simulate", str(write_scenario(tmp_path, too_many)))
+    assert code == 2 and output.startswith("layout.pools.decode: not enough free h100-sxm GPUs")
+    across_nodes = pd_scenario([("R", 0.0, 40, 5)], pools=[
+        {"name": "prefill", "role": "prefill", "tensor_parallel_size": 16},
+        {"name": "decode", "role": "decode"}])
+    code, output = run_cli("simulate", str(write_scenario(tmp_path, across_nodes, "b.yaml")))
+    assert code == 2 and output.startswith("layout.pools.prefill: a TP group of 16 GPUs")

@@ -171,9 +171,13 @@ class Cluster:
             tp = pool.tensor_parallel_size or scenario.tensor_parallel_size
             pools.append((i, pool, gpu, tp))
         if self.topology is not None:
-            placement = self.topology.place(
-                [(pool.name, gpu.id, tp, pool.instances, pool.nodes) for _, pool, gpu, tp in pools]
-            )
+            try:
+                placement = self.topology.place(
+                    [(p.name, gpu.id, tp, p.instances, p.nodes) for _, p, gpu, tp in pools]
+                )
+            except ClusterSimError as error:
+                where = "layout." if explicit else ""
+                raise type(error)(f"{where}{error.path}", error.message) from None
         else:
             placement = {
                 pool.name: [
