@@ -86,6 +86,11 @@ def test_different_seeds_give_different_poisson_traffic(tmp_path):
         ({"engine": {"num_gpu_blocks_override": 4, "max_model_len": 1024}},
          "engine: KV cache of 3 usable blocks"),
         ({"tensor_parallel_size": 3}, "tensor_parallel_size: 3 does not divide"),
+        ({"engine": {"enable_chunked_prefill": False, "max_model_len": 4096,
+                     "max_num_batched_tokens": 4096, "max_num_scheduled_tokens": 1024}},
+         "engine.max_num_scheduled_tokens: 1024 is smaller than max_model_len 4096"),
+        ({"layout": {"kind": "colocated", "pools": [{"name": "a", "engine": {"block_size": 32}}]}},
+         "layout.pools[0].engine.block_size: 32 differs from the scenario's engine.block_size"),
     ],
 )
 def test_bad_scenarios_exit_2_with_path_and_message(tmp_path, change, expected):

@@ -26,8 +26,11 @@ def cases(draw):
         for i in range(n)
     ]
     kind = draw(layouts)
-    pools = [{"name": "p", "role": "prefill", "instances": draw(st.integers(1, 2))},
-             {"name": "d", "role": "decode", "instances": draw(st.integers(1, 2))}]
+    # pools may disagree on max_model_len: one side then refuses what the other accepted
+    pools = [{"name": "p", "role": "prefill", "instances": draw(st.integers(1, 2)),
+              "engine": {"max_model_len": draw(st.sampled_from([128, 256]))}},
+             {"name": "d", "role": "decode", "instances": draw(st.integers(1, 2)),
+              "engine": {"max_model_len": draw(st.sampled_from([128, 256]))}}]
     if kind == "three_pool":
         pools.append({"name": "s", "role": "colocated"})
     engine = {
@@ -79,6 +82,10 @@ def test_disaggregated_runs_finish_everything_and_return_every_block(case):
         assert request.is_done
         if request.status is RequestStatus.FINISHED:
             assert request.num_output_tokens == request.max_tokens
+    for router in cluster.routers.values():  # everything sent came back
+        assert all(load.outstanding_requests == 0 for load in router.loads)
+        assert all(load.outstanding_tokens == 0 for load in router.loads)
+    assert not cluster._handoffs
     for instance in cluster.all_instances():
         scheduler = instance.scheduler
         assert not scheduler.kv_held, instance.name

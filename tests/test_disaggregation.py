@@ -150,7 +150,7 @@ def test_three_pool_routes_by_prompt_and_output_length(tmp_path):
     data = scenario(model="llama-3.1-8b", gpu="h100-sxm", topology="dgx-h100", layout=layout,
                     cost=FIXED, engine={"max_model_len": 8192},
                     workload=explicit(("a", 0.0, 4000, 64), ("b", 0.0, 256, 512),
-                                      ("c", 0.0, 1500, 128)))
+                                      ("c", 0.0, 1500, 128), ("both", 0.0, 4000, 512)))
     rows = simulate(tmp_path, data)["requests"]
     assert (rows["a"]["prefill_instance"], rows["a"]["decode_instance"]) == (
         "prefill-0", "decode-0")
@@ -158,6 +158,8 @@ def test_three_pool_routes_by_prompt_and_output_length(tmp_path):
         "decode-0", "decode-0")
     assert (rows["c"]["prefill_instance"], rows["c"]["decode_instance"]) == (
         "shared-0", "shared-0")
+    # long prompt and long output is "mixed" in S6's classification: the shared pool
+    assert rows["both"]["prefill_instance"] == "shared-0"
     assert all(r["outcome"] == "finished" for r in rows.values())
 
 

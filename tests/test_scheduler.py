@@ -81,3 +81,32 @@ def test_plan_aggregates_what_the_cost_model_prices():
     assert plan.prefill_kv_tokens == 30
     assert {r.request_id for r in plan.sampled} == {"d", "p"}
     assert [(r.request_id, n) for r, n in plan.prefill_chunks] == [("p", 30)]
+
+
+def test_deferred_decodes_never_preempt_a_request_admitted_in_the_same_step():
+    # D's next decode needs a third block; W (30 tokens) takes the last two free blocks.
+    for policy, expected in (("decode_first", [("D", 1)]), ("prefill_first", [("W", 30)])):
+        s = make_scheduler(blocks=5, step_policy=policy)
+        s.add_request(Request("D", 0.0, 32, 10))
+        step(s)
+        w = Request("W", 1.0, 30, 5)
+        s.add_request(w)
+        plan = s.schedule()
+        assert [(r.request_id, n) for r, n in plan.scheduled] == expected, policy
+        assert not plan.preempted and w.num_preemptions == 0, policy
+
+
+def test_async_producer_preempted_with_its_token_in_flight_is_not_held():
+    s = make_scheduler(blocks=3, max_num_batched_tokens=32, max_model_len=128,
+                       async_scheduling=True, scheduler_reserve_full_isl=False,
+                       long_prefill_token_threshold=16)
+    y, x = Request("Y", 0.0, 40, 1, kv_producer=True), Request("X", 0.1, 16, 1, kv_producer=True)
+    s.add_request(y)
+    s.add_request(x)
+    first = s.schedule()             # Y:16, X:16 (X samples its only token)
+    second = s.schedule()            # before update(first): Y needs a block, X is the victim
+    assert [r.request_id for r in second.preempted] == ["X"]
+    finished = s.update_from_output(first, 1.0)
+    assert [r.request_id for r in finished] == ["X"]
+    assert "X" not in s.kv_held      # its blocks are gone: the cluster re-runs the prefill
+    s.kv.check_invariants()

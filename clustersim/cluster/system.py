@@ -188,6 +188,13 @@ class Cluster:
         for i, pool, gpu, tp in pools:
             where = f"layout.pools[{i}]." if explicit else ""
             settings = _merged_engine(scenario.engine, pool.engine)
+            if settings.block_size != scenario.engine.block_size:
+                raise ConfigError(
+                    f"{where}engine.block_size",
+                    f"{settings.block_size} differs from the scenario's engine.block_size "
+                    f"{scenario.engine.block_size}: prefix-cache keys are built per block, so "
+                    "set block_size once, in the scenario's engine",
+                )
             try:
                 setup = resolve_engine(settings, self.model, gpu, tp)
             except ClusterSimError as error:
@@ -268,10 +275,13 @@ class Cluster:
             self._three_pool(request)
 
     def _three_pool(self, request: Request) -> None:
-        """Golden S6: long prompts split, long outputs go to the decode pool, the rest share."""
-        if request.num_prompt_tokens > self.layout.long_prompt_tokens:
+        """Golden S6: a long prompt with a short output takes the prefill -> decode path, a
+        long output with a short prompt goes to the decode pool, everything else shares."""
+        long_prompt = request.num_prompt_tokens > self.layout.long_prompt_tokens
+        long_output = request.max_tokens > self.layout.long_output_tokens
+        if long_prompt and not long_output:
             self._to_prefill(request)
-        elif request.max_tokens > self.layout.long_output_tokens:
+        elif long_output and not long_prompt:
             self._send("decode", request)
         else:
             self._send("colocated", request)
@@ -359,6 +369,8 @@ class Cluster:
                 handoff.producer_sent = True
                 prefill.submit(handoff.producer)  # decode has allocated: prefill may start
             yield handoff.prefill_done
+            if handoff.producer.status is RequestStatus.REJECTED:
+                return  # the decode side has dropped the request
         tp = len(decode.gpus)
         num_bytes = num_tokens * self.model.kv_bytes_per_token(tp) * tp
         pair = (handoff.prefill_index, decode_index)
@@ -387,7 +399,10 @@ class Cluster:
         if handoff is not None and request.status is RequestStatus.REJECTED:
             # rejected on the decode side: the prefill copy's blocks will never be read
             prefill = self.instances["prefill"][handoff.prefill_index]
-            if handoff.producer_sent and handoff.producer.status is RequestStatus.FINISHED:
+            if not handoff.producer_sent:  # sglang: the prefill never started
+                self.routers["prefill"].returned(handoff.prefill_index, request)
+                self._handoffs.pop(id(handoff.producer), None)
+            elif handoff.producer.status is RequestStatus.FINISHED:
                 prefill.release_kv(handoff.producer)
         self.on_done(request)
 
@@ -396,17 +411,40 @@ class Cluster:
         client = handoff.client
         self.routers["prefill"].returned(index, client)
         client.num_preemptions += producer.num_preemptions
+        reason = f"prefill: {producer.reject_reason}"
+        if producer.status is RequestStatus.REJECTED and handoff.decode_index is not None:
+            # sglang: the decode side already holds blocks for it; take it back there
+            handoff.prefill_done.succeed()
+            self.instances["decode"][handoff.decode_index].abort(client, reason)
+            return
         if producer.status is RequestStatus.REJECTED:
             self._handoffs.pop(id(client), None)
             client.status = RequestStatus.REJECTED
-            client.reject_reason = f"prefill: {producer.reject_reason}"
+            client.reject_reason = reason
             client.finish_s = self.env.now
             self.on_done(client)
+            return
+        prefill = self.instances["prefill"][index]
+        if producer.request_id not in prefill.scheduler.kv_held and prefill.scheduler.offers_blocks(
+            producer
+        ):
+            # async scheduling preempted it while its only token was in flight: the token
+            # arrived but the blocks are gone, so the prompt is prefilled again
+            self._rerun_prefill(index, handoff)
             return
         if handoff.prefill_done is not None:
             handoff.prefill_done.succeed()
             return
         self.env.process(self._proxy_to_decode(handoff))
+
+    def _rerun_prefill(self, index: int, handoff: _Handoff) -> None:
+        old = handoff.producer
+        producer = Request(old.request_id, self.env.now, old.num_prompt_tokens, 1,
+                           priority=old.priority, block_hashes=old.block_hashes, kv_producer=True)
+        handoff.producer = producer
+        self._handoffs[id(producer)] = handoff
+        self.routers["prefill"].sent(index, handoff.client)
+        self.instances["prefill"][index].submit(producer)
 
     # ---------------------------------------------------------------- results
     def all_instances(self) -> list[Instance]:

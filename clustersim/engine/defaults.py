@@ -71,6 +71,17 @@ def resolve_engine(
             f"{max_num_batched_tokens} is smaller than max_model_len {max_model_len} with "
             "chunked prefill disabled; vLLM refuses to start (raise it or enable chunking)",
         )
+    if (
+        not settings.enable_chunked_prefill
+        and settings.max_num_scheduled_tokens is not None
+        and settings.max_num_scheduled_tokens < max_model_len
+    ):
+        raise ConfigError(
+            "engine.max_num_scheduled_tokens",
+            f"{settings.max_num_scheduled_tokens} is smaller than max_model_len "
+            f"{max_model_len} with chunked prefill disabled: a long prompt could never be "
+            "scheduled",
+        )
     if max_num_batched_tokens < max_num_seqs:
         raise ConfigError(
             "engine.max_num_batched_tokens",

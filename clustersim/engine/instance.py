@@ -90,6 +90,19 @@ class Instance:
         self.scheduler.release_kv(request)
         self._wake()
 
+    def abort(self, request: Request, reason: str) -> None:
+        """Drop a request that is queued here (its other half failed elsewhere)."""
+        scheduler = self.scheduler
+        if request in scheduler.kv_holding:
+            scheduler.kv_holding.remove(request)
+        elif request in scheduler.running:
+            scheduler.running.remove(request)
+        elif request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
+            scheduler.waiting.remove(request)
+        scheduler.kv.free(request)
+        self.reject(request, reason)
+        self._wake()
+
     def reject(self, request: Request, reason: str) -> None:
         request.status = RequestStatus.REJECTED
         request.reject_reason = reason

@@ -212,16 +212,19 @@ class Scheduler:
         budget = cfg.token_budget - plan.num_scheduled_tokens
 
         # Phase 2: WAITING requests, only if nobody was preempted (§3.4).
+        num_running_before = len(running)
         if not preempted:
             budget = self._schedule_waiting(plan, budget, threshold)
 
-        # Decodes held back by the step policy get what is left.
+        # Decodes held back by the step policy get what is left; they never preempt a request
+        # admitted in this very step (that would undo the policy's choice).
+        admitted = frozenset(id(r) for r in running[num_running_before:])
         for request in deferred_decodes:
             if budget <= 0:
                 break
             if request.status is not RequestStatus.RUNNING:
                 continue  # preempted meanwhile
-            allocated, _ = self._allocate_running(request, 1, len(running), plan)
+            allocated, _ = self._allocate_running(request, 1, len(running), plan, admitted)
             budget = cfg.token_budget - plan.num_scheduled_tokens
             if not allocated:
                 if cfg.policy == "priority":
@@ -331,7 +334,9 @@ class Scheduler:
             num_external_tokens=external,
             full_sequence_must_fit=cfg.scheduler_reserve_full_isl,
             watermark_blocks=self._watermark_blocks if self.running else 0,
-            reserved_blocks=self._blocks_still_needed_by_prefills(),
+            reserved_blocks=(
+                0 if cfg.kv_full_blocks_only else self._blocks_still_needed_by_prefills()
+            ),  # v0.33 reserves room for in-flight prefills; older versions did not
             delay_cache_blocks=True,
         ):
             return False
@@ -351,7 +356,7 @@ class Scheduler:
         request.status = RequestStatus.WAITING
         request.do_remote_prefill = False  # a later preemption recomputes locally
 
-    def _offers_blocks(self, request: Request) -> bool:
+    def offers_blocks(self, request: Request) -> bool:
         """vLLM <= 0.10 offers only full blocks: a prompt shorter than one is not transferred."""
         return not (
             self.config.kv_full_blocks_only and request.num_prompt_tokens < self.kv.block_size
@@ -375,10 +380,12 @@ class Scheduler:
         num_new: int,
         index: int,
         plan: StepPlan,
+        protected: frozenset[int] = frozenset(),
     ) -> tuple[bool, int]:
         """Allocate for a running request, preempting victims until it fits (§3.3).
 
-        Returns whether it fits and how many victims were taken from before ``index``.
+        Returns whether it fits and how many victims were taken from before ``index``. A victim
+        whose id is in ``protected`` is not preempted: the allocation fails instead.
         """
         running = self.running
         removed_before = 0
@@ -387,6 +394,8 @@ class Scheduler:
                 victim = max(running, key=lambda r: (r.priority, r.arrival_s))
             else:
                 victim = running[-1]
+            if id(victim) in protected:
+                return False, removed_before
             victim_index = len(running) - 1 if victim is running[-1] else running.index(victim)
             if victim_index < index:
                 removed_before += 1
@@ -466,7 +475,7 @@ class Scheduler:
                 was_waiting = request.status is not RequestStatus.RUNNING
                 request.status = RequestStatus.FINISHED
                 request.finish_s = now_s
-                if request.kv_producer and self._offers_blocks(request):
+                if request.kv_producer and not was_waiting and self.offers_blocks(request):
                     self.kv_held[request.request_id] = request  # freed once the consumer reads
                 else:
                     self.kv.free(request)
