@@ -167,7 +167,7 @@ class Cluster:
         for i, pool in enumerate(self.layout.pools):
             where = f"layout.pools[{i}]" if explicit else ""
             gpu_id = pool.gpu or scenario.gpu
-            gpu = load_gpu(gpu_id, path=f"{where}.gpu" if explicit else "gpu")
+            gpu = load_gpu(gpu_id, path=f"{where}.gpu" if pool.gpu is not None else "gpu")
             tp = pool.tensor_parallel_size or scenario.tensor_parallel_size
             pools.append((i, pool, gpu, tp))
         if self.topology is not None:
