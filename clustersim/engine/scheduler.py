@@ -235,7 +235,7 @@ class Scheduler:
 
         self._update_after_schedule(plan)
         plan.num_running = len(self.running)
-        plan.num_waiting = len(self.waiting)
+        plan.num_waiting = len(self.waiting) + len(self.kv_holding)  # pulling KV counts as waiting
         plan.kv_blocks_used = self.kv.num_used_blocks
         return plan
 
