@@ -59,9 +59,10 @@ class InstanceInfo:
 
 def make_pricer(cost_model: CostModel | None, cost: Cost) -> Callable[[StepPlan], float]:
     """StepPlan -> seconds, through the roofline cost model (or a fixed time per step)."""
-    if isinstance(cost, FixedCost) or cost_model is None:
-        step_time_s = cost.step_time_s if isinstance(cost, FixedCost) else 0.0
+    if isinstance(cost, FixedCost):
+        step_time_s = cost.step_time_s
         return lambda plan: step_time_s
+    assert cost_model is not None, "a roofline cost needs a cost model"
     step_time = cost_model.step_time
 
     def price(plan: StepPlan) -> float:
@@ -224,10 +225,7 @@ class Cluster:
                 link["tp_link_bytes_per_s"] = min(
                     placed, gpu.tp_link(tp).effective_bytes_per_s
                 )
-            try:
-                cost_model = CostModel(self.model, gpu, tp, **link)
-            except ClusterSimError as error:
-                raise type(error)(error.path, error.message) from None
+            cost_model = CostModel(self.model, gpu, tp, **link)
         role = pool.role
         position = len(self.instances[role])
         instance = Instance(
