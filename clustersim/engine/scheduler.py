@@ -176,26 +176,27 @@ class Scheduler:
             ):
                 index += 1  # certain to finish on the in-flight token; don't waste a slot
                 continue
-            num_new = request.num_tokens + placeholders - request.num_computed_tokens
-            is_decode = num_new == 1 and request.num_output_tokens + placeholders > 0
+            num_outputs = request.num_output_tokens
+            num_computed = request.num_computed_tokens
+            num_new = request.num_prompt_tokens + num_outputs + placeholders - num_computed
+            is_decode = num_new == 1 and num_outputs + placeholders > 0
             if is_decode and decode_budget <= 0:
                 deferred_decodes.append(request)
                 index += 1
                 continue
             if 0 < threshold < num_new:
                 num_new = threshold
-            num_new = min(num_new, budget, max_model_len - 1 - request.num_computed_tokens)
+            if num_new > budget:
+                num_new = budget
+            if num_new > max_model_len - 1 - num_computed:
+                num_new = max_model_len - 1 - num_computed
             if num_new <= 0:
                 index += 1
                 continue
             # A decode that still has room in its last block needs no allocation (the common
             # case); anything else goes through allocate_slots and, if needed, preemption.
-            held = kv_blocks.get(request.request_id)
-            if not (
-                is_decode
-                and held is not None
-                and len(held) * block_size > request.num_computed_tokens
-            ):
+            held = kv_blocks.get(request.request_id) if is_decode else None
+            if held is None or len(held) * block_size <= num_computed:
                 allocated, removed_before = self._allocate_running(request, num_new, index, plan)
                 index -= removed_before
                 budget = cfg.token_budget - plan.num_scheduled_tokens  # victims may be refunded
@@ -431,27 +432,33 @@ class Scheduler:
     def _update_after_schedule(self, plan: StepPlan) -> None:
         """Advance ``num_computed_tokens`` and collect what the cost model needs (§3.5)."""
         async_mode = self.config.async_scheduling
+        sampled = plan.sampled
+        prefill_chunks = plan.prefill_chunks
+        num_decodes = decode_kv = prefill_tokens = prefill_kv = 0
+        attn_pairs = 0.0
         for request, num_new in plan.scheduled:
             context = request.num_computed_tokens
             placeholders = request.num_output_placeholders
-            target = request.num_tokens + placeholders
-            is_decode = num_new == 1 and target - context == 1 and (
-                request.num_output_tokens + placeholders > 0
-            )
+            num_outputs = request.num_output_tokens + placeholders
+            target = request.num_prompt_tokens + num_outputs
             request.num_computed_tokens = context + num_new
-            samples = context + num_new >= target
-            if samples:
-                plan.sampled.append(request)
+            if context + num_new >= target:
+                sampled.append(request)
                 if async_mode:
                     request.num_output_placeholders = placeholders + 1
-            if is_decode:
-                plan.num_decode_tokens += 1
-                plan.decode_kv_tokens += context + 1
+            if num_new == 1 and target - context == 1 and num_outputs > 0:  # a decode
+                num_decodes += 1
+                decode_kv += context + 1
             else:
-                plan.prefill_chunks.append((request, num_new))
-                plan.num_prefill_tokens += num_new
-                plan.prefill_attn_pairs += num_new * context + num_new * (num_new + 1) / 2
-                plan.prefill_kv_tokens += context + num_new
+                prefill_chunks.append((request, num_new))
+                prefill_tokens += num_new
+                attn_pairs += num_new * context + num_new * (num_new + 1) / 2
+                prefill_kv += context + num_new
+        plan.num_decode_tokens = num_decodes
+        plan.decode_kv_tokens = decode_kv
+        plan.num_prefill_tokens = prefill_tokens
+        plan.prefill_attn_pairs = attn_pairs
+        plan.prefill_kv_tokens = prefill_kv
 
     # ----------------------------------------------------------------- update
     def update_from_output(self, plan: StepPlan, now_s: float) -> list[Request]:
