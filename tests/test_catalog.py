@@ -37,6 +37,8 @@ PUBLISHED_PARAMS_B = {
     "opt-66b": 65.720,
     "qwen3-32b": 32.8,
     "bloom-176b": 176.247,  # BLOOM paper: 176,247,271,424 parameters
+    "mixtral-8x7b": 46.703,  # all experts; 12.88 B active (tests/test_moe.py)
+    "qwen3-30b-a3b": 30.532,  # all experts; 3.35 B active
 }
 
 LLAMA_CONFIG = {

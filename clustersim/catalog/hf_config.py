@@ -1,7 +1,9 @@
 """Read a HuggingFace ``config.json`` into a :class:`ModelSpec`.
 
-Only dense decoder-only transformers are modelled; MoE, MLA and other layouts are refused with
-an ``InputError`` rather than priced wrongly.
+Dense decoder-only transformers and mixture-of-experts models whose every layer routes to
+top-k of E gated experts (Mixtral, Qwen3-MoE) are modelled; shared experts, dense layers between
+MoE layers, multi-head latent attention (DeepSeek) and other layouts are refused with an
+``InputError`` rather than priced wrongly.
 """
 
 from __future__ import annotations
@@ -19,13 +21,19 @@ from clustersim.errors import InputError
 _OPT_POSITION_OFFSET = 2
 # config.json keys that mean a layout the cost model does not price.
 _UNSUPPORTED_KEYS = {
-    "num_experts": "mixture-of-experts",
-    "num_local_experts": "mixture-of-experts",
-    "n_routed_experts": "mixture-of-experts",
-    "kv_lora_rank": "multi-head latent attention",
+    "kv_lora_rank": "multi-head latent attention (DeepSeek-style)",
+    "n_routed_experts": "DeepSeek-style mixture-of-experts",
+    "n_shared_experts": "shared-expert mixture-of-experts",
+    "num_shared_experts": "shared-expert mixture-of-experts",
+    "shared_expert_intermediate_size": "shared-expert mixture-of-experts",
+    "mlp_only_layers": "mixture-of-experts with dense layers",
 }
+# Routed-expert counts: Qwen-MoE's key, then Mixtral's.
+_NUM_EXPERTS_KEYS = ("num_experts", "num_local_experts")
 # Model types whose q/k/v projections always carry a bias (the config has no switch for it).
 _QKV_BIAS_TYPES = {"qwen2"}
+# Model types with a per-head RMSNorm on q and k.
+_QK_NORM_TYPES = {"qwen3", "qwen3_moe"}
 # vLLM's dtype "auto" serves float32 checkpoints in 16-bit; bfloat16 is what it picks on GPUs
 # that support it, which every catalog GPU does.
 _DTYPE_ALIASES = {"float32": "bfloat16", "float": "bfloat16", "half": "float16"}
@@ -86,9 +94,10 @@ def model_from_hf_config(path: Path) -> ModelSpec:
         "qkv_bias": qkv_bias,
         "o_bias": o_bias,
         "mlp_bias": mlp_bias,
-        "qk_norm": model_type == "qwen3",
+        "qk_norm": model_type in _QK_NORM_TYPES,
         "norm": "layernorm" if is_opt else "rmsnorm",
         "learned_position_rows": max_pos + _OPT_POSITION_OFFSET if is_opt else 0,
+        **_moe_fields(config, where),
         "source": f"HuggingFace config {where}",
     }
     try:
@@ -97,6 +106,30 @@ def model_from_hf_config(path: Path) -> ModelSpec:
         first = exc.errors()[0]
         field = ".".join(str(part) for part in first["loc"])
         raise InputError(where, f"{field}: {first['msg']} (got {first.get('input')!r})") from exc
+
+
+def _moe_fields(config: dict[str, Any], where: str) -> dict[str, Any]:
+    """The ModelSpec MoE fields of ``config``; none for a dense model."""
+    key = next((k for k in _NUM_EXPERTS_KEYS if config.get(k)), None)
+    if key is None:
+        return {}
+    if config.get("num_experts_per_tok") is None:
+        raise InputError(
+            where, f"mixture-of-experts config ({key}) is missing key 'num_experts_per_tok'"
+        )
+    if config.get("decoder_sparse_step", 1) != 1:
+        raise InputError(
+            where,
+            f"mixture-of-experts models with dense layers between MoE layers "
+            f"(decoder_sparse_step {config['decoder_sparse_step']!r}) are not supported",
+        )
+    # Mixtral's experts are intermediate_size wide; Qwen-MoE names the expert width apart
+    width = "moe_intermediate_size" if "moe_intermediate_size" in config else "intermediate_size"
+    return {
+        "num_experts": config[key],
+        "num_experts_per_tok": config["num_experts_per_tok"],
+        "moe_intermediate_size": _require(config, width, where),
+    }
 
 
 def _require(config: dict[str, Any], key: str, where: str) -> Any:

@@ -115,7 +115,13 @@ class GpuSpec(_Spec):
 
 
 class ModelSpec(_Spec):
-    """A dense decoder-only transformer, described by its HF config fields."""
+    """A decoder-only transformer, described by its HF config fields.
+
+    A mixture-of-experts model (``num_experts > 0``) replaces every layer's MLP with
+    ``num_experts`` gated experts of width ``moe_intermediate_size`` behind an ``h x E`` router,
+    of which each token runs ``num_experts_per_tok``; ``intermediate_size`` is then unused.
+    Shared experts and dense-MLP layers between MoE layers are not modelled.
+    """
 
     id: str
     hf_repo: str | None = None
@@ -142,6 +148,13 @@ class ModelSpec(_Spec):
     learned_position_rows: int = Field(
         0, ge=0, description="Rows of a learned position table (OPT: max_pos + 2); 0 for RoPE."
     )
+    num_experts: NonNegativeInt = Field(0, description="Routed experts per layer; 0 for dense.")
+    num_experts_per_tok: NonNegativeInt = Field(
+        0, description="Experts each token is routed to (top-k); 0 for dense."
+    )
+    moe_intermediate_size: NonNegativeInt = Field(
+        0, description="Intermediate width of one expert (Mixtral: its intermediate_size)."
+    )
     source: str
 
     @model_validator(mode="after")
@@ -151,6 +164,26 @@ class ModelSpec(_Spec):
                 f"num_attention_heads {self.num_attention_heads} is not a multiple of "
                 f"num_key_value_heads {self.num_key_value_heads}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _experts_are_complete(self) -> ModelSpec:
+        moe = (self.num_experts, self.num_experts_per_tok, self.moe_intermediate_size)
+        if not self.num_experts:
+            if any(moe):
+                raise ValueError(
+                    "num_experts_per_tok and moe_intermediate_size need num_experts > 0"
+                )
+            return self
+        if not 1 <= self.num_experts_per_tok <= self.num_experts:
+            raise ValueError(
+                f"num_experts_per_tok {self.num_experts_per_tok} must be in "
+                f"[1, num_experts {self.num_experts}]"
+            )
+        if not self.moe_intermediate_size:
+            raise ValueError("a mixture-of-experts model needs moe_intermediate_size > 0")
+        if self.mlp != "gated" or self.mlp_bias:
+            raise ValueError("experts are modelled as gated MLPs without biases")
         return self
 
     # ---------------------------------------------------------------- derived
@@ -181,30 +214,57 @@ class ModelSpec(_Spec):
         return 2 * self.num_layers * self.kv_heads_per_gpu(tp) * self.head_dim * elem
 
     @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def expert_params(self) -> int:
+        """Weights of one expert (gate, up and down, hidden x moe_intermediate_size each)."""
+        return self.mlp_matrices * self.hidden_size * self.moe_intermediate_size
+
+    @property
     def params_per_layer(self) -> int:
+        """All of a layer's parameters: for MoE, every expert and the router."""
+        return self._params_per_layer(self.num_experts)
+
+    @property
+    def num_params(self) -> int:
+        """Parameters computed from the architecture (embeddings, untied LM head, norms, biases,
+        every expert)."""
+        return self._params(self.num_experts)
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token runs through: ``num_params`` with only the top-k experts of each
+        layer (the router counts); equal to ``num_params`` for a dense model."""
+        return self._params(self.num_experts_per_tok)
+
+    def _params(self, experts: int) -> int:
+        h = self.hidden_size
+        embeddings = self.vocab_size * h + self.learned_position_rows * h
+        lm_head = 0 if self.tie_word_embeddings else self.vocab_size * h
+        final_norm = (2 if self.norm == "layernorm" else 1) * h
+        return embeddings + lm_head + final_norm + self.num_layers * self._params_per_layer(experts)
+
+    def _params_per_layer(self, experts: int) -> int:
+        """A layer's parameters counting ``experts`` experts (ignored for a dense model)."""
         h, f = self.hidden_size, self.intermediate_size
         qkv = h * (self.q_size + 2 * self.kv_size)
         if self.qkv_bias:
             qkv += self.q_size + 2 * self.kv_size
         o = self.q_size * h + (h if self.o_bias else 0)
-        mlp = self.mlp_matrices * h * f
-        if self.mlp_bias:
-            # every up-projection has an f-wide bias, the down-projection an h-wide one
-            mlp += (self.mlp_matrices - 1) * f + h
+        if self.is_moe:
+            mlp = experts * self.expert_params + h * self.num_experts  # experts + router
+        else:
+            mlp = self.mlp_matrices * h * f
+            if self.mlp_bias:
+                # every up-projection has an f-wide bias, the down-projection an h-wide one
+                mlp += (self.mlp_matrices - 1) * f + h
         norm_width = 2 if self.norm == "layernorm" else 1
         norms = 2 * norm_width * h
         if self.qk_norm:
             norms += 2 * self.head_dim
         return qkv + o + mlp + norms
-
-    @property
-    def num_params(self) -> int:
-        """Parameters computed from the architecture (embeddings, untied LM head, norms, biases)."""
-        h = self.hidden_size
-        embeddings = self.vocab_size * h + self.learned_position_rows * h
-        lm_head = 0 if self.tie_word_embeddings else self.vocab_size * h
-        final_norm = (2 if self.norm == "layernorm" else 1) * h
-        return embeddings + lm_head + final_norm + self.num_layers * self.params_per_layer
 
     @property
     def weight_bytes(self) -> int:

@@ -36,11 +36,20 @@ def activation_peak_bytes(model: ModelSpec, tp: int, num_tokens: int) -> int:
     The largest live set is inside the MLP: the residual stream and normed input (hidden wide),
     the up-projection output (2f/tp for gate+up, f/tp for fc1) and the activation output
     (f/tp). Attention scratch is smaller with FlashAttention and is left out; the sampler's
-    logits are part of the non-torch reserve.
+    logits are part of the non-torch reserve. In a mixture-of-experts layer every token has
+    ``num_experts_per_tok`` routed rows of expert width (vLLM's fused-MoE caches are
+    tokens x top-k wide); the router logits are small and left out. Weights (``kv_budget``)
+    count every expert.
     """
-    f_shard = model.intermediate_size / tp
-    up_out = (model.mlp_matrices - 1) * f_shard
-    width = _HIDDEN_TENSORS_AT_PEAK * model.hidden_size + up_out + f_shard
+    hidden = _HIDDEN_TENSORS_AT_PEAK * model.hidden_size
+    if model.is_moe:
+        f_shard = model.moe_intermediate_size / tp
+        up_out = (model.mlp_matrices - 1) * f_shard
+        width = hidden + model.num_experts_per_tok * (up_out + f_shard)
+    else:
+        f_shard = model.intermediate_size / tp
+        up_out = (model.mlp_matrices - 1) * f_shard
+        width = hidden + up_out + f_shard
     return math.ceil(num_tokens * width * model.dtype_bytes)
 
 

@@ -15,6 +15,19 @@ cost come from the GPU's calibrated profile (``clustersim calibrate``, docs/vali
     once per step
       lm_head   (sampled x h) @ (h x V / tp)   only rows that sample a token
 
+A mixture-of-experts layer replaces gate_up and down with (vLLM's fused MoE, TP sharding every
+expert's intermediate dimension; expert parallelism is not modelled)::
+
+      router    (tokens x h) @ (h x E)          replicated on every rank
+      per expert touched, rows = tokens x k / touched
+        gate_up (rows x h) @ (h x 2 f_moe / tp)
+        down    (rows x f_moe / tp) @ (f_moe / tp x h)  -> all-reduce
+
+FLOPs and activations follow the tokens x k routed rows; weights are read only for the experts
+the step touches. Routing is assumed uniform and independent per token, so with T tokens each
+picking k of E experts, E x (1 - (1 - k/E)^T) experts are touched on average (k at T = 1,
+all E for a long prefill). Each expert's GEMM pays the saturating efficiency on its own rows.
+
 GEMM weights are read once per step whatever the batch; activations in and out are read and
 written once per op. Attention reads the KV its tokens attend to and writes the new tokens' KV,
 ``max(1, n_kv // tp)`` heads per rank: GQA enters only there and in the K/V projections.
@@ -131,6 +144,9 @@ class CostModel:
         "_fixed_overhead_s",
         "_request_overhead_s",
         "_half_tokens",
+        "_num_experts",
+        "_top_k",
+        "_expert_gemms",
     )
 
     def __init__(
@@ -163,16 +179,23 @@ class CostModel:
         s_per_byte = 1.0 / (gpu.memory_efficiency * gpu.mem_bytes_per_s)
 
         # (in, out) features of each layer GEMM on one rank
-        shapes = ((h, q_out + 2 * kv_out), (q_out, h), (h, up_out), (f_shard, h))
+        mlp_shapes: tuple[tuple[float, float], ...]
+        expert_shapes: tuple[tuple[float, float], ...]
+        if model.is_moe:
+            mlp_shapes = ((h, model.num_experts),)  # the router
+            f_expert = model.moe_intermediate_size / tp
+            expert_shapes = ((h, (model.mlp_matrices - 1) * f_expert), (f_expert, h))
+        else:
+            mlp_shapes = ((h, up_out), (f_shard, h))
+            expert_shapes = ()
+        shapes = ((h, q_out + 2 * kv_out), (q_out, h), *mlp_shapes)
         # per GEMM, summed over layers: (compute s per token, weight-read s, activation s per token)
-        self._gemms = tuple(
-            (
-                layers * _FLOPS_PER_MAC * k * n * s_per_gemm_flop,
-                layers * k * n * e * s_per_byte,
-                layers * (k + n) * e * s_per_byte,
-            )
-            for k, n in shapes
-        )
+        self._gemms = _layer_gemms(shapes, layers, e, s_per_gemm_flop, s_per_byte)
+        # the same per expert: (compute s per routed row, weight-read s per expert touched,
+        # activation s per routed row)
+        self._expert_gemms = _layer_gemms(expert_shapes, layers, e, s_per_gemm_flop, s_per_byte)
+        self._num_experts = model.num_experts
+        self._top_k = model.num_experts_per_tok
         vocab_shard = model.vocab_size / tp
         self._lm_head_s_per_row = _FLOPS_PER_MAC * h * vocab_shard * s_per_gemm_flop
         self._lm_head_weight_s = h * vocab_shard * e * s_per_byte
@@ -214,6 +237,17 @@ class CostModel:
                 compute += t_compute
             else:
                 memory += t_memory
+        if self._expert_gemms:
+            routed = tokens * self._top_k
+            touched = experts_touched(self._num_experts, self._top_k, tokens)
+            for flop_s, weight_s, act_s in self._expert_gemms:
+                # touched experts of routed / touched rows each: (rows + half) x FLOPs per row
+                t_compute = (routed + touched * self._half_tokens) * flop_s
+                t_memory = touched * weight_s + routed * act_s
+                if t_compute >= t_memory:
+                    compute += t_compute
+                else:
+                    memory += t_memory
         rows = batch.num_sampled
         if rows:
             t_compute = (rows + self._half_tokens) * self._lm_head_s_per_row
@@ -242,6 +276,31 @@ class CostModel:
         return StepCost(
             compute + memory + communication + overhead, compute, memory, communication, overhead
         )
+
+
+def experts_touched(num_experts: int, top_k: int, num_tokens: int) -> float:
+    """Expected distinct experts ``num_tokens`` tokens route to, each picking ``top_k`` of
+    ``num_experts`` uniformly: an expert escapes one token with probability ``1 - k/E``."""
+    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** num_tokens)
+
+
+def _layer_gemms(
+    shapes: Iterable[tuple[float, float]],
+    layers: int,
+    dtype_bytes: int,
+    s_per_flop: float,
+    s_per_byte: float,
+) -> tuple[tuple[float, float, float], ...]:
+    """Per (in, out) GEMM, summed over layers: (compute s per row, weight-read s, activation s
+    per row)."""
+    return tuple(
+        (
+            layers * _FLOPS_PER_MAC * k * n * s_per_flop,
+            layers * k * n * dtype_bytes * s_per_byte,
+            layers * (k + n) * dtype_bytes * s_per_byte,
+        )
+        for k, n in shapes
+    )
 
 
 @lru_cache(maxsize=64)
