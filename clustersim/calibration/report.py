@@ -228,8 +228,11 @@ requests.jsonl`, which picks the three measurements from a run's per-request tim
   concludes the GPU computes at a third of its speed. A measurement of a warm, idle server does
   not have this problem; the rule was fixed before the runs were scored and is left as it is,
   not tuned to this run.
-- **Mixture of experts.** Qwen3-30B-A3B is not scored: the cost model prices dense layers only
-  (`hf_config` refuses MoE configs), and the run is DP2 x EP, which clustersim does not model.
+- **Mixture of experts.** Qwen3-30B-A3B is not scored: the cost model prices MoE layers
+  (router, top-k expert GEMMs, expected distinct experts read per step under uniform routing)
+  for tensor-parallel engines, but the run is two data-parallel engines with expert
+  parallelism (each GPU holds half the experts, tokens cross GPUs by all-to-all), which
+  clustersim does not model yet.
 - **What the serving replay does not model:** API-server time (tokenisation, detokenisation,
   HTTP), which vLLM's timestamps partly include; CUDA-graph padding of decode batches; the
   RTX PRO 6000 KV size, which vLLM did not log and clustersim's memory model estimates.

@@ -40,7 +40,8 @@ RUNS = {
 """Run folder -> (catalog model, catalog GPU); None: not scored (see ``NOT_SCORED``)."""
 NOT_SCORED = {
     "RTXPRO6000_Qwen3-30B-A3B-Instruct-2507": "MoE (128 experts, 8 active) run as DP2 x EP: "
-    "the cost model prices dense layers only, so this run is not scored",
+    "clustersim prices MoE layers under tensor parallelism but does not model data-parallel "
+    "engines sharing experts (expert parallelism, its all-to-all), so this run is not scored",
 }
 FEW_SHOT_RULE = (
     "the first request's TTFT as the prefill time of its prompt (chunked by "
