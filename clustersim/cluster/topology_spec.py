@@ -1,0 +1,201 @@
+"""The topology file's schema: strict pydantic models and the cross-field checks.
+
+``clustersim.cluster.topology`` turns a validated :class:`TopologySpec` into the graph.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator
+
+from clustersim.catalog import load_gpu
+from clustersim.errors import CatalogError
+from clustersim.validation import Strict, ValidationFailed, validate
+
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
+"""Node and switch names become parts of vertex ids (``node0/gpu3``) and paths (``a>b``)."""
+
+
+class LinkKind(Strict):
+    """One kind of wire (NVLink port, PCIe x16, a NIC's port), referenced by its key."""
+
+    bw_gb_per_s_per_dir: PositiveFloat = Field(
+        description="Theoretical bandwidth in each direction (GB/s = 1e9 B/s); the two "
+        "directions are independent."
+    )
+    efficiency: float = Field(
+        gt=0.0,
+        le=1.0,
+        description="Achieved / theoretical for large transfers; a flow alone on the link "
+        "moves bw_gb_per_s_per_dir x efficiency.",
+    )
+    latency_us: NonNegativeFloat = Field(
+        description="One-way latency one hop over this link adds to a path (microseconds)."
+    )
+    source: str = Field(description="Where the numbers come from.")
+
+
+class GpuGroup(Strict):
+    """The GPUs of one server, all of one catalog type."""
+
+    type: str = Field(description="Catalog GPU id, e.g. h100-sxm.")
+    count: PositiveInt = Field(description="GPUs in the server: node0/gpu0 .. gpu{count-1}.")
+
+    @field_validator("type")
+    @classmethod
+    def _known_gpu(cls, value: str) -> str:
+        try:
+            load_gpu(value)
+        except CatalogError as error:
+            raise ValueError(error.message) from None
+        return value
+
+
+class NvSwitchFabric(Strict):
+    """Every GPU has its own NVLink port to one switch hub; any pair talks at full port rate."""
+
+    kind: Literal["nvswitch"]
+    link: str = Field(description="Each GPU's port to the hub (a key of links), e.g. nvlink4.")
+
+
+class PcieFabric(Strict):
+    """GPUs talk peer-to-peer through the server's PCIe switch over their ``pcie_link``."""
+
+    kind: Literal["pcie"]
+
+
+class NvlinkBridgePairs(Strict):
+    """GPUs 2k and 2k+1 share an NVLink bridge; other pairs go through the PCIe switch."""
+
+    kind: Literal["nvlink_bridge_pairs"]
+    link: str = Field(description="The bridge (a key of links), e.g. nvlink4_bridge.")
+
+
+GpuFabric = Annotated[
+    NvSwitchFabric | PcieFabric | NvlinkBridgePairs, Field(discriminator="kind")
+]
+
+
+class Nics(Strict):
+    """The server's network cards for GPU-to-GPU traffic (GPUDirect RDMA)."""
+
+    count: PositiveInt = Field(
+        description="NICs in the server, at most one per GPU: GPU i uses NIC "
+        "i * count // num_gpus (count = GPUs: one each; 1: all GPUs share one)."
+    )
+    link: str = Field(description="Each NIC's port to its switch (a key of links).")
+
+
+class NodeSpec(Strict):
+    """One server."""
+
+    name: Name = Field(description="Unique among nodes and switches; GPU ids are name/gpuN.")
+    gpus: GpuGroup = Field(description="The server's GPUs: one catalog type and a count.")
+    pcie_link: str = Field(
+        description="Each GPU's PCIe link (a key of links): GPUDirect RDMA reaches the NIC "
+        "over it, and a pcie fabric's peer-to-peer traffic runs over it."
+    )
+    gpu_fabric: GpuFabric = Field(description="How the server's GPUs reach each other.")
+    nics: Nics | None = Field(None, description="None: the server has no network for GPUs.")
+
+
+class SwitchSpec(Strict):
+    """A network switch (non-blocking): cables to node NICs or to other switches."""
+
+    name: Name = Field(description="Unique among nodes and switches.")
+    connects: list[str] = Field(
+        min_length=1,
+        description="Node names (each of their NICs gets a cable of the NIC's link to this "
+        "switch) or switch names (one cable of ``link``, e.g. leaf to spine).",
+    )
+    link: str | None = Field(
+        None, description="Switch-to-switch cable (a key of links); needed when connects "
+        "names a switch."
+    )
+
+
+class TopologySpec(Strict):
+    """A topology file."""
+
+    name: str = Field(description="Shown in reports; shipped files use their file name.")
+    description: str | None = Field(None, description="One paragraph for reports.")
+    links: dict[str, LinkKind] = Field(
+        min_length=1, description="Link kinds by key: the wires nodes and switches refer to."
+    )
+    nodes: list[NodeSpec] = Field(min_length=1, description="The servers, in placement order.")
+    switches: list[SwitchSpec] = Field(
+        default_factory=list, description="The network; needed when there is more than one node."
+    )
+
+
+def _check_references(spec: TopologySpec) -> None:
+    """Cross-field rules pydantic cannot see: unique names, link keys, switch wiring."""
+    problems: list[str] = []
+    links = ", ".join(spec.links)
+
+    def need_link(key: str | None, where: str) -> None:
+        if key is not None and key not in spec.links:
+            problems.append(f"topology.{where}: unknown link {key!r}; defined: {links}")
+
+    seen: set[str] = set()
+    for i, node in enumerate(spec.nodes):
+        where = f"nodes[{i}]"
+        if node.name in seen:
+            problems.append(f"topology.{where}.name: duplicate name {node.name!r}")
+        seen.add(node.name)
+        need_link(node.pcie_link, f"{where}.pcie_link")
+        need_link(getattr(node.gpu_fabric, "link", None), f"{where}.gpu_fabric.link")
+        if node.gpu_fabric.kind == "nvlink_bridge_pairs" and node.gpus.count % 2:
+            problems.append(
+                f"topology.{where}.gpus.count: nvlink_bridge_pairs needs an even GPU count, "
+                f"got {node.gpus.count}"
+            )
+        if node.nics is not None:
+            need_link(node.nics.link, f"{where}.nics.link")
+            if node.nics.count > node.gpus.count:
+                problems.append(
+                    f"topology.{where}.nics.count: {node.nics.count} NICs for "
+                    f"{node.gpus.count} GPUs; at most one NIC per GPU"
+                )
+    nodes = {node.name: node for node in spec.nodes}
+    switch_names = {s.name for s in spec.switches}
+    uplink: dict[str, str] = {}
+    for i, switch in enumerate(spec.switches):
+        where = f"switches[{i}]"
+        if switch.name in seen:
+            problems.append(f"topology.{where}.name: duplicate name {switch.name!r}")
+        seen.add(switch.name)
+        need_link(switch.link, f"{where}.link")
+        for j, other in enumerate(switch.connects):
+            at = f"topology.{where}.connects[{j}]"
+            if other == switch.name:
+                problems.append(f"{at}: a switch cannot connect to itself")
+            elif other in switch_names:
+                if switch.link is None:
+                    problems.append(
+                        f"topology.{where}.link: needed to connect switch {other!r}"
+                    )
+            elif other not in nodes:
+                problems.append(f"{at}: unknown node or switch {other!r}")
+            elif nodes[other].nics is None:
+                problems.append(f"{at}: node {other!r} has no nics to connect")
+            elif other in uplink:
+                problems.append(f"{at}: node {other!r} is already connected to {uplink[other]!r}")
+            else:
+                uplink[other] = switch.name
+    if problems:
+        raise ValidationFailed(problems)
+
+
+def _parse(data: Any) -> TopologySpec:
+    spec = validate(TopologySpec, data, root="topology")
+    _check_references(spec)
+    return spec
+
+
+def parse_topology(data: Any) -> TopologySpec:
+    """Validate a topology mapping: field rules first, then the cross-field ones."""
+    spec = validate(TopologySpec, data, root="topology")
+    _check_references(spec)
+    return spec
