@@ -25,7 +25,6 @@ class RunResult:
     steps: list[StepRecord]
     instances: list[InstanceInfo]
     end_s: float
-    busy_s: dict[str, float] = field(default_factory=dict)
     transfers: list[Any] = field(default_factory=list)
     """clustersim.cluster.flows.TransferRecord, one per KV handoff."""
     link_utilization: dict[str, float] = field(default_factory=dict)
@@ -62,7 +61,6 @@ def run_scenario(scenario: Scenario) -> RunResult:
         steps=[step for instance in instances for step in instance.steps],
         instances=cluster.infos,
         end_s=end_s,
-        busy_s={i.name: i.busy_s for i in instances},
         transfers=list(flows.records) if flows is not None else [],
         link_utilization=(
             flows.link_utilization(end_s - first_arrival) if flows is not None else {}

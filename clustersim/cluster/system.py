@@ -27,7 +27,7 @@ from clustersim.catalog import load_gpu
 from clustersim.catalog.specs import GpuSpec, ModelSpec
 from clustersim.cluster.router import InstanceLoad, Router
 from clustersim.cluster.spec import LayoutSpec, PoolSpec
-from clustersim.cost.roofline import BatchShape, CostModel
+from clustersim.cost.roofline import CostModel
 from clustersim.engine.defaults import EngineSetup, resolve_engine
 from clustersim.engine.instance import Instance
 from clustersim.engine.kv_manager import KVCacheManager
@@ -64,20 +64,7 @@ def make_pricer(cost_model: CostModel | None, cost: Cost) -> Callable[[StepPlan]
         return lambda plan: step_time_s
     assert cost_model is not None, "a roofline cost needs a cost model"
     step_time = cost_model.step_time
-
-    def price(plan: StepPlan) -> float:
-        batch = BatchShape(
-            num_prefill_tokens=plan.num_prefill_tokens,
-            prefill_attn_pairs=plan.prefill_attn_pairs,
-            prefill_kv_tokens=plan.prefill_kv_tokens,
-            num_decode_tokens=plan.num_decode_tokens,
-            decode_kv_tokens=plan.decode_kv_tokens,
-            num_sampled=len(plan.sampled),
-            num_seqs=len(plan.scheduled),
-        )
-        return step_time(batch).time_s
-
-    return price
+    return lambda plan: step_time(plan.batch_shape()).time_s
 
 
 def default_layout() -> LayoutSpec:

@@ -59,7 +59,6 @@ class Instance:
         """The GPUs of this instance's tensor-parallel group (set by the cluster)."""
         self.steps: list[StepRecord] = []
         self.rejected: list[Request] = []
-        self.busy_s = 0.0
         self._wakeup: simpy.Event | None = None
         self.process = env.process(self._run_async() if scheduler.config.async_scheduling
                                    else self._run())
@@ -168,7 +167,6 @@ class Instance:
             self._begin(plan)
             duration = self.price_step(plan)
             yield env.timeout(duration)
-            self.busy_s += duration
             finished = scheduler.update_from_output(plan, env.now)
             self._record(plan, start, env.now)
             self._done(finished)
@@ -187,7 +185,6 @@ class Instance:
             self._record(plan, start, start + duration)
             next_plan = scheduler.schedule()
             yield env.timeout(duration)
-            self.busy_s += duration
             self._done(scheduler.update_from_output(plan, env.now))
             if next_plan.is_empty:
                 self._begin(next_plan)

@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from clustersim.cost.roofline import BatchShape
 from clustersim.engine.config import SchedulerConfig
 from clustersim.engine.kv_manager import KVCacheManager, cdiv
 from clustersim.engine.request import Request, RequestStatus
@@ -90,7 +91,7 @@ class StepPlan:
     preempted: list[Request] = field(default_factory=list)
     num_scheduled_tokens: int = 0
     num_decode_tokens: int = 0
-    # Aggregates the cost model prices (see clustersim.cost.roofline.BatchShape).
+    # Aggregates the cost model prices (see batch_shape()).
     num_prefill_tokens: int = 0
     prefill_attn_pairs: float = 0.0
     prefill_kv_tokens: int = 0
@@ -109,6 +110,18 @@ class StepPlan:
     @property
     def is_empty(self) -> bool:
         return not self.scheduled
+
+    def batch_shape(self) -> BatchShape:
+        """What the cost model prices for this step."""
+        return BatchShape(
+            num_prefill_tokens=self.num_prefill_tokens,
+            prefill_attn_pairs=self.prefill_attn_pairs,
+            prefill_kv_tokens=self.prefill_kv_tokens,
+            num_decode_tokens=self.num_decode_tokens,
+            decode_kv_tokens=self.decode_kv_tokens,
+            num_sampled=len(self.sampled),
+            num_seqs=len(self.scheduled),
+        )
 
 
 class Scheduler:
