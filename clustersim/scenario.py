@@ -53,6 +53,14 @@ class Scenario(Strict):
     model: str = Field(description="Catalog model id or a path to a HuggingFace config.json.")
     gpu: str = Field(description="Catalog GPU id.")
     tensor_parallel_size: PositiveInt = 1
+    data_parallel_size: PositiveInt = Field(
+        1,
+        description="vLLM --data-parallel-size: engine ranks per instance behind its internal "
+        "load balancer; a MoE model's ranks step together and share the experts.",
+    )
+    enable_expert_parallel: bool = Field(
+        False, description="vLLM --enable-expert-parallel (MoE models): whole experts per GPU."
+    )
     engine: EngineSettings = EngineSettings()
     workload: Workload
     cost: Cost = RooflineCost()

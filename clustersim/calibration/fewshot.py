@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from clustersim.catalog.specs import GpuSpec, ModelSpec
-from clustersim.cost.roofline import BatchShape, CostModel
+from clustersim.cost.roofline import BatchShape, CostModel, StepCost
 from clustersim.errors import InputError
 
 MAX_POINTS = 3
@@ -37,9 +37,13 @@ def fit_few_shot(
     points: Sequence[tuple[BatchShape | Sequence[BatchShape], float]],
     *,
     label: str = "few-shot",
+    dp: int = 1,
+    expert_parallel: bool = False,
 ) -> GpuSpec:
     """``gpu`` adjusted so its step times match ``points``: ``(batch, measured seconds)``, or
-    ``(steps, seconds)`` for a measurement that spans several steps (a chunked prompt)."""
+    ``(steps, seconds)`` for a measurement that spans several steps (a chunked prompt).
+    ``dp > 1``: a MoE model's data-parallel group; each batch is one rank's, the group's
+    MoE layers see ``dp`` times its tokens (every rank busy alike, or padded to it)."""
     if not 1 <= len(points) <= MAX_POINTS:
         raise InputError("measurements", f"give 1 to {MAX_POINTS} measurements, got {len(points)}")
     if any(not t > 0 for _, t in points):
@@ -50,8 +54,8 @@ def fit_few_shot(
     num_steps = np.array([len(steps) for steps in step_lists], dtype=float)
     seqs = np.array([sum(b.num_seqs for b in steps) for steps in step_lists], dtype=float)
     for _ in range(_ROUNDS):
-        cost = CostModel(model, gpu, tp)
-        costs = [[cost.step_time(b) for b in steps] for steps in step_lists]
+        cost = CostModel(model, gpu, tp, dp=dp, expert_parallel=expert_parallel)
+        costs = [[_price(cost, b, dp) for b in steps] for steps in step_lists]
         comp = np.array([sum(c.compute_s for c in cs) for cs in costs])
         total = np.array([sum(c.time_s for c in cs) for cs in costs])
         fixed = num_steps * gpu.per_step_overhead_s + seqs * gpu.per_request_overhead_s
@@ -66,6 +70,12 @@ def fit_few_shot(
             }
         )
     return gpu
+
+
+def _price(cost: CostModel, batch: BatchShape, dp: int) -> StepCost:
+    if dp == 1:
+        return cost.step_time(batch)
+    return cost.step_time(batch, dp * (batch.num_prefill_tokens + batch.num_decode_tokens))
 
 
 def _solve(

@@ -3,14 +3,16 @@
 What is fitted, and on what (all kernel-level measurements, no end-to-end serving run):
 
 - ``compute_efficiency``, ``memory_efficiency``, ``compute_half_tokens``: every layer GEMM
-  (QKV, O, gate/up, down) of Vidur's A100/H100 operator tables and the RTX 4090 profile, priced
+  (QKV, O, gate/up, down) of Vidur's A100/H100 operator tables and the RTX 4090 and RTX PRO
+  6000 layer profiles, priced
   ``max((tokens + t_half) x FLOPs per token / (eff_c x peak), bytes / (eff_m x bandwidth))``.
   ``t_half`` makes the GEMM efficiency saturate with the number of tokens:
   ``eff(tokens) = eff_c x tokens / (tokens + t_half)`` (small-M GEMMs never reach peak).
   A grid search minimises the squared log error over all rows.
 - ``attention_efficiency``: prefill attention rows (Vidur A100 FlashAttention at TP2, RTX 4090
   prefill-only rows), causal query-key pairs priced against the GEMM fit's memory efficiency.
-- ``allreduce_latency_s`` and the NVLink efficiency: Vidur's intra-node NCCL all-reduce times,
+- ``allreduce_latency_s`` and the link efficiency: Vidur's intra-node NCCL all-reduce times
+  (DGX NVLink) and the RTX PRO 6000's 2-rank NCCL samples (PCIe Gen5),
   ``t = alpha + 2(n-1)/n x bytes / busbw``, least squares per worker count.
 - Per-step, per-layer and per-request CPU overhead: not in any kernel profile. They stay the
   BLIS fit on H100 vLLM traces (126 us/step, 32.1 us/layer, 4.4 us/request; public, see
@@ -63,7 +65,6 @@ TRANSFERS = {
     "h200": "h100-sxm",
     "b200": "h100-sxm",
     "l40s": "rtx4090",
-    "rtx-pro-6000": "rtx4090",
 }
 """GPU -> the measured GPU whose efficiencies it borrows (same vendor generation or class)."""
 _MIN_ATTN_CHUNK = 256
@@ -189,7 +190,8 @@ def _concat(parts: Iterable[GemmRows]) -> GemmRows:
     return GemmRows(*(getattr(rows, f)[keep] for f in GemmRows.__annotations__))
 
 
-def _rtx4090_gemm_rows(frame: pd.DataFrame) -> GemmRows:
+def _layer_profile_gemm_rows(frame: pd.DataFrame) -> GemmRows:
+    """LLMServingSim's one-layer vLLM profiles of Llama-3.1-8B at TP1 (full widths)."""
     m = load_model("llama-3.1-8b")
     h, q, kv, f = m.hidden_size, m.q_size, m.kv_size, m.intermediate_size
     shapes = {"qkv_proj": (h, q + 2 * kv), "o_proj": (q, h), "gate_up_proj": (h, 2 * f),
@@ -241,13 +243,45 @@ def calibrate(read: Reader = pd.read_csv) -> dict[str, dict]:
         profiles[gpu_id]["sources"].append(attn_file)
 
     profiles["rtx4090"] = _calibrate_rtx4090(read)
+    profiles["rtx-pro-6000"] = _calibrate_rtx_pro_6000(read, profiles["rtx4090"])
     return _assemble(profiles)
+
+
+def _calibrate_rtx_pro_6000(read: Reader, rtx4090: dict) -> dict:
+    """GEMMs from its own layer profile, the all-reduce from its 2-rank NCCL samples (PCIe).
+    Its profile has no prefill attention rows here, so FlashAttention is taken to run at the
+    same fraction of the GEMMs' efficiency as on the RTX 4090 (same profiler, same model)."""
+    gpu = load_gpu("rtx-pro-6000", profile="default")
+    folder = FIT_DIR / "rtx-pro-6000"
+    dense_file = folder / "dense.csv"
+    gemm = fit_gemm(_layer_profile_gemm_rows(read(dense_file)), gpu.peak_flops,
+                    gpu.mem_bytes_per_s)
+    ratio = (rtx4090["attention"]["attention_efficiency"]
+             / rtx4090["gemm"]["compute_efficiency"])
+    attention = {
+        "attention_efficiency": round(ratio * gemm["compute_efficiency"], 3),
+        "transferred_from": "rtx4090",
+        "rule": "rtx4090 attention_efficiency / compute_efficiency x this GPU's "
+                "compute_efficiency",
+    }
+    net_file = folder / "allreduce_2rank.csv"
+    samples = read(net_file)
+    samples = samples[samples.collective == "all_reduce"]
+    frame = pd.DataFrame({"all_reduce_median": samples.us.to_numpy() * 1e-3,
+                          "num_workers": 2, "size": samples["bytes"].to_numpy()})
+    return {
+        "gemm": gemm,
+        "attention": attention,
+        "allreduce": fit_allreduce(frame, gpu),
+        "sources": [dense_file, net_file],
+    }
 
 
 def _calibrate_rtx4090(read: Reader) -> dict:
     gpu = load_gpu("rtx4090", profile="default")
     dense_file = FIT_DIR / "rtx4090" / "dense.csv"
-    gemm = fit_gemm(_rtx4090_gemm_rows(read(dense_file)), gpu.peak_flops, gpu.mem_bytes_per_s)
+    gemm = fit_gemm(_layer_profile_gemm_rows(read(dense_file)), gpu.peak_flops,
+                    gpu.mem_bytes_per_s)
     attn_file = FIT_DIR / "rtx4090" / "attention.csv"
     attn = read(attn_file)
     pre = attn[(attn.n_decode == 0) & (attn.prefill_chunk >= _MIN_ATTN_CHUNK)]

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from clustersim.calibration.splitwise import FEW_SHOT_RULE, GroupScore
 from clustersim.calibration.vllm_runs import FEW_SHOT_RULE as RUNS_RULE
-from clustersim.calibration.vllm_runs import METRICS, NOT_SCORED, STATS, RunScore
+from clustersim.calibration.vllm_runs import METRICS, STATS, RunScore
 
 _METRIC_NAMES = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
 
@@ -47,8 +47,6 @@ def vllm_rows(scores: Sequence[RunScore], mode: str) -> list[list[str]]:
                 f"{sum(abs(e) for e in errs) / len(errs):.1f}",
                 f"{sum(errs) / len(errs):+.1f}",
             ])
-    for run, why in NOT_SCORED.items():
-        rows.append([run, "-", "-", "-", "-", "-", "-", "-", "-", f"not scored: {why}"])
     return rows
 
 

@@ -35,14 +35,9 @@ RUNS = {
     "RTX4090_Llama-3.1-8B": ("llama-3.1-8b", "rtx4090"),
     "RTXPRO6000_Llama-3.1-8B": ("llama-3.1-8b", "rtx-pro-6000"),
     "RTXPRO6000_Qwen3-32B": ("qwen3-32b", "rtx-pro-6000"),
-    "RTXPRO6000_Qwen3-30B-A3B-Instruct-2507": (None, "rtx-pro-6000"),
+    "RTXPRO6000_Qwen3-30B-A3B-Instruct-2507": ("qwen3-30b-a3b", "rtx-pro-6000"),
 }
-"""Run folder -> (catalog model, catalog GPU); None: not scored (see ``NOT_SCORED``)."""
-NOT_SCORED = {
-    "RTXPRO6000_Qwen3-30B-A3B-Instruct-2507": "MoE (128 experts, 8 active) run as DP2 x EP: "
-    "clustersim prices MoE layers under tensor parallelism but does not model data-parallel "
-    "engines sharing experts (expert parallelism, its all-to-all), so this run is not scored",
-}
+"""Run folder -> (catalog model, catalog GPU)."""
 FEW_SHOT_RULE = (
     "the first request's TTFT as the prefill time of its prompt (chunked by "
     "max_num_batched_tokens), and the decode step times (running / generation tok/s) of the "
@@ -99,6 +94,8 @@ def run_scenario_dict(run: str, root: Path = VLLM_RUNS_DIR) -> dict:
         "model": model,
         "gpu": gpu,
         "tensor_parallel_size": args.get("tensor_parallel_size", 1),
+        "data_parallel_size": args.get("data_parallel_size") or 1,
+        "enable_expert_parallel": bool(args.get("enable_expert_parallel")),
         "engine": engine,
         "workload": {"kind": "explicit", "requests": requests},
     }
@@ -120,6 +117,7 @@ def few_shot_points(run: str, root: Path = VLLM_RUNS_DIR) -> list[tuple[list[Bat
     records = _records(folder)
     args = json.loads((folder / "vllm_meta.json").read_text())["engine_kwargs"]
     budget = args["max_num_batched_tokens"]
+    dp = args.get("data_parallel_size") or 1
     first = min(records, key=lambda r: r["queued_ts"])
     prompt, done, steps = first["input_toks"], 0, []
     while done < prompt:
@@ -137,7 +135,9 @@ def few_shot_points(run: str, root: Path = VLLM_RUNS_DIR) -> list[tuple[list[Bat
     for row in (by_batch[-1], by_batch[0]):
         running = int(float(row["running"]))
         step_s = running / float(row["gen_throughput"])
-        points.append(([BatchShape.from_chunks([(1, context, True)] * running)], step_s))
+        # data-parallel ranks: the log counts the group; the balancer splits it evenly
+        per_rank = max(1, round(running / dp))
+        points.append(([BatchShape.from_chunks([(1, context, True)] * per_rank)], step_s))
     return points
 
 
@@ -145,8 +145,12 @@ def few_shot_profile(run: str, folder: Path, root: Path = VLLM_RUNS_DIR) -> Path
     """Fit the run's GPU profile to its three measurements; write it to ``folder``."""
     model_id, gpu_id = RUNS[run]
     meta = json.loads((root / run / "vllm_meta.json").read_text())
-    tp = meta["engine_kwargs"].get("tensor_parallel_size", 1)
-    tuned = fit_few_shot(load_model(model_id), load_gpu(gpu_id), tp, few_shot_points(run, root))
+    args = meta["engine_kwargs"]
+    tuned = fit_few_shot(
+        load_model(model_id), load_gpu(gpu_id), args.get("tensor_parallel_size", 1),
+        few_shot_points(run, root), dp=args.get("data_parallel_size") or 1,
+        expert_parallel=bool(args.get("enable_expert_parallel")),
+    )
     path = folder / f"{run}.yaml"
     entry = {k: getattr(tuned, k) for k in PROFILE_FIELDS}
     path.write_text(yaml.safe_dump({"profiles": {gpu_id: entry}}), encoding="utf-8")
@@ -185,7 +189,7 @@ def _score(run: str, data: dict, root: Path, mode: str) -> RunScore:
 
 def validate_vllm_runs(root: Path = VLLM_RUNS_DIR) -> list[RunScore]:
     """Zero-shot then few-shot scores of every scored run."""
-    runs = [run for run, (model, _) in RUNS.items() if model is not None]
+    runs = list(RUNS)
     return [score_run(run, root, few_shot=mode) for mode in (False, True) for run in runs]
 
 

@@ -36,6 +36,17 @@ class PoolSpec(Strict):
     tensor_parallel_size: PositiveInt | None = Field(
         None, description="GPUs per instance; default the scenario's tensor_parallel_size."
     )
+    data_parallel_size: PositiveInt | None = Field(
+        None,
+        description="Engine ranks per instance behind vLLM's internal data-parallel load "
+        "balancer (each its own scheduler and KV cache; MoE ranks step together and share "
+        "their experts); default the scenario's data_parallel_size. Colocated pools only.",
+    )
+    enable_expert_parallel: bool | None = Field(
+        None,
+        description="MoE: spread whole experts over the instance's dp x tp GPUs instead of "
+        "slicing every expert; default the scenario's enable_expert_parallel.",
+    )
     instances: PositiveInt = Field(1, description="Number of instances in the pool.")
     engine: EngineSettings | None = Field(
         None, description="Engine settings that override the scenario's engine: for this pool."

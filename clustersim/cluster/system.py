@@ -27,7 +27,8 @@ from clustersim.catalog import load_gpu
 from clustersim.catalog.specs import GpuSpec, ModelSpec
 from clustersim.cluster.router import InstanceLoad, Router
 from clustersim.cluster.spec import LayoutSpec, PoolSpec
-from clustersim.cost.roofline import CostModel
+from clustersim.cost.roofline import BatchShape, CostModel
+from clustersim.engine.data_parallel import DataParallelGroup
 from clustersim.engine.defaults import EngineSetup, resolve_engine
 from clustersim.engine.instance import Instance
 from clustersim.engine.kv_manager import KVCacheManager
@@ -38,6 +39,8 @@ from clustersim.errors import ClusterSimError, ConfigError
 from clustersim.scenario import Cost, FixedCost, Scenario
 
 DEFAULT_POOL = "main"
+DUMMY_BATCH = BatchShape(num_prefill_tokens=1, prefill_attn_pairs=1.0, prefill_kv_tokens=1)
+"""What an idle rank of a lockstep data-parallel group runs (vLLM's dummy batch)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,29 @@ def make_pricer(cost_model: CostModel | None, cost: Cost) -> Callable[[StepPlan]
     assert cost_model is not None, "a roofline cost needs a cost model"
     step_time = cost_model.step_time
     return lambda plan: step_time(plan.batch_shape()).time_s
+
+
+def make_group_pricer(
+    cost_model: CostModel | None, cost: Cost, dp: int
+) -> Callable[[list[StepPlan | None]], float]:
+    """Every rank's plan (None: idle, runs a dummy batch) -> seconds of one lockstep step:
+    the slowest rank's, its MoE layers seeing ``dp x`` the largest rank's tokens (padding)."""
+    if isinstance(cost, FixedCost):
+        step_time_s = cost.step_time_s
+        return lambda plans: step_time_s
+    assert cost_model is not None, "a roofline cost needs a cost model"
+    step_time = cost_model.step_time
+
+    def price(plans: list[StepPlan | None]) -> float:
+        shapes = [DUMMY_BATCH if p is None else p.batch_shape() for p in plans]
+        widest = max(s.num_prefill_tokens + s.num_decode_tokens for s in shapes)
+        return max(step_time(s, dp * widest).time_s for s in shapes)
+
+    return price
+
+
+def _group_steps_it(plan: StepPlan) -> float:
+    raise AssertionError("a lockstep rank is priced by its data-parallel group")
 
 
 def default_layout() -> LayoutSpec:
@@ -110,7 +136,8 @@ class Cluster:
         self.kv_transfer = self.layout.kv_transfer
         self.topology = self._load_topology()
         self.flows = self._flow_network()
-        self.instances: dict[str, list[Instance]] = {"colocated": [], "prefill": [], "decode": []}
+        self.instances: dict[str, list[Any]] = {"colocated": [], "prefill": [], "decode": []}
+        """Per role: an :class:`Instance`, or a :class:`DataParallelGroup` of them."""
         self.infos: list[InstanceInfo] = []
         self._build_pools()
         self.routers = {
@@ -152,16 +179,19 @@ class Cluster:
         scenario = self.scenario
         explicit = scenario.layout is not None
         pools: list[tuple[int, PoolSpec, GpuSpec, int]] = []
+        self._parallel: dict[str, tuple[int, bool]] = {}
         for i, pool in enumerate(self.layout.pools):
             where = f"layout.pools[{i}]" if explicit else ""
             gpu_id = pool.gpu or scenario.gpu
             gpu = load_gpu(gpu_id, path=f"{where}.gpu" if pool.gpu is not None else "gpu")
             tp = pool.tensor_parallel_size or scenario.tensor_parallel_size
+            self._parallel[pool.name] = self._check_parallel(pool, tp, where)
             pools.append((i, pool, gpu, tp))
         if self.topology is not None:
             try:
                 placement = self.topology.place(
-                    [(p.name, gpu.id, tp, p.instances, p.nodes) for _, p, gpu, tp in pools]
+                    [(p.name, gpu.id, tp * self._parallel[p.name][0], p.instances, p.nodes)
+                     for _, p, gpu, tp in pools]
                 )
             except ClusterSimError as error:
                 where = "layout." if explicit else ""
@@ -169,7 +199,8 @@ class Cluster:
         else:
             placement = {
                 pool.name: [
-                    [f"{pool.name}-{j}/gpu{r}" for r in range(tp)] for j in range(pool.instances)
+                    [f"{pool.name}-{j}/gpu{r}" for r in range(tp * self._parallel[pool.name][0])]
+                    for j in range(pool.instances)
                 ]
                 for _, pool, _, tp in pools
             }
@@ -183,17 +214,101 @@ class Cluster:
                     f"{scenario.engine.block_size}: prefix-cache keys are built per block, so "
                     "set block_size once, in the scenario's engine",
                 )
+            dp, _ = self._parallel[pool.name]
             try:
-                setup = resolve_engine(settings, self.model, gpu, tp)
+                setup = resolve_engine(settings, self.model, gpu, tp, dp)
             except ClusterSimError as error:
                 raise type(error)(f"{where}{error.path}", error.message) from None
+            if dp > 1 and self.model.is_moe and settings.async_scheduling:
+                raise ConfigError(
+                    f"{where}engine.async_scheduling",
+                    "data-parallel MoE ranks are modelled with synchronous scheduling only",
+                )
             for j, group in enumerate(placement[pool.name]):
-                self._add_instance(pool, gpu, tp, setup, j, group)
+                if dp == 1:
+                    self._add_instance(pool, gpu, tp, setup, j, group)
+                else:
+                    self._add_group(pool, gpu, tp, setup, j, group)
+
+    def _check_parallel(self, pool: PoolSpec, tp: int, where: str) -> tuple[int, bool]:
+        """The pool's (data_parallel_size, enable_expert_parallel), checked as vLLM would."""
+        scenario = self.scenario
+        dp = pool.data_parallel_size or scenario.data_parallel_size
+        ep = (pool.enable_expert_parallel if pool.enable_expert_parallel is not None
+              else scenario.enable_expert_parallel)
+        field = f"{where}." if where else ""
+        if dp > 1 and pool.role != "colocated":
+            raise ConfigError(
+                f"{field}data_parallel_size",
+                f"{dp} on a {pool.role} pool: data-parallel ranks are modelled for colocated "
+                "pools only (use instances: N for prefill/decode pools)",
+            )
+        if ep and not self.model.is_moe:
+            raise ConfigError(
+                f"{field}enable_expert_parallel", f"{self.model.id} has no experts"
+            )
+        if ep and self.model.num_experts % (dp * tp):
+            raise ConfigError(
+                f"{field}enable_expert_parallel",
+                f"{self.model.num_experts} experts do not split evenly over "
+                f"data_parallel_size x tensor_parallel_size = {dp * tp} GPUs",
+            )
+        return dp, ep
+
+    def _cost_model(self, gpu: GpuSpec, tp: int, group: list[str], dp: int = 1,
+                    ep: bool = False) -> CostModel | None:
+        if isinstance(self.scenario.cost, FixedCost):
+            return None
+        link: dict[str, Any] = {}
+        if self.topology is not None and tp > 1:
+            # the group's real link can only be slower than what the catalog assumes
+            placed = self.topology.tp_group_link(group[:tp]).bytes_per_s
+            link["tp_link_bytes_per_s"] = min(placed, gpu.tp_link(tp).effective_bytes_per_s)
+        if self.model.is_moe and dp > 1:
+            link["dp"] = dp
+            if self.topology is not None:
+                placed = self.topology.tp_group_link(group).bytes_per_s
+                link["dp_link_bytes_per_s"] = min(placed, gpu.tp_link(dp).effective_bytes_per_s)
+        return CostModel(self.model, gpu, tp, expert_parallel=ep, **link)
+
+    def _add_group(
+        self, pool: PoolSpec, gpu: GpuSpec, tp: int, setup: EngineSetup, index: int,
+        group: list[str],
+    ) -> None:
+        """A data-parallel instance: ``dp`` ranks of ``tp`` GPUs behind vLLM's balancer."""
+        dp, ep = self._parallel[pool.name]
+        lockstep = self.model.is_moe
+        cost_model = self._cost_model(gpu, tp, group, dp, ep)
+        position = len(self.instances["colocated"])
+        ranks = [
+            self._make_instance(
+                pool, gpu, tp, setup, f"{pool.name}-{index}.dp{r}", group[r * tp:(r + 1) * tp],
+                position, None if lockstep else cost_model, run=not lockstep,
+            )
+            for r in range(dp)
+        ]
+        pricer = make_group_pricer(cost_model, self.scenario.cost, dp) if lockstep else None
+        self.instances["colocated"].append(
+            DataParallelGroup(self.env, f"{pool.name}-{index}", ranks, pricer)
+        )
 
     def _add_instance(
         self, pool: PoolSpec, gpu: GpuSpec, tp: int, setup: EngineSetup, index: int,
         group: list[str],
     ) -> None:
+        _, ep = self._parallel[pool.name]
+        role = pool.role
+        position = len(self.instances[role])
+        instance = self._make_instance(
+            pool, gpu, tp, setup, f"{pool.name}-{index}", group, position,
+            self._cost_model(gpu, tp, group, 1, ep),
+        )
+        self.instances[role].append(instance)
+
+    def _make_instance(
+        self, pool: PoolSpec, gpu: GpuSpec, tp: int, setup: EngineSetup, name: str,
+        group: list[str], position: int, cost_model: CostModel | None, run: bool = True,
+    ) -> Instance:
         config = replace(
             setup.scheduler, kv_full_blocks_only=self.kv_transfer.vllm_compat == "0.10"
         )
@@ -203,23 +318,12 @@ class Cluster:
             config.max_model_len,
             enable_prefix_caching=config.enable_prefix_caching,
         )
-        cost_model = None
-        if not isinstance(self.scenario.cost, FixedCost):
-            link: dict[str, Any] = {}
-            if self.topology is not None and tp > 1:
-                # the group's real link can only be slower than what the catalog assumes
-                placed = self.topology.tp_group_link(group).bytes_per_s
-                link["tp_link_bytes_per_s"] = min(
-                    placed, gpu.tp_link(tp).effective_bytes_per_s
-                )
-            cost_model = CostModel(self.model, gpu, tp, **link)
         role = pool.role
-        position = len(self.instances[role])
         instance = Instance(
             self.env,
-            f"{pool.name}-{index}",
+            name,
             Scheduler(config, kv),
-            make_pricer(cost_model, self.scenario.cost),
+            make_pricer(cost_model, self.scenario.cost) if run else _group_steps_it,
             on_done=lambda request, role=role, position=position: self._done(
                 role, position, request
             ),
@@ -229,9 +333,9 @@ class Cluster:
             if role == "decode"
             else None,
             poll_interval_s=self.kv_transfer.poll_interval_s,
+            run=run,
         )
         instance.gpus = tuple(group)
-        self.instances[role].append(instance)
         self.infos.append(
             InstanceInfo(
                 name=instance.name,
@@ -247,6 +351,7 @@ class Cluster:
                 max_model_len=config.max_model_len,
             )
         )
+        return instance
 
     # ---------------------------------------------------------------- routing
     def submit(self, request: Request) -> None:
@@ -279,7 +384,7 @@ class Cluster:
         instance = self.instances[role][index]
         self._route_of[id(request)] = (role, index)
         request.prefill_instance = request.decode_instance = instance.name
-        instance.submit(request)
+        instance.submit(request)  # a data-parallel group names the rank it picks
 
     def _to_prefill(self, request: Request) -> None:
         router = self.routers["prefill"]
@@ -433,4 +538,10 @@ class Cluster:
 
     # ---------------------------------------------------------------- results
     def all_instances(self) -> list[Instance]:
-        return [i for role in ("colocated", "prefill", "decode") for i in self.instances[role]]
+        """Every engine, the ranks of data-parallel groups included."""
+        return [
+            rank
+            for role in ("colocated", "prefill", "decode")
+            for i in self.instances[role]
+            for rank in (i.ranks if isinstance(i, DataParallelGroup) else (i,))
+        ]

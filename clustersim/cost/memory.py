@@ -75,15 +75,17 @@ def kv_budget(
     block_size: int,
     max_num_batched_tokens: int,
     kv_dtype_bytes: int | None = None,
+    dp: int = 1,
 ) -> KvBudget:
-    """Split one GPU's memory as vLLM does; raise ``ConfigError`` if no KV block fits."""
+    """Split one GPU's memory as vLLM does; raise ``ConfigError`` if no KV block fits.
+    ``dp``: data-parallel ranks sharing a MoE model's experts (spread over ``dp x tp`` GPUs)."""
     if not 0.0 < gpu_memory_utilization <= 1.0:
         raise ConfigError(
             "engine.gpu_memory_utilization", f"must be in (0, 1], got {gpu_memory_utilization}"
         )
     model.check_tp(tp)
     requested = math.ceil(gpu.mem_capacity_bytes * gpu_memory_utilization)
-    weights = math.ceil(model.weight_bytes / tp)
+    weights = math.ceil(weight_bytes_per_gpu(model, tp, dp))
     activation = activation_peak_bytes(model, tp, max_num_batched_tokens)
     non_torch = gpu.non_torch_memory_bytes
     available = requested - weights - activation - non_torch
@@ -109,6 +111,13 @@ def kv_budget(
     )
 
 
+def weight_bytes_per_gpu(model: ModelSpec, tp: int, dp: int = 1) -> float:
+    """Weights on one GPU: everything sharded ``tp`` ways, except a MoE model's experts, which
+    data-parallel ranks share: ``dp x tp`` ways."""
+    experts = model.num_layers * model.num_experts * model.expert_params * model.dtype_bytes
+    return (model.weight_bytes - experts) / tp + experts / (tp * dp)
+
+
 def num_gpu_blocks(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -118,6 +127,7 @@ def num_gpu_blocks(
     block_size: int,
     max_num_batched_tokens: int,
     kv_dtype_bytes: int | None = None,
+    dp: int = 1,
 ) -> int:
     """KV blocks per GPU (vLLM's ``num_gpu_blocks``, block 0 included); see :func:`kv_budget`."""
     return kv_budget(
@@ -128,4 +138,5 @@ def num_gpu_blocks(
         block_size=block_size,
         max_num_batched_tokens=max_num_batched_tokens,
         kv_dtype_bytes=kv_dtype_bytes,
+        dp=dp,
     ).num_gpu_blocks

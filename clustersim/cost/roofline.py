@@ -15,18 +15,27 @@ cost come from the GPU's calibrated profile (``clustersim calibrate``, docs/vali
     once per step
       lm_head   (sampled x h) @ (h x V / tp)   only rows that sample a token
 
-A mixture-of-experts layer replaces gate_up and down with (vLLM's fused MoE, TP sharding every
-expert's intermediate dimension; expert parallelism is not modelled)::
+A mixture-of-experts layer replaces gate_up and down with (vLLM's fused MoE)::
 
       router    (tokens x h) @ (h x E)          replicated on every rank
       per expert touched, rows = tokens x k / touched
-        gate_up (rows x h) @ (h x 2 f_moe / tp)
-        down    (rows x f_moe / tp) @ (f_moe / tp x h)  -> all-reduce
+        gate_up (rows x h) @ (h x 2 f_moe / n)
+        down    (rows x f_moe / n) @ (f_moe / n x h)  -> all-reduce
 
 FLOPs and activations follow the tokens x k routed rows; weights are read only for the experts
 the step touches. Routing is assumed uniform and independent per token, so with T tokens each
 picking k of E experts, E x (1 - (1 - k/E)^T) experts are touched on average (k at T = 1,
 all E for a long prefill). Each expert's GEMM pays the saturating efficiency on its own rows.
+
+The MoE layers span the ``n = dp x tp`` GPUs of a data-parallel group (``dp = 1``: the
+instance's own TP group). Without expert parallelism every GPU holds every expert's ``1/n``
+slice (above); with it (``enable_expert_parallel``) each GPU holds ``E/n`` whole experts and
+computes the rows routed to them, ``T x k / n`` on average. With ``dp > 1`` the tokens of all
+ranks meet in every MoE layer (vLLM's default ``allgather_reducescatter`` all2all backend):
+each rank all-gathers the group's hidden states before the experts and reduce-scatters the
+outputs after them, ``(dp-1)/dp x T x h`` elements each way over the group's link. The ranks
+pad their batches to the largest rank's token count (as vLLM does with CUDA graphs), so
+``T = dp x`` the largest rank's tokens.
 
 GEMM weights are read once per step whatever the batch; activations in and out are read and
 written once per op. Attention reads the KV its tokens attend to and writes the new tokens' KV,
@@ -147,6 +156,10 @@ class CostModel:
         "_num_experts",
         "_top_k",
         "_expert_gemms",
+        "_expert_share",
+        "_dp",
+        "_gather_fixed_s",
+        "_gather_s_per_token",
     )
 
     def __init__(
@@ -157,10 +170,20 @@ class CostModel:
         *,
         tp_link_bytes_per_s: float | None = None,
         tp_link_latency_s: float | None = None,
+        dp: int = 1,
+        expert_parallel: bool = False,
+        dp_link_bytes_per_s: float | None = None,
     ) -> None:
         """``tp_link_*`` replace ``gpu.tp_link(tp)``'s effective bandwidth and
-        ``gpu.allreduce_latency_s`` for the all-reduces (a topology's ``tp_group_link``)."""
+        ``gpu.allreduce_latency_s`` for the all-reduces (a topology's ``tp_group_link``).
+        ``dp``: data-parallel ranks whose MoE layers run together (their experts spread over
+        ``dp x tp`` GPUs, by expert with ``expert_parallel``, else by intermediate slice);
+        ``dp_link_bytes_per_s`` replaces ``gpu.tp_link(dp)`` for their all-gathers."""
         model.check_tp(tp)
+        if dp < 1:
+            raise ValueError(f"dp must be >= 1, got {dp}")
+        if (dp > 1 or expert_parallel) and not model.is_moe:
+            raise ValueError(f"{model.id} is dense: data-parallel MoE pricing needs experts")
         if tp_link_bytes_per_s is not None and not tp_link_bytes_per_s > 0:
             raise ValueError(f"tp_link_bytes_per_s must be > 0, got {tp_link_bytes_per_s}")
         if tp_link_latency_s is not None and not tp_link_latency_s >= 0:
@@ -181,9 +204,10 @@ class CostModel:
         # (in, out) features of each layer GEMM on one rank
         mlp_shapes: tuple[tuple[float, float], ...]
         expert_shapes: tuple[tuple[float, float], ...]
+        moe_gpus = dp * tp
         if model.is_moe:
             mlp_shapes = ((h, model.num_experts),)  # the router
-            f_expert = model.moe_intermediate_size / tp
+            f_expert = model.moe_intermediate_size / (1 if expert_parallel else moe_gpus)
             expert_shapes = ((h, (model.mlp_matrices - 1) * f_expert), (f_expert, h))
         else:
             mlp_shapes = ((h, up_out), (f_shard, h))
@@ -196,6 +220,18 @@ class CostModel:
         self._expert_gemms = _layer_gemms(expert_shapes, layers, e, s_per_gemm_flop, s_per_byte)
         self._num_experts = model.num_experts
         self._top_k = model.num_experts_per_tok
+        # the fraction of the routed rows and touched experts one GPU works on
+        self._expert_share = 1.0 / moe_gpus if expert_parallel else 1.0
+        self._dp = dp
+        if dp > 1:
+            if dp_link_bytes_per_s is None:
+                dp_link_bytes_per_s = gpu.tp_link(dp).effective_bytes_per_s
+            # an all-gather before and a reduce-scatter after the experts, every layer
+            count = 2 * layers
+            self._gather_fixed_s = count * gpu.allreduce_latency_s
+            self._gather_s_per_token = count * (dp - 1) / dp * h * e / dp_link_bytes_per_s
+        else:
+            self._gather_fixed_s = self._gather_s_per_token = 0.0
         vocab_shard = model.vocab_size / tp
         self._lm_head_s_per_row = _FLOPS_PER_MAC * h * vocab_shard * s_per_gemm_flop
         self._lm_head_weight_s = h * vocab_shard * e * s_per_byte
@@ -224,8 +260,9 @@ class CostModel:
         # (M + half) x FLOPs per row / (eff x peak) -- a fixed M-independent part per GEMM
         self._half_tokens = gpu.compute_half_tokens
 
-    def step_time(self, batch: BatchShape) -> StepCost:
-        """Price one step; an empty batch costs 0."""
+    def step_time(self, batch: BatchShape, moe_tokens: int | None = None) -> StepCost:
+        """Price one step; an empty batch costs 0. ``moe_tokens``: the tokens the MoE layers
+        see (a data-parallel group's padded total; default this batch's)."""
         tokens = batch.num_prefill_tokens + batch.num_decode_tokens
         if not tokens:
             return IDLE_COST
@@ -237,9 +274,14 @@ class CostModel:
                 compute += t_compute
             else:
                 memory += t_memory
+        communication = self._allreduce_fixed_s + tokens * self._allreduce_s_per_token
         if self._expert_gemms:
-            routed = tokens * self._top_k
-            touched = experts_touched(self._num_experts, self._top_k, tokens)
+            moe = tokens if moe_tokens is None else moe_tokens
+            share = self._expert_share
+            routed = moe * self._top_k * share
+            touched = experts_touched(self._num_experts, self._top_k, moe) * share
+            if self._dp > 1:
+                communication += self._gather_fixed_s + moe * self._gather_s_per_token
             for flop_s, weight_s, act_s in self._expert_gemms:
                 # touched experts of routed / touched rows each: (rows + half) x FLOPs per row
                 t_compute = (routed + touched * self._half_tokens) * flop_s
@@ -271,7 +313,6 @@ class CostModel:
                 compute += t_compute
             else:
                 memory += t_memory
-        communication = self._allreduce_fixed_s + tokens * self._allreduce_s_per_token
         overhead = self._fixed_overhead_s + batch.num_seqs * self._request_overhead_s
         return StepCost(
             compute + memory + communication + overhead, compute, memory, communication, overhead
@@ -311,14 +352,18 @@ def cost_model(
     *,
     tp_link_bytes_per_s: float | None = None,
     tp_link_latency_s: float | None = None,
+    dp: int = 1,
+    expert_parallel: bool = False,
 ) -> CostModel:
-    """A shared ``CostModel`` per (model, GPU, TP, TP link)."""
+    """A shared ``CostModel`` per (model, GPU, TP, TP link, data-parallel MoE group)."""
     return CostModel(
         model,
         gpu,
         tp,
         tp_link_bytes_per_s=tp_link_bytes_per_s,
         tp_link_latency_s=tp_link_latency_s,
+        dp=dp,
+        expert_parallel=expert_parallel,
     )
 
 

@@ -43,9 +43,10 @@ class EngineSetup:
 
 
 def resolve_engine(
-    settings: EngineSettings, model: ModelSpec, gpu: GpuSpec, tp: int
+    settings: EngineSettings, model: ModelSpec, gpu: GpuSpec, tp: int, dp: int = 1
 ) -> EngineSetup:
-    """Fill vLLM's defaults, run its start-up checks, and size the KV cache."""
+    """Fill vLLM's defaults, run its start-up checks, and size the KV cache (per rank of a
+    ``dp``-way data-parallel group: a MoE model's experts are shared across the group)."""
     max_model_len = settings.max_model_len or model.max_position_embeddings
     if max_model_len > model.max_position_embeddings:
         raise ConfigError(
@@ -112,6 +113,7 @@ def resolve_engine(
             gpu_memory_utilization=settings.gpu_memory_utilization,
             block_size=settings.block_size,
             max_num_batched_tokens=max_num_batched_tokens,
+            dp=dp if model.is_moe else 1,
         )
     needed = cdiv(max_model_len, settings.block_size)
     if blocks - 1 < needed:

@@ -44,7 +44,9 @@ class Instance:
         on_done: Callable[[Request], None] | None = None,
         start_kv_load: Callable[[Request, int], simpy.Event] | None = None,
         poll_interval_s: float = 1e-3,
+        run: bool = True,
     ) -> None:
+        """``run=False``: no step loop of its own; a :class:`DataParallelGroup` steps it."""
         self.env = env
         self.name = name
         self.scheduler = scheduler
@@ -60,8 +62,12 @@ class Instance:
         self.steps: list[StepRecord] = []
         self.rejected: list[Request] = []
         self._wakeup: simpy.Event | None = None
-        self.process = env.process(self._run_async() if scheduler.config.async_scheduling
-                                   else self._run())
+        self.waker: Callable[[], None] | None = None
+        """Replaces waking this instance's own loop (a group that steps it)."""
+        self.process = None
+        if run:
+            self.process = env.process(self._run_async() if scheduler.config.async_scheduling
+                                       else self._run())
 
     # ----------------------------------------------------------------- intake
     def refusal(self, request: Request) -> str | None:
@@ -112,6 +118,9 @@ class Instance:
 
     # ------------------------------------------------------------- step loops
     def _wake(self) -> None:
+        if self.waker is not None:
+            self.waker()
+            return
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
 

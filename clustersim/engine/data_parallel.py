@@ -1,0 +1,129 @@
+"""vLLM's internal data parallelism: ``dp`` engine ranks behind one API server.
+
+Each rank is a full engine (its own scheduler, KV cache, ``max_num_seqs`` and token budget).
+The API server's load balancer sends a request to the rank with the lowest
+``4 x waiting + running``, read from counts the DP coordinator publishes every 100 ms; between
+publications it adds each request it sends to its own copy of the waiting count (ties go to
+the lowest rank). A dense model's ranks then run independently. A mixture-of-experts model's
+ranks share their experts, so every MoE layer is a collective across the group: the ranks step
+together, a rank with nothing to do runs a dummy batch, and a step lasts as long as the
+slowest rank's (priced by the caller, which sees every rank's plan).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import simpy
+
+from clustersim.engine.instance import Instance
+from clustersim.engine.request import Request
+from clustersim.engine.scheduler import StepPlan
+
+WAITING_WEIGHT = 4
+"""vLLM's balancer score: ``waiting * 4 + running``."""
+STATS_INTERVAL_S = 0.1
+"""How often the DP coordinator publishes the ranks' request counts."""
+
+
+class DataParallelGroup:
+    """One vLLM server with ``data_parallel_size`` ranks; quacks like an :class:`Instance` for
+    the cluster (submit, refusal, reject, abort)."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        name: str,
+        ranks: Sequence[Instance],
+        price_steps: Callable[[list[StepPlan | None]], float] | None = None,
+    ) -> None:
+        """``price_steps`` given: the ranks step together (MoE); it prices one step from every
+        rank's plan (None for a rank with nothing scheduled). Otherwise each rank runs its own
+        loop."""
+        self.env = env
+        self.name = name
+        self.ranks = list(ranks)
+        self.price_steps = price_steps
+        self.gpus: tuple[str, ...] = tuple(g for rank in self.ranks for g in rank.gpus)
+        self._view = [[0, 0] for _ in self.ranks]
+        self._next_publish_s = 0.0
+        self._wakeup: simpy.Event | None = None
+        self.process = None
+        if price_steps is not None:
+            for rank in self.ranks:
+                if rank.process is not None:
+                    raise ValueError(f"{rank.name} runs its own loop; create it with run=False")
+                if rank.scheduler.config.async_scheduling:
+                    raise ValueError("lockstep data-parallel ranks schedule synchronously")
+                rank.waker = self._wake
+            self.process = env.process(self._run())
+
+    # ----------------------------------------------------------------- intake
+    def choose(self) -> int:
+        """The rank vLLM's DP load balancer picks for the next request."""
+        now = self.env.now
+        if now >= self._next_publish_s:
+            self._view = [[len(r.scheduler.waiting), len(r.scheduler.running)]
+                          for r in self.ranks]
+            self._next_publish_s = now + STATS_INTERVAL_S
+        view = self._view
+        best = min(range(len(view)), key=lambda i: WAITING_WEIGHT * view[i][0] + view[i][1])
+        view[best][0] += 1
+        return best
+
+    def refusal(self, request: Request) -> str | None:
+        return self.ranks[0].refusal(request)
+
+    def submit(self, request: Request) -> None:
+        rank = self.ranks[self.choose()]
+        request.prefill_instance = request.decode_instance = rank.name
+        rank.submit(request)
+
+    def reject(self, request: Request, reason: str) -> None:
+        self.ranks[0].reject(request, reason)
+
+    def abort(self, request: Request, reason: str) -> None:
+        for rank in self.ranks:
+            if request.decode_instance == rank.name:
+                rank.abort(request, reason)
+                return
+        raise KeyError(f"{request.request_id} is not queued on {self.name}")
+
+    @property
+    def steps(self):
+        return [step for rank in self.ranks for step in rank.steps]
+
+    # -------------------------------------------------------------- lockstep
+    def _wake(self) -> None:
+        if self._wakeup is not None and not self._wakeup.triggered:
+            self._wakeup.succeed()
+
+    def _run(self):
+        """Sync scheduling across the group: every rank schedules, the step takes the slowest
+        rank's time, every rank applies its output; idle ranks run dummy batches."""
+        env = self.env
+        ranks = self.ranks
+        while True:
+            if not any(rank.scheduler.num_unfinished for rank in ranks):
+                self._wakeup = env.event()
+                yield self._wakeup
+                self._wakeup = None
+                continue
+            plans: list[StepPlan | None] = []
+            for rank in ranks:
+                plan = rank.scheduler.schedule() if rank.scheduler.num_unfinished else None
+                if plan is not None and plan.is_empty:
+                    if not plan.preempted and not rank.scheduler.running:
+                        rank._reject_unschedulable()
+                    plan = None
+                plans.append(plan)
+            if all(plan is None for plan in plans):
+                continue
+            start = env.now
+            yield env.timeout(self.price_steps(plans))
+            for rank, plan in zip(ranks, plans, strict=True):
+                if plan is None:
+                    continue
+                finished = rank.scheduler.update_from_output(plan, env.now)
+                rank._record(plan, start, env.now)
+                rank._done(finished)

@@ -1,0 +1,175 @@
+"""vLLM's internal data parallelism: the DP load balancer, MoE ranks stepping together with
+shared experts, their pricing (expert parallelism, all-gather/reduce-scatter) and memory."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import pytest
+import simpy
+
+from clustersim.catalog import load_gpu, load_model
+from clustersim.cluster.system import DUMMY_BATCH
+from clustersim.cost.memory import kv_budget, weight_bytes_per_gpu
+from clustersim.cost.roofline import BatchShape, CostModel, experts_touched
+from clustersim.engine.config import SchedulerConfig
+from clustersim.engine.data_parallel import STATS_INTERVAL_S, DataParallelGroup
+from clustersim.engine.instance import Instance
+from clustersim.engine.kv_manager import KVCacheManager
+from clustersim.engine.request import Request
+from clustersim.engine.scheduler import Scheduler
+from tests.helpers import explicit, run_cli, scenario, simulate, write_scenario
+
+MOE = "qwen3-30b-a3b"
+FIXED = {"kind": "fixed", "step_time_s": 0.01}
+
+
+def moe_scenario(requests, cost=None, **top) -> dict:
+    fields = {"model": MOE, "gpu": "h100-sxm", "data_parallel_size": 2,
+              "enable_expert_parallel": True, "workload": explicit(*requests)}
+    if cost is not None:
+        fields["cost"] = cost
+    return scenario(**{**fields, **top})
+
+
+def idle_rank(env: simpy.Environment, name: str) -> Instance:
+    config = SchedulerConfig(max_num_batched_tokens=64, max_num_seqs=8, max_model_len=256)
+    kv = KVCacheManager(100, config.block_size, config.max_model_len)
+    return Instance(env, name, Scheduler(config, kv), lambda plan: 0.01, run=False)
+
+
+# ------------------------------------------------------------------ balancer
+def test_balancer_scores_waiting_four_times_running_on_counts_published_every_100ms():
+    env = simpy.Environment()
+    ranks = [idle_rank(env, f"r{i}") for i in range(2)]
+    group = DataParallelGroup(env, "g", ranks)
+    # fresh counts: both idle; the tie goes to rank 0, whose local waiting count goes up
+    assert group.choose() == 0
+    # no new publication yet: the local increment alone steers the next request away
+    assert group.choose() == 1
+    assert group.choose() == 0
+    # rank 0 now really runs 3 requests, rank 1 has 1 waiting: 3 < 4 x 1
+    for i in range(3):
+        ranks[0].scheduler.add_request(Request(f"a{i}", 0.0, 8, 2))
+    ranks[0].scheduler.running.extend(ranks[0].scheduler.waiting.pop() for _ in range(3))
+    ranks[1].scheduler.add_request(Request("b0", 0.0, 8, 2))
+    env.run(until=STATS_INTERVAL_S)
+    assert group.choose() == 0
+
+
+# ------------------------------------------------------------------ lockstep
+def test_moe_ranks_step_together_and_split_the_requests(tmp_path):
+    requests = [(f"r{i}", 0.001 * i, 64, 8) for i in range(12)]
+    result = simulate(tmp_path, moe_scenario(requests, cost=FIXED))
+    rows = result["requests"]
+    assert all(r["outcome"] == "finished" for r in rows.values())
+    ranks = Counter(r["decode_instance"] for r in rows.values())
+    assert set(ranks) == {"main-0.dp0", "main-0.dp1"}
+    assert min(ranks.values()) >= 4
+    times = defaultdict(set)
+    for step in result["steps"]:
+        times[step["instance"]].add((step["start_s"], step["end_s"]))
+    # a rank steps only when the group does: every step of the busier rank's timeline
+    # is a group step, and the other rank's steps are a subset of the same timeline
+    busy, other = sorted(times.values(), key=len, reverse=True)
+    assert other <= busy
+
+
+def test_a_lone_request_pays_for_the_padded_group_and_the_idle_ranks_dummy_batch(tmp_path):
+    result = simulate(tmp_path, moe_scenario([("A", 0.0, 512, 4)]))
+    cost = CostModel(load_model(MOE), load_gpu("h100-sxm"), 1, dp=2, expert_parallel=True)
+
+    def group_step(batch: BatchShape, tokens: int) -> float:
+        # both ranks run the padded token count through the MoE layers; the step lasts
+        # as long as the slower of the busy rank and the idle rank's dummy batch
+        return max(cost.step_time(batch, 2 * tokens).time_s,
+                   cost.step_time(DUMMY_BATCH, 2 * tokens).time_s)
+
+    expected = group_step(BatchShape.from_chunks([(512, 0, True)]), 512) + sum(
+        group_step(BatchShape.from_chunks([(1, 512 + i, True)]), 1) for i in range(3)
+    )
+    assert float(result["requests"]["A"]["e2e_s"]) == pytest.approx(expected, rel=1e-6)
+    # the expert weights are split over two GPUs: faster than one GPU holding them all
+    alone = simulate(tmp_path / "b", moe_scenario([("A", 0.0, 512, 4)], data_parallel_size=1))
+    assert expected < float(alone["requests"]["A"]["e2e_s"])
+
+
+def test_dense_data_parallel_ranks_run_on_their_own(tmp_path):
+    requests = [(f"r{i}", 0.0, 32, 20 + 10 * i) for i in range(4)]
+    result = simulate(tmp_path, scenario(data_parallel_size=2, workload=explicit(*requests)))
+    by_rank = defaultdict(list)
+    for step in result["steps"]:
+        by_rank[step["instance"]].append(float(step["start_s"]))
+    assert set(by_rank) == {"main-0.dp0", "main-0.dp1"}
+    assert by_rank["main-0.dp0"] != by_rank["main-0.dp1"]  # no shared clock
+    assert all(r["outcome"] == "finished" for r in result["requests"].values())
+
+
+# ------------------------------------------------------------------- pricing
+def test_expert_parallel_spreads_whole_experts_over_the_group():
+    model, gpu = load_model(MOE), load_gpu("h100-sxm")
+    batch = BatchShape.from_chunks([(1, 1000, True)] * 64)
+    sliced = CostModel(model, gpu, 1, dp=2)
+    whole = CostModel(model, gpu, 1, dp=2, expert_parallel=True)
+    local = CostModel(model, gpu, 1)
+    # same weights per GPU either way; the shared group reads half the experts' bytes
+    assert sliced.step_time(batch, 128).memory_s < local.step_time(batch, 128).memory_s
+    assert whole.step_time(batch, 128).time_s == pytest.approx(
+        sliced.step_time(batch, 128).time_s, rel=0.25
+    )
+    # all-gather + reduce-scatter: 2 per layer, (dp-1)/dp of T x h elements each
+    extra = whole.step_time(batch, 128).communication_s
+    link = gpu.tp_link(2).effective_bytes_per_s
+    per_token = 2 * model.num_layers * 0.5 * model.hidden_size * model.dtype_bytes / link
+    fixed = 2 * model.num_layers * gpu.allreduce_latency_s
+    assert extra == pytest.approx(fixed + 128 * per_token)
+
+
+def test_group_tokens_decide_how_many_experts_are_read():
+    model, gpu = load_model(MOE), load_gpu("h100-sxm")
+    cost = CostModel(model, gpu, 1, dp=4, expert_parallel=True)
+    batch = BatchShape.from_chunks([(1, 500, True)])
+    few, many = cost.step_time(batch, 4), cost.step_time(batch, 400)
+    assert experts_touched(128, 8, 400) > 3 * experts_touched(128, 8, 4)
+    assert many.memory_s > 2 * few.memory_s
+
+
+def test_data_parallel_ranks_hold_their_share_of_the_experts():
+    model = load_model(MOE)
+    experts = model.num_layers * model.num_experts * model.expert_params * model.dtype_bytes
+    assert weight_bytes_per_gpu(model, 1) == model.weight_bytes
+    assert weight_bytes_per_gpu(model, 1, 2) == pytest.approx(model.weight_bytes - experts / 2)
+    gpu = load_gpu("h100-sxm")
+    args = {"gpu_memory_utilization": 0.9, "block_size": 16, "max_num_batched_tokens": 2048}
+    assert (kv_budget(model, gpu, 1, dp=2, **args).num_gpu_blocks
+            > kv_budget(model, gpu, 1, **args).num_gpu_blocks)
+
+
+# -------------------------------------------------------------------- errors
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"model": "llama-3.1-8b", "enable_expert_parallel": True},
+         "enable_expert_parallel: llama-3.1-8b has no experts"),
+        ({"data_parallel_size": 3}, "enable_expert_parallel: 128 experts do not split evenly"),
+        ({"engine": {"async_scheduling": True}},
+         "engine.async_scheduling: data-parallel MoE ranks are modelled with synchronous"),
+    ],
+)
+def test_bad_parallel_settings_are_one_line_config_errors(tmp_path, fields, message):
+    data = moe_scenario([("A", 0.0, 8, 2)], **fields)
+    code, output = run_cli("simulate", str(write_scenario(tmp_path, data)),
+                           "--out", str(tmp_path / "out"))
+    assert code == 2
+    assert message in output
+
+
+def test_data_parallel_prefill_pools_are_refused(tmp_path):
+    layout = {"kind": "disaggregated", "pools": [
+        {"name": "p", "role": "prefill", "data_parallel_size": 2},
+        {"name": "d", "role": "decode"}]}
+    data = moe_scenario([("A", 0.0, 8, 2)], topology="dgx-h100", layout=layout)
+    code, output = run_cli("simulate", str(write_scenario(tmp_path, data)),
+                           "--out", str(tmp_path / "out"))
+    assert code == 2
+    assert "layout.pools[0].data_parallel_size: 2 on a prefill pool" in output
