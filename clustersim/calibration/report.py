@@ -118,13 +118,15 @@ _PAGE = """\
 clustersim prices every engine step with a roofline model whose free parameters (GEMM compute
 and memory efficiency as a function of the number of tokens, attention efficiency, all-reduce
 latency and bandwidth) are **fitted on kernel profiles only**: Vidur's A100/H100 operator and
-NCCL tables and an RTX 4090 layer profile (`clustersim calibrate`, data and licenses under
-`clustersim/data/calibration/fit/`). The per-step, per-layer and per-request CPU overheads are
-not in any kernel profile: they are BLIS's public fit on H100 vLLM (126 µs/step, 32.1 µs/layer,
-4.4 µs/request). GPUs without measurements borrow the nearest measured GPU's fit (RTX PRO 6000
-and L40S from the RTX 4090, H200/B200/H100 PCIe from the H100 SXM, the other A100s from the A100
-SXM 80GB; the MI300X keeps the uncalibrated defaults, there being no AMD data);
-`clustersim/catalog/calibrated.yaml` records the provenance of every value.
+NCCL tables, RTX 4090 and RTX PRO 6000 layer profiles and the RTX PRO 6000's 2-rank NCCL samples
+over PCIe (`clustersim calibrate`, data and licenses under `clustersim/data/calibration/fit/`).
+The RTX PRO 6000 profile has no prefill-attention rows here: its FlashAttention is taken to run
+at the RTX 4090's ratio of attention to GEMM efficiency. The per-step, per-layer and per-request
+CPU overheads are not in any kernel profile: they are BLIS's public fit on H100 vLLM
+(126 µs/step, 32.1 µs/layer, 4.4 µs/request). GPUs without measurements borrow the nearest
+measured GPU's fit (L40S from the RTX 4090, H200/B200/H100 PCIe from the H100 SXM, the other
+A100s from the A100 SXM 80GB; the MI300X keeps the uncalibrated defaults, there being no AMD
+data); `clustersim/catalog/calibrated.yaml` records the provenance of every value.
 
 ## Calibrated parameters (`clustersim/catalog/calibrated.yaml`)
 
@@ -172,7 +174,10 @@ Each run's 300 ShareGPT requests are replayed at their measured arrival times wi
 engine arguments (`max_num_seqs`, `max_num_batched_tokens`, `max_model_len`, prefix caching)
 and, where vLLM's log recorded it, its KV size (RTX 4090: 2,588 blocks); the RTX PRO 6000 runs
 did not record it, so vLLM's default `gpu_memory_utilization` 0.9 and clustersim's memory model
-size the KV cache. The columns give the signed error of the simulated mean, p50, p90 and p99;
+size the KV cache. Qwen3-30B-A3B ran as `data_parallel_size: 2` with expert parallelism and is
+replayed so: two engine ranks behind vLLM's DP load balancer, stepping together, each GPU
+holding 64 of the 128 experts, the ranks' tokens all-gathered and reduce-scattered around every
+MoE layer over PCIe. The columns give the signed error of the simulated mean, p50, p90 and p99;
 MAPE and bias are over those four statistics.
 
 ### Zero-shot
@@ -210,28 +215,32 @@ requests.jsonl`, which picks the three measurements from a run's per-request tim
   9-60 %, optimistic in every group:
   Vidur's kernel times (CUDA events around single ops) leave out the old stack's per-layer host
   overhead, which grows with TP degree.
-- **Transferred profiles, zero-shot.** The RTX PRO 6000 has no kernel profile in the
-  calibration data; it borrows the RTX 4090's efficiencies on its datasheet peaks (medium
-  confidence). Zero-shot TPOT is 19 % (Llama-3.1-8B) and 37 % (Qwen3-32B, TP2 over PCIe without
-  NVLink) optimistic: the card does not reach the 4090's fraction of its much higher datasheet
-  peaks, and/or its PCIe all-reduce is slower than the catalog link. Both runs are overloaded at
-  10 req/s, so a too-fast decode drains the queue early and TTFT, which is almost all queueing,
-  comes out ~50 % low. The RTX 4090 run, on the GPU the calibration's own kernel profile was
-  measured on and with vLLM's logged KV size, is within 6 % on every statistic.
-- **Few-shot is as good as its three numbers.** On the RTX PRO 6000 runs, the first request's
-  TTFT and two log samples bring every TPOT statistic within 11 % and TTFT within 8 %
-  (Qwen3-32B) / 23 % (Llama-3.1-8B). On the RTX 4090 run the same rule makes things much
-  worse (+97 % TTFT): its first request is a cold start (0.69 s for a 2,358-token prompt that
-  the kernel profile prices at ~0.25 s, and a second request arrives during it), so the fit
-  concludes the GPU computes at a third of its speed. A measurement of a warm, idle server does
-  not have this problem; the rule was fixed before the runs were scored and is left as it is,
-  not tuned to this run.
-- **Mixture of experts.** Qwen3-30B-A3B is not scored: the cost model prices MoE layers
-  (router, top-k expert GEMMs, expected distinct experts read per step under uniform routing)
-  for tensor-parallel engines, but the run is two data-parallel engines with expert
-  parallelism (each GPU holds half the experts, tokens cross GPUs by all-to-all), which
-  clustersim does not model yet.
+- **Tensor parallelism over PCIe, zero-shot.** With its own kernel profile the RTX PRO 6000
+  serves Llama-3.1-8B (TP1) within 4 % on TPOT and 12 % on TTFT. Qwen3-32B at TP2 is 23 %
+  optimistic on TPOT and, the run being overloaded at 10 req/s, 30-32 % on TTFT, which is almost
+  all queueing (a too-fast decode drains the queue early). vLLM's log shows decode-only steps
+  of 128 requests at 55-63 ms (2,048-2,304 tokens/s); clustersim prices them at 45-50 ms, and
+  its parts are measured: weights at the fitted bandwidth ~24 ms, KV reads 15-19 ms, 128
+  all-reduces of 1.3 MB at the NCCL samples' 47 µs ~6 ms. What is missing is TP2 time outside
+  the kernels (the two workers' per-step synchronisation, vLLM's all-reduce path on PCIe),
+  which no profile here measures. The RTX 4090 run is within 6 % on every statistic.
+- **Mixture of experts with data parallelism.** Qwen3-30B-A3B (DP2 x EP) is 15-19 %
+  optimistic on TPOT. At saturation (256 running) clustersim's lockstep steps match vLLM's log
+  (43.5 ms vs 42 ms per step); the ramp-up steps, where prompt chunks on one rank pad the other
+  rank's batch, are ~25 % faster than vLLM's (38 vs 49 ms), so requests finish early and fewer
+  run at once on the way down. TTFT is short in this run (mean 1.1 s, median 0.14 s: a burst
+  of queueing in the first 25 s), and the simulated burst is shallower: mean 0.26 s.
+- **Few-shot is as good as its three numbers.** On Qwen3-32B the first request's TTFT and two
+  log samples bring every statistic within 6 %. Elsewhere the rule's numbers are not clean step
+  times: these runs are at 10 req/s from the first second, so the first request shares its
+  prefill with the next arrivals (RTX 4090: 0.69 s for a 2,358-token prompt the kernel profile
+  prices at ~0.25 s, a cold start too), and a log line's running count is read at the end of
+  the interval its throughput averages over (RTX PRO 6000 Llama-3.1-8B: "1 running" at 8.5 ms
+  a token, faster than its weights can be read). The fit then concludes the GPU computes too
+  slowly (+43 % to +111 % mean TTFT). Measurements of a warm, idle server do not have this problem;
+  the rule was fixed before the runs were scored and is left as it is, not tuned to them.
 - **What the serving replay does not model:** API-server time (tokenisation, detokenisation,
-  HTTP), which vLLM's timestamps partly include; CUDA-graph padding of decode batches; the
-  RTX PRO 6000 KV size, which vLLM did not log and clustersim's memory model estimates.
+  HTTP), which vLLM's timestamps partly include; CUDA-graph padding of decode batches (except
+  across data-parallel ranks); the RTX PRO 6000 KV size, which vLLM did not log and
+  clustersim's memory model estimates.
 """
