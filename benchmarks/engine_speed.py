@@ -37,6 +37,13 @@ CASES = {
                      "prompt_tokens": {"kind": "uniform", "low": 500, "high": 4000},
                      "output_tokens": {"kind": "uniform", "low": 200, "high": 1000}},
     }),
+    "qwen3-30b-a3b dp4 x ep h100, 2000 req": lambda: parse_scenario({
+        "name": "bench-dp-moe", "seed": 3, "model": "qwen3-30b-a3b", "gpu": "h100-sxm",
+        "data_parallel_size": 4, "enable_expert_parallel": True,
+        "workload": {"kind": "poisson", "rate_per_s": 40.0, "num_requests": 2000,
+                     "prompt_tokens": {"kind": "uniform", "low": 100, "high": 2000},
+                     "output_tokens": {"kind": "uniform", "low": 50, "high": 500}},
+    }),
 }
 
 
