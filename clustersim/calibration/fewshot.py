@@ -39,13 +39,17 @@ def fit_few_shot(
     label: str = "few-shot",
     dp: int = 1,
     expert_parallel: bool = False,
+    max_points: int = MAX_POINTS,
+    relative: bool = False,
 ) -> GpuSpec:
     """``gpu`` adjusted so its step times match ``points``: ``(batch, measured seconds)``, or
     ``(steps, seconds)`` for a measurement that spans several steps (a chunked prompt).
     ``dp > 1``: a MoE model's data-parallel group; each batch is one rank's, the group's
-    MoE layers see ``dp`` times its tokens (every rank busy alike, or padded to it)."""
-    if not 1 <= len(points) <= MAX_POINTS:
-        raise InputError("measurements", f"give 1 to {MAX_POINTS} measurements, got {len(points)}")
+    MoE layers see ``dp`` times its tokens (every rank busy alike, or padded to it).
+    ``max_points`` and ``relative`` (least squares on relative errors) serve diagnostics that
+    fit the same three parameters on many measurements."""
+    if not 1 <= len(points) <= max_points:
+        raise InputError("measurements", f"give 1 to {max_points} measurements, got {len(points)}")
     if any(not t > 0 for _, t in points):
         raise InputError("measurements", "measured times must be > 0")
     measured = np.array([t for _, t in points])
@@ -59,7 +63,8 @@ def fit_few_shot(
         comp = np.array([sum(c.compute_s for c in cs) for cs in costs])
         total = np.array([sum(c.time_s for c in cs) for cs in costs])
         fixed = num_steps * gpu.per_step_overhead_s + seqs * gpu.per_request_overhead_s
-        o, b, r = _solve(measured - (total - comp - fixed), comp, num_steps, seqs)
+        weight = 1.0 / measured if relative else np.ones_like(measured)
+        o, b, r = _solve(measured - (total - comp - fixed), comp, num_steps, seqs, weight)
         gpu = gpu.model_copy(
             update={
                 "per_step_overhead_s": o,
@@ -79,7 +84,8 @@ def _price(cost: CostModel, batch: BatchShape, dp: int) -> StepCost:
 
 
 def _solve(
-    target: np.ndarray, comp: np.ndarray, steps: np.ndarray, seqs: np.ndarray
+    target: np.ndarray, comp: np.ndarray, steps: np.ndarray, seqs: np.ndarray,
+    weight: np.ndarray,
 ) -> tuple[float, float, float]:
     """Least-squares ``(o, b, r)``: ``o, r >= 0``, ``b > 0``. Unknowns enter in that order as
     points allow (a part that is zero, or proportional to the steps, over the points is not
@@ -92,8 +98,8 @@ def _solve(
         active.append("r")
     active = active[: len(target)]
     while active:
-        design = np.stack([columns[k] for k in active], axis=1)
-        values, *_ = np.linalg.lstsq(design, target, rcond=None)
+        design = np.stack([columns[k] for k in active], axis=1) * weight[:, None]
+        values, *_ = np.linalg.lstsq(design, target * weight, rcond=None)
         fitted = dict(zip(active, values, strict=True))
         bad = [k for k, v in fitted.items() if (v <= 0 if k == "b" else v < 0)]
         if not bad:

@@ -116,7 +116,9 @@ def _errors(pairs: list[tuple[float, float]]) -> tuple[float, float]:
 
 
 def validate_splitwise(path=SPLITWISE_FILE) -> list[GroupScore]:
-    """Zero-shot and few-shot scores of every group."""
+    """Zero-shot and few-shot scores of every group, and the ``all-rows`` bound: the same three
+    parameters fitted on every row of the group (relative least squares) and scored on them,
+    the best any rule's three points could do with this model."""
     scores = []
     for key, points in sorted(load_points(path).items()):
         gpu = load_gpu(HARDWARE[key[1]])
@@ -127,4 +129,10 @@ def validate_splitwise(path=SPLITWISE_FILE) -> list[GroupScore]:
         tuned = fit_few_shot(load_model(MODELS[key[0]]), gpu, key[2], shots)
         scores.append(score_group(key, points, tuned, "few-shot",
                                   skip_prefill=(base,), skip_decode=(base, widest)))
+        bad = impossible_prefills(key, points)
+        every = [(p.prefill(), p.prompt_s) for p in points if p not in bad]
+        every += [(p.decode(), p.token_s) for p in points]
+        bound = fit_few_shot(load_model(MODELS[key[0]]), gpu, key[2], every,
+                             max_points=len(every), relative=True)
+        scores.append(score_group(key, points, bound, "all-rows"))
     return scores
