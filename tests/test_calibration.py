@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import io
+import json
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from clustersim.calibration.sources import FIT_DIR, VALIDATION_DIR, fit_files, v
 from clustersim.catalog import apply_profile, load_gpu, load_model, load_profiles
 from clustersim.cost.roofline import BatchShape, CostModel
 from clustersim.errors import ConfigError, InputError
+from tests.helpers import run_cli
 
 
 def make_gpu(**overrides):
@@ -247,3 +249,53 @@ def test_a_scenario_picks_a_profile_with_the_gpu_id(tmp_path):
         return run_scenario(scenario).requests[0].finish_s
 
     assert finish_s(f"h100-sxm@{slow}") > finish_s("h100-sxm") + 4 * 0.04
+
+
+def _bench_serve_result(**overrides) -> dict:
+    """A ``vllm bench serve --save-result --save-detailed`` result: four requests, one failed."""
+    result = {
+        "duration": 6.0, "completed": 3,
+        "input_lens": [3000, 100, 100, 100],
+        "output_lens": [11, 11, 11, 0],
+        "ttfts": [0.05, 0.02, 0.03, 0.0],
+        "itls": [[0.1] * 10, [0.1] * 10, [0.05] * 10, []],
+        "start_times": [100.0, 102.0, 102.0, 102.5],
+        "errors": ["", "", "", "Bad Request"],
+    }
+    return {**result, **overrides}
+
+
+def test_vllm_bench_serve_results_become_records(tmp_path):
+    from clustersim.calibration.records import measurements_from_records, read_records
+
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(_bench_serve_result()))
+    records = read_records(path)
+    assert len(records) == 3  # the failed request is left out
+    assert records[0]["queued_ts"] == 100.0
+    assert records[0]["first_token_ts"] == pytest.approx(100.05)
+    assert records[0]["last_token_ts"] == pytest.approx(101.05)
+    (prefill, ttft), *_ = measurements_from_records(records, max_num_batched_tokens=2048)
+    assert sum(s.num_prefill_tokens for s in prefill) == 3000 and ttft == pytest.approx(0.05)
+
+
+def test_calibrate_from_a_vllm_bench_serve_result(tmp_path):
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(_bench_serve_result()))
+    out = tmp_path / "mine.yaml"
+    code, output = run_cli("calibrate", "--gpu", "h100-sxm", "--model", "llama-3.1-8b",
+                           "--from-requests", str(path), "--out", str(out))
+    assert code == 0, output
+    assert "measurement from records" in output
+    assert yaml.safe_load(out.read_text())["profiles"]["h100-sxm"]["calibration"]
+
+
+def test_bench_serve_results_without_start_times_are_refused(tmp_path):
+    result = _bench_serve_result()
+    del result["start_times"]
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(result))
+    code, output = run_cli("calibrate", "--gpu", "h100-sxm", "--model", "llama-3.1-8b",
+                           "--from-requests", str(path), "--out", str(tmp_path / "m.yaml"))
+    assert code == 2
+    assert "vllm bench serve result without ['start_times']" in output

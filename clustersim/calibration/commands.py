@@ -29,7 +29,8 @@ def calibrate_cmd(
     from_requests: Annotated[
         Path | None,
         typer.Option(help="Per-request records of a real run (JSON lines with input_toks, "
-                     "output_toks, queued_ts, first_token_ts, last_token_ts): three "
+                     "output_toks, queued_ts, first_token_ts, last_token_ts, or the result "
+                     "file of `vllm bench serve --save-result --save-detailed`): three "
                      "measurements are taken from them."),
     ] = None,
     max_num_batched_tokens: Annotated[

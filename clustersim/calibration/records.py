@@ -1,8 +1,16 @@
 """Few-shot measurements from a real serving run's per-request records.
 
-Records as vLLM's request stats give them (LLMServingSim's ``vllm_requests.jsonl`` layout): per
-request ``input_toks``, ``output_toks`` and the engine timestamps ``queued_ts``,
-``first_token_ts``, ``last_token_ts`` (seconds, one clock). Three measurements come out:
+Two layouts are read:
+
+- records as vLLM's request stats give them (LLMServingSim's ``vllm_requests.jsonl``), one JSON
+  object per line: ``input_toks``, ``output_toks`` and the engine timestamps ``queued_ts``,
+  ``first_token_ts``, ``last_token_ts`` (seconds, one clock);
+- the result file of ``vllm bench serve --save-result --save-detailed`` (one JSON object with
+  per-request lists ``input_lens``, ``output_lens``, ``ttfts``, ``itls``, ``start_times``,
+  ``errors``): client-side times, so each request's TTFT includes the HTTP round trip. Failed
+  requests are left out.
+
+Three measurements come out:
 
 - a prefill: the request whose TTFT window overlaps the fewest other requests (ties: the
   longest prompt), its TTFT taken as the time of its prompt's chunks;
@@ -26,11 +34,56 @@ Measurement = tuple[list[BatchShape], float]
 
 
 def read_records(path: Path) -> list[dict]:
-    """The records of a JSON-lines file, checked for the fields this module uses."""
+    """The records of a JSON-lines file or a ``vllm bench serve`` result, checked for the fields
+    this module uses."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(str(path), f"cannot read records: {exc.strerror}") from None
+    try:
+        whole = json.loads(text)
+    except json.JSONDecodeError:
+        whole = None
+    if isinstance(whole, dict) and "ttfts" in whole:
+        records = _bench_serve_records(path, whole)
+    else:
+        records = _json_lines(path, text.splitlines())
+    if len(records) < 2:
+        raise InputError(str(path), "need at least two request records")
+    return records
+
+
+_BENCH_LISTS = ("input_lens", "output_lens", "ttfts", "itls", "start_times")
+
+
+def _bench_serve_records(path: Path, result: dict) -> list[dict]:
+    """``vllm bench serve`` per-request lists -> records on the client's clock."""
+    missing = [k for k in _BENCH_LISTS if not isinstance(result.get(k), list)]
+    if missing:
+        hint = (" (start_times: a vLLM recent enough to save them, with --save-detailed)"
+                if "start_times" in missing else " (run it with --save-detailed)")
+        raise InputError(str(path), f"vllm bench serve result without {missing}{hint}")
+    count = len(result["ttfts"])
+    lengths = {k: len(result[k]) for k in _BENCH_LISTS}
+    if any(n != count for n in lengths.values()):
+        raise InputError(str(path), f"per-request lists differ in length: {lengths}")
+    errors = result.get("errors") or [""] * count
+    records = []
+    for i in range(count):
+        ttft, itls, start = result["ttfts"][i], result["itls"][i], result["start_times"][i]
+        if errors[i] or not isinstance(ttft, (int, float)) or ttft <= 0:
+            continue  # a failed request
+        if not isinstance(itls, list) or not isinstance(start, (int, float)):
+            raise InputError(f"{path}: request {i}", "itls must be a list, start_times numbers")
+        first = start + ttft
+        records.append({
+            "input_toks": result["input_lens"][i], "output_toks": result["output_lens"][i],
+            "queued_ts": start, "first_token_ts": first, "last_token_ts": first + sum(itls),
+        })
+    return records
+
+
+def _json_lines(path: Path, lines: list[str]) -> list[dict]:
     records = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -43,8 +96,6 @@ def read_records(path: Path) -> list[dict]:
         if missing:
             raise InputError(f"{path}:{number}", f"missing numeric fields {missing}")
         records.append(record)
-    if len(records) < 2:
-        raise InputError(str(path), "need at least two request records")
     return records
 
 
