@@ -204,8 +204,9 @@ request's TTFT on a quiet server and vLLM's periodic "Running: N reqs ... Avg ge
 throughput: X tokens/s" log line. The per-step overhead, per-request overhead and compute
 efficiency are refitted on them (as for Splitwise) and the whole run is replayed again.
 The same fit from your own numbers: `clustersim calibrate --gpu G --model M --tp N --prefill
-TOKENS=SECONDS --decode BATCH@CONTEXT=SECONDS --out mine.yaml` (or `--from-requests
-requests.jsonl`, which picks the three measurements from a run's per-request timestamps), then
+TOKENS=SECONDS --decode BATCH@CONTEXT=SECONDS --out mine.yaml` (or `--from-requests FILE`,
+which picks the three measurements from a run's per-request timestamps: vLLM request records
+as JSON lines, or the result of `vllm bench serve --save-result --save-detailed`), then
 `gpu: G@mine.yaml` in a scenario.
 
 {runs_few}
