@@ -57,6 +57,20 @@ def test_balancer_scores_waiting_four_times_running_on_counts_published_every_10
     assert group.choose() == 0
 
 
+@pytest.mark.parametrize("model", [MOE, "llama-3.1-8b"])
+def test_a_refused_request_never_reaches_the_balancer(tmp_path, model):
+    # vLLM's API server answers 400 before its balancer picks a rank: X must not count as
+    # waiting on rank 0, so A and B still go to ranks 0 and 1
+    requests = [("X", 0.0, 300, 4), ("A", 0.0, 32, 4), ("B", 0.0, 32, 4)]
+    data = moe_scenario(requests, cost=FIXED, model=model,
+                        enable_expert_parallel=model == MOE, engine={"max_model_len": 256})
+    rows = simulate(tmp_path, data)["requests"]
+    assert rows["X"]["outcome"].startswith("rejected: prompt of 300 tokens")
+    assert rows["X"]["decode_instance"] == "main-0"  # refused by the group, not by a rank
+    assert rows["A"]["decode_instance"] == "main-0.dp0"
+    assert rows["B"]["decode_instance"] == "main-0.dp1"
+
+
 # ------------------------------------------------------------------ lockstep
 def test_moe_ranks_step_together_and_split_the_requests(tmp_path):
     requests = [(f"r{i}", 0.001 * i, 64, 8) for i in range(12)]
@@ -92,6 +106,26 @@ def test_a_lone_request_pays_for_the_padded_group_and_the_idle_ranks_dummy_batch
     # the expert weights are split over two GPUs: faster than one GPU holding them all
     alone = simulate(tmp_path / "b", moe_scenario([("A", 0.0, 512, 4)], data_parallel_size=1))
     assert expected < float(alone["requests"]["A"]["e2e_s"])
+
+
+def test_the_groups_all_gathers_run_over_the_link_that_joins_all_its_gpus(tmp_path):
+    # dp 2 x tp 2 on H100 PCIe: each rank's TP pair shares an NVLink bridge, but the
+    # all-gather between the ranks crosses PCIe (the catalog's link for 4 GPUs, not for 2)
+    data = moe_scenario([("A", 0.0, 2048, 1)], gpu="h100-pcie", tensor_parallel_size=2)
+    result = simulate(tmp_path, data)
+    model, gpu = load_model(MOE), load_gpu("h100-pcie")
+
+    def step(link: float) -> float:
+        cost = CostModel(model, gpu, 2, dp=2, expert_parallel=True, dp_link_bytes_per_s=link)
+        batch = BatchShape.from_chunks([(2048, 0, True)])
+        return max(cost.step_time(batch, 2 * 2048).time_s,
+                   cost.step_time(DUMMY_BATCH, 2 * 2048).time_s)
+
+    pcie, bridge = gpu.tp_link(4).effective_bytes_per_s, gpu.tp_link(2).effective_bytes_per_s
+    assert pcie < bridge
+    e2e = float(result["requests"]["A"]["e2e_s"])
+    assert e2e == pytest.approx(step(pcie), rel=1e-6)
+    assert step(pcie) > step(bridge) * 1.01
 
 
 def test_dense_data_parallel_ranks_run_on_their_own(tmp_path):
@@ -154,6 +188,13 @@ def test_data_parallel_ranks_hold_their_share_of_the_experts():
         ({"data_parallel_size": 3}, "enable_expert_parallel: 128 experts do not split evenly"),
         ({"engine": {"async_scheduling": True}},
          "engine.async_scheduling: data-parallel MoE ranks are modelled with synchronous"),
+        # a group wider than one node: named as data parallelism, not as a TP group
+        ({"data_parallel_size": 16},
+         "data_parallel_size: 16 ranks x tensor_parallel_size 1 = 16 GPUs, more than one "
+         "node's 8 h100-sxm GPUs"),
+        ({"tensor_parallel_size": 8, "topology": "dgx-h100-x2"},
+         "data_parallel_size: 2 ranks x tensor_parallel_size 8 = 16 GPUs, more than one "
+         "node's 8 h100-sxm GPUs"),
     ],
 )
 def test_bad_parallel_settings_are_one_line_config_errors(tmp_path, fields, message):
@@ -173,3 +214,14 @@ def test_data_parallel_prefill_pools_are_refused(tmp_path):
                            "--out", str(tmp_path / "out"))
     assert code == 2
     assert "layout.pools[0].data_parallel_size: 2 on a prefill pool" in output
+
+
+def test_a_scenario_wide_data_parallel_size_is_named_where_it_was_set(tmp_path):
+    layout = {"kind": "disaggregated", "pools": [
+        {"name": "p", "role": "prefill"}, {"name": "d", "role": "decode"}]}
+    data = moe_scenario([("A", 0.0, 8, 2)], topology="dgx-h100", layout=layout)
+    code, output = run_cli("simulate", str(write_scenario(tmp_path, data)),
+                           "--out", str(tmp_path / "out"))
+    assert code == 2
+    assert "data_parallel_size: 2 on a prefill pool" in output
+    assert "layout.pools[0].data_parallel_size" not in output

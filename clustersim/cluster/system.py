@@ -185,7 +185,7 @@ class Cluster:
             gpu_id = pool.gpu or scenario.gpu
             gpu = load_gpu(gpu_id, path=f"{where}.gpu" if pool.gpu is not None else "gpu")
             tp = pool.tensor_parallel_size or scenario.tensor_parallel_size
-            self._parallel[pool.name] = self._check_parallel(pool, tp, where)
+            self._parallel[pool.name] = self._check_parallel(pool, gpu, tp, where)
             pools.append((i, pool, gpu, tp))
         if self.topology is not None:
             try:
@@ -230,30 +230,59 @@ class Cluster:
                 else:
                     self._add_group(pool, gpu, tp, setup, j, group)
 
-    def _check_parallel(self, pool: PoolSpec, tp: int, where: str) -> tuple[int, bool]:
+    def _check_parallel(
+        self, pool: PoolSpec, gpu: GpuSpec, tp: int, where: str
+    ) -> tuple[int, bool]:
         """The pool's (data_parallel_size, enable_expert_parallel), checked as vLLM would."""
         scenario = self.scenario
         dp = pool.data_parallel_size or scenario.data_parallel_size
         ep = (pool.enable_expert_parallel if pool.enable_expert_parallel is not None
               else scenario.enable_expert_parallel)
-        field = f"{where}." if where else ""
+        # an error names the field that set the value: the pool's, or the scenario's default
+        dp_field = ("data_parallel_size" if pool.data_parallel_size is None or not where
+                    else f"{where}.data_parallel_size")
+        ep_field = ("enable_expert_parallel" if pool.enable_expert_parallel is None or not where
+                    else f"{where}.enable_expert_parallel")
         if dp > 1 and pool.role != "colocated":
             raise ConfigError(
-                f"{field}data_parallel_size",
+                dp_field,
                 f"{dp} on a {pool.role} pool: data-parallel ranks are modelled for colocated "
                 "pools only (use instances: N for prefill/decode pools)",
             )
         if ep and not self.model.is_moe:
-            raise ConfigError(
-                f"{field}enable_expert_parallel", f"{self.model.id} has no experts"
-            )
+            raise ConfigError(ep_field, f"{self.model.id} has no experts")
         if ep and self.model.num_experts % (dp * tp):
             raise ConfigError(
-                f"{field}enable_expert_parallel",
+                ep_field,
                 f"{self.model.num_experts} experts do not split evenly over "
                 f"data_parallel_size x tensor_parallel_size = {dp * tp} GPUs",
             )
+        if dp > 1:
+            self._check_group_fits(pool, gpu, tp, dp, dp_field)
         return dp, ep
+
+    def _check_group_fits(
+        self, pool: PoolSpec, gpu: GpuSpec, tp: int, dp: int, field: str
+    ) -> None:
+        """A data-parallel group's ``dp x tp`` GPUs sit on one node: it is placed as one block,
+        and a MoE group's all-gathers run over one node's link."""
+        n = dp * tp
+        if self.topology is None:
+            if not self.model.is_moe:
+                return  # dense ranks never talk to each other
+            limit = max(gpu.link.max_gpus, gpu.pcie.max_gpus)
+        else:
+            limit = max(
+                (node.gpus.count for node in self.topology.spec.nodes
+                 if node.gpus.type == gpu.id and (pool.nodes is None or node.name in pool.nodes)),
+                default=n,  # no such node: placement says so
+            )
+        if n > limit:
+            raise ConfigError(
+                field,
+                f"{dp} ranks x tensor_parallel_size {tp} = {n} GPUs, more than one node's "
+                f"{limit} {gpu.id} GPUs: a data-parallel group is modelled on one node",
+            )
 
     def _cost_model(self, gpu: GpuSpec, tp: int, group: list[str], dp: int = 1,
                     ep: bool = False) -> CostModel | None:
@@ -266,9 +295,12 @@ class Cluster:
             link["tp_link_bytes_per_s"] = min(placed, gpu.tp_link(tp).effective_bytes_per_s)
         if self.model.is_moe and dp > 1:
             link["dp"] = dp
+            # the group's all-gathers cross all its dp x tp GPUs (rank 0's TP group to rank
+            # 1's is not one of the pairs an NVLink bridge joins)
+            catalog = gpu.tp_link(dp * tp).effective_bytes_per_s
             if self.topology is not None:
-                placed = self.topology.tp_group_link(group).bytes_per_s
-                link["dp_link_bytes_per_s"] = min(placed, gpu.tp_link(dp).effective_bytes_per_s)
+                catalog = min(self.topology.tp_group_link(group).bytes_per_s, catalog)
+            link["dp_link_bytes_per_s"] = catalog
         return CostModel(self.model, gpu, tp, expert_parallel=ep, **link)
 
     def _add_group(

@@ -75,6 +75,11 @@ class DataParallelGroup:
         return self.ranks[0].refusal(request)
 
     def submit(self, request: Request) -> None:
+        reason = self.refusal(request)
+        if reason is not None:
+            # the API server answers 400 before its balancer picks (and counts) a rank
+            self.reject(request, reason)
+            return
         rank = self.ranks[self.choose()]
         request.prefill_instance = request.decode_instance = rank.name
         rank.submit(request)
