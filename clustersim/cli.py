@@ -124,7 +124,12 @@ def describe_layout(name: str, model: str, instances: list[Any]) -> str:
     lines = [f"{name}: {model}"]
     for pool, members in pools.items():
         role = "" if members[0].role == "colocated" else f" ({members[0].role})"
-        lines.append(f"  {pool}{role}: {len(members)} x {engine(members[0])} each")
+        dp = members[0].data_parallel_size
+        if dp > 1:
+            lines.append(f"  {pool}{role}: {len(members) // dp} x data-parallel {dp} ranks of "
+                         f"{engine(members[0])} each")
+        else:
+            lines.append(f"  {pool}{role}: {len(members)} x {engine(members[0])} each")
     return "\n".join(lines)
 
 

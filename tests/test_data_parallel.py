@@ -225,3 +225,27 @@ def test_a_scenario_wide_data_parallel_size_is_named_where_it_was_set(tmp_path):
     assert code == 2
     assert "data_parallel_size: 2 on a prefill pool" in output
     assert "layout.pools[0].data_parallel_size" not in output
+
+
+def test_idle_ranks_record_their_dummy_steps_and_the_layout_names_the_ranks(tmp_path):
+    result = simulate(tmp_path, moe_scenario([("A", 0.0, 64, 8)], cost=FIXED))
+    steps = defaultdict(list)
+    for step in result["steps"]:
+        steps[step["instance"]].append(step)
+    busy, idle = steps["main-0.dp0"], steps["main-0.dp1"]
+    assert len(busy) == len(idle) == 8  # one prefill and seven decode steps, every rank
+    assert all(s["num_scheduled_tokens"] == "0" for s in idle)
+    util = {i["name"]: i["utilization"] for i in result["summary"]["instances"]}
+    assert util["main-0.dp1"] == pytest.approx(util["main-0.dp0"])
+    code, output = run_cli("simulate", str(write_scenario(tmp_path / "b", moe_scenario(
+        [("A", 0.0, 64, 8)], cost=FIXED))), "--out", str(tmp_path / "b" / "out"))
+    assert code == 0
+    assert "main: 1 x data-parallel 2 ranks of h100-sxm TP1" in output
+
+
+def test_compare_refuses_to_split_data_parallel_instances(tmp_path):
+    data = moe_scenario([("A", 0.0, 64, 8)], cost=FIXED)
+    code, output = run_cli("compare", str(write_scenario(tmp_path, data)),
+                           "--out", str(tmp_path / "out"))
+    assert code == 2
+    assert "data_parallel_size: compare splits instances" in output

@@ -106,6 +106,14 @@ def counterparts(scenario: Scenario) -> tuple[Scenario, Scenario]:
         if len(pools) != 1:
             raise ConfigError("layout.pools", "compare needs a single colocated pool to split")
         pool = pools[0]
+        if (pool.data_parallel_size or scenario.data_parallel_size) > 1:
+            where = ("layout.pools[0].data_parallel_size" if pool.data_parallel_size
+                     else "data_parallel_size")
+            raise ConfigError(
+                where,
+                "compare splits instances into prefill and decode pools, which are modelled "
+                "without data parallelism; compare with data_parallel_size 1 and instances: N",
+            )
         if pool.instances < 2:
             raise ConfigError(
                 "layout.pools[0].instances",

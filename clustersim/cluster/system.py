@@ -58,6 +58,8 @@ class InstanceInfo:
     max_num_batched_tokens: int
     max_num_seqs: int
     max_model_len: int
+    data_parallel_size: int = 1
+    """Ranks of the data-parallel instance this engine is one rank of (1: a plain instance)."""
 
 
 def make_pricer(cost_model: CostModel | None, cost: Cost) -> Callable[[StepPlan], float]:
@@ -381,6 +383,7 @@ class Cluster:
                 max_num_batched_tokens=config.max_num_batched_tokens,
                 max_num_seqs=config.max_num_seqs,
                 max_model_len=config.max_model_len,
+                data_parallel_size=self._parallel[pool.name][0],
             )
         )
         return instance

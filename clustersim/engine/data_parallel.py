@@ -128,6 +128,7 @@ class DataParallelGroup:
             yield env.timeout(self.price_steps(plans))
             for rank, plan in zip(ranks, plans, strict=True):
                 if plan is None:
+                    rank._record_dummy(start, env.now)
                     continue
                 finished = rank.scheduler.update_from_output(plan, env.now)
                 rank._record(plan, start, env.now)

@@ -225,6 +225,19 @@ class Instance:
         self.reject(request, f"needs more KV blocks than the {kv.num_usable_blocks} usable "
                     f"blocks of instance {self.name}")
 
+    def _record_dummy(self, start_s: float, end_s: float) -> None:
+        """A data-parallel rank with nothing scheduled ran the group's step on a dummy batch:
+        its GPU was busy, no request advanced (a row with 0 scheduled tokens)."""
+        scheduler = self.scheduler
+        self.steps.append(
+            StepRecord(
+                instance=self.name, step=len(self.steps), start_s=start_s, end_s=end_s,
+                num_decode_tokens=0, prefill_chunks=(), num_scheduled_tokens=0,
+                num_running=len(scheduler.running), num_waiting=len(scheduler.waiting),
+                kv_blocks_used=scheduler.kv.num_used_blocks, num_preempted=0,
+            )
+        )
+
     def _record(self, plan: StepPlan, start_s: float, end_s: float) -> None:
         self.steps.append(
             StepRecord(
