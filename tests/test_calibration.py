@@ -299,3 +299,22 @@ def test_bench_serve_results_without_start_times_are_refused(tmp_path):
                            "--from-requests", str(path), "--out", str(tmp_path / "m.yaml"))
     assert code == 2
     assert "vllm bench serve result without ['start_times']" in output
+
+
+def test_few_shot_for_a_data_parallel_moe_deployment(tmp_path):
+    out = tmp_path / "moe.yaml"
+    code, output = run_cli(
+        "calibrate", "--gpu", "rtx-pro-6000", "--model", "qwen3-30b-a3b", "--dp", "2",
+        "--expert-parallel", "--prefill", "2048=0.15", "--decode", "128@1200=0.045",
+        "--decode", "1@1200=0.009", "--out", str(out))
+    assert code == 0, output
+    entry = yaml.safe_load(out.read_text())["profiles"]["rtx-pro-6000"]
+    assert entry["provenance"]["measurements"]["dp"] == 2
+    # the fitted profile reproduces a measured decode step priced the way the group runs it
+    gpu = apply_profile(load_gpu("rtx-pro-6000", profile="default"), entry)
+    cost = CostModel(load_model("qwen3-30b-a3b"), gpu, 1, dp=2, expert_parallel=True)
+    batch = BatchShape.from_chunks([(1, 1200, True)] * 128)
+    assert cost.step_time(batch, 256).time_s == pytest.approx(0.045, rel=0.1)
+    code, output = run_cli("calibrate", "--gpu", "h100-sxm", "--model", "llama-3.1-8b",
+                           "--dp", "2", "--decode", "1@100=0.01", "--out", str(out))
+    assert code == 2 and "--dp: llama-3.1-8b is dense" in output

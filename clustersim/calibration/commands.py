@@ -24,6 +24,12 @@ def calibrate_cmd(
     gpu: Annotated[str | None, typer.Option(help="GPU of the measurements (few-shot).")] = None,
     model: Annotated[str | None, typer.Option(help="Model of the measurements.")] = None,
     tp: Annotated[int, typer.Option(help="Tensor-parallel size of the measurements.")] = 1,
+    dp: Annotated[int, typer.Option(
+        min=1, help="Data-parallel ranks of a MoE deployment (a --decode BATCH is one rank's, "
+        "every rank taken as busy alike).")] = 1,
+    expert_parallel: Annotated[bool, typer.Option(
+        "--expert-parallel", help="The MoE deployment runs with --enable-expert-parallel.")
+    ] = False,
     prefill: Annotated[list[str] | None, typer.Option(help=_PREFILL_HELP)] = None,
     decode: Annotated[list[str] | None, typer.Option(help=_DECODE_HELP)] = None,
     from_requests: Annotated[
@@ -41,7 +47,8 @@ def calibrate_cmd(
     adjust one GPU's profile to at most three measured step times of your own stack."""
     prefill, decode = prefill or [], decode or []
     if prefill or decode or from_requests:
-        _few_shot(out, gpu, model, tp, prefill, decode, from_requests, max_num_batched_tokens)
+        _few_shot(out, gpu, model, tp, prefill, decode, from_requests, max_num_batched_tokens,
+                  dp, expert_parallel)
         return
     if gpu or model:
         raise InputError("--gpu", "--gpu/--model go with --prefill/--decode measurements")
@@ -68,7 +75,8 @@ def calibrate_cmd(
     typer.echo(f"wrote {path}")
 
 
-def _few_shot(out, gpu_id, model_id, tp, prefill, decode, from_requests, budget) -> None:
+def _few_shot(out, gpu_id, model_id, tp, prefill, decode, from_requests, budget, dp=1,
+              expert_parallel=False) -> None:
     import yaml
 
     from clustersim.calibration.fewshot import MAX_POINTS, fit_few_shot
@@ -93,7 +101,7 @@ def _few_shot(out, gpu_id, model_id, tp, prefill, decode, from_requests, budget)
 
         if points:
             raise InputError("--from-requests", "give either records or --prefill/--decode")
-        points = measurements_from_records(read_records(from_requests), budget)
+        points = measurements_from_records(read_records(from_requests), budget, dp)
         for steps, seconds in points:
             if steps[0].num_decode_tokens:
                 what = f"decode step, batch {steps[0].num_decode_tokens}"
@@ -103,11 +111,16 @@ def _few_shot(out, gpu_id, model_id, tp, prefill, decode, from_requests, budget)
     if len(points) > MAX_POINTS:
         raise InputError("--prefill/--decode", f"at most {MAX_POINTS} measurements")
     gpu = load_gpu(gpu_id, path="--gpu")
-    tuned = fit_few_shot(load_model(model_id, path="--model"), gpu, tp, points)
+    spec = load_model(model_id, path="--model")
+    if (dp > 1 or expert_parallel) and not spec.is_moe:
+        raise InputError("--dp", f"{spec.id} is dense: --dp/--expert-parallel describe MoE "
+                         "deployments (dense data-parallel ranks are independent engines)")
+    tuned = fit_few_shot(spec, gpu, tp, points, dp=dp, expert_parallel=expert_parallel)
     entry = {k: getattr(tuned, k) for k in PROFILE_FIELDS}
     entry["provenance"] = {
         "base": gpu.calibration,
-        "measurements": {"model": model_id, "tp": tp, "prefill": prefill, "decode": decode,
+        "measurements": {"model": model_id, "tp": tp, "dp": dp,
+                         "expert_parallel": expert_parallel, "prefill": prefill, "decode": decode,
                          "from_requests": None if from_requests is None else str(from_requests)},
     }
     doc = {"schema_version": 1, "generated_by": "clustersim calibrate (few-shot)",

@@ -100,9 +100,10 @@ def _json_lines(path: Path, lines: list[str]) -> list[dict]:
 
 
 def measurements_from_records(
-    records: list[dict], max_num_batched_tokens: int | None = None
+    records: list[dict], max_num_batched_tokens: int | None = None, dp: int = 1
 ) -> list[Measurement]:
-    """One prefill and two decode measurements (see the module docstring)."""
+    """One prefill and two decode measurements (see the module docstring); ``dp``
+    data-parallel ranks share the records' requests, so a decode batch is split over them."""
     queued = np.array([r["queued_ts"] for r in records], dtype=float)
     first = np.array([r["first_token_ts"] for r in records], dtype=float)
     last = np.array([r["last_token_ts"] for r in records], dtype=float)
@@ -132,7 +133,7 @@ def measurements_from_records(
     order = np.argsort(batch, kind="stable")
     for j in (order[0], order[-1]):
         i = decoding[j]
-        size = max(1, round(float(batch[j])))
+        size = max(1, round(float(batch[j]) / dp))
         context = int(prompt[i] + output[i] // 2)
         tpot = float((last[i] - first[i]) / (output[i] - 1))
         points.append(([BatchShape.from_chunks([(1, context, True)] * size)], tpot))

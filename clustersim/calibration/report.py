@@ -207,7 +207,8 @@ The same fit from your own numbers: `clustersim calibrate --gpu G --model M --tp
 TOKENS=SECONDS --decode BATCH@CONTEXT=SECONDS --out mine.yaml` (or `--from-requests FILE`,
 which picks the three measurements from a run's per-request timestamps: vLLM request records
 as JSON lines, or the result of `vllm bench serve --save-result --save-detailed`), then
-`gpu: G@mine.yaml` in a scenario.
+`gpu: G@mine.yaml` in a scenario; a data-parallel MoE deployment adds `--dp N
+--expert-parallel`, its decode batches being one rank's.
 
 {runs_few}
 
