@@ -10,7 +10,8 @@ What is fitted, and on what (all kernel-level measurements, no end-to-end servin
   ``eff(tokens) = eff_c x tokens / (tokens + t_half)`` (small-M GEMMs never reach peak).
   A grid search minimises the squared log error over all rows.
 - ``attention_efficiency``: prefill attention rows (Vidur A100 FlashAttention at TP2, RTX 4090
-  prefill-only rows), causal query-key pairs priced against the GEMM fit's memory efficiency.
+  and RTX PRO 6000 prefill-only rows), causal query-key pairs priced against the GEMM fit's
+  memory efficiency.
 - ``allreduce_latency_s`` and the link efficiency: Vidur's intra-node NCCL all-reduce times
   (DGX NVLink) and the RTX PRO 6000's 2-rank NCCL samples (PCIe Gen5),
   ``t = alpha + 2(n-1)/n x bytes / busbw``, least squares per worker count.
@@ -190,12 +191,13 @@ def _concat(parts: Iterable[GemmRows]) -> GemmRows:
     return GemmRows(*(getattr(rows, f)[keep] for f in GemmRows.__annotations__))
 
 
-def _layer_profile_gemm_rows(frame: pd.DataFrame) -> GemmRows:
-    """LLMServingSim's one-layer vLLM profiles of Llama-3.1-8B at TP1 (full widths)."""
+def _layer_profile_gemm_rows(frame: pd.DataFrame, tp: int = 1) -> GemmRows:
+    """LLMServingSim's one-layer vLLM profiles of Llama-3.1-8B: one rank's GEMM shards at
+    ``tp`` (full widths at TP1)."""
     m = load_model("llama-3.1-8b")
     h, q, kv, f = m.hidden_size, m.q_size, m.kv_size, m.intermediate_size
-    shapes = {"qkv_proj": (h, q + 2 * kv), "o_proj": (q, h), "gate_up_proj": (h, 2 * f),
-              "down_proj": (f, h)}
+    shapes = {"qkv_proj": (h, (q + 2 * kv) / tp), "o_proj": (q / tp, h),
+              "gate_up_proj": (h, 2 * f / tp), "down_proj": (f / tp, h)}
     parts = []
     for op, (k, n) in shapes.items():
         sub = frame[frame.layer == op]
@@ -243,26 +245,35 @@ def calibrate(read: Reader = pd.read_csv) -> dict[str, dict]:
         profiles[gpu_id]["sources"].append(attn_file)
 
     profiles["rtx4090"] = _calibrate_rtx4090(read)
-    profiles["rtx-pro-6000"] = _calibrate_rtx_pro_6000(read, profiles["rtx4090"])
+    profiles["rtx-pro-6000"] = _calibrate_rtx_pro_6000(read)
     return _assemble(profiles)
 
 
-def _calibrate_rtx_pro_6000(read: Reader, rtx4090: dict) -> dict:
-    """GEMMs from its own layer profile, the all-reduce from its 2-rank NCCL samples (PCIe).
-    Its profile has no prefill attention rows here, so FlashAttention is taken to run at the
-    same fraction of the GEMMs' efficiency as on the RTX 4090 (same profiler, same model)."""
+def _calibrate_rtx_pro_6000(read: Reader) -> dict:
+    """GEMMs from its own layer profile (the TP1 layer and a TP2 rank's shards, as the Vidur
+    fits take every TP degree), prefill attention from the profile's prefill-only rows, the
+    all-reduce from its 2-rank NCCL samples (PCIe)."""
     gpu = load_gpu("rtx-pro-6000", profile="default")
     folder = FIT_DIR / "rtx-pro-6000"
-    dense_file = folder / "dense.csv"
-    gemm = fit_gemm(_layer_profile_gemm_rows(read(dense_file)), gpu.peak_flops,
-                    gpu.mem_bytes_per_s)
-    ratio = (rtx4090["attention"]["attention_efficiency"]
-             / rtx4090["gemm"]["compute_efficiency"])
+    dense_file, dense_tp2_file = folder / "dense.csv", folder / "dense_tp2.csv"
+    rows = _concat([_layer_profile_gemm_rows(read(dense_file)),
+                    _layer_profile_gemm_rows(read(dense_tp2_file), tp=2)])
+    gemm = fit_gemm(rows, gpu.peak_flops, gpu.mem_bytes_per_s)
+    attn_file = folder / "attention_prefill.csv"
+    attn = read(attn_file)
+    # prefill_key is the keys each prefill sequence attends to (its cached context plus the
+    # chunk); a key below the chunk means several short sequences whose split is not
+    # recorded, so only single-sequence rows are priced
+    pre = attn[(attn.n_decode == 0) & (attn.prefill_chunk >= _MIN_ATTN_CHUNK)
+               & (attn.prefill_key >= attn.prefill_chunk)]
+    m = load_model("llama-3.1-8b")
+    s = pre.prefill_chunk.to_numpy()
+    c = pre.prefill_key.to_numpy() - s
+    pairs = s * c + s * (s + 1) / 2
     attention = {
-        "attention_efficiency": round(ratio * gemm["compute_efficiency"], 3),
-        "transferred_from": "rtx4090",
-        "rule": "rtx4090 attention_efficiency / compute_efficiency x this GPU's "
-                "compute_efficiency",
+        **fit_attention(4.0 * pairs * m.q_size, m.kv_size * 2.0 * (c + 2 * s) * _BF16_BYTES,
+                        pre.time_us.to_numpy() * 1e-6, gpu, gemm["memory_efficiency"]),
+        "measured_on": "rtx-pro-6000",
     }
     net_file = folder / "allreduce_2rank.csv"
     samples = read(net_file)
@@ -273,7 +284,7 @@ def _calibrate_rtx_pro_6000(read: Reader, rtx4090: dict) -> dict:
         "gemm": gemm,
         "attention": attention,
         "allreduce": fit_allreduce(frame, gpu),
-        "sources": [dense_file, net_file],
+        "sources": [dense_file, dense_tp2_file, attn_file, net_file],
     }
 
 

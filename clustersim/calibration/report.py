@@ -124,8 +124,7 @@ and memory efficiency as a function of the number of tokens, attention efficienc
 latency and bandwidth) are **fitted on kernel profiles only**: Vidur's A100/H100 operator and
 NCCL tables, RTX 4090 and RTX PRO 6000 layer profiles and the RTX PRO 6000's 2-rank NCCL samples
 over PCIe (`clustersim calibrate`, data and licenses under `clustersim/data/calibration/fit/`).
-The RTX PRO 6000 profile has no prefill-attention rows here: its FlashAttention is taken to run
-at the RTX 4090's ratio of attention to GEMM efficiency. The per-step, per-layer and per-request
+The per-step, per-layer and per-request
 CPU overheads are not in any kernel profile: they are BLIS's public fit on H100 vLLM
 (126 µs/step, 32.1 µs/layer, 4.4 µs/request). GPUs without measurements borrow the nearest
 measured GPU's fit (L40S from the RTX 4090, H200/B200/H100 PCIe from the H100 SXM, the other
@@ -234,20 +233,22 @@ as JSON lines, or the result of `vllm bench serve --save-result --save-detailed`
   kernel times (CUDA events around single ops) leave out the old stack's per-layer host
   overhead, which grows with TP degree.
 - **Tensor parallelism over PCIe, zero-shot.** With its own kernel profile the RTX PRO 6000
-  serves Llama-3.1-8B (TP1) within 4 % on TPOT and 12 % on TTFT. Qwen3-32B at TP2 is 23 %
-  optimistic on TPOT and, the run being overloaded at 10 req/s, 30-32 % on TTFT, which is almost
-  all queueing (a too-fast decode drains the queue early). vLLM's log shows decode-only steps
-  of 128 requests at 55-63 ms (2,048-2,304 tokens/s); clustersim prices them at 45-50 ms, and
-  its parts are measured: weights at the fitted bandwidth ~24 ms, KV reads 15-19 ms, 128
-  all-reduces of 1.3 MB at the NCCL samples' 47 µs ~6 ms. What is missing is TP2 time outside
-  the kernels (the two workers' per-step synchronisation, vLLM's all-reduce path on PCIe),
-  which no profile here measures. The RTX 4090 run is within 6 % on every statistic.
-- **Mixture of experts with data parallelism.** Qwen3-30B-A3B (DP2 x EP) is 15-19 %
-  optimistic on TPOT. At saturation (256 running) clustersim's lockstep steps match vLLM's log
-  (43.5 ms vs 42 ms per step); the ramp-up steps, where prompt chunks on one rank pad the other
-  rank's batch, are ~25 % faster than vLLM's (38 vs 49 ms), so requests finish early and fewer
-  run at once on the way down. TTFT is short in this run (mean 1.1 s, median 0.14 s: a burst
-  of queueing in the first 25 s), and the simulated burst is shallower: mean 0.26 s.
+  serves Llama-3.1-8B (TP1) within 1.5 % on every statistic. Qwen3-32B at TP2 is 20-21 %
+  optimistic on TPOT and, the run being overloaded at 10 req/s, 26-28 % on TTFT, which is
+  almost all queueing (a too-fast decode drains the queue early). vLLM's log shows
+  decode-only steps of 128 requests at 55-63 ms (2,048-2,304 tokens/s); clustersim prices
+  them at 48-51 ms, and its parts are measured: weights at the fitted bandwidth ~25 ms, KV
+  reads 15-19 ms, 128 all-reduces of 1.3 MB at the NCCL samples' 47 µs ~6 ms. What is missing
+  is TP2 time outside the kernels (the two workers' per-step synchronisation, vLLM's
+  all-reduce path on PCIe), which no profile here measures. The RTX 4090 run is within 6 %
+  on every statistic.
+- **Mixture of experts with data parallelism.** Qwen3-30B-A3B (DP2 x EP) is 12-16 %
+  optimistic on TPOT. At saturation (256 running) clustersim's lockstep steps match vLLM's
+  log (42-43 ms vs 43.5 ms per step); the ramp-up steps, where prompt chunks on one rank pad
+  the other rank's batch, are ~20 % faster than vLLM's (40 vs 49 ms at 160 running), so
+  requests finish early and fewer run at once on the way down. TTFT is short in this run
+  (mean 1.1 s, median 0.14 s: a burst of queueing in the last seconds of the arrivals, once
+  256 requests run), and the simulated burst is shallower: mean 0.38 s.
 - **Few-shot is as good as its three numbers.** On Qwen3-32B the first request's TTFT and two
   log samples bring every statistic within 6 %. Elsewhere the rule's numbers are not clean step
   times: these runs are at 10 req/s from the first second, so the first request shares its
@@ -255,8 +256,9 @@ as JSON lines, or the result of `vllm bench serve --save-result --save-detailed`
   prices at ~0.25 s, a cold start too), and a log line's running count is read at the end of
   the interval its throughput averages over (RTX PRO 6000 Llama-3.1-8B: "1 running" at 8.5 ms
   a token, faster than its weights can be read). The fit then concludes the GPU computes too
-  slowly (+43 % to +111 % mean TTFT). Measurements of a warm, idle server do not have this problem;
-  the rule was fixed before the runs were scored and is left as it is, not tuned to them.
+  slowly (+45 % to +105 % mean TTFT). Measurements of a warm, idle server do not have this
+  problem; the rule was fixed before the runs were scored and is left as it is, not tuned to
+  them.
 - **What the serving replay does not model:** API-server time (tokenisation, detokenisation,
   HTTP), which vLLM's timestamps partly include; CUDA-graph padding of decode batches (except
   across data-parallel ranks); the RTX PRO 6000 KV size, which vLLM did not log and
