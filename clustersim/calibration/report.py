@@ -122,14 +122,14 @@ _PAGE = """\
 clustersim prices every engine step with a roofline model whose free parameters (GEMM compute
 and memory efficiency as a function of the number of tokens, attention efficiency, all-reduce
 latency and bandwidth) are **fitted on kernel profiles only**: Vidur's A100/H100 operator and
-NCCL tables, RTX 4090 and RTX PRO 6000 layer profiles and the RTX PRO 6000's 2-rank NCCL samples
-over PCIe (`clustersim calibrate`, data and licenses under `clustersim/data/calibration/fit/`).
-The per-step, per-layer and per-request
-CPU overheads are not in any kernel profile: they are BLIS's public fit on H100 vLLM
-(126 µs/step, 32.1 µs/layer, 4.4 µs/request). GPUs without measurements borrow the nearest
-measured GPU's fit (L40S from the RTX 4090, H200/B200/H100 PCIe from the H100 SXM, the other
-A100s from the A100 SXM 80GB; the MI300X keeps the uncalibrated defaults, there being no AMD
-data); `clustersim/catalog/calibrated.yaml` records the provenance of every value.
+NCCL tables, RTX 4090 and RTX PRO 6000 layer profiles (the latter at TP1 and TP2) and the RTX
+PRO 6000's 2-rank NCCL samples over PCIe (`clustersim calibrate`, data and licenses under
+`clustersim/data/calibration/fit/`). The per-step, per-layer and per-request CPU overheads are
+not in any kernel profile: they are BLIS's public fit on H100 vLLM (126 µs/step, 32.1 µs/layer,
+4.4 µs/request). GPUs without measurements borrow the nearest measured GPU's fit (L40S from the
+RTX 4090, H200/B200/H100 PCIe from the H100 SXM, the other A100s from the A100 SXM 80GB; the
+MI300X keeps the uncalibrated defaults, there being no AMD data);
+`clustersim/catalog/calibrated.yaml` records the provenance of every value.
 
 ## Calibrated parameters (`clustersim/catalog/calibrated.yaml`)
 
