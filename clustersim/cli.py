@@ -190,6 +190,11 @@ def step_time_cmd(
     model: Annotated[str, typer.Option(help="Catalog model id or path to a config.json.")],
     gpu: Annotated[str, typer.Option(help="Catalog GPU id.")],
     tp: Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel size.")] = 1,
+    dp: Annotated[int, typer.Option(
+        "--dp", min=1, help="MoE: data-parallel ranks sharing the experts, every rank running "
+        "this batch.")] = 1,
+    expert_parallel: Annotated[bool, typer.Option(
+        "--expert-parallel", help="MoE: whole experts per GPU over the dp x tp GPUs.")] = False,
     prefill_tokens: Annotated[
         int | None, typer.Option(min=1, help="Prompt tokens of one prefill chunk.")
     ] = None,
@@ -218,11 +223,19 @@ def step_time_cmd(
         assert prefill_tokens is not None
         batch = BatchShape.from_chunks([(prefill_tokens, context, True)])
         shape = {"prefill_tokens": prefill_tokens, "context": context}
-    cost = CostModel(spec_model, spec_gpu, tp).step_time(batch)
+    if (dp > 1 or expert_parallel) and not spec_model.is_moe:
+        raise ClusterSimError("--dp", f"{spec_model.id} is dense: --dp/--expert-parallel "
+                              "price MoE layers shared by data-parallel ranks")
+    tokens = batch.num_prefill_tokens + batch.num_decode_tokens
+    cost = CostModel(spec_model, spec_gpu, tp, dp=dp, expert_parallel=expert_parallel).step_time(
+        batch, dp * tokens
+    )
     result = {
         "model": spec_model.id,
         "gpu": spec_gpu.id,
         "tp": tp,
+        "dp": dp,
+        "expert_parallel": expert_parallel,
         **shape,
         "time_s": cost.time_s,
         "compute_s": cost.compute_s,
@@ -233,8 +246,10 @@ def step_time_cmd(
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return
+    group = f" x DP{dp}" if dp > 1 else ""
+    group += " EP" if expert_parallel else ""
     typer.echo(
-        f"{spec_model.id} on {spec_gpu.id} TP{tp}, "
+        f"{spec_model.id} on {spec_gpu.id} TP{tp}{group}, "
         + ", ".join(f"{k} {v}" for k, v in shape.items())
     )
     typer.echo(

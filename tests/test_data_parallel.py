@@ -3,6 +3,7 @@ shared experts, their pricing (expert parallelism, all-gather/reduce-scatter) an
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 
 import pytest
@@ -249,3 +250,18 @@ def test_compare_refuses_to_split_data_parallel_instances(tmp_path):
                            "--out", str(tmp_path / "out"))
     assert code == 2
     assert "data_parallel_size: compare splits instances" in output
+
+
+def test_step_time_prices_a_data_parallel_moe_step():
+    code, output = run_cli("step-time", "--model", MOE, "--gpu", "h100-sxm", "--dp", "4",
+                           "--expert-parallel", "--decode-batch", "64", "--context", "1000",
+                           "--json")
+    assert code == 0, output
+    result = json.loads(output)
+    cost = CostModel(load_model(MOE), load_gpu("h100-sxm"), 1, dp=4, expert_parallel=True)
+    batch = BatchShape.from_chunks([(1, 1000, True)] * 64)
+    assert result["time_s"] == pytest.approx(cost.step_time(batch, 256).time_s)
+    assert result["communication_s"] > 0  # the all-gathers, with no tensor parallelism
+    code, output = run_cli("step-time", "--model", "llama-3.1-8b", "--gpu", "h100-sxm",
+                           "--dp", "2", "--decode-batch", "1", "--context", "10")
+    assert code == 2 and "--dp: llama-3.1-8b is dense" in output
