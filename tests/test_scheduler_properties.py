@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clustersim.engine.config import SchedulerConfig
-from clustersim.engine.instance import Instance
+from clustersim.engine.instance import MAX_STALLED_PREEMPTIONS, Instance
 from clustersim.engine.kv_manager import KVCacheManager, cdiv
 from clustersim.engine.request import Request, RequestStatus
 from clustersim.engine.scheduler import Scheduler, StepPlan
@@ -135,3 +135,22 @@ def test_same_input_same_trace(setup, requests):
                         r.priority, r.block_hashes) for r in requests]
 
     assert run(config, blocks, fresh()).steps == run(config, blocks, fresh()).steps
+
+
+def test_requests_that_keep_preempting_each_other_are_given_up():
+    # found by the property test: with priority ties, chunked prefill and no full-ISL
+    # reservation, r1 and r2 (32 blocks together, 22 usable) preempt each other forever,
+    # as they would in vLLM; the one that stops making progress is rejected with the reason
+    config = SchedulerConfig(
+        max_num_batched_tokens=55, max_num_seqs=2, max_model_len=87, block_size=4,
+        long_prefill_token_threshold=8, policy="priority", scheduler_reserve_full_isl=False,
+        step_policy="balanced", decode_reserve_tokens=1,
+    )
+    requests = [Request("r0", 1.8, 41, 5, priority=2), Request("r1", 4.7, 43, 6),
+                Request("r2", 4.7, 72, 2, block_hashes=(0, 1, 2, 3, 4, 5))]
+    run(config, 23, requests)
+    r0, r1, r2 = requests
+    assert r0.status is RequestStatus.FINISHED and r2.status is RequestStatus.FINISHED
+    assert r1.status is RequestStatus.REJECTED
+    assert "without progress" in r1.reject_reason and "vLLM would thrash" in r1.reject_reason
+    assert r1.stalled_preemptions == MAX_STALLED_PREEMPTIONS

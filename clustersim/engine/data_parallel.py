@@ -133,3 +133,4 @@ class DataParallelGroup:
                 finished = rank.scheduler.update_from_output(plan, env.now)
                 rank._record(plan, start, env.now)
                 rank._done(finished)
+                rank._give_up_thrashing(plan)

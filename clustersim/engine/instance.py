@@ -14,6 +14,12 @@ import simpy
 from clustersim.engine.request import Request, RequestStatus
 from clustersim.engine.scheduler import Scheduler, StepPlan
 
+MAX_STALLED_PREEMPTIONS = 64
+"""A request preempted this many times in a row without getting further than before is
+thrashing: requests that do not fit the KV cache together keep preempting each other and, as in
+vLLM, none would ever finish. The simulation gives it up (rejected with the reason), as a
+client's timeout would."""
+
 
 @dataclass(frozen=True, slots=True)
 class StepRecord:
@@ -179,6 +185,7 @@ class Instance:
             finished = scheduler.update_from_output(plan, env.now)
             self._record(plan, start, env.now)
             self._done(finished)
+            self._give_up_thrashing(plan)
 
     def _run_async(self):
         """Async scheduling: schedule(N+1) runs before update(N), as vLLM's batch queue does."""
@@ -195,6 +202,8 @@ class Instance:
             next_plan = scheduler.schedule()
             yield env.timeout(duration)
             self._done(scheduler.update_from_output(plan, env.now))
+            self._give_up_thrashing(plan)
+            self._give_up_thrashing(next_plan)
             if next_plan.is_empty:
                 self._begin(next_plan)
                 plan = None
@@ -205,6 +214,18 @@ class Instance:
         if finished and self.on_done is not None:
             for request in finished:
                 self.on_done(request)
+
+    def _give_up_thrashing(self, plan: StepPlan) -> None:
+        """Reject the requests this step preempted once too often without progress."""
+        for request in plan.preempted:
+            if (request.stalled_preemptions >= MAX_STALLED_PREEMPTIONS
+                    and request.status is RequestStatus.PREEMPTED):
+                self.scheduler.waiting.remove(request)
+                self.reject(request, f"preempted {request.num_preemptions} times, the last "
+                            f"{request.stalled_preemptions} without progress: requests that "
+                            f"do not fit the {self.scheduler.kv.num_usable_blocks} usable KV "
+                            f"blocks of instance {self.name} together keep preempting each "
+                            "other (vLLM would thrash here)")
 
     def _reject_unschedulable(self) -> None:
         """Nothing runs, nothing is in flight, and the head of the queue cannot be admitted:

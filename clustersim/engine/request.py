@@ -47,6 +47,10 @@ class Request:
     num_output_placeholders: int = 0
     """Async scheduling only: tokens scheduled whose sampled value is not back yet."""
     num_preemptions: int = 0
+    stalled_preemptions: int = 0
+    """Preemptions in a row that found it no further along than an earlier one (thrashing)."""
+    best_progress: int = 0
+    """The most tokens it had computed when preempted."""
     first_token_s: float | None = None
     finish_s: float | None = None
     reject_reason: str | None = None

@@ -422,6 +422,11 @@ class Scheduler:
         return True, removed_before
 
     def _preempt(self, request: Request) -> None:
+        if request.num_computed_tokens > request.best_progress:
+            request.best_progress = request.num_computed_tokens
+            request.stalled_preemptions = 0
+        else:
+            request.stalled_preemptions += 1
         self.kv.free(request)
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
