@@ -139,14 +139,19 @@ def test_prefill_by_hand():
 
 def test_tp2_all_reduce_over_nvlink_by_hand():
     cost = step_time(decode_batch(1, 9), make_model(), make_gpu(), tp=2)
-    # 2 all-reduces x 2 layers, each 10 us + 2*(1/2) * (1 token * 64 * 2 B) / 5e10 B/s
-    assert cost.communication_s == pytest.approx(4 * (1e-5 + 128 / 5e10), rel=1e-12)
+    # 2 all-reduces x 2 layers + the embedding's, each 10 us + 2*(1/2) * (1 token * 64 * 2 B)
+    # / 5e10 B/s; the sampled row's logits all-gather: 10 us + the other 128-wide shard, 2 B each
+    logits = 1e-5 + 128 * 2 / 5e10
+    assert cost.communication_s == pytest.approx(5 * (1e-5 + 128 / 5e10) + logits, rel=1e-12)
 
 
 def test_tp4_falls_back_to_pcie_by_hand():
     cost = step_time(decode_batch(1, 9), make_model(), make_gpu(), tp=4)
-    # the NVLink joins 2 GPUs only: PCIe at 5e9 B/s, ring factor 2*3/4
-    assert cost.communication_s == pytest.approx(4 * (1e-5 + 1.5 * 128 / 5e9), rel=1e-12)
+    # the NVLink joins 2 GPUs only: PCIe at 5e9 B/s, ring factor 2*3/4; logits: the other
+    # three 64-wide shards
+    logits = 1e-5 + 3 * 64 * 2 / 5e9
+    assert cost.communication_s == pytest.approx(5 * (1e-5 + 1.5 * 128 / 5e9) + logits,
+                                                 rel=1e-12)
 
 
 def test_tp_halves_sharded_weight_reads():

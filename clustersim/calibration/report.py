@@ -218,7 +218,7 @@ as JSON lines, or the result of `vllm bench serve --save-result --save-detailed`
   no kernel profile contains and that a V1-era overhead default (0.13 ms/step) cannot know.
   Zero-shot decode is therefore 13-54 % optimistic at TP4/TP8 (TP2 is within ~10 %: there the
   weight read dominates). Three measurements fix that: few-shot decode MAPE is 1.5-5.1 % in 11
-  of 12 groups and 10.1 % in the worst (Llama-2-70B A100 TP2, whose per-token time rises with
+  of 12 groups and 10.2 % in the worst (Llama-2-70B A100 TP2, whose per-token time rises with
   batch in steps the linear per-request term smooths over).
 - **Batched and long prefills on the old stack, even few-shot.** Splitwise's prefill time per
   token rises once a step holds more than ~2,048 tokens, whether they come as one prompt or as
@@ -233,15 +233,15 @@ as JSON lines, or the result of `vllm bench serve --save-result --save-detailed`
   kernel times (CUDA events around single ops) leave out the old stack's per-layer host
   overhead, which grows with TP degree.
 - **Tensor parallelism over PCIe, zero-shot.** With its own kernel profile the RTX PRO 6000
-  serves Llama-3.1-8B (TP1) within 1.5 % on every statistic. Qwen3-32B at TP2 is 20-21 %
-  optimistic on TPOT and, the run being overloaded at 10 req/s, 26-28 % on TTFT, which is
+  serves Llama-3.1-8B (TP1) within 1.5 % on every statistic. Qwen3-32B at TP2 is 19-20 %
+  optimistic on TPOT and, the run being overloaded at 10 req/s, 25-27 % on TTFT, which is
   almost all queueing (a too-fast decode drains the queue early). vLLM's log shows
   decode-only steps of 128 requests at 55-63 ms (2,048-2,304 tokens/s); clustersim prices
-  them at 48-51 ms, and its parts are measured: weights at the fitted bandwidth ~25 ms, KV
-  reads 15-19 ms, 128 all-reduces of 1.3 MB at the NCCL samples' 47 µs ~6 ms. What is missing
-  is TP2 time outside the kernels (the two workers' per-step synchronisation, vLLM's
-  all-reduce path on PCIe), which no profile here measures. The RTX 4090 run is within 6 %
-  on every statistic.
+  them at 48-52 ms, and its parts are measured: weights at the fitted bandwidth ~25 ms, KV
+  reads 15-19 ms, 129 all-reduces of 1.3 MB at the NCCL samples' 47 µs ~6 ms, the logits
+  all-gather ~0.5 ms. What is missing is TP2 time outside the kernels (the two workers'
+  per-step synchronisation, vLLM's all-reduce path on PCIe), which no profile here measures.
+  The RTX 4090 run is within 6 % on every statistic.
 - **Mixture of experts with data parallelism.** Qwen3-30B-A3B (DP2 x EP) is 12-16 %
   optimistic on TPOT. At saturation (256 running) clustersim's lockstep steps match vLLM's
   log (42-43 ms vs 43.5 ms per step); the ramp-up steps, where prompt chunks on one rank pad

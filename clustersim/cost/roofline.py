@@ -13,7 +13,8 @@ cost come from the GPU's calibrated profile (``clustersim calibrate``, docs/vali
       gate_up   (tokens x h) @ (h x 2f / tp)   [plain MLP: fc1, h x f / tp]
       down      (tokens x f / tp) @ (f / tp x h)           -> all-reduce
     once per step
-      lm_head   (sampled x h) @ (h x V / tp)   only rows that sample a token
+      embedding vocab-sharded lookup                            -> all-reduce
+      lm_head   (sampled x h) @ (h x V / tp)   only rows that sample a token -> all-gather
 
 A mixture-of-experts layer replaces gate_up and down with (vLLM's fused MoE)::
 
@@ -61,8 +62,10 @@ _FLOPS_PER_MAC = 2
 _ATTENTION_MATMULS = 2
 # A ring all-reduce moves 2(n-1)/n of the message over each GPU's link.
 _RING_PASSES = 2
-# Tensor parallelism all-reduces twice per layer: after o_proj and after the MLP down-proj.
+# Tensor parallelism all-reduces twice per layer: after o_proj and after the MLP down-proj;
+# once more per step after the vocab-parallel embedding lookup.
 _ALLREDUCES_PER_LAYER = 2
+_ALLREDUCES_PER_STEP = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +153,8 @@ class CostModel:
         "_kv_s_per_token",
         "_allreduce_fixed_s",
         "_allreduce_s_per_token",
+        "_logits_fixed_s",
+        "_logits_s_per_row",
         "_fixed_overhead_s",
         "_request_overhead_s",
         "_half_tokens",
@@ -248,12 +253,17 @@ class CostModel:
                 tp_link_bytes_per_s = gpu.tp_link(tp).effective_bytes_per_s
             if tp_link_latency_s is None:
                 tp_link_latency_s = gpu.allreduce_latency_s
-            count = _ALLREDUCES_PER_LAYER * layers
+            count = _ALLREDUCES_PER_LAYER * layers + _ALLREDUCES_PER_STEP
             ring_factor = _RING_PASSES * (tp - 1) / tp
             self._allreduce_fixed_s = count * tp_link_latency_s
             self._allreduce_s_per_token = count * ring_factor * h * e / tp_link_bytes_per_s
+            # every rank samples (vLLM V1), so the vocab-sharded logits are all-gathered: each
+            # rank receives the other shards of every sampled row
+            self._logits_fixed_s = tp_link_latency_s
+            self._logits_s_per_row = (tp - 1) * vocab_shard * e / tp_link_bytes_per_s
         else:
             self._allreduce_fixed_s = self._allreduce_s_per_token = 0.0
+            self._logits_fixed_s = self._logits_s_per_row = 0.0
         self._fixed_overhead_s = gpu.per_step_overhead_s + layers * gpu.per_layer_overhead_s
         self._request_overhead_s = gpu.per_request_overhead_s
         # GEMM efficiency saturates with M: eff x M / (M + half), so compute time is
@@ -292,6 +302,7 @@ class CostModel:
                     memory += t_memory
         rows = batch.num_sampled
         if rows:
+            communication += self._logits_fixed_s + rows * self._logits_s_per_row
             t_compute = (rows + self._half_tokens) * self._lm_head_s_per_row
             t_memory = self._lm_head_weight_s + rows * self._lm_head_act_s_per_row
             if t_compute >= t_memory:
