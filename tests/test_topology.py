@@ -220,12 +220,16 @@ def test_tp_link_hook_makes_a_pcie_box_pay_more_communication_than_a_dgx():
         costs[name] = CostModel(
             model, gpu, 2, tp_link_bytes_per_s=view.bytes_per_s, tp_link_latency_s=view.latency_s
         ).step_time(batch).communication_s
-    # 2 all-reduces x 32 layers, each: latency + ring 2(n-1)/n = 1 x 1,056 tokens x 4,096 x 2 B
-    allreduces, message_bytes = 2 * 32, 1056 * 4096 * 2
-    assert costs["dgx-h100"] == pytest.approx(allreduces * (10e-6 + message_bytes / 369e9))
-    assert costs["rtx4090-pcie-box"] == pytest.approx(
-        allreduces * (10e-6 + message_bytes / (31.5e9 * 0.83))
-    )
+    # 2 all-reduces x 32 layers + the embedding's, each: latency + ring 2(n-1)/n = 1 x 1,056
+    # tokens x 4,096 x 2 B; the logits all-gather of the 33 sampled rows: latency + the other
+    # rank's half of the 128,256-token vocabulary, 2 B each
+    allreduces, message_bytes = 2 * 32 + 1, 1056 * 4096 * 2
+    logits_bytes = 33 * 128256 // 2 * 2
+    for name, bytes_per_s in (("dgx-h100", 369e9), ("rtx4090-pcie-box", 31.5e9 * 0.83)):
+        assert costs[name] == pytest.approx(
+            allreduces * (10e-6 + message_bytes / bytes_per_s) + 10e-6
+            + logits_bytes / bytes_per_s
+        )
     assert costs["rtx4090-pcie-box"] > 10 * costs["dgx-h100"]
 
 
