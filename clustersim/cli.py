@@ -7,13 +7,44 @@ import sys
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
+from typer.core import TyperGroup
 
-from clustersim.errors import ClusterSimError
+from clustersim.errors import ClusterSimError, ConfigError
+
+if TYPE_CHECKING:
+    from clustersim.catalog.specs import GpuSpec, ModelSpec
+
+# Click's UsageError, from whichever copy of Click this Typer uses (newer ones vendor it)
+_UsageError: type[Exception] = typer.BadParameter.__base__
+
+
+class _Commands(TyperGroup):
+    """Click's own command-line errors (an option's value out of range or not a number, a
+    missing or unknown option) as one ``path: message`` line with exit code 2, like ours."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except _UsageError as error:
+            if type(error).__name__ == "NoArgsIsHelpError":
+                raise  # a command group called bare: its help
+            param = getattr(error, "param", None)
+            if isinstance(error, typer.BadParameter) and param is not None and error.message:
+                path, message = (param.opts or [param.name])[0], error.message
+            else:
+                where = getattr(error, "ctx", None)
+                path = (where.command_path if where is not None
+                        else " ".join(filter(None, (ctx.command_path, ctx.invoked_subcommand))))
+                message = error.format_message()
+            typer.echo(f"{path}: {' '.join(message.split())}", err=True)
+            raise typer.Exit(2) from None
+
 
 app = typer.Typer(
+    cls=_Commands,
     help="Capacity planning for LLM serving on a vLLM-faithful simulator.",
     no_args_is_help=True,
     add_completion=False,
@@ -214,18 +245,23 @@ def step_time_cmd(
         raise ClusterSimError("step-time", "give exactly one of --prefill-tokens or --decode-batch")
     spec_model = load_model(model)
     spec_gpu = load_gpu(gpu)
+    if (dp > 1 or expert_parallel) and not spec_model.is_moe:
+        raise ClusterSimError("--dp", f"{spec_model.id} is dense: --dp/--expert-parallel "
+                              "price MoE layers shared by data-parallel ranks")
+    check_parallel(spec_model, spec_gpu, tp, dp, expert_parallel)
     if decode_batch is not None:
         if context < 1:
             raise ClusterSimError("--context", "decodes need a context of at least 1 token")
+        check_fits(spec_model, spec_gpu, tp, decode_batch, context + 1, "--context",
+                   "--decode-batch")
         batch = BatchShape.from_chunks([(1, context, True)] * decode_batch)
         shape = {"decode_batch": decode_batch, "context": context}
     else:
         assert prefill_tokens is not None
+        check_fits(spec_model, spec_gpu, tp, 1, context + prefill_tokens, "--prefill-tokens",
+                   "--prefill-tokens")
         batch = BatchShape.from_chunks([(prefill_tokens, context, True)])
         shape = {"prefill_tokens": prefill_tokens, "context": context}
-    if (dp > 1 or expert_parallel) and not spec_model.is_moe:
-        raise ClusterSimError("--dp", f"{spec_model.id} is dense: --dp/--expert-parallel "
-                              "price MoE layers shared by data-parallel ranks")
     tokens = batch.num_prefill_tokens + batch.num_decode_tokens
     cost = CostModel(spec_model, spec_gpu, tp, dp=dp, expert_parallel=expert_parallel).step_time(
         batch, dp * tokens
@@ -257,6 +293,52 @@ def step_time_cmd(
         f"memory-bound {cost.memory_s * 1e3:.3f} + communication "
         f"{cost.communication_s * 1e3:.3f} + overhead {cost.overhead_s * 1e3:.3f} ms"
     )
+
+
+def check_parallel(
+    model: ModelSpec, gpu: GpuSpec, tp: int, dp: int, expert_parallel: bool
+) -> None:
+    """--tp, --dp and --expert-parallel checked as a scenario's fields are, named by the
+    options: the model shards ``tp`` ways, a MoE data-parallel group of ``dp x tp`` GPUs
+    sits on one node, and with expert parallelism they hold whole experts each."""
+    try:
+        model.check_tp(tp)
+        gpu.tp_link(tp)
+    except ClusterSimError as error:
+        raise type(error)("--tp", error.message) from None
+    if expert_parallel and model.num_experts % (dp * tp):
+        raise ConfigError(
+            "--expert-parallel", f"{model.num_experts} experts do not split evenly over "
+            f"--dp x --tp = {dp * tp} GPUs",
+        )
+    limit = max(gpu.link.max_gpus, gpu.pcie.max_gpus)
+    if dp * tp > limit:
+        raise ConfigError(
+            "--dp", f"{dp} ranks x --tp {tp} = {dp * tp} GPUs, more than one node's {limit} "
+            f"{gpu.id} GPUs: a data-parallel group is modelled on one node",
+        )
+
+
+def check_fits(
+    model: ModelSpec, gpu: GpuSpec, tp: int, num_seqs: int, tokens: int, length_path: str,
+    memory_path: str,
+) -> None:
+    """``num_seqs`` requests holding ``tokens`` KV tokens each, in one step: each within the
+    model's positions, their KV cache within the memory of one GPU of the ``tp`` group."""
+    from clustersim.catalog.specs import GIGA
+
+    if tokens > model.max_position_embeddings:
+        raise ConfigError(
+            length_path, f"{tokens:,} tokens in one request exceed the "
+            f"{model.max_position_embeddings:,} positions of {model.id}",
+        )
+    kv_bytes = num_seqs * tokens * model.kv_bytes_per_token(tp)
+    if kv_bytes > gpu.mem_capacity_bytes:
+        raise ConfigError(
+            memory_path, f"{num_seqs:,} requests of {tokens:,} tokens hold "
+            f"{kv_bytes / GIGA:,.1f} GB of KV cache per GPU at --tp {tp}, more than one "
+            f"{gpu.id}'s {gpu.mem_capacity_bytes / GIGA:,.1f} GB",
+        )
 
 
 # Imported here, not at the top: the trace commands use user_errors from this module.

@@ -321,3 +321,204 @@ def test_few_shot_for_a_data_parallel_moe_deployment(tmp_path):
     code, output = run_cli("calibrate", "--gpu", "h100-sxm", "--model", "llama-3.1-8b",
                            "--dp", "2", "--decode", "1@100=0.01", "--out", str(out))
     assert code == 2 and "--dp: llama-3.1-8b is dense" in output
+
+
+# ------------------------------------------------------- bad calibrate input
+FEW_SHOT = ["calibrate", "--gpu", "h100-sxm", "--model", "llama-3.1-8b"]
+
+
+def one_line_error(output: str, path: str) -> None:
+    """The project rule: bad input is one ``path: message`` line, nothing printed before it."""
+    lines = output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{path}: "), output
+
+
+@pytest.mark.parametrize(
+    ("args", "path", "message"),
+    [
+        # non-finite seconds used to fit a NaN per-step overhead and exit 0
+        (["--prefill", "128=inf"], "--prefill", "expected TOKENS=SECONDS"),
+        (["--prefill", "128=1e400"], "--prefill", "expected TOKENS=SECONDS"),
+        (["--decode", "1@128=nan"], "--decode", "expected BATCH@CONTEXT=SECONDS"),
+        # a batch of 0 decodes was fitted; a digit int() cannot read raised ValueError
+        (["--decode", "0@128=0.01"], "--decode", "expected BATCH@CONTEXT=SECONDS"),
+        (["--decode", "\u00b2@128=0.01"], "--decode", "expected BATCH@CONTEXT=SECONDS"),
+        # huge shapes: a MemoryError building the batch, or a fit on impossible requests
+        (["--decode", "99999999999@10=0.01"], "--decode", "99,999,999,999 requests of 11"),
+        (["--decode", "1@99999999999=0.01"], "--decode", "100,000,000,000 tokens in one"),
+        (["--prefill", "99999999999999999999=1"], "--prefill", "99,999,999,999,999,999,999"),
+        # --tp named as the option, not as a scenario field; 0 refused by the option itself
+        (["--tp", "3", "--prefill", "128=0.01"], "--tp", "3 does not divide"),
+        (["--tp", "0", "--prefill", "128=0.01"], "--tp", ""),
+        (["--tp", "abc", "--prefill", "128=0.01"], "--tp", ""),
+        (["--dp", "0", "--prefill", "128=0.01"], "--dp", ""),
+        (["--max-num-batched-tokens", "0", "--prefill", "128=0.01"],
+         "--max-num-batched-tokens", ""),
+        # given with --prefill/--decode it was ignored without a word
+        (["--max-num-batched-tokens", "512", "--prefill", "128=0.01"],
+         "--max-num-batched-tokens", "goes with --from-requests"),
+    ],
+)
+def test_calibrate_bad_measurements_and_options_are_one_line(tmp_path, args, path, message):
+    code, output = run_cli(*FEW_SHOT, "--out", str(tmp_path / "p.yaml"), *args)
+    assert code == 2
+    one_line_error(output, path)
+    assert message in output
+    assert not (tmp_path / "p.yaml").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "path", "message"),
+    [
+        # 128 experts over 3 GPUs, and a 16-GPU group on an 8-GPU node, used to be fitted
+        (["--dp", "3", "--expert-parallel"], "--expert-parallel",
+         "128 experts do not split evenly over --dp x --tp = 3 GPUs"),
+        (["--dp", "4", "--tp", "4"], "--dp", "4 ranks x --tp 4 = 16 GPUs"),
+        # was blamed on tensor_parallel_size
+        (["--dp", "64"], "--dp", "64 ranks x --tp 1 = 64 GPUs"),
+    ],
+)
+def test_calibrate_checks_a_moe_deployment_as_a_scenario_would(tmp_path, args, path, message):
+    code, output = run_cli("calibrate", "--gpu", "h100-sxm", "--model", "qwen3-30b-a3b",
+                           "--prefill", "2048=0.15", "--out", str(tmp_path / "p.yaml"), *args)
+    assert code == 2
+    one_line_error(output, path)
+    assert message in output
+
+
+def test_calibrate_options_that_describe_measurements_need_measurements(tmp_path):
+    # without measurements calibrate fits the shipped profiles: --tp 2 was silently ignored
+    code, output = run_cli("calibrate", "--tp", "2", "--out", str(tmp_path / "cal.yaml"))
+    assert code == 2
+    one_line_error(output, "--tp")
+
+
+def test_calibrate_out_that_cannot_be_written_is_one_line(tmp_path):
+    code, output = run_cli(*FEW_SHOT, "--prefill", "128=0.01", "--out", str(tmp_path))
+    assert code == 2
+    one_line_error(output, str(tmp_path))
+    assert "cannot write: Is a directory" in output
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, output = run_cli(*FEW_SHOT, "--prefill", "128=0.01", "--out", str(blocker / "p.yaml"))
+    assert code == 2
+    one_line_error(output, str(blocker / "p.yaml"))
+    # the full fit too, before it runs
+    code, output = run_cli("calibrate", "--out", str(tmp_path))
+    assert code == 2
+    one_line_error(output, str(tmp_path))
+    # a folder that does not exist yet is made
+    out = tmp_path / "new" / "p.yaml"
+    code, output = run_cli(*FEW_SHOT, "--prefill", "128=0.01", "--out", str(out))
+    assert code == 0, output
+    assert out.is_file()
+
+
+def test_few_shot_profile_is_keyed_by_the_catalog_gpu_id(tmp_path):
+    # `--gpu h100-sxm@default` wrote a profile for "h100-sxm@default", which no scenario can use
+    out = tmp_path / "p.yaml"
+    code, output = run_cli("calibrate", "--gpu", "h100-sxm@default", "--model", "llama-3.1-8b",
+                           "--prefill", "2048=0.15", "--out", str(out))
+    assert code == 0, output
+    assert f"gpu: h100-sxm@{out}" in output
+    assert list(yaml.safe_load(out.read_text())["profiles"]) == ["h100-sxm"]
+    assert load_gpu(f"h100-sxm@{out}").calibration == "default+few-shot"
+
+
+def test_a_profile_that_is_not_yaml_is_one_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("profiles: [\n")
+    code, output = run_cli(*FEW_SHOT, "--gpu", f"h100-sxm@{bad}", "--prefill", "128=0.01",
+                           "--out", str(tmp_path / "p.yaml"))
+    assert code == 2
+    one_line_error(output, f"{bad}:2")
+
+
+def _jsonl(tmp_path, records, name="r.jsonl") -> Path:
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+_GOOD = [_record(0.0, 0.05, 1.05, prompt=3000), _record(2.0, 2.02, 3.02),
+         _record(2.0, 2.03, 3.03), _record(5.0, 5.01, 5.51)]
+
+
+@pytest.mark.parametrize(
+    ("records", "message"),
+    [
+        ([[1, 2], [3]], "expected a JSON object"),  # AttributeError
+        ([None, None], "expected a JSON object"),
+        ([{**r, "input_toks": True} for r in _GOOD], "['input_toks'] must be finite numbers"),
+        ([{**r, "first_token_ts": float("nan")} for r in _GOOD],
+         "['first_token_ts'] must be finite numbers"),  # was "need two requests ..."
+        ([{**r, "input_toks": 100.5} for r in _GOOD], "input_toks must be a whole number"),
+        ([{**r, "input_toks": 0} for r in _GOOD], "input_toks must be a whole number >= 1"),
+        ([{**r, "output_toks": 0} for r in _GOOD], "output_toks must be a whole number >= 1"),
+        ([_record(0.0, 1.0, 0.5)] * 4, "last_token_ts 0.5 is before first_token_ts 1.0"),
+        ([_record(1.0, 0.5, 2.0)] * 4, "first_token_ts 0.5 is not after queued_ts 1.0"),
+        ([_record(0.0, 0.0, 1.0)] * 4, "first_token_ts 0.0 is not after queued_ts 0.0"),
+        ([{**r, "output_toks": 10**12} for r in _GOOD], "exceed the model's 131,072 positions"),
+    ],
+)
+def test_bad_request_records_are_one_line(tmp_path, records, message):
+    path = _jsonl(tmp_path, records)
+    code, output = run_cli(*FEW_SHOT, "--from-requests", str(path),
+                           "--out", str(tmp_path / "p.yaml"))
+    assert code == 2
+    one_line_error(output, f"{path}:1")
+    assert message in output
+
+
+def test_records_that_decode_one_token_each_name_the_file(tmp_path):
+    path = _jsonl(tmp_path, [{**r, "output_toks": 1} for r in _GOOD])
+    code, output = run_cli(*FEW_SHOT, "--from-requests", str(path),
+                           "--out", str(tmp_path / "p.yaml"))
+    assert code == 2
+    one_line_error(output, str(path))
+    assert "need two requests with more than one output token" in output
+
+
+def test_unreadable_records_are_one_line(tmp_path):
+    binary = tmp_path / "r.bin"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    for path, message in ((binary, "not UTF-8 text"), (tmp_path, "Is a directory"),
+                          (_jsonl(tmp_path, [], "empty.jsonl"), "need at least two")):
+        code, output = run_cli(*FEW_SHOT, "--from-requests", str(path),
+                               "--out", str(tmp_path / "p.yaml"))
+        assert code == 2
+        one_line_error(output, str(path))
+        assert message in output
+
+
+def test_records_errors_come_before_any_measurement_is_printed(tmp_path):
+    path = _jsonl(tmp_path, _GOOD)
+    code, output = run_cli(*FEW_SHOT, "--dp", "2", "--from-requests", str(path),
+                           "--out", str(tmp_path / "p.yaml"))
+    assert code == 2
+    one_line_error(output, "--dp")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "where", "message"),
+    [
+        ({"itls": [["a"] * 10, [0.1] * 10, [0.05] * 10, []]}, "request 0", "itls lists"),
+        ({"itls": [[None] * 10, [0.1] * 10, [0.05] * 10, []]}, "request 0", "itls lists"),
+        # a null or string TTFT without an error was dropped as a failed request
+        ({"ttfts": [None, 0.02, 0.03, 0.0]}, "request 0", "ttfts and start_times must be"),
+        ({"ttfts": ["0.05", 0.02, 0.03, 0.0]}, "request 0", "ttfts and start_times must be"),
+        ({"input_lens": ["3000", 100, 100, 100]}, "request 0", "['input_lens'] must be finite"),
+        ({"output_lens": [None, 11, 11, 0]}, "request 0", "['output_lens'] must be finite"),
+        ({"itls": [[-0.1] * 10, [0.1] * 10, [0.05] * 10, []]}, "request 0", "is before"),
+        ({"errors": [""]}, "", "errors must be a list of 4 entries"),
+        ({"errors": ["x", "y", "z", "w"]}, "", "got 0 successful requests of 4"),
+    ],
+)
+def test_bad_vllm_bench_serve_results_are_one_line(tmp_path, overrides, where, message):
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(_bench_serve_result(**overrides)))
+    code, output = run_cli(*FEW_SHOT, "--from-requests", str(path),
+                           "--out", str(tmp_path / "p.yaml"))
+    assert code == 2
+    one_line_error(output, f"{path}: {where}" if where else str(path))
+    assert message in output

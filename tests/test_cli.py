@@ -135,3 +135,65 @@ def test_step_time_json_and_exclusive_shapes():
     code, output = run_cli("step-time", "--model", "llama-3.1-8b", "--gpu", "nope",
                            "--prefill-tokens", "128")
     assert code == 2 and output.startswith("gpu: unknown GPU 'nope'")
+
+
+STEP = ["step-time", "--gpu", "h100-sxm"]
+
+
+@pytest.mark.parametrize(
+    ("args", "path", "message"),
+    [
+        # Click's own errors came as a multi-line usage box
+        (["--model", "llama-3.1-8b", "--prefill-tokens", "0"], "--prefill-tokens", ""),
+        (["--model", "llama-3.1-8b", "--prefill-tokens", "abc"], "--prefill-tokens", ""),
+        (["--model", "llama-3.1-8b", "--prefill-tokens", "8", "--context", "-1"], "--context", ""),
+        (["--model", "llama-3.1-8b", "--decode-batch", "0", "--context", "8"], "--decode-batch",
+         ""),
+        (["--model", "llama-3.1-8b", "--prefill-tokens", "8", "--tp", "0"], "--tp", ""),
+        (["--model", "qwen3-30b-a3b", "--prefill-tokens", "8", "--dp", "0"], "--dp", ""),
+        (["--prefill-tokens", "8"], "root step-time", "Missing option '--model'"),
+        # --tp named as the option, not as the scenario field tensor_parallel_size
+        (["--model", "qwen3-30b-a3b", "--prefill-tokens", "8", "--dp", "2", "--tp", "3"], "--tp",
+         "3 does not divide the 32 attention heads"),
+        # priced although vLLM cannot place 128 experts on 3 GPUs, or a group on one node
+        (["--model", "qwen3-30b-a3b", "--prefill-tokens", "8", "--dp", "3", "--expert-parallel"],
+         "--expert-parallel", "128 experts do not split evenly"),
+        (["--model", "qwen3-30b-a3b", "--prefill-tokens", "8", "--dp", "4", "--tp", "4"], "--dp",
+         "4 ranks x --tp 4 = 16 GPUs, more than one node's 8 h100-sxm GPUs"),
+        # a MemoryError building the batch; astronomical times for impossible requests
+        (["--model", "llama-3.1-8b", "--decode-batch", "99999999999", "--context", "10"],
+         "--decode-batch", "99,999,999,999 requests of 11 tokens hold"),
+        (["--model", "llama-3.1-8b", "--decode-batch", "4", "--context", "99999999999"],
+         "--context", "exceed the 131,072 positions of llama-3.1-8b"),
+        (["--model", "llama-3.1-8b", "--prefill-tokens", "99999999999"], "--prefill-tokens",
+         "exceed the 131,072 positions of llama-3.1-8b"),
+    ],
+)
+def test_step_time_bad_options_are_one_line(args, path, message):
+    code, output = run_cli(*STEP, *args)
+    assert code == 2
+    lines = output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{path}: "), output
+    assert message in output
+
+
+def test_step_time_prices_a_request_at_the_models_full_context():
+    code, output = run_cli(*STEP, "--model", "llama-3.1-8b", "--decode-batch", "1",
+                           "--context", str(131_072 - 1))
+    assert code == 0, output
+
+
+def test_validate_refuses_an_unwritable_docs_path_before_scoring(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    for page, message in ((tmp_path, "cannot write: Is a directory"),
+                          (blocker / "validation.md", "cannot write: File exists")):
+        code, output = run_cli("validate", "--write-docs", str(page))
+        assert code == 2
+        lines = output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"{page}: {message}"), output
+
+
+def test_a_bare_command_group_still_prints_its_help():
+    code, output = run_cli("trace")
+    assert "Usage:" in output and "stats" in output

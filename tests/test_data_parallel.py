@@ -265,3 +265,54 @@ def test_step_time_prices_a_data_parallel_moe_step():
     code, output = run_cli("step-time", "--model", "llama-3.1-8b", "--gpu", "h100-sxm",
                            "--dp", "2", "--decode-batch", "1", "--context", "10")
     assert code == 2 and "--dp: llama-3.1-8b is dense" in output
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"data_parallel_size": 0}, "data_parallel_size: Input should be greater than 0"),
+        ({"data_parallel_size": -1}, "data_parallel_size: Input should be greater than 0"),
+        ({"data_parallel_size": "two"}, "data_parallel_size: Input should be a valid integer"),
+        ({"enable_expert_parallel": "maybe"}, "enable_expert_parallel: Input should be a valid"),
+        ({"layout": {"kind": "three_pool", "pools": [
+            {"name": "p", "role": "prefill"}, {"name": "d", "role": "decode"},
+            {"name": "c", "role": "colocated"}]}, "topology": "dgx-h100"},
+         "data_parallel_size: 2 on a prefill pool"),
+        ({"layout": {"kind": "colocated", "pools": [{"name": "a", "instances": 5}]},
+          "topology": "dgx-h100", "model": "llama-3.1-8b", "enable_expert_parallel": False},
+         "layout.pools.a: not enough free h100-sxm GPUs"),
+    ],
+)
+def test_bad_data_parallel_fields_are_one_line(tmp_path, fields, message):
+    data = moe_scenario([("A", 0.0, 8, 2)], **fields)
+    code, output = run_cli("simulate", str(write_scenario(tmp_path, data)),
+                           "--out", str(tmp_path / "out"))
+    assert code == 2
+    lines = output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message), output
+
+
+@pytest.mark.parametrize("model", [MOE, "llama-3.1-8b"])
+def test_data_parallel_ranks_with_a_tiny_kv_cache_finish_or_reject_every_request(
+    tmp_path, model
+):
+    requests = [(f"r{i}", 0.001 * i, 20 + i, 8 + 3 * i) for i in range(12)]
+    engine = {"num_gpu_blocks_override": 4, "max_model_len": 48, "max_num_seqs": 4}
+    data = moe_scenario(requests, cost={"kind": "fixed", "step_time_s": 0.001}, model=model,
+                        enable_expert_parallel=model == MOE, engine=engine)
+    rows = simulate(tmp_path, data)["requests"]
+    assert len(rows) == len(requests)
+    outcomes = Counter(r["outcome"].split(":")[0] for r in rows.values())
+    assert set(outcomes) == {"finished", "rejected"}, outcomes
+    assert all(r["outcome"] == "finished" or r["outcome"].startswith("rejected: ")
+               for r in rows.values())
+
+
+def test_step_time_and_the_simulator_price_the_group_over_the_same_link(tmp_path):
+    # dp 2 x tp 2 on PCIe H100s: the all-gathers cross all four GPUs, not one NVLink pair
+    cost = CostModel(load_model(MOE), load_gpu("h100-pcie"), 2, dp=2, expert_parallel=True)
+    link = load_gpu("h100-pcie").tp_link(4).effective_bytes_per_s
+    explicit = CostModel(load_model(MOE), load_gpu("h100-pcie"), 2, dp=2, expert_parallel=True,
+                         dp_link_bytes_per_s=link)
+    batch = BatchShape.from_chunks([(1, 500, True)] * 16)
+    assert cost.step_time(batch, 32).time_s == explicit.step_time(batch, 32).time_s

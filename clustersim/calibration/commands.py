@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import errno
+import math
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from clustersim.cli import user_errors
+from clustersim.cli import check_fits, check_parallel, user_errors
 from clustersim.errors import InputError
 
 _PREFILL_HELP = "A measured prefill: TOKENS=SECONDS (one prompt of TOKENS, no cached prefix)."
@@ -23,7 +27,7 @@ def calibrate_cmd(
     ] = None,
     gpu: Annotated[str | None, typer.Option(help="GPU of the measurements (few-shot).")] = None,
     model: Annotated[str | None, typer.Option(help="Model of the measurements.")] = None,
-    tp: Annotated[int, typer.Option(help="Tensor-parallel size of the measurements.")] = 1,
+    tp: Annotated[int, typer.Option(min=1, help="Tensor-parallel size of the measurements.")] = 1,
     dp: Annotated[int, typer.Option(
         min=1, help="Data-parallel ranks of a MoE deployment (a --decode BATCH is one rank's, "
         "every rank taken as busy alike).")] = 1,
@@ -40,7 +44,7 @@ def calibrate_cmd(
                      "measurements are taken from them."),
     ] = None,
     max_num_batched_tokens: Annotated[
-        int | None, typer.Option(help="The run's token budget (chunks its prompts).")
+        int | None, typer.Option(min=1, help="The run's token budget (chunks its prompts).")
     ] = None,
 ) -> None:
     """Fit the cost model per GPU on the shipped kernel profiles (no measurements given), or
@@ -52,11 +56,20 @@ def calibrate_cmd(
         return
     if gpu or model:
         raise InputError("--gpu", "--gpu/--model go with --prefill/--decode measurements")
+    given = [flag for flag, value in (("--tp", tp != 1), ("--dp", dp != 1),
+                                      ("--expert-parallel", expert_parallel),
+                                      ("--max-num-batched-tokens", max_num_batched_tokens))
+             if value]
+    if given:
+        raise InputError(given[0], "describes measurements: goes with --prefill/--decode or "
+                         "--from-requests")
     from clustersim.calibration.fit import calibrate, distserve_check
     from clustersim.calibration.profile import CATALOG_PROFILE, write_profiles
 
+    path = out or CATALOG_PROFILE
+    _write(path)  # an unwritable --out fails before the fit
     profiles = calibrate()
-    path = write_profiles(profiles, out or CATALOG_PROFILE)
+    _write(path, lambda: write_profiles(profiles, path))
     typer.echo(f"{'gpu':<16}{'eff_c':>7}{'t_half':>8}{'eff_m':>7}{'eff_att':>9}"
                f"{'ar_alpha_us':>13}{'link_eff':>10}  calibration")
     for gpu_id, p in profiles.items():
@@ -85,36 +98,42 @@ def _few_shot(out, gpu_id, model_id, tp, prefill, decode, from_requests, budget,
 
     if out is None or gpu_id is None or model_id is None:
         raise InputError("--out", "few-shot calibration needs --out, --gpu and --model")
-    points = []
-    for text in prefill:
-        tokens, seconds = _split(text, "--prefill", "TOKENS=SECONDS")
-        points.append((BatchShape.from_chunks([(int(tokens), 0, True)]), float(seconds)))
-    for text in decode:
-        shape, seconds = _split(text, "--decode", "BATCH@CONTEXT=SECONDS")
-        batch, _, context = shape.partition("@")
-        if not batch.isdigit() or not context.isdigit() or int(context) < 1:
-            raise InputError("--decode", f"expected BATCH@CONTEXT=SECONDS, got {text!r}")
-        points.append((BatchShape.from_chunks([(1, int(context), True)] * int(batch)),
-                       float(seconds)))
-    if from_requests is not None:
-        from clustersim.calibration.records import measurements_from_records, read_records
-
-        if points:
-            raise InputError("--from-requests", "give either records or --prefill/--decode")
-        points = measurements_from_records(read_records(from_requests), budget, dp)
-        for steps, seconds in points:
-            if steps[0].num_decode_tokens:
-                what = f"decode step, batch {steps[0].num_decode_tokens}"
-            else:
-                what = f"prefill of {sum(b.num_prefill_tokens for b in steps)} tokens"
-            typer.echo(f"measurement from records: {what}, {seconds * 1e3:.2f} ms")
-    if len(points) > MAX_POINTS:
+    if from_requests is not None and (prefill or decode):
+        raise InputError("--from-requests", "give either records or --prefill/--decode")
+    if budget is not None and from_requests is None:
+        raise InputError("--max-num-batched-tokens", "goes with --from-requests (a --prefill "
+                         "measurement is one step)")
+    if len(prefill) + len(decode) > MAX_POINTS:
         raise InputError("--prefill/--decode", f"at most {MAX_POINTS} measurements")
     gpu = load_gpu(gpu_id, path="--gpu")
     spec = load_model(model_id, path="--model")
     if (dp > 1 or expert_parallel) and not spec.is_moe:
         raise InputError("--dp", f"{spec.id} is dense: --dp/--expert-parallel describe MoE "
                          "deployments (dense data-parallel ranks are independent engines)")
+    check_parallel(spec, gpu, tp, dp, expert_parallel)
+    points, lines = [], []
+    for text in prefill:
+        (tokens,), seconds = _split(text, "--prefill", "TOKENS=SECONDS")
+        check_fits(spec, gpu, tp, 1, tokens, "--prefill", "--prefill")
+        points.append((BatchShape.from_chunks([(tokens, 0, True)]), seconds))
+    for text in decode:
+        (batch, context), seconds = _split(text, "--decode", "BATCH@CONTEXT=SECONDS")
+        check_fits(spec, gpu, tp, batch, context + 1, "--decode", "--decode")
+        points.append((BatchShape.from_chunks([(1, context, True)] * batch), seconds))
+    if from_requests is not None:
+        from clustersim.calibration.records import measurements_from_records, read_records
+
+        where = str(from_requests)
+        records = read_records(from_requests, max_tokens=spec.max_position_embeddings)
+        points = measurements_from_records(records, budget, dp, where=where)
+        for steps, seconds in points:
+            if steps[0].num_decode_tokens:
+                size = steps[0].num_decode_tokens
+                check_fits(spec, gpu, tp, size, steps[0].decode_kv_tokens // size, where, where)
+                what = f"decode step, batch {size}"
+            else:
+                what = f"prefill of {sum(b.num_prefill_tokens for b in steps)} tokens"
+            lines.append(f"measurement from records: {what}, {seconds * 1e3:.2f} ms")
     tuned = fit_few_shot(spec, gpu, tp, points, dp=dp, expert_parallel=expert_parallel)
     entry = {k: getattr(tuned, k) for k in PROFILE_FIELDS}
     entry["provenance"] = {
@@ -123,27 +142,47 @@ def _few_shot(out, gpu_id, model_id, tp, prefill, decode, from_requests, budget,
                          "expert_parallel": expert_parallel, "prefill": prefill, "decode": decode,
                          "from_requests": None if from_requests is None else str(from_requests)},
     }
+    # keyed by the catalog id: `--gpu h100-sxm@base.yaml` tunes h100-sxm
     doc = {"schema_version": 1, "generated_by": "clustersim calibrate (few-shot)",
-           "profiles": {gpu_id: entry}}
-    out.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+           "profiles": {gpu.id: entry}}
+    _write(out, lambda: out.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8"))
+    for line in lines:
+        typer.echo(line)
     typer.echo(
-        f"{gpu_id}: per-step overhead {tuned.per_step_overhead_s * 1e3:.3f} ms, per-request "
+        f"{gpu.id}: per-step overhead {tuned.per_step_overhead_s * 1e3:.3f} ms, per-request "
         f"{tuned.per_request_overhead_s * 1e6:.1f} us, compute efficiency "
         f"{tuned.compute_efficiency:.2f}, attention efficiency {tuned.attention_efficiency:.2f}"
     )
-    typer.echo(f"wrote {out} (in a scenario: gpu: {gpu_id}@{out})")
+    typer.echo(f"wrote {out} (in a scenario: gpu: {gpu.id}@{out})")
 
 
-def _split(text: str, flag: str, form: str) -> tuple[str, str]:
+def _split(text: str, flag: str, form: str) -> tuple[list[int], float]:
+    """``'64@1024=0.014'`` -> ``([64, 1024], 0.014)``: whole numbers >= 1, seconds finite > 0."""
     left, sep, right = text.partition("=")
     try:
-        if not sep or float(right) <= 0:
+        seconds = float(right)
+        if not sep or not 0 < seconds < math.inf:
             raise ValueError
-        if flag == "--prefill" and int(left) < 1:
+        numbers = [int(n) for n in left.split("@")]
+        if len(numbers) != form.count("@") + 1 or min(numbers) < 1:
             raise ValueError
     except ValueError:
         raise InputError(flag, f"expected {form} with positive numbers, got {text!r}") from None
-    return left, right
+    return numbers, seconds
+
+
+def _write(path: Path, write: Callable[[], object] | None = None) -> None:
+    """Make ``path``'s folder and run ``write``, which writes ``path`` (None: only check that
+    ``path`` is not a folder); a failure is one ``path: message`` line."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        if write is not None:
+            write()
+    except OSError as error:
+        where = f" ({error.filename})" if error.filename not in (None, str(path)) else ""
+        raise InputError(str(path), f"cannot write: {error.strerror}{where}") from None
 
 
 @user_errors
@@ -157,9 +196,12 @@ def validate_cmd(
     from clustersim.calibration.splitwise import validate_splitwise
     from clustersim.calibration.vllm_runs import validate_vllm_runs
 
+    if write_docs is not None:
+        _write(write_docs)  # an unwritable path fails before the scoring
     splitwise, runs = validate_splitwise(), validate_vllm_runs()
+    if write_docs is not None:
+        page = render_markdown(splitwise, runs)
+        _write(write_docs, lambda: write_docs.write_text(page, encoding="utf-8"))
     typer.echo(render_text(splitwise, runs))
     if write_docs is not None:
-        write_docs.parent.mkdir(parents=True, exist_ok=True)
-        write_docs.write_text(render_markdown(splitwise, runs), encoding="utf-8")
         typer.echo(f"\nwrote {write_docs}")

@@ -22,6 +22,7 @@ Three measurements come out:
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -33,30 +34,37 @@ _FIELDS = ("input_toks", "output_toks", "queued_ts", "first_token_ts", "last_tok
 Measurement = tuple[list[BatchShape], float]
 
 
-def read_records(path: Path) -> list[dict]:
+def read_records(path: Path, max_tokens: int | None = None) -> list[dict]:
     """The records of a JSON-lines file or a ``vllm bench serve`` result, checked for the fields
-    this module uses."""
+    this module uses: finite numbers, whole token counts >= 1 (at most ``max_tokens`` a
+    request), ``queued_ts < first_token_ts <= last_token_ts``."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(str(path), f"cannot read records: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise InputError(str(path), "cannot read records: not UTF-8 text") from None
     try:
         whole = json.loads(text)
     except json.JSONDecodeError:
         whole = None
     if isinstance(whole, dict) and "ttfts" in whole:
-        records = _bench_serve_records(path, whole)
+        records = _bench_serve_records(path, whole, max_tokens)
     else:
-        records = _json_lines(path, text.splitlines())
+        records = _json_lines(path, text.splitlines(), max_tokens)
     if len(records) < 2:
         raise InputError(str(path), "need at least two request records")
     return records
 
 
 _BENCH_LISTS = ("input_lens", "output_lens", "ttfts", "itls", "start_times")
+_BENCH_NAMES = {
+    "input_toks": "input_lens", "output_toks": "output_lens", "queued_ts": "start_times",
+    "first_token_ts": "start_times + ttfts", "last_token_ts": "start_times + ttfts + sum(itls)",
+}
 
 
-def _bench_serve_records(path: Path, result: dict) -> list[dict]:
+def _bench_serve_records(path: Path, result: dict, max_tokens: int | None) -> list[dict]:
     """``vllm bench serve`` per-request lists -> records on the client's clock."""
     missing = [k for k in _BENCH_LISTS if not isinstance(result.get(k), list)]
     if missing:
@@ -67,23 +75,34 @@ def _bench_serve_records(path: Path, result: dict) -> list[dict]:
     lengths = {k: len(result[k]) for k in _BENCH_LISTS}
     if any(n != count for n in lengths.values()):
         raise InputError(str(path), f"per-request lists differ in length: {lengths}")
-    errors = result.get("errors") or [""] * count
+    errors = result.get("errors")
+    if errors is None:
+        errors = [""] * count
+    elif not isinstance(errors, list) or len(errors) != count:
+        raise InputError(str(path), f"errors must be a list of {count} entries, one a request")
     records = []
     for i in range(count):
         ttft, itls, start = result["ttfts"][i], result["itls"][i], result["start_times"][i]
-        if errors[i] or not isinstance(ttft, (int, float)) or ttft <= 0:
-            continue  # a failed request
-        if not isinstance(itls, list) or not isinstance(start, (int, float)):
-            raise InputError(f"{path}: request {i}", "itls must be a list, start_times numbers")
+        if errors[i] or ttft == 0:
+            continue  # a failed request (vLLM gives it no first token: ttft 0)
+        where = f"{path}: request {i}"
+        if not (_number(ttft) and _number(start) and isinstance(itls, list)
+                and all(_number(t) for t in itls)):
+            raise InputError(where, "ttfts and start_times must be finite numbers, itls lists "
+                             "of them")
         first = start + ttft
-        records.append({
+        record = {
             "input_toks": result["input_lens"][i], "output_toks": result["output_lens"][i],
             "queued_ts": start, "first_token_ts": first, "last_token_ts": first + sum(itls),
-        })
+        }
+        records.append(_checked(where, record, max_tokens, _BENCH_NAMES))
+    if len(records) < 2:
+        raise InputError(str(path), f"need at least two request records, got {len(records)} "
+                         f"successful requests of {count}")
     return records
 
 
-def _json_lines(path: Path, lines: list[str]) -> list[dict]:
+def _json_lines(path: Path, lines: list[str], max_tokens: int | None) -> list[dict]:
     records = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -92,18 +111,55 @@ def _json_lines(path: Path, lines: list[str]) -> list[dict]:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise InputError(f"{path}:{number}", f"not JSON: {exc.msg}") from None
-        missing = [f for f in _FIELDS if not isinstance(record.get(f), (int, float))]
+        if not isinstance(record, dict):
+            raise InputError(f"{path}:{number}", "expected a JSON object, one request a line")
+        missing = [f for f in _FIELDS if f not in record]
         if missing:
             raise InputError(f"{path}:{number}", f"missing numeric fields {missing}")
-        records.append(record)
+        records.append(_checked(f"{path}:{number}", record, max_tokens))
     return records
 
 
+def _number(value: object) -> bool:
+    """A finite JSON number (``true`` is not one)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def _checked(
+    where: str, record: dict, max_tokens: int | None, names: dict[str, str] | None = None
+) -> dict:
+    """``record`` with whole token counts, or an error naming the fields as the file does."""
+    name = names or {f: f for f in _FIELDS}
+    bad = [name[f] for f in _FIELDS if not _number(record[f])]
+    if bad:
+        raise InputError(where, f"{bad} must be finite numbers")
+    for field in ("input_toks", "output_toks"):
+        if record[field] < 1 or record[field] != int(record[field]):
+            raise InputError(where, f"{name[field]} must be a whole number >= 1, "
+                             f"got {record[field]}")
+    queued, first, last = (record[f] for f in _FIELDS[2:])
+    if not queued < first:
+        raise InputError(where, f"{name['first_token_ts']} {first} is not after "
+                         f"{name['queued_ts']} {queued}")
+    if last < first:
+        raise InputError(where, f"{name['last_token_ts']} {last} is before "
+                         f"{name['first_token_ts']} {first}")
+    tokens = int(record["input_toks"]) + int(record["output_toks"])
+    if max_tokens is not None and tokens > max_tokens:
+        raise InputError(where, f"{tokens:,} tokens ({name['input_toks']} + "
+                         f"{name['output_toks']}) exceed the model's {max_tokens:,} positions")
+    return {**record, "input_toks": int(record["input_toks"]),
+            "output_toks": int(record["output_toks"])}
+
+
 def measurements_from_records(
-    records: list[dict], max_num_batched_tokens: int | None = None, dp: int = 1
+    records: list[dict], max_num_batched_tokens: int | None = None, dp: int = 1,
+    where: str = "records",
 ) -> list[Measurement]:
     """One prefill and two decode measurements (see the module docstring); ``dp``
-    data-parallel ranks share the records' requests, so a decode batch is split over them."""
+    data-parallel ranks share the records' requests, so a decode batch is split over them.
+    ``where`` names the records in errors."""
     queued = np.array([r["queued_ts"] for r in records], dtype=float)
     first = np.array([r["first_token_ts"] for r in records], dtype=float)
     last = np.array([r["last_token_ts"] for r in records], dtype=float)
@@ -125,7 +181,7 @@ def measurements_from_records(
 
     decoding = np.flatnonzero((output > 1) & (last > first))
     if decoding.size < 2:
-        raise InputError("records", "need two requests with more than one output token")
+        raise InputError(where, "need two requests with more than one output token")
     start, end = first[decoding], last[decoding]
     overlap = np.clip(np.minimum(end[:, None], end[None, :])
                       - np.maximum(start[:, None], start[None, :]), 0, None)

@@ -123,7 +123,10 @@ def load_profiles(profile: str = "calibrated") -> dict[str, dict[str, Any]]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise CatalogError(name, f"not valid YAML: {exc}") from exc
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{name}:{mark.line + 1}" if mark is not None else name
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise CatalogError(where, f"not valid YAML: {problem}") from None
     table = data.get("profiles") if isinstance(data, dict) else None
     if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
         raise CatalogError(name, "expected a 'profiles' mapping of GPU id -> fields")

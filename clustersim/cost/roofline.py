@@ -183,7 +183,7 @@ class CostModel:
         ``gpu.allreduce_latency_s`` for the all-reduces (a topology's ``tp_group_link``).
         ``dp``: data-parallel ranks whose MoE layers run together (their experts spread over
         ``dp x tp`` GPUs, by expert with ``expert_parallel``, else by intermediate slice);
-        ``dp_link_bytes_per_s`` replaces ``gpu.tp_link(dp)`` for their all-gathers."""
+        ``dp_link_bytes_per_s`` replaces ``gpu.tp_link(dp x tp)`` for their all-gathers."""
         model.check_tp(tp)
         if dp < 1:
             raise ValueError(f"dp must be >= 1, got {dp}")
@@ -229,8 +229,8 @@ class CostModel:
         self._expert_share = 1.0 / moe_gpus if expert_parallel else 1.0
         self._dp = dp
         if dp > 1:
-            if dp_link_bytes_per_s is None:
-                dp_link_bytes_per_s = gpu.tp_link(dp).effective_bytes_per_s
+            if dp_link_bytes_per_s is None:  # the link that joins all dp x tp GPUs
+                dp_link_bytes_per_s = gpu.tp_link(dp * tp).effective_bytes_per_s
             # an all-gather before and a reduce-scatter after the experts, every layer
             count = 2 * layers
             self._gather_fixed_s = count * gpu.allreduce_latency_s
