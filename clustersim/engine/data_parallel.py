@@ -119,7 +119,7 @@ class DataParallelGroup:
                 plan = rank.scheduler.schedule() if rank.scheduler.num_unfinished else None
                 if plan is not None and plan.is_empty:
                     if not plan.preempted and not rank.scheduler.running:
-                        rank._reject_unschedulable()
+                        rank.reject_unschedulable()
                     plan = None
                 plans.append(plan)
             if all(plan is None for plan in plans):
@@ -128,9 +128,6 @@ class DataParallelGroup:
             yield env.timeout(self.price_steps(plans))
             for rank, plan in zip(ranks, plans, strict=True):
                 if plan is None:
-                    rank._record_dummy(start, env.now)
-                    continue
-                finished = rank.scheduler.update_from_output(plan, env.now)
-                rank._record(plan, start, env.now)
-                rank._done(finished)
-                rank._give_up_thrashing(plan)
+                    rank.record_dummy_step(start, env.now)
+                else:
+                    rank.apply(plan, start)

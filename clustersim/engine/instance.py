@@ -170,22 +170,18 @@ class Instance:
             if scheduler.kv_held and not scheduler.running:
                 yield from self._wait()  # blocks held for decode instances will come back
                 continue
-            self._reject_unschedulable()
+            self.reject_unschedulable()
 
     def _run(self):
         """Sync scheduling: schedule(N) -> run(N) -> update(N) -> schedule(N+1)."""
         env = self.env
-        scheduler = self.scheduler
         while True:
             plan = yield from self._next_plan()
             start = env.now
             self._begin(plan)
             duration = self.price_step(plan)
             yield env.timeout(duration)
-            finished = scheduler.update_from_output(plan, env.now)
-            self._record(plan, start, env.now)
-            self._done(finished)
-            self._give_up_thrashing(plan)
+            self.apply(plan, start)
 
     def _run_async(self):
         """Async scheduling: schedule(N+1) runs before update(N), as vLLM's batch queue does."""
@@ -210,6 +206,14 @@ class Instance:
             else:
                 plan = next_plan
 
+    def apply(self, plan: StepPlan, start_s: float) -> None:
+        """The step that began at ``start_s`` ended now: apply its output, record it, hand the
+        finished requests back, give up on thrashing ones (sync scheduling)."""
+        finished = self.scheduler.update_from_output(plan, self.env.now)
+        self._record(plan, start_s, self.env.now)
+        self._done(finished)
+        self._give_up_thrashing(plan)
+
     def _done(self, finished: list[Request]) -> None:
         if finished and self.on_done is not None:
             for request in finished:
@@ -227,7 +231,7 @@ class Instance:
                             f"blocks of instance {self.name} together keep preempting each "
                             "other (vLLM would thrash here)")
 
-    def _reject_unschedulable(self) -> None:
+    def reject_unschedulable(self) -> None:
         """Nothing runs, nothing is in flight, and the head of the queue cannot be admitted:
         it never will be (vLLM would stall here), so it is rejected with the reason."""
         scheduler = self.scheduler
@@ -246,7 +250,7 @@ class Instance:
         self.reject(request, f"needs more KV blocks than the {kv.num_usable_blocks} usable "
                     f"blocks of instance {self.name}")
 
-    def _record_dummy(self, start_s: float, end_s: float) -> None:
+    def record_dummy_step(self, start_s: float, end_s: float) -> None:
         """A data-parallel rank with nothing scheduled ran the group's step on a dummy batch:
         its GPU was busy, no request advanced (a row with 0 scheduled tokens)."""
         scheduler = self.scheduler
