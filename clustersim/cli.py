@@ -306,17 +306,10 @@ def check_parallel(
         gpu.tp_link(tp)
     except ClusterSimError as error:
         raise type(error)("--tp", error.message) from None
-    if expert_parallel and model.num_experts % (dp * tp):
-        raise ConfigError(
-            "--expert-parallel", f"{model.num_experts} experts do not split evenly over "
-            f"--dp x --tp = {dp * tp} GPUs",
-        )
-    limit = max(gpu.link.max_gpus, gpu.pcie.max_gpus)
-    if dp * tp > limit:
-        raise ConfigError(
-            "--dp", f"{dp} ranks x --tp {tp} = {dp * tp} GPUs, more than one node's {limit} "
-            f"{gpu.id} GPUs: a data-parallel group is modelled on one node",
-        )
+    from clustersim.engine.data_parallel import check_group
+
+    check_group(model, gpu.id, tp, dp, expert_parallel, max(gpu.link.max_gpus, gpu.pcie.max_gpus),
+                names=("--dp", "--tp"), fields=("--dp", "--expert-parallel"))
 
 
 def check_fits(

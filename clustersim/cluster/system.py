@@ -28,7 +28,7 @@ from clustersim.catalog.specs import GpuSpec, ModelSpec
 from clustersim.cluster.router import InstanceLoad, Router
 from clustersim.cluster.spec import LayoutSpec, PoolSpec
 from clustersim.cost.roofline import BatchShape, CostModel
-from clustersim.engine.data_parallel import DataParallelGroup
+from clustersim.engine.data_parallel import DataParallelGroup, check_group
 from clustersim.engine.defaults import EngineSetup, resolve_engine
 from clustersim.engine.instance import Instance
 from clustersim.engine.kv_manager import KVCacheManager
@@ -253,38 +253,24 @@ class Cluster:
             )
         if ep and not self.model.is_moe:
             raise ConfigError(ep_field, f"{self.model.id} has no experts")
-        if ep and self.model.num_experts % (dp * tp):
-            raise ConfigError(
-                ep_field,
-                f"{self.model.num_experts} experts do not split evenly over "
-                f"data_parallel_size x tensor_parallel_size = {dp * tp} GPUs",
-            )
-        if dp > 1:
-            self._check_group_fits(pool, gpu, tp, dp, dp_field)
+        if dp > 1 or ep:
+            check_group(self.model, gpu.id, tp, dp, ep, self._node_gpus(pool, gpu, dp * tp),
+                        names=("data_parallel_size", "tensor_parallel_size"),
+                        fields=(dp_field, ep_field))
         return dp, ep
 
-    def _check_group_fits(
-        self, pool: PoolSpec, gpu: GpuSpec, tp: int, dp: int, field: str
-    ) -> None:
-        """A data-parallel group's ``dp x tp`` GPUs sit on one node: it is placed as one block,
+    def _node_gpus(self, pool: PoolSpec, gpu: GpuSpec, wanted: int) -> int:
+        """How many GPUs of one node a data-parallel group may span: it is placed as one block,
         and a MoE group's all-gathers run over one node's link."""
-        n = dp * tp
         if self.topology is None:
             if not self.model.is_moe:
-                return  # dense ranks never talk to each other
-            limit = max(gpu.link.max_gpus, gpu.pcie.max_gpus)
-        else:
-            limit = max(
-                (node.gpus.count for node in self.topology.spec.nodes
-                 if node.gpus.type == gpu.id and (pool.nodes is None or node.name in pool.nodes)),
-                default=n,  # no such node: placement says so
-            )
-        if n > limit:
-            raise ConfigError(
-                field,
-                f"{dp} ranks x tensor_parallel_size {tp} = {n} GPUs, more than one node's "
-                f"{limit} {gpu.id} GPUs: a data-parallel group is modelled on one node",
-            )
+                return wanted  # dense ranks never talk to each other
+            return max(gpu.link.max_gpus, gpu.pcie.max_gpus)
+        return max(
+            (node.gpus.count for node in self.topology.spec.nodes
+             if node.gpus.type == gpu.id and (pool.nodes is None or node.name in pool.nodes)),
+            default=wanted,  # no such node: placement says so
+        )
 
     def _cost_model(self, gpu: GpuSpec, tp: int, group: list[str], dp: int = 1,
                     ep: bool = False) -> CostModel | None:

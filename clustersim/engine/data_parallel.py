@@ -16,14 +16,38 @@ from collections.abc import Callable, Sequence
 
 import simpy
 
+from clustersim.catalog.specs import ModelSpec
 from clustersim.engine.instance import Instance
 from clustersim.engine.request import Request
 from clustersim.engine.scheduler import StepPlan
+from clustersim.errors import ConfigError
 
 WAITING_WEIGHT = 4
 """vLLM's balancer score: ``waiting * 4 + running``."""
 STATS_INTERVAL_S = 0.1
 """How often the DP coordinator publishes the ranks' request counts."""
+
+
+def check_group(
+    model: ModelSpec, gpu_id: str, tp: int, dp: int, expert_parallel: bool, node_gpus: int,
+    *, names: tuple[str, str], fields: tuple[str, str],
+) -> None:
+    """A ``dp x tp`` group as clustersim models it: whole experts split evenly over its GPUs
+    with expert parallelism, and all of them on one node of ``node_gpus``. ``names``: how the
+    user spelled (dp, tp); ``fields``: the error paths of (dp, expert parallelism)."""
+    n = dp * tp
+    dp_name, tp_name = names
+    dp_field, ep_field = fields
+    if expert_parallel and model.num_experts % n:
+        raise ConfigError(
+            ep_field, f"{model.num_experts} experts do not split evenly over "
+            f"{dp_name} x {tp_name} = {n} GPUs",
+        )
+    if n > node_gpus:
+        raise ConfigError(
+            dp_field, f"{dp} ranks x {tp_name} {tp} = {n} GPUs, more than one node's "
+            f"{node_gpus} {gpu_id} GPUs: a data-parallel group is modelled on one node",
+        )
 
 
 class DataParallelGroup:
