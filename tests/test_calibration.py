@@ -176,6 +176,32 @@ def test_few_shot_recovers_overheads_it_was_fitted_on():
         CostModel(model, truth, 4).step_time(check).time_s, rel=0.05)
 
 
+def test_few_shot_reads_weights_faster_instead_of_a_negative_overhead():
+    """Decodes faster than the kernel fit's weight read: the memory efficiency rises, the
+    per-step overhead stays 0 (it does not go negative)."""
+    model, base = load_model("llama-2-70b"), load_gpu("a100-80gb-sxm")
+    truth = base.model_copy(update={
+        "per_step_overhead_s": 0.0, "per_request_overhead_s": 1e-4,
+        "memory_efficiency": base.memory_efficiency * 1.3})
+    shapes = [BatchShape.from_chunks([(512, 0, True)]),
+              BatchShape.from_chunks([(1, 600, True)]),
+              BatchShape.from_chunks([(1, 600, True)] * 64)]
+    points = [(s, CostModel(model, truth, 2).step_time(s).time_s) for s in shapes]
+    tuned = fit_few_shot(model, base, 2, points)
+    assert tuned.per_step_overhead_s == pytest.approx(0.0, abs=5e-4)
+    assert tuned.memory_efficiency == pytest.approx(truth.memory_efficiency, rel=0.02)
+    check = BatchShape.from_chunks([(1, 2000, True)] * 16)
+    assert CostModel(model, tuned, 2).step_time(check).time_s == pytest.approx(
+        CostModel(model, truth, 2).step_time(check).time_s, rel=0.02)
+    # with room for an overhead the memory efficiency stays the kernel fit's
+    slow = truth.model_copy(update={"per_step_overhead_s": 0.01,
+                                    "memory_efficiency": base.memory_efficiency})
+    points = [(s, CostModel(model, slow, 2).step_time(s).time_s) for s in shapes]
+    tuned = fit_few_shot(model, base, 2, points)
+    assert tuned.memory_efficiency == base.memory_efficiency
+    assert tuned.per_step_overhead_s == pytest.approx(0.01, rel=0.02)
+
+
 def test_few_shot_refuses_too_many_points():
     one = (BatchShape.from_chunks([(1, 10, True)]), 0.01)
     with pytest.raises(InputError):

@@ -9,10 +9,14 @@ for the per-step overhead ``o``, the per-request overhead ``r`` and the compute 
 (GEMMs and attention), then fold them back into the profile: ``per_step_overhead_s = o``,
 ``per_request_overhead_s = r``, ``compute_efficiency / b``, ``attention_efficiency / b``.
 One point fits ``o``; two add ``b`` (give a prefill); three add ``r`` (give decodes at two
-batch sizes). Memory efficiency stays the kernel fit's: a decode time that differs from it
-differs by a constant per step, which ``o`` absorbs (a scale on weight reads cannot be told
-apart from a fixed cost with a few batch-1 points). Which op is compute- or memory-bound can
-flip as the efficiencies move, so the solve repeats a few times.
+batch sizes). Memory efficiency stays the kernel fit's while the measurements leave room for an
+overhead: a decode time that differs from it by a constant per step is what ``o`` absorbs (a
+scale on weight reads cannot be told apart from a fixed cost with a few batch-1 points). When
+they do not -- the fitted ``o`` comes out negative, i.e. the stack reads its weights faster than
+the kernel fit's one memory efficiency for every GEMM size prices them -- a memory scale ``m``
+takes ``o``'s place (``o = 0``, ``memory_efficiency / m``): a negative overhead does not exist,
+a faster weight read does. Which op is compute- or memory-bound can flip as the efficiencies
+move, so the solve repeats a few times.
 """
 
 from __future__ import annotations
@@ -57,20 +61,24 @@ def fit_few_shot(
     step_lists = [[s] if isinstance(s, BatchShape) else list(s) for s, _ in points]
     num_steps = np.array([len(steps) for steps in step_lists], dtype=float)
     seqs = np.array([sum(b.num_seqs for b in steps) for steps in step_lists], dtype=float)
+    use_memory = False
     for _ in range(_ROUNDS):
         cost = CostModel(model, gpu, tp, dp=dp, expert_parallel=expert_parallel)
         costs = [[_price(cost, b, dp) for b in steps] for steps in step_lists]
         comp = np.array([sum(c.compute_s for c in cs) for cs in costs])
+        mem = np.array([sum(c.memory_s for c in cs) for cs in costs])
         total = np.array([sum(c.time_s for c in cs) for cs in costs])
         fixed = num_steps * gpu.per_step_overhead_s + seqs * gpu.per_request_overhead_s
         weight = 1.0 / measured if relative else np.ones_like(measured)
-        o, b, r = _solve(measured - (total - comp - fixed), comp, num_steps, seqs, weight)
+        o, b, r, m, use_memory = _solve(measured - (total - comp - mem - fixed), comp, mem,
+                                        num_steps, seqs, weight, use_memory)
         gpu = gpu.model_copy(
             update={
                 "per_step_overhead_s": o,
                 "per_request_overhead_s": r,
                 "compute_efficiency": _clamp(gpu.compute_efficiency / b),
                 "attention_efficiency": _clamp(gpu.attention_efficiency / b),
+                "memory_efficiency": _clamp(gpu.memory_efficiency / m),
                 "calibration": calibration,
             }
         )
@@ -84,29 +92,38 @@ def _price(cost: CostModel, batch: BatchShape, dp: int) -> StepCost:
 
 
 def _solve(
-    target: np.ndarray, comp: np.ndarray, steps: np.ndarray, seqs: np.ndarray,
-    weight: np.ndarray,
-) -> tuple[float, float, float]:
-    """Least-squares ``(o, b, r)``: ``o, r >= 0``, ``b > 0``. Unknowns enter in that order as
-    points allow (a part that is zero, or proportional to the steps, over the points is not
-    identifiable); one that comes out negative is dropped and the rest refitted."""
-    columns = {"o": steps, "b": comp, "r": seqs}
+    target: np.ndarray, comp: np.ndarray, mem: np.ndarray, steps: np.ndarray,
+    seqs: np.ndarray, weight: np.ndarray, use_memory: bool,
+) -> tuple[float, float, float, float, bool]:
+    """Least-squares ``(o, b, r, m)`` for ``target = o x steps + b x comp + r x seqs + m x mem``:
+    ``o, r >= 0``, ``b, m > 0``. Unknowns enter in that order as points allow (a part that is
+    zero, or proportional to the steps, over the points is not identifiable); ``m`` is 1 unless
+    ``o`` comes out negative (or ``use_memory``, an earlier round's verdict), and then replaces
+    it. Another unknown that comes out out of range is dropped and the rest refitted. Returns
+    ``(o, b, r, m, whether m replaced o)``."""
+    columns = {"o": steps, "b": comp, "r": seqs, "m": mem}
     active = ["o"]
     if np.any(comp > 0):
         active.append("b")
     if np.ptp(seqs / steps) > 0:
         active.append("r")
     active = active[: len(target)]
+    if use_memory and np.any(mem > 0):
+        active[0] = "m"
     while active:
+        known = sum(columns[k] for k in ("b", "m") if k not in active)  # scale 1 unless fitted
         design = np.stack([columns[k] for k in active], axis=1) * weight[:, None]
-        values, *_ = np.linalg.lstsq(design, target * weight, rcond=None)
+        values, *_ = np.linalg.lstsq(design, (target - known) * weight, rcond=None)
         fitted = dict(zip(active, values, strict=True))
-        bad = [k for k, v in fitted.items() if (v <= 0 if k == "b" else v < 0)]
+        if fitted.get("o", 0.0) < 0 and np.any(mem > 0):
+            active[active.index("o")] = "m"
+            continue
+        bad = [k for k, v in fitted.items() if (v <= 0 if k in ("b", "m") else v < 0)]
         if not bad:
             return (float(fitted.get("o", 0.0)), float(fitted.get("b", 1.0)),
-                    float(fitted.get("r", 0.0)))
+                    float(fitted.get("r", 0.0)), float(fitted.get("m", 1.0)), "m" in fitted)
         active.remove(bad[-1])
-    return 0.0, 1.0, 0.0
+    return 0.0, 1.0, 0.0, 1.0, False
 
 
 def _clamp(eff: float) -> float:
