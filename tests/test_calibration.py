@@ -202,6 +202,16 @@ def test_few_shot_reads_weights_faster_instead_of_a_negative_overhead():
     assert tuned.per_step_overhead_s == pytest.approx(0.01, rel=0.02)
 
 
+def test_one_measurement_fits_only_the_step_overhead():
+    model, base = load_model("llama-2-70b"), load_gpu("a100-80gb-sxm")
+    truth = base.model_copy(update={"per_step_overhead_s": 0.02})
+    prefill = BatchShape.from_chunks([(2048, 0, True)])
+    tuned = fit_few_shot(model, base, 4, [(prefill, CostModel(model, truth, 4).step_time(
+        prefill).time_s)])
+    assert tuned.per_step_overhead_s == pytest.approx(0.02, rel=1e-6)
+    assert tuned.compute_efficiency == base.compute_efficiency
+
+
 def test_few_shot_refuses_too_many_points():
     one = (BatchShape.from_chunks([(1, 10, True)]), 0.01)
     with pytest.raises(InputError):
@@ -331,19 +341,33 @@ def test_bench_serve_results_without_start_times_are_refused(tmp_path):
 
 
 def test_few_shot_for_a_data_parallel_moe_deployment(tmp_path):
+    """Measurements of a group priced as it runs (the MoE layers see both ranks' tokens) are
+    fitted back, and a step not among them comes out as the group would run it."""
+    model = load_model("qwen3-30b-a3b")
+    truth = load_gpu("rtx-pro-6000").model_copy(update={
+        "per_step_overhead_s": 2e-3, "per_request_overhead_s": 5e-5,
+        "compute_efficiency": 0.5, "attention_efficiency": 0.2})
+    group = CostModel(model, truth, 1, dp=2, expert_parallel=True)
+
+    def measured(chunks):
+        batch = BatchShape.from_chunks(chunks)
+        tokens = batch.num_prefill_tokens + batch.num_decode_tokens
+        return group.step_time(batch, 2 * tokens).time_s
+
     out = tmp_path / "moe.yaml"
     code, output = run_cli(
         "calibrate", "--gpu", "rtx-pro-6000", "--model", "qwen3-30b-a3b", "--dp", "2",
-        "--expert-parallel", "--prefill", "2048=0.15", "--decode", "128@1200=0.045",
-        "--decode", "1@1200=0.009", "--out", str(out))
+        "--expert-parallel", "--prefill", f"2048={measured([(2048, 0, True)]):.6f}",
+        "--decode", f"128@1200={measured([(1, 1200, True)] * 128):.6f}",
+        "--decode", f"1@1200={measured([(1, 1200, True)]):.6f}", "--out", str(out))
     assert code == 0, output
     entry = yaml.safe_load(out.read_text())["profiles"]["rtx-pro-6000"]
     assert entry["provenance"]["measurements"]["dp"] == 2
-    # the fitted profile reproduces a measured decode step priced the way the group runs it
     gpu = apply_profile(load_gpu("rtx-pro-6000", profile="default"), entry)
-    cost = CostModel(load_model("qwen3-30b-a3b"), gpu, 1, dp=2, expert_parallel=True)
-    batch = BatchShape.from_chunks([(1, 1200, True)] * 128)
-    assert cost.step_time(batch, 256).time_s == pytest.approx(0.045, rel=0.1)
+    cost = CostModel(model, gpu, 1, dp=2, expert_parallel=True)
+    held_out = [(1, 3000, True)] * 48
+    batch = BatchShape.from_chunks(held_out)
+    assert cost.step_time(batch, 96).time_s == pytest.approx(measured(held_out), rel=0.03)
     code, output = run_cli("calibrate", "--gpu", "h100-sxm", "--model", "llama-3.1-8b",
                            "--dp", "2", "--decode", "1@100=0.01", "--out", str(out))
     assert code == 2 and "--dp: llama-3.1-8b is dense" in output

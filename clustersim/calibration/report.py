@@ -300,16 +300,16 @@ as JSON lines, or the result of `vllm bench serve --save-result --save-detailed`
   requests finish early and fewer run at once on the way down. TTFT is short in this run
   (mean 1.1 s, median 0.14 s: a burst of queueing in the last seconds of the arrivals, once
   256 requests run), and the simulated burst is shallower: mean 0.38 s.
-- **Few-shot is as good as its three numbers.** On {few_best_run} the first request's TTFT and
-  two log samples bring every statistic within {few_best_pct} %. Elsewhere the rule's numbers
-  are not clean step times: these runs are at 10 req/s from the first second, so the first
-  request shares its prefill with the next arrivals (RTX 4090: 0.69 s for a 2,358-token prompt
-  the kernel profile prices at ~0.25 s, a cold start too), and a log line's running count is
-  read at the end of the interval its throughput averages over (RTX PRO 6000 Llama-3.1-8B: "1
-  running" at 8.5 ms a token, faster than its weights can be read). The fit then concludes the
-  GPU computes too slowly ({few_other_ttft} mean TTFT). Measurements of a warm, idle server do
-  not have this problem; the rule was fixed before the runs were scored and is left as it is,
-  not tuned to them.
+- **Few-shot is as good as its three numbers.** On {few_best_run} the rule's numbers come
+  closest (every statistic within {few_best_pct} %). Elsewhere the rule's numbers are not clean
+  step times: these runs are at 10 req/s from the first second, so the first request shares its
+  prefill with the next arrivals (RTX 4090: 0.69 s for a 2,358-token prompt the kernel profile
+  prices at ~0.25 s, a cold start too), and a log line's running count is read at the end of the
+  interval its throughput averages over (RTX PRO 6000 Llama-3.1-8B: "1 running" at 8.5 ms a
+  token, faster than its weights can be read). The fit then concludes the GPU computes too
+  slowly ({few_other_ttft} mean TTFT). Measurements of a warm, idle server do not have this
+  problem; the rule was fixed before the runs were scored and is left as it is, not tuned to
+  them.
 - **What the serving replay does not model:** API-server time (tokenisation, detokenisation,
   HTTP), which vLLM's timestamps partly include; CUDA-graph padding of decode batches (except
   across data-parallel ranks); the RTX PRO 6000 KV size, which vLLM did not log and
