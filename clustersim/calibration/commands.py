@@ -151,7 +151,8 @@ def _few_shot(out, gpu_id, model_id, tp, prefill, decode, from_requests, budget,
     typer.echo(
         f"{gpu.id}: per-step overhead {tuned.per_step_overhead_s * 1e3:.3f} ms, per-request "
         f"{tuned.per_request_overhead_s * 1e6:.1f} us, compute efficiency "
-        f"{tuned.compute_efficiency:.2f}, attention efficiency {tuned.attention_efficiency:.2f}"
+        f"{tuned.compute_efficiency:.2f}, attention efficiency {tuned.attention_efficiency:.2f}, "
+        f"memory efficiency {tuned.memory_efficiency:.2f} (was {gpu.memory_efficiency:.2f})"
     )
     typer.echo(f"wrote {out} (in a scenario: gpu: {gpu.id}@{out})")
 

@@ -144,6 +144,8 @@ def _solve(
                 if best is None or key < best[0]:
                     best = (key, fitted)
     fitted = best[1] if best is not None else {}
+    # lstsq leaves rounding noise where a value is exactly 0
+    fitted = {k: (0.0 if abs(v) < 1e-12 else v) for k, v in fitted.items()}
     return (float(fitted.get("o", 0.0)), float(fitted.get("b", 1.0)),
             float(fitted.get("r", prior_r)), float(fitted.get("m", 1.0)), "m" in fitted)
 
