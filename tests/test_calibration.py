@@ -69,7 +69,8 @@ def test_shipped_profile_is_what_calibrate_writes():
 
 
 def test_shipped_data_carries_licenses():
-    for folder in ("fit/vidur", "fit/rtx4090", "fit/distserve", "validation/splitwise",
+    for folder in ("fit/vidur", "fit/rtx4090", "fit/rtx-pro-6000", "fit/distserve",
+                   "validation/splitwise",
                    "validation/llmservingsim"):
         assert list((FIT_DIR.parent / folder).glob("LICENSE*")), folder
     assert (FIT_DIR.parent / "README.md").is_file()
@@ -572,3 +573,27 @@ def test_bad_vllm_bench_serve_results_are_one_line(tmp_path, overrides, where, m
     assert code == 2
     one_line_error(output, f"{path}: {where}" if where else str(path))
     assert message in output
+
+
+def test_tp2_cross_check_reads_calibration_data_only_and_matches_the_model(monkeypatch):
+    """The Qwen3-32B TP2 decode-step cross-check sums kernel-profile rows and NCCL samples
+    (calibration data) and agrees with the cost model at every batch."""
+    from clustersim.calibration import tp_check
+
+    seen: list[Path] = []
+    real_read_csv = pd.read_csv
+
+    def spy(path, *args, **kwargs):
+        seen.append(Path(path))
+        return real_read_csv(path, *args, **kwargs)
+
+    monkeypatch.setattr(tp_check.pd, "read_csv", spy)
+    checks = tp_check.decode_step_checks()
+    assert seen and all(FIT_DIR in p.resolve().parents for p in seen)
+    assert [c.batch for c in checks] == [1, 32, 128]
+    totals = [c.profile_ms for c in checks]
+    assert totals == sorted(totals)
+    for c in checks:
+        assert c.profile_ms == pytest.approx(
+            c.gemm_ms + c.attention_ms + c.elementwise_ms + c.lm_head_ms + c.collectives_ms)
+        assert c.clustersim_ms == pytest.approx(c.profile_ms, rel=0.10)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from clustersim.calibration.splitwise import FEW_SHOT_RULE, GroupScore
+from clustersim.calibration.tp_check import CHECK_HEADER, check_rows, decode_step_checks
 from clustersim.calibration.vllm_runs import FEW_SHOT_RULE as RUNS_RULE
-from clustersim.calibration.vllm_runs import METRICS, STATS, RunScore
+from clustersim.calibration.vllm_runs import METRICS, STATS, RunScore, full_decode_step_ms
 
 _METRIC_NAMES = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
 
@@ -78,6 +79,9 @@ def render_text(splitwise: Sequence[GroupScore], runs: Sequence[RunScore]) -> st
         text_table(VLLM_HEADER, vllm_rows(runs, "zero-shot")),
         f"vLLM 0.19 serving runs, few-shot ({RUNS_RULE})",
         text_table(VLLM_HEADER, vllm_rows(runs, "few-shot")),
+        "cross-check (calibration data only): Qwen3-32B TP2 decode steps on the RTX PRO 6000 "
+        "summed from their own kernel profile and NCCL samples vs clustersim's price, ms",
+        text_table(CHECK_HEADER, check_rows(decode_step_checks())),
     ])
 
 
@@ -146,10 +150,28 @@ def runs_summary(runs: Sequence[RunScore]) -> dict[str, str]:
     }
 
 
+TP_CHECK_RUN = "RTXPRO6000_Qwen3-32B"
+
+
+def tp_check_summary() -> dict[str, str]:
+    checks = decode_step_checks()
+    full = max(checks, key=lambda c: c.batch)
+    log = full_decode_step_ms(TP_CHECK_RUN)
+    return {
+        "tp_table": markdown_table(CHECK_HEADER, check_rows(checks)),
+        "tp_batch": str(full.batch),
+        "tp_context": f"{full.context:,}",
+        "tp_profile": f"{full.profile_ms:.1f}",
+        "tp_sim": f"{full.clustersim_ms:.1f}",
+        "tp_log": f"{min(log):.1f}-{max(log):.1f}" if log else "n/a",
+    }
+
+
 def render_markdown(splitwise: Sequence[GroupScore], runs: Sequence[RunScore]) -> str:
     return _PAGE.format(
         **splitwise_summary(splitwise),
         **runs_summary(runs),
+        **tp_check_summary(),
         profiles=markdown_table(PROFILE_HEADER, profile_rows()),
         rule=FEW_SHOT_RULE,
         zero=markdown_table(SPLITWISE_HEADER, splitwise_rows(splitwise, "zero-shot")),
@@ -172,12 +194,13 @@ and memory efficiency as a function of the number of tokens, attention efficienc
 latency and bandwidth) are **fitted on kernel profiles only**: Vidur's A100/H100 operator and
 NCCL tables, RTX 4090 and RTX PRO 6000 layer profiles (the latter at TP1 and TP2) and the RTX
 PRO 6000's 2-rank NCCL samples over PCIe (`clustersim calibrate`, data and licenses under
-`clustersim/data/calibration/fit/`). The per-step, per-layer and per-request CPU overheads are
-not in any kernel profile: they are BLIS's public fit on H100 vLLM (126 µs/step, 32.1 µs/layer,
-4.4 µs/request). GPUs without measurements borrow the nearest measured GPU's fit (L40S from the
-RTX 4090, H200/B200/H100 PCIe from the H100 SXM, the other A100s from the A100 SXM 80GB; the
-MI300X keeps the uncalibrated defaults, there being no AMD data);
-`clustersim/catalog/calibrated.yaml` records the provenance of every value.
+`clustersim/data/calibration/fit/`; a Qwen3-32B TP2 profile there serves a cross-check only).
+The per-step, per-layer and per-request CPU overheads are not in any kernel profile: they are
+BLIS's public fit on H100 vLLM (126 µs/step, 32.1 µs/layer, 4.4 µs/request). GPUs without
+measurements borrow the nearest measured GPU's fit (L40S from the RTX 4090, H200/B200/H100 PCIe
+from the H100 SXM, the other A100s from the A100 SXM 80GB; the MI300X keeps the uncalibrated
+defaults, there being no AMD data); `clustersim/catalog/calibrated.yaml` records the provenance
+of every value.
 
 ## Calibrated parameters (`clustersim/catalog/calibrated.yaml`)
 
@@ -261,6 +284,15 @@ as JSON lines, or the result of `vllm bench serve --save-result --save-detailed`
 
 {runs_few}
 
+### Cross-check: Qwen3-32B TP2 decode steps from their own kernels
+
+Calibration data only, nothing fitted: each row sums, for one decode step (ms), LLMServingSim's
+RTX PRO 6000 profile of one TP2 rank of Qwen3-32B (one decoder layer, x 64 layers; the layer's
+two RMSNorms counted twice) and the 2-rank NCCL samples (129 all-reduces of the hidden states,
+the logits all-gather), next to clustersim's price of the same step.
+
+{tp_table}
+
 ## Where the model is worse, and why
 
 - **Old stacks, zero-shot.** Splitwise's 2023 vLLM spends 43-73 ms per token for Llama-2-70B at
@@ -285,14 +317,15 @@ as JSON lines, or the result of `vllm bench serve --save-result --save-detailed`
   overhead, which grows with TP degree.
 - **Tensor parallelism over PCIe, zero-shot.** With its own kernel profile the RTX PRO 6000
   serves Llama-3.1-8B (TP1) within 1.5 % on every statistic. Qwen3-32B at TP2 is 19-20 %
-  optimistic on TPOT and, the run being overloaded at 10 req/s, 25-27 % on TTFT, which is
-  almost all queueing (a too-fast decode drains the queue early). vLLM's log shows
-  decode-only steps of 128 requests at 55-63 ms (2,048-2,304 tokens/s); clustersim prices
-  them at 48-52 ms, and its parts are measured: weights at the fitted bandwidth ~25 ms, KV
-  reads 15-19 ms, 129 all-reduces of 1.3 MB at the NCCL samples' 47 µs ~6 ms, the logits
-  all-gather ~0.5 ms. What is missing is TP2 time outside the kernels (the two workers'
-  per-step synchronisation, vLLM's all-reduce path on PCIe), which no profile here measures.
-  The RTX 4090 run is within 6 % on every statistic.
+  optimistic on TPOT and, the run being overloaded at 10 req/s, 25-27 % on TTFT, which is almost
+  all queueing (a too-fast decode drains the queue early). vLLM's log shows decode-only steps of
+  {tp_batch} requests at {tp_log} ms. The same step's own kernels and collectives, measured on
+  this GPU (the cross-check above), sum to {tp_profile} ms at {tp_batch} x {tp_context} tokens
+  of context (the logged requests' contexts are of that order), and clustersim prices it at
+  {tp_sim} ms: the model agrees with every part that is measured, and what is missing is TP2
+  time outside them (the two workers' per-step synchronisation, vLLM's CUDA-graph all-reduce
+  path on PCIe), which no profile here measures. The RTX 4090 run is within 6 % on every
+  statistic.
 - **Mixture of experts with data parallelism.** Qwen3-30B-A3B (DP2 x EP) is 12-16 %
   optimistic on TPOT. At saturation (256 running) clustersim's lockstep steps match vLLM's
   log (42-43 ms vs 43.5 ms per step); the ramp-up steps, where prompt chunks on one rank pad

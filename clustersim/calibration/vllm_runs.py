@@ -141,6 +141,18 @@ def few_shot_points(run: str, root: Path = VLLM_RUNS_DIR) -> list[tuple[list[Bat
     return points
 
 
+def full_decode_step_ms(run: str, root: Path = VLLM_RUNS_DIR) -> list[float]:
+    """Step times (ms) of the log's decode-only seconds with ``max_num_seqs`` requests running:
+    running / generation tokens per second."""
+    folder = root / run
+    cap = json.loads((folder / "vllm_meta.json").read_text())["engine_kwargs"]["max_num_seqs"]
+    with (folder / "vllm_timeseries.csv").open(newline="") as file:
+        return [1e3 * float(row["running"]) / float(row["gen_throughput"])
+                for row in csv.DictReader(file)
+                if float(row["prompt_throughput"]) == 0 and float(row["running"]) == cap
+                and float(row["gen_throughput"]) > 0]
+
+
 def few_shot_profile(run: str, folder: Path, root: Path = VLLM_RUNS_DIR) -> Path:
     """Fit the run's GPU profile to its three measurements; write it to ``folder``."""
     model_id, gpu_id = RUNS[run]
