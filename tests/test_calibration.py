@@ -596,4 +596,23 @@ def test_tp2_cross_check_reads_calibration_data_only_and_matches_the_model(monke
     for c in checks:
         assert c.profile_ms == pytest.approx(
             c.gemm_ms + c.attention_ms + c.elementwise_ms + c.lm_head_ms + c.collectives_ms)
+        # GPU time against GPU time (the profile holds no CPU overhead)
         assert c.clustersim_ms == pytest.approx(c.profile_ms, rel=0.10)
+        assert c.clustersim_total_ms > c.clustersim_ms
+    with pytest.raises(ValueError, match="outside the measured range"):
+        tp_check.decode_step_checks(batches=(3,))
+
+
+def test_few_shot_cli_reports_how_well_the_fit_matches(tmp_path):
+    out = tmp_path / "m.yaml"
+    code, output = run_cli("calibrate", "--gpu", "a100-80gb-sxm", "--model", "llama-2-70b",
+                           "--tp", "2", "--prefill", "512=0.197", "--decode", "1@576=0.0549",
+                           "--decode", "64@576=0.0702", "--out", str(out))
+    assert code == 0, output
+    assert "prices your measurements at +0.0 %, +0.0 %, +0.0 %" in output
+    assert "warning" not in output
+    # a decode faster than the weights can be read at the datasheet bandwidth
+    code, output = run_cli("calibrate", "--gpu", "a100-80gb-sxm", "--model", "llama-2-70b",
+                           "--tp", "2", "--decode", "1@576=0.01", "--out", str(out))
+    assert code == 0, output
+    assert "warning: the model cannot match every measurement within 10 %" in output

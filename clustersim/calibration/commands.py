@@ -88,11 +88,15 @@ def calibrate_cmd(
     typer.echo(f"wrote {path}")
 
 
+_FIT_WARN = 0.10
+"""A fitted profile further than this from a measurement it was fitted on is reported."""
+
+
 def _few_shot(out, gpu_id, model_id, tp, prefill, decode, from_requests, budget, dp=1,
               expert_parallel=False) -> None:
     import yaml
 
-    from clustersim.calibration.fewshot import MAX_POINTS, fit_few_shot
+    from clustersim.calibration.fewshot import MAX_POINTS, fit_errors, fit_few_shot
     from clustersim.catalog import PROFILE_FIELDS, load_gpu, load_model
     from clustersim.cost.roofline import BatchShape
 
@@ -135,6 +139,13 @@ def _few_shot(out, gpu_id, model_id, tp, prefill, decode, from_requests, budget,
                 what = f"prefill of {sum(b.num_prefill_tokens for b in steps)} tokens"
             lines.append(f"measurement from records: {what}, {seconds * 1e3:.2f} ms")
     tuned = fit_few_shot(spec, gpu, tp, points, dp=dp, expert_parallel=expert_parallel)
+    errors = fit_errors(spec, tuned, tp, points, dp=dp, expert_parallel=expert_parallel)
+    lines.append("the fitted profile prices your measurements at "
+                 + ", ".join(f"{round(e * 100, 1) + 0.0:+.1f} %" for e in errors))
+    if any(abs(e) > _FIT_WARN for e in errors):
+        lines.append(f"warning: the model cannot match every measurement within "
+                     f"{_FIT_WARN * 100:.0f} % (one faster than the GPU's datasheet allows, or "
+                     "measurements that contradict each other, e.g. taken under load)")
     entry = {k: getattr(tuned, k) for k in PROFILE_FIELDS}
     entry["provenance"] = {
         "base": gpu.calibration,

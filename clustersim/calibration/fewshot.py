@@ -24,7 +24,8 @@ repeats a few rounds and keeps the one whose real prices come closest to the mea
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import combinations
+from dataclasses import dataclass
+from itertools import product
 
 import numpy as np
 
@@ -71,6 +72,7 @@ def fit_few_shot(
         return [[_price(cost, b, dp) for b in steps] for steps in step_lists]
 
     use_memory = False
+    shipped_r, shipped_m = gpu.per_request_overhead_s, gpu.memory_efficiency
     best: tuple[float, GpuSpec] | None = None
     costs = price(gpu)
     for _ in range(_ROUNDS):
@@ -78,9 +80,13 @@ def fit_few_shot(
         mem = np.array([sum(c.memory_s for c in cs) for cs in costs])
         total = np.array([sum(c.time_s for c in cs) for cs in costs])
         fixed = num_steps * gpu.per_step_overhead_s + seqs * gpu.per_request_overhead_s
-        o, b, r, m, use_memory = _solve(measured - (total - comp - mem - fixed), comp, mem,
-                                        num_steps, seqs, weight, use_memory,
-                                        gpu.per_request_overhead_s, gpu.memory_efficiency)
+        bounds = _Bounds(
+            b_min=max(gpu.compute_efficiency, gpu.attention_efficiency),
+            m_min=gpu.memory_efficiency, m_max=gpu.memory_efficiency / shipped_m,
+            prior_r=shipped_r)
+        o, b, r, m, chose_memory = _solve(measured - (total - comp - mem - fixed), comp, mem,
+                                          num_steps, seqs, weight, use_memory, bounds)
+        use_memory = use_memory or chose_memory
         gpu = gpu.model_copy(
             update={
                 "per_step_overhead_s": o,
@@ -102,70 +108,109 @@ def fit_few_shot(
     return best[1]
 
 
+def fit_errors(
+    model: ModelSpec, gpu: GpuSpec, tp: int,
+    points: Sequence[tuple[BatchShape | Sequence[BatchShape], float]], *, dp: int = 1,
+    expert_parallel: bool = False,
+) -> list[float]:
+    """``(priced - measured) / measured`` of each measurement under ``gpu`` (a fitted profile:
+    how well it reproduces what it was fitted on)."""
+    cost = CostModel(model, gpu, tp, dp=dp, expert_parallel=expert_parallel)
+    errors = []
+    for steps, seconds in points:
+        steps = [steps] if isinstance(steps, BatchShape) else list(steps)
+        priced = sum(_price(cost, b, dp).time_s for b in steps)
+        errors.append((priced - seconds) / seconds)
+    return errors
+
+
 def _price(cost: CostModel, batch: BatchShape, dp: int) -> StepCost:
     if dp == 1:
         return cost.step_time(batch)
     return cost.step_time(batch, dp * (batch.num_prefill_tokens + batch.num_decode_tokens))
 
 
+@dataclass(frozen=True)
+class _Bounds:
+    """Where the unknowns may go: efficiencies stay <= 1 (``b >= b_min``, ``m >= m_min``),
+    memory never slower than the kernel fit's (``m <= m_max``); ``prior_r`` is the shipped
+    per-request overhead, kept when the points cannot determine it."""
+
+    b_min: float
+    m_min: float
+    m_max: float
+    prior_r: float
+
+
 def _solve(
     target: np.ndarray, comp: np.ndarray, mem: np.ndarray, steps: np.ndarray,
-    seqs: np.ndarray, weight: np.ndarray, use_memory: bool, prior_r: float, min_m: float,
+    seqs: np.ndarray, weight: np.ndarray, use_memory: bool, bounds: _Bounds,
 ) -> tuple[float, float, float, float, bool]:
-    """Constrained least squares for ``target = o x steps + b x comp + r x seqs + m x mem``:
-    ``o, r >= 0``, ``b > 0``, ``m >= min_m`` (the current memory efficiency: no faster than the
-    datasheet bandwidth). Every subset of the unknowns the points can determine is solved (an
-    unknown left out keeps its prior: ``b = m = 1``, ``r = prior_r``, ``o = 0``); the feasible one
-    with the smallest residual wins, an ``o`` one before an ``m`` one (``m`` takes ``o``'s place
-    only when the overhead would have to be negative; once it has, ``use_memory`` keeps it so).
-    Returns ``(o, b, r, m, whether m was fitted)``."""
+    """Box-constrained least squares for ``target = o x steps + b x comp + r x seqs + m x mem``.
+
+    The unknowns the points determine, in this order and each only if the points tell it apart
+    from the ones before (``o``; ``b`` when the compute time is not proportional to the steps;
+    ``r`` when the requests per step vary), are fitted with ``o, r >= 0`` and ``b >= b_min``;
+    one the points cannot determine keeps its prior (``b = 1``, ``r = prior_r``). ``m`` is 1 --
+    unless the best fit puts ``o`` at its bound 0 (the overhead would have to be negative), or
+    an earlier round did (``use_memory``): then ``m`` (``m_min <= m <= m_max``) replaces
+    ``o``, which stays 0. Returns ``(o, b, r, m, whether m was fitted)``."""
     columns = {"o": steps, "b": comp, "r": seqs, "m": mem}
-    optional = []
-    if np.any(comp > 0):
-        optional.append("b")
-    if np.ptp(seqs / steps) > 0:
-        optional.append("r")
-    firsts = ["m"] if use_memory else ["o"]
-    if np.any(mem > 0) and "m" not in firsts:
-        firsts.append("m")
-    scale = float(np.linalg.norm(target * weight)) or 1.0
-    best: tuple[tuple[float, bool, int], dict[str, float]] | None = None
-    for first in firsts:
-        pool = [first, *optional]
-        for size in range(min(len(pool), len(target)), 0, -1):
-            for subset in combinations(pool, size):
-                fitted = _least_squares(subset, columns, target, weight, prior_r)
-                if not _feasible(fitted, min_m):
-                    continue
-                design = sum(fitted.get(k, _PRIOR[k]) * columns[k] for k in columns
-                             if k != "r") + fitted.get("r", prior_r) * seqs
-                residual = float(np.linalg.norm((design - target) * weight)) / scale
-                key = (round(residual, 9), "m" in fitted, -size)
-                if best is None or key < best[0]:
-                    best = (key, fitted)
-    fitted = best[1] if best is not None else {}
-    # lstsq leaves rounding noise where a value is exactly 0
-    fitted = {k: (0.0 if abs(v) < 1e-12 else v) for k, v in fitted.items()}
-    return (float(fitted.get("o", 0.0)), float(fitted.get("b", 1.0)),
-            float(fitted.get("r", prior_r)), float(fitted.get("m", 1.0)), "m" in fitted)
+    lower = {"o": 0.0, "b": bounds.b_min, "r": 0.0, "m": bounds.m_min}
+    upper = {"o": np.inf, "b": np.inf, "r": np.inf, "m": bounds.m_max}
+    prior = {"o": 0.0, "b": 1.0, "r": bounds.prior_r, "m": 1.0}
+    # one point fits o (or m); two add b; three add r -- each only if the points can tell it
+    # apart from the ones before (the same prefill twice determines o alone)
+    rest: list[str] = []
+    for k in ("b", "r"):
+        trial = np.stack([columns[j] for j in ("o", *rest, k)], axis=1) * weight[:, None]
+        if np.linalg.matrix_rank(trial) == len(rest) + 2:
+            rest.append(k)
+
+    def fit(unknowns: list[str]) -> dict[str, float] | None:
+        return _bounded_least_squares(unknowns, columns, target, weight, lower, upper, prior)
+
+    fitted = None if use_memory else fit(["o", *rest])
+    if fitted is None or fitted["o"] <= lower["o"] and np.any(mem > 0):
+        with_memory = fit(["m", *rest])
+        if with_memory is not None:
+            fitted = with_memory
+    values = {**prior, **(fitted or {})}
+    return (values["o"], values["b"], values["r"], values["m"], "m" in (fitted or {}))
 
 
-_PRIOR = {"o": 0.0, "b": 1.0, "m": 1.0}
-
-
-def _least_squares(subset: Sequence[str], columns: dict[str, np.ndarray], target: np.ndarray,
-                   weight: np.ndarray, prior_r: float) -> dict[str, float]:
-    known = sum(_PRIOR[k] * columns[k] for k in ("b", "m") if k not in subset)
-    if "r" not in subset:
-        known = known + prior_r * columns["r"]
-    design = np.stack([columns[k] for k in subset], axis=1) * weight[:, None]
-    values, *_ = np.linalg.lstsq(design, (target - known) * weight, rcond=None)
-    return dict(zip(subset, (float(v) for v in values), strict=True))
-
-
-def _feasible(fitted: dict[str, float], min_m: float) -> bool:
-    return (fitted.get("o", 0.0) >= 0 and fitted.get("r", 0.0) >= 0
-            and fitted.get("b", 1.0) > 0 and fitted.get("m", 1.0) >= min_m)
+def _bounded_least_squares(
+    unknowns: list[str], columns: dict[str, np.ndarray], target: np.ndarray,
+    weight: np.ndarray, lower: dict[str, float], upper: dict[str, float],
+    prior: dict[str, float],
+) -> dict[str, float] | None:
+    """Every split of ``unknowns`` into free ones and ones held at a bound: the free ones by
+    least squares (full rank only), the result inside the bounds, smallest residual wins.
+    Unknowns not listed keep ``prior``. None when nothing is feasible."""
+    best: tuple[float, dict[str, float]] | None = None
+    for states in product(("free", "lower", "upper"), repeat=len(unknowns)):
+        held = {k: (lower[k] if st == "lower" else upper[k])
+                for k, st in zip(unknowns, states, strict=True) if st != "free"}
+        if not all(np.isfinite(v) for v in held.values()):
+            continue
+        free = [k for k, st in zip(unknowns, states, strict=True) if st == "free"]
+        values = {**{k: prior[k] for k in columns if k not in unknowns}, **held}
+        known = sum(values[k] * columns[k] for k in values)
+        if free:
+            design = np.stack([columns[k] for k in free], axis=1) * weight[:, None]
+            if np.linalg.matrix_rank(design) < len(free):
+                continue  # the points cannot tell these apart
+            solved, *_ = np.linalg.lstsq(design, (target - known) * weight, rcond=None)
+            values.update(zip(free, (float(v) for v in solved), strict=True))
+        tol = 1e-12
+        if any(not lower[k] - tol <= values[k] <= upper[k] + tol for k in unknowns):
+            continue
+        predicted = sum(values[k] * columns[k] for k in columns)
+        residual = float(np.linalg.norm((predicted - target) * weight))
+        if best is None or residual < best[0] - 1e-15:
+            best = (residual, {k: (0.0 if abs(values[k]) < tol else values[k])
+                               for k in unknowns})
+    return None if best is None else best[1]
 
 
 def _clamp(eff: float) -> float:
