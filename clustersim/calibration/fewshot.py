@@ -67,14 +67,10 @@ def fit_few_shot(
     seqs = np.array([sum(b.num_seqs for b in steps) for steps in step_lists], dtype=float)
     weight = 1.0 / measured if relative else np.ones_like(measured)
 
-    def price(gpu: GpuSpec) -> list[list[StepCost]]:
-        cost = CostModel(model, gpu, tp, dp=dp, expert_parallel=expert_parallel)
-        return [[_price(cost, b, dp) for b in steps] for steps in step_lists]
-
     use_memory = False
     shipped_r, shipped_m = gpu.per_request_overhead_s, gpu.memory_efficiency
     best: tuple[float, GpuSpec] | None = None
-    costs = price(gpu)
+    costs = _costs(model, gpu, tp, step_lists, dp, expert_parallel)
     for _ in range(_ROUNDS):
         comp = np.array([sum(c.compute_s for c in cs) for cs in costs])
         mem = np.array([sum(c.memory_s for c in cs) for cs in costs])
@@ -99,7 +95,7 @@ def fit_few_shot(
         )
         # which op is compute- or memory-bound can flip with the new efficiencies: keep the
         # round whose real prices come closest
-        costs = price(gpu)
+        costs = _costs(model, gpu, tp, step_lists, dp, expert_parallel)
         total = np.array([sum(c.time_s for c in cs) for cs in costs])
         residual = float(np.linalg.norm((total - measured) * weight))
         if best is None or residual < best[0]:
@@ -115,13 +111,16 @@ def fit_errors(
 ) -> list[float]:
     """``(priced - measured) / measured`` of each measurement under ``gpu`` (a fitted profile:
     how well it reproduces what it was fitted on)."""
+    step_lists = [[s] if isinstance(s, BatchShape) else list(s) for s, _ in points]
+    costs = _costs(model, gpu, tp, step_lists, dp, expert_parallel)
+    return [(sum(c.time_s for c in cs) - seconds) / seconds
+            for cs, (_, seconds) in zip(costs, points, strict=True)]
+
+
+def _costs(model: ModelSpec, gpu: GpuSpec, tp: int, step_lists: list[list[BatchShape]],
+           dp: int, expert_parallel: bool) -> list[list[StepCost]]:
     cost = CostModel(model, gpu, tp, dp=dp, expert_parallel=expert_parallel)
-    errors = []
-    for steps, seconds in points:
-        steps = [steps] if isinstance(steps, BatchShape) else list(steps)
-        priced = sum(_price(cost, b, dp).time_s for b in steps)
-        errors.append((priced - seconds) / seconds)
-    return errors
+    return [[_price(cost, b, dp) for b in steps] for steps in step_lists]
 
 
 def _price(cost: CostModel, batch: BatchShape, dp: int) -> StepCost:
