@@ -80,7 +80,8 @@ def render_text(splitwise: Sequence[GroupScore], runs: Sequence[RunScore]) -> st
         f"vLLM 0.19 serving runs, few-shot ({RUNS_RULE})",
         text_table(VLLM_HEADER, vllm_rows(runs, "few-shot")),
         "cross-check (calibration data only): Qwen3-32B TP2 decode steps on the RTX PRO 6000 "
-        "summed from their own kernel profile and NCCL samples vs clustersim's price, ms",
+        "summed from their own kernel profile and NCCL samples vs clustersim's GPU time and "
+        "price, ms",
         text_table(CHECK_HEADER, check_rows(decode_step_checks())),
     ])
 
