@@ -110,15 +110,20 @@ def test_calibrated_values_are_plausible():
         assert p["provenance"]["sources"]
     assert profiles["l40s"]["provenance"] == {"transferred_from": "rtx4090"}
     # the RTX PRO 6000 has its own GEMM, attention and PCIe all-reduce fit
-    pro = profiles["rtx-pro-6000"]
+    pro = profiles["rtx-pro-6000-server"]
     assert pro["provenance"]["sources"] == ["rtx-pro-6000/dense.csv",
                                             "rtx-pro-6000/dense_tp2.csv",
                                             "rtx-pro-6000/attention_prefill.csv",
                                             "rtx-pro-6000/allreduce_2rank.csv"]
     assert 0.5 <= pro["compute_efficiency"] <= 0.9
     assert 10e-6 <= pro["allreduce_latency_s"] <= 20e-6  # NCCL, 2 ranks over PCIe
-    assert pro["provenance"]["attention"]["measured_on"] == "rtx-pro-6000"
+    assert pro["provenance"]["attention"]["measured_on"] == "rtx-pro-6000-server"
     assert pro["provenance"]["attention"]["num_rows"] >= 50
+    # the Workstation Edition borrows it, all-reduce fit included (the same PCIe Gen5 x16 link)
+    work = profiles["rtx-pro-6000"]
+    assert work["provenance"] == {"transferred_from": "rtx-pro-6000-server"}
+    assert work["allreduce_latency_s"] == pro["allreduce_latency_s"]
+    assert "allreduce_latency_s" not in profiles["l40s"]
 
 
 # --------------------------------------------------------------- the profile

@@ -23,6 +23,7 @@ GPU_IDS = [
     "b200",
     "mi300x",
     "rtx-pro-6000",
+    "rtx-pro-6000-server",
 ]
 # Published (or reference-computed) parameter counts, in billions.
 PUBLISHED_PARAMS_B = {

@@ -80,8 +80,8 @@ def test_few_shot_points_follow_the_rule():
 
 def test_few_shot_profile_is_loadable(tmp_path):
     path = vllm_runs.few_shot_profile("RTXPRO6000_Llama-3.1-8B", tmp_path)
-    gpu = load_gpu(f"rtx-pro-6000@{path}")
-    assert gpu.per_step_overhead_s != load_gpu("rtx-pro-6000").per_step_overhead_s
+    gpu = load_gpu(f"rtx-pro-6000-server@{path}")
+    assert gpu.per_step_overhead_s != load_gpu("rtx-pro-6000-server").per_step_overhead_s
 
 
 def test_report_renders_every_table():

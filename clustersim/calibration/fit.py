@@ -66,10 +66,14 @@ TRANSFERS = {
     "h200": "h100-sxm",
     "b200": "h100-sxm",
     "l40s": "rtx4090",
+    "rtx-pro-6000": "rtx-pro-6000-server",
 }
 """GPU -> the measured GPU whose efficiencies it borrows (same vendor generation or class)."""
 _MIN_ATTN_CHUNK = 256
 _LINK_FIELDS = ("link_efficiency", "allreduce_latency_s")
+_SAME_LINK = {"rtx-pro-6000"}
+"""Transfers whose GPU sits on the same host link as its donor (both RTX PRO 6000 editions on
+PCIe Gen5 x16): they keep the donor's measured all-reduce fit."""
 
 
 @dataclass(frozen=True)
@@ -245,7 +249,7 @@ def calibrate(read: Reader = pd.read_csv) -> dict[str, dict]:
         profiles[gpu_id]["sources"].append(attn_file)
 
     profiles["rtx4090"] = _calibrate_rtx4090(read)
-    profiles["rtx-pro-6000"] = _calibrate_rtx_pro_6000(read)
+    profiles["rtx-pro-6000-server"] = _calibrate_rtx_pro_6000(read)
     return _assemble(profiles)
 
 
@@ -253,7 +257,7 @@ def _calibrate_rtx_pro_6000(read: Reader) -> dict:
     """GEMMs from its own layer profile (the TP1 layer and a TP2 rank's shards, as the Vidur
     fits take every TP degree), prefill attention from the profile's prefill-only rows, the
     all-reduce from its 2-rank NCCL samples (PCIe)."""
-    gpu = load_gpu("rtx-pro-6000", profile="default")
+    gpu = load_gpu("rtx-pro-6000-server", profile="default")  # the card the profiles measured
     folder = FIT_DIR / "rtx-pro-6000"
     dense_file, dense_tp2_file = folder / "dense.csv", folder / "dense_tp2.csv"
     rows = _concat([_layer_profile_gemm_rows(read(dense_file)),
@@ -273,7 +277,7 @@ def _calibrate_rtx_pro_6000(read: Reader) -> dict:
     attention = {
         **fit_attention(4.0 * pairs * m.q_size, m.kv_size * 2.0 * (c + 2 * s) * _BF16_BYTES,
                         pre.time_us.to_numpy() * 1e-6, gpu, gemm["memory_efficiency"]),
-        "measured_on": "rtx-pro-6000",
+        "measured_on": "rtx-pro-6000-server",
     }
     net_file = folder / "allreduce_2rank.csv"
     samples = read(net_file)
@@ -339,8 +343,8 @@ def _assemble(fits: dict[str, dict]) -> dict[str, dict]:
         }
     for gpu_id, donor in TRANSFERS.items():
         values = {k: v for k, v in out[donor].items() if k not in ("calibration", "provenance")}
-        for key in _LINK_FIELDS:  # links differ between variants: keep the catalog's
-            values.pop(key, None)
+        for key in () if gpu_id in _SAME_LINK else _LINK_FIELDS:
+            values.pop(key, None)  # links differ between variants: keep the catalog's
         out[gpu_id] = {
             **values,
             "calibration": f"{FIT_ID}:{donor}->{gpu_id}",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from clustersim.calibration.splitwise import FEW_SHOT_RULE, GroupScore
@@ -136,6 +137,32 @@ def splitwise_summary(scores: Sequence[GroupScore]) -> dict[str, str]:
     }
 
 
+def _zero_shot_span(runs: Sequence[RunScore], run: str, metrics: Sequence[str]) -> str:
+    """``'a-b'``: the smallest and largest |error| (%, whole) of ``run``'s zero-shot statistics."""
+    for r in runs:
+        if r.run == run and r.mode == "zero-shot":
+            errs = [abs(r.error_pct(m, st)) for m in metrics for st in STATS]
+            return f"{math.floor(min(errs))}-{math.ceil(max(errs))}"
+    return "n/a"
+
+
+def _zero_shot_max(runs: Sequence[RunScore], run: str) -> str:
+    """The largest |error| (%) of ``run``'s zero-shot statistics, one decimal."""
+    errs = [abs(r.error_pct(m, st)) for r in runs if r.run == run and r.mode == "zero-shot"
+            for m in METRICS for st in STATS]
+    return f"{max(errs):.1f}" if errs else "n/a"
+
+
+def zero_shot_summary(runs: Sequence[RunScore]) -> dict[str, str]:
+    return {
+        "z_4090": _zero_shot_max(runs, "RTX4090_Llama-3.1-8B"),
+        "z_pro_llama": _zero_shot_max(runs, "RTXPRO6000_Llama-3.1-8B"),
+        "z_qwen_tpot": _zero_shot_span(runs, "RTXPRO6000_Qwen3-32B", ["tpot_s"]),
+        "z_qwen_ttft": _zero_shot_span(runs, "RTXPRO6000_Qwen3-32B", ["ttft_s"]),
+        "z_moe_tpot": _zero_shot_span(runs, "RTXPRO6000_Qwen3-30B-A3B-Instruct-2507", ["tpot_s"]),
+    }
+
+
 def runs_summary(runs: Sequence[RunScore]) -> dict[str, str]:
     """Few-shot serving figures for the prose: the best run's largest error, and the mean TTFT
     error range of the runs whose few-shot numbers are not clean step times."""
@@ -174,6 +201,7 @@ def render_markdown(splitwise: Sequence[GroupScore], runs: Sequence[RunScore]) -
     return _PAGE.format(
         **splitwise_summary(splitwise),
         **runs_summary(runs),
+        **zero_shot_summary(runs),
         **tp_check_summary(),
         profiles=markdown_table(PROFILE_HEADER, profile_rows()),
         rule=FEW_SHOT_RULE,
@@ -195,15 +223,15 @@ _PAGE = """\
 clustersim prices every engine step with a roofline model whose free parameters (GEMM compute
 and memory efficiency as a function of the number of tokens, attention efficiency, all-reduce
 latency and bandwidth) are **fitted on kernel profiles only**: Vidur's A100/H100 operator and
-NCCL tables, RTX 4090 and RTX PRO 6000 layer profiles (the latter at TP1 and TP2) and the RTX
-PRO 6000's 2-rank NCCL samples over PCIe (`clustersim calibrate`, data and licenses under
-`clustersim/data/calibration/fit/`; a Qwen3-32B TP2 profile there serves a cross-check only).
-The per-step, per-layer and per-request CPU overheads are not in any kernel profile: they are
-BLIS's public fit on H100 vLLM (126 µs/step, 32.1 µs/layer, 4.4 µs/request). GPUs without
-measurements borrow the nearest measured GPU's fit (L40S from the RTX 4090, H200/B200/H100 PCIe
-from the H100 SXM, the other A100s from the A100 SXM 80GB; the MI300X keeps the uncalibrated
-defaults, there being no AMD data); `clustersim/catalog/calibrated.yaml` records the provenance
-of every value.
+NCCL tables, RTX 4090 and RTX PRO 6000 Server Edition layer profiles (the latter at TP1 and TP2)
+and the RTX PRO 6000's 2-rank NCCL samples over PCIe (`clustersim calibrate`, data and licenses
+under `clustersim/data/calibration/fit/`; a Qwen3-32B TP2 profile there serves a cross-check
+only). The per-step, per-layer and per-request CPU overheads are not in any kernel profile: they
+are BLIS's public fit on H100 vLLM (126 µs/step, 32.1 µs/layer, 4.4 µs/request). GPUs without
+measurements borrow the nearest measured GPU's fit (L40S from the RTX 4090, the RTX PRO 6000
+Workstation Edition from the Server Edition, H200/B200/H100 PCIe from the H100 SXM, the other
+A100s from the A100 SXM 80GB; the MI300X keeps the uncalibrated defaults, there being no AMD
+data); `clustersim/catalog/calibrated.yaml` records the provenance of every value.
 
 ## Calibrated parameters (`clustersim/catalog/calibrated.yaml`)
 
@@ -262,13 +290,13 @@ rule's choice of points costs.
 
 Each run's 300 ShareGPT requests are replayed at their measured arrival times with the run's
 engine arguments (`max_num_seqs`, `max_num_batched_tokens`, `max_model_len`, prefix caching)
-and, where vLLM's log recorded it, its KV size (RTX 4090: 2,588 blocks); the RTX PRO 6000 runs
-did not record it, so vLLM's default `gpu_memory_utilization` 0.9 and clustersim's memory model
-size the KV cache. Qwen3-30B-A3B ran as `data_parallel_size: 2` with expert parallelism and is
-replayed so: two engine ranks behind vLLM's DP load balancer, stepping together, each GPU
-holding 64 of the 128 experts, the ranks' tokens all-gathered and reduce-scattered around every
-MoE layer over PCIe. The columns give the signed error of the simulated mean, p50, p90 and p99;
-MAPE and bias are over those four statistics.
+and, where vLLM's log recorded it, its KV size (RTX 4090: 2,588 blocks); the RTX PRO 6000
+(Server Edition) runs did not record it, so vLLM's default `gpu_memory_utilization` 0.9 and
+clustersim's memory model size the KV cache. Qwen3-30B-A3B ran as `data_parallel_size: 2` with
+expert parallelism and is replayed so: two engine ranks behind vLLM's DP load balancer, stepping
+together, each GPU holding 64 of the 128 experts, the ranks' tokens all-gathered and
+reduce-scattered around every MoE layer over PCIe. The columns give the signed error of the
+simulated mean, p50, p90 and p99; MAPE and bias are over those four statistics.
 
 ### Zero-shot
 
@@ -323,19 +351,19 @@ profile's `qk_norm` rows are its TP1 values at the commit shipped (slightly high
   prefill MAPE is 9-60 %, optimistic in every group: Vidur's kernel times (CUDA events around
   single ops) leave out the old stack's per-layer host overhead, which grows with TP degree.
 - **Tensor parallelism over PCIe, zero-shot.** With its own kernel profile the RTX PRO 6000
-  serves Llama-3.1-8B (TP1) within 1.5 % on every statistic. Qwen3-32B at TP2 is 19-20 %
-  optimistic on TPOT and, the run being overloaded at 10 req/s, 25-27 % on TTFT, which is almost
-  all queueing (a too-fast decode drains the queue early). vLLM's log shows decode-only steps of
-  {tp_batch} requests at {tp_log} ms ({tp_log_steps} steps in each one-second log line). The
-  kernels such a step is made of, profiled on this GPU, and the NCCL samples sum to {tp_profile}
-  ms at {tp_batch} x {tp_context} tokens of context (the logged requests' contexts are of that
-  order; the cross-check above), where clustersim spends {tp_sim} ms of GPU time and prices the
-  step at {tp_sim_total} ms with its CPU overhead. So the model is close to the sum of what was
-  measured in isolation, and the missing ~10 ms are outside those measurements: the two workers'
-  per-step synchronisation, vLLM's CUDA-graph all-reduce path on PCIe (which need not be
-  NCCL's), kernels slowed by running back to back. No profile here measures them. The RTX 4090
-  run is within 6 % on every statistic.
-- **Mixture of experts with data parallelism.** Qwen3-30B-A3B (DP2 x EP) is 12-16 %
+  serves Llama-3.1-8B (TP1) within {z_pro_llama} % on every statistic. Qwen3-32B at TP2 is
+  {z_qwen_tpot} % optimistic on TPOT and, the run being overloaded at 10 req/s, {z_qwen_ttft} %
+  on TTFT, which is almost all queueing (a too-fast decode drains the queue early). vLLM's log
+  shows decode-only steps of {tp_batch} requests at {tp_log} ms ({tp_log_steps} steps in each
+  one-second log line). The kernels such a step is made of, profiled on this GPU, and the NCCL
+  samples sum to {tp_profile} ms at {tp_batch} x {tp_context} tokens of context (the logged
+  requests' contexts are of that order; the cross-check above), where clustersim spends {tp_sim}
+  ms of GPU time and prices the step at {tp_sim_total} ms with its CPU overhead. So the model is
+  close to the sum of what was measured in isolation, and the missing ~10 ms are outside those
+  measurements: the two workers' per-step synchronisation, vLLM's CUDA-graph all-reduce path on
+  PCIe (which need not be NCCL's), kernels slowed by running back to back. No profile here
+  measures them. The RTX 4090 run is within {z_4090} % on every statistic.
+- **Mixture of experts with data parallelism.** Qwen3-30B-A3B (DP2 x EP) is {z_moe_tpot} %
   optimistic on TPOT. At saturation (256 running) clustersim's lockstep steps match vLLM's
   log (42-43 ms vs 43.5 ms per step); the ramp-up steps, where prompt chunks on one rank pad
   the other rank's batch, are ~20 % faster than vLLM's (40 vs 49 ms at 160 running), so

@@ -34,7 +34,7 @@ from clustersim.cost.roofline import BatchShape, CostModel
 
 PROFILE_DIR = FIT_DIR / "rtx-pro-6000" / "qwen3-32b_tp2"
 NCCL_FILE = FIT_DIR / "rtx-pro-6000" / "allreduce_2rank.csv"
-MODEL, GPU, TP = "qwen3-32b", "rtx-pro-6000", 2
+MODEL, GPU, TP = "qwen3-32b", "rtx-pro-6000-server", 2
 _GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 _PER_LAYER = {"act_fn": 1, "layernorm": 2, "qk_norm": 1, "rotary_emb": 1}
 _PER_STEP = ("embedding", "final_layernorm")

@@ -33,9 +33,9 @@ from clustersim.sim import run_scenario
 
 RUNS = {
     "RTX4090_Llama-3.1-8B": ("llama-3.1-8b", "rtx4090"),
-    "RTXPRO6000_Llama-3.1-8B": ("llama-3.1-8b", "rtx-pro-6000"),
-    "RTXPRO6000_Qwen3-32B": ("qwen3-32b", "rtx-pro-6000"),
-    "RTXPRO6000_Qwen3-30B-A3B-Instruct-2507": ("qwen3-30b-a3b", "rtx-pro-6000"),
+    "RTXPRO6000_Llama-3.1-8B": ("llama-3.1-8b", "rtx-pro-6000-server"),
+    "RTXPRO6000_Qwen3-32B": ("qwen3-32b", "rtx-pro-6000-server"),
+    "RTXPRO6000_Qwen3-30B-A3B-Instruct-2507": ("qwen3-30b-a3b", "rtx-pro-6000-server"),
 }
 """Run folder -> (catalog model, catalog GPU)."""
 FEW_SHOT_RULE = (
