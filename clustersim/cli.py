@@ -136,8 +136,15 @@ def simulate(
         raise ClusterSimError(str(out), message) from None
     summary = write_run(result, out)
     print_summary(summary, describe_layout(spec.name, spec.model, result.instances))
+    typer.echo(describe_calibration(result.instances))
     files = "requests.csv, steps.csv, " + ("transfers.csv, " if result.transfers else "")
     typer.echo(f"wrote {out}/{files}summary.json")
+
+
+def describe_calibration(instances: list[Any]) -> str:
+    """Which GPU profiles priced the steps, and where their validation errors are."""
+    labels = sorted({f"{info.gpu}: {info.calibration}" for info in instances})
+    return f"step times priced with {', '.join(labels)} (how far to trust them: docs/validation.md)"
 
 
 def describe_layout(name: str, model: str, instances: list[Any]) -> str:
@@ -212,6 +219,7 @@ def compare(
     typer.echo(f"verdict: {decision}")
     for reason in verdict.reasons:
         typer.echo(f"  - {reason}")
+    typer.echo(describe_calibration(result.instances))
     typer.echo(f"wrote {out}/colocated and {out}/disaggregated")
 
 

@@ -60,6 +60,9 @@ class InstanceInfo:
     max_model_len: int
     data_parallel_size: int = 1
     """Ranks of the data-parallel instance this engine is one rank of (1: a plain instance)."""
+    calibration: str = "default"
+    """The GPU profile that priced its steps (a catalog fit id, '+few-shot' when adjusted to a
+    user's measurements); docs/validation.md says how far each is trusted."""
 
 
 def make_pricer(cost_model: CostModel | None, cost: Cost) -> Callable[[StepPlan], float]:
@@ -370,6 +373,7 @@ class Cluster:
                 max_num_seqs=config.max_num_seqs,
                 max_model_len=config.max_model_len,
                 data_parallel_size=self._parallel[pool.name][0],
+                calibration=gpu.calibration,
             )
         )
         return instance
