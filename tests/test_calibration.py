@@ -621,3 +621,31 @@ def test_few_shot_cli_reports_how_well_the_fit_matches(tmp_path):
                            "--tp", "2", "--decode", "1@576=0.01", "--out", str(out))
     assert code == 0, output
     assert "warning: the model cannot match every measurement within 10 %" in output
+
+
+def test_gathers_and_scatters_get_their_own_fit_and_price():
+    """The RTX PRO 6000's all-gather and reduce-scatter samples are fitted apart from its
+    all-reduces (slower per byte there), and a data-parallel MoE step's gathers use them."""
+    from clustersim.calibration.fit import fit_collective
+
+    gpu = load_gpu("rtx-pro-6000-server", profile="default")
+    link_bw = gpu.link.bw_gb_per_s_per_dir * 1e9
+    sizes = np.array([4096.0, 65536.0, 1 << 20, 1 << 24])
+    fitted = fit_collective(sizes, 12e-6 + sizes / (0.4 * link_bw), 2, gpu)
+    assert fitted["latency_s"] == pytest.approx(12e-6, rel=1e-3)
+    assert fitted["link_efficiency"] == pytest.approx(0.4, abs=1e-3)
+
+    pro = load_gpu("rtx-pro-6000-server")
+    assert pro.allgather_link_efficiency < pro.link.efficiency
+    assert pro.reduce_scatter_link_efficiency < pro.link.efficiency
+    assert load_gpu("h100-sxm").collective("all_gather") == (
+        load_gpu("h100-sxm").allreduce_latency_s, 1.0)  # not measured: as an all-reduce
+    model = load_model("qwen3-30b-a3b")
+    as_allreduce = pro.model_copy(update={k: None for k in (
+        "allgather_latency_s", "allgather_link_efficiency", "reduce_scatter_latency_s",
+        "reduce_scatter_link_efficiency")})
+    batch = BatchShape.from_chunks([(1000, 0, True)])
+    measured = CostModel(model, pro, 1, dp=2, expert_parallel=True).step_time(batch, 2000)
+    old = CostModel(model, as_allreduce, 1, dp=2, expert_parallel=True).step_time(batch, 2000)
+    assert measured.communication_s > 1.2 * old.communication_s
+    assert measured.compute_s == old.compute_s

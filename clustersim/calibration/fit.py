@@ -14,7 +14,9 @@ What is fitted, and on what (all kernel-level measurements, no end-to-end servin
   memory efficiency.
 - ``allreduce_latency_s`` and the link efficiency: Vidur's intra-node NCCL all-reduce times
   (DGX NVLink) and the RTX PRO 6000's 2-rank NCCL samples (PCIe Gen5),
-  ``t = alpha + 2(n-1)/n x bytes / busbw``, least squares per worker count.
+  ``t = alpha + 2(n-1)/n x bytes / busbw``, least squares per worker count. Where the samples
+  also hold all-gathers and reduce-scatters (the RTX PRO 6000's), those get their own latency
+  and bus bandwidth (data-parallel MoE layers and the TP logits gather use them).
 - Per-step, per-layer and per-request CPU overhead: not in any kernel profile. They stay the
   BLIS fit on H100 vLLM traces (126 us/step, 32.1 us/layer, 4.4 us/request; public, see
   hardware_and_roofline.md section 3.5), recorded as such in the provenance.
@@ -70,7 +72,9 @@ TRANSFERS = {
 }
 """GPU -> the measured GPU whose efficiencies it borrows (same vendor generation or class)."""
 _MIN_ATTN_CHUNK = 256
-_LINK_FIELDS = ("link_efficiency", "allreduce_latency_s")
+_LINK_FIELDS = ("link_efficiency", "allreduce_latency_s", "allgather_latency_s",
+                "allgather_link_efficiency", "reduce_scatter_latency_s",
+                "reduce_scatter_link_efficiency")
 _SAME_LINK = {"rtx-pro-6000"}
 """Transfers whose GPU sits on the same host link as its donor (both RTX PRO 6000 editions on
 PCIe Gen5 x16): they keep the donor's measured all-reduce fit."""
@@ -150,6 +154,23 @@ def fit_allreduce(frame: pd.DataFrame, gpu: GpuSpec) -> dict[str, float]:
         "link_efficiency": round(float(min(1.0, busbw / (gpu.link.bw_gb_per_s_per_dir * 1e9))), 3),
         "busbw_gb_per_s": round(float(busbw) / 1e9, 1),
         "num_rows": int(t.size),
+    }
+
+
+def fit_collective(bytes_: np.ndarray, time_s: np.ndarray, num_gpus: int,
+                   gpu: GpuSpec) -> dict[str, float]:
+    """``alpha`` and bus bandwidth of an all-gather (``bytes_``: each rank's input) or a
+    reduce-scatter (each rank's output): every rank receives ``(n - 1) x bytes``,
+    ``t = alpha + (n - 1) x bytes / busbw``; relative least squares, as ``fit_allreduce``."""
+    x = (num_gpus - 1) * bytes_
+    design = np.stack([np.ones_like(x), x], axis=1) / time_s[:, None]
+    (alpha, s_per_byte), *_ = np.linalg.lstsq(design, np.ones_like(time_s), rcond=None)
+    busbw = 1.0 / s_per_byte
+    return {
+        "latency_s": round(float(alpha), 7),
+        "link_efficiency": round(float(min(1.0, busbw / (gpu.link.bw_gb_per_s_per_dir * 1e9))), 3),
+        "busbw_gb_per_s": round(float(busbw) / 1e9, 1),
+        "num_rows": int(time_s.size),
     }
 
 
@@ -281,13 +302,18 @@ def _calibrate_rtx_pro_6000(read: Reader) -> dict:
     }
     net_file = folder / "allreduce_2rank.csv"
     samples = read(net_file)
-    samples = samples[samples.collective == "all_reduce"]
-    frame = pd.DataFrame({"all_reduce_median": samples.us.to_numpy() * 1e-3,
-                          "num_workers": 2, "size": samples["bytes"].to_numpy()})
+    by_kind = {kind: rows for kind, rows in samples.groupby("collective")}
+    reduce = by_kind["all_reduce"]
+    frame = pd.DataFrame({"all_reduce_median": reduce.us.to_numpy() * 1e-3,
+                          "num_workers": 2, "size": reduce["bytes"].to_numpy()})
+    gathers = {kind: fit_collective(by_kind[kind]["bytes"].to_numpy(dtype=float),
+                                    by_kind[kind].us.to_numpy() * 1e-6, 2, gpu)
+               for kind in ("all_gather", "reduce_scatter")}
     return {
         "gemm": gemm,
         "attention": attention,
         "allreduce": fit_allreduce(frame, gpu),
+        **gathers,
         "sources": [dense_file, dense_tp2_file, attn_file, net_file],
     }
 
@@ -330,13 +356,17 @@ def _assemble(fits: dict[str, dict]) -> dict[str, dict]:
         if "allreduce" in fit:
             values["allreduce_latency_s"] = fit["allreduce"]["allreduce_latency_s"]
             values["link_efficiency"] = fit["allreduce"]["link_efficiency"]
+        for name, field in (("all_gather", "allgather"), ("reduce_scatter", "reduce_scatter")):
+            if name in fit:
+                values[f"{field}_latency_s"] = fit[name]["latency_s"]
+                values[f"{field}_link_efficiency"] = fit[name]["link_efficiency"]
         out[gpu_id] = {
             **values,
             "calibration": f"{FIT_ID}:{gpu_id}",
             "provenance": {
                 "gemm": fit["gemm"],
                 "attention": fit["attention"],
-                **({"allreduce": fit["allreduce"]} if "allreduce" in fit else {}),
+                **{k: fit[k] for k in ("allreduce", "all_gather", "reduce_scatter") if k in fit},
                 "overheads": BLIS_SOURCE,
                 "sources": [str(p.relative_to(FIT_DIR)) for p in fit["sources"]],
             },

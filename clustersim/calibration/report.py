@@ -163,6 +163,18 @@ def zero_shot_summary(runs: Sequence[RunScore]) -> dict[str, str]:
     }
 
 
+def moe_summary(runs: Sequence[RunScore]) -> dict[str, str]:
+    run = next((r for r in runs if r.run == "RTXPRO6000_Qwen3-30B-A3B-Instruct-2507"
+                and r.mode == "zero-shot"), None)
+    if run is None:
+        return {"moe_ttft": "n/a", "moe_ttft_p50": "n/a", "moe_sim_ttft": "n/a"}
+    return {
+        "moe_ttft": f"{run.measured['ttft_s']['mean']:.2f}",
+        "moe_ttft_p50": f"{run.measured['ttft_s']['p50']:.2f}",
+        "moe_sim_ttft": f"{run.simulated['ttft_s']['mean']:.2f}",
+    }
+
+
 def runs_summary(runs: Sequence[RunScore]) -> dict[str, str]:
     """Few-shot serving figures for the prose: the best run's largest error, and the mean TTFT
     error range of the runs whose few-shot numbers are not clean step times."""
@@ -202,6 +214,7 @@ def render_markdown(splitwise: Sequence[GroupScore], runs: Sequence[RunScore]) -
         **splitwise_summary(splitwise),
         **runs_summary(runs),
         **zero_shot_summary(runs),
+        **moe_summary(runs),
         **tp_check_summary(),
         profiles=markdown_table(PROFILE_HEADER, profile_rows()),
         rule=FEW_SHOT_RULE,
@@ -221,13 +234,14 @@ _PAGE = """\
      The prose lives in clustersim/calibration/report.py. -->
 
 clustersim prices every engine step with a roofline model whose free parameters (GEMM compute
-and memory efficiency as a function of the number of tokens, attention efficiency, all-reduce
-latency and bandwidth) are **fitted on kernel profiles only**: Vidur's A100/H100 operator and
-NCCL tables, RTX 4090 and RTX PRO 6000 Server Edition layer profiles (the latter at TP1 and TP2)
-and the RTX PRO 6000's 2-rank NCCL samples over PCIe (`clustersim calibrate`, data and licenses
-under `clustersim/data/calibration/fit/`; a Qwen3-32B TP2 profile there serves a cross-check
-only). The per-step, per-layer and per-request CPU overheads are not in any kernel profile: they
-are BLIS's public fit on H100 vLLM (126 µs/step, 32.1 µs/layer, 4.4 µs/request). GPUs without
+and memory efficiency as a function of the number of tokens, attention efficiency, latency and
+bandwidth of all-reduces, and of all-gathers and reduce-scatters where measured) are **fitted on
+kernel profiles only**: Vidur's A100/H100 operator and NCCL tables, RTX 4090 and RTX PRO 6000
+Server Edition layer profiles (the latter at TP1 and TP2) and the RTX PRO 6000's 2-rank NCCL
+samples over PCIe (`clustersim calibrate`, data and licenses under
+`clustersim/data/calibration/fit/`; a Qwen3-32B TP2 profile there serves a cross-check only).
+The per-step, per-layer and per-request CPU overheads are not in any kernel profile: they are
+BLIS's public fit on H100 vLLM (126 µs/step, 32.1 µs/layer, 4.4 µs/request). GPUs without
 measurements borrow the nearest measured GPU's fit (L40S from the RTX 4090, the RTX PRO 6000
 Workstation Edition from the Server Edition, H200/B200/H100 PCIe from the H100 SXM, the other
 A100s from the A100 SXM 80GB; the MI300X keeps the uncalibrated defaults, there being no AMD
@@ -364,12 +378,15 @@ profile's `qk_norm` rows are its TP1 values at the commit shipped (slightly high
   PCIe (which need not be NCCL's), kernels slowed by running back to back. No profile here
   measures them. The RTX 4090 run is within {z_4090} % on every statistic.
 - **Mixture of experts with data parallelism.** Qwen3-30B-A3B (DP2 x EP) is {z_moe_tpot} %
-  optimistic on TPOT. At saturation (256 running) clustersim's lockstep steps match vLLM's
-  log (42-43 ms vs 43.5 ms per step); the ramp-up steps, where prompt chunks on one rank pad
-  the other rank's batch, are ~20 % faster than vLLM's (40 vs 49 ms at 160 running), so
-  requests finish early and fewer run at once on the way down. TTFT is short in this run
-  (mean 1.1 s, median 0.14 s: a burst of queueing in the last seconds of the arrivals, once
-  256 requests run), and the simulated burst is shallower: mean 0.38 s.
+  optimistic on TPOT. Until the arrivals end, the replay runs as many requests at once as vLLM's
+  log shows, and its decode-only steps at saturation (256 running) keep vLLM's pace; the ramp-up
+  steps, where prompt chunks on one rank pad the other rank's batch, run faster than vLLM's, so
+  requests finish early and fewer run at once on the way down. The all-gathers and
+  reduce-scatters around every MoE layer are priced from their own NCCL samples, which are
+  slower per byte than the all-reduces (they account for part of that gap, not all of it). TTFT
+  is short in this run (mean {moe_ttft} s, median {moe_ttft_p50} s: a burst of queueing in the
+  last seconds of the arrivals, once 256 requests run), and the simulated burst is shallower:
+  mean {moe_sim_ttft} s.
 - **Few-shot is as good as its three numbers.** On {few_best_run} the rule's numbers come
   closest (every statistic within {few_best_pct} %). Elsewhere the rule's numbers are not clean
   step times: these runs are at 10 req/s from the first second, so the first request shares its

@@ -53,6 +53,10 @@ PROFILE_FIELDS = (
     "per_layer_overhead_s",
     "per_request_overhead_s",
     "allreduce_latency_s",
+    "allgather_latency_s",
+    "allgather_link_efficiency",
+    "reduce_scatter_latency_s",
+    "reduce_scatter_link_efficiency",
     "non_torch_memory_bytes",
     "calibration",
 )

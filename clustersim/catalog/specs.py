@@ -86,6 +86,16 @@ class GpuSpec(_Spec):
     per_layer_overhead_s: NonNegativeFloat = Field(description="Kernel launches per layer.")
     per_request_overhead_s: NonNegativeFloat = Field(description="Input prep per request.")
     allreduce_latency_s: NonNegativeFloat = Field(description="Fixed cost of one all-reduce.")
+    allgather_latency_s: NonNegativeFloat | None = Field(
+        None, description="Fixed cost of one all-gather; None: as an all-reduce.")
+    allgather_link_efficiency: Fraction | None = Field(
+        None, description="All-gather bus bandwidth / the link's theoretical; None: as an "
+        "all-reduce (``link.efficiency``).")
+    reduce_scatter_latency_s: NonNegativeFloat | None = Field(
+        None, description="Fixed cost of one reduce-scatter; None: as an all-reduce.")
+    reduce_scatter_link_efficiency: Fraction | None = Field(
+        None, description="Reduce-scatter bus bandwidth / the link's theoretical; None: as an "
+        "all-reduce.")
     non_torch_memory_bytes: NonNegativeInt = Field(
         description="CUDA context, NCCL and cuBLAS buffers, CUDA graphs, sampler scratch: memory "
         "vLLM holds outside weights and activations. An estimate, to be calibrated."
@@ -100,6 +110,17 @@ class GpuSpec(_Spec):
     @property
     def mem_bytes_per_s(self) -> float:
         return self.mem_bw_gb_per_s * GIGA
+
+    def collective(self, kind: Literal["all_gather", "reduce_scatter"]) -> tuple[float, float]:
+        """``(latency s, bandwidth relative to an all-reduce's)`` of one collective over
+        ``link``: measured where the profile has it, else the all-reduce's."""
+        latency, efficiency = (
+            (self.allgather_latency_s, self.allgather_link_efficiency)
+            if kind == "all_gather"
+            else (self.reduce_scatter_latency_s, self.reduce_scatter_link_efficiency)
+        )
+        return (self.allreduce_latency_s if latency is None else latency,
+                1.0 if efficiency is None else efficiency / self.link.efficiency)
 
     def tp_link(self, tp: int) -> LinkSpec:
         """The link a ``tp``-way all-reduce runs over: ``link`` if it joins that many GPUs."""

@@ -231,10 +231,13 @@ class CostModel:
         if dp > 1:
             if dp_link_bytes_per_s is None:  # the link that joins all dp x tp GPUs
                 dp_link_bytes_per_s = gpu.tp_link(dp * tp).effective_bytes_per_s
-            # an all-gather before and a reduce-scatter after the experts, every layer
-            count = 2 * layers
-            self._gather_fixed_s = count * gpu.allreduce_latency_s
-            self._gather_s_per_token = count * (dp - 1) / dp * h * e / dp_link_bytes_per_s
+            # an all-gather before and a reduce-scatter after the experts, every layer, each
+            # moving (dp - 1) / dp of the group's tokens over every GPU's link
+            (ag_latency, ag_speed), (rs_latency, rs_speed) = (
+                gpu.collective("all_gather"), gpu.collective("reduce_scatter"))
+            self._gather_fixed_s = layers * (ag_latency + rs_latency)
+            self._gather_s_per_token = (layers * (dp - 1) / dp * h * e / dp_link_bytes_per_s
+                                        * (1.0 / ag_speed + 1.0 / rs_speed))
         else:
             self._gather_fixed_s = self._gather_s_per_token = 0.0
         vocab_shard = model.vocab_size / tp
@@ -251,16 +254,19 @@ class CostModel:
         if tp > 1:
             if tp_link_bytes_per_s is None:
                 tp_link_bytes_per_s = gpu.tp_link(tp).effective_bytes_per_s
+            ag_latency, ag_speed = gpu.collective("all_gather")
             if tp_link_latency_s is None:
                 tp_link_latency_s = gpu.allreduce_latency_s
+            else:  # a topology's link: its latency serves every collective on it
+                ag_latency = tp_link_latency_s
             count = _ALLREDUCES_PER_LAYER * layers + _ALLREDUCES_PER_STEP
             ring_factor = _RING_PASSES * (tp - 1) / tp
             self._allreduce_fixed_s = count * tp_link_latency_s
             self._allreduce_s_per_token = count * ring_factor * h * e / tp_link_bytes_per_s
             # every rank samples (vLLM V1), so the vocab-sharded logits are all-gathered: each
             # rank receives the other shards of every sampled row
-            self._logits_fixed_s = tp_link_latency_s
-            self._logits_s_per_row = (tp - 1) * vocab_shard * e / tp_link_bytes_per_s
+            self._logits_fixed_s = ag_latency
+            self._logits_s_per_row = (tp - 1) * vocab_shard * e / (tp_link_bytes_per_s * ag_speed)
         else:
             self._allreduce_fixed_s = self._allreduce_s_per_token = 0.0
             self._logits_fixed_s = self._logits_s_per_row = 0.0
