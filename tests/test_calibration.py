@@ -638,7 +638,7 @@ def test_gathers_and_scatters_get_their_own_fit_and_price():
     pro = load_gpu("rtx-pro-6000-server")
     assert pro.allgather_link_efficiency < pro.link.efficiency
     assert pro.reduce_scatter_link_efficiency < pro.link.efficiency
-    assert load_gpu("h100-sxm").collective("all_gather") == (
+    assert load_gpu("h100-sxm").collective("all_gather", 2) == (
         load_gpu("h100-sxm").allreduce_latency_s, 1.0)  # not measured: as an all-reduce
     model = load_model("qwen3-30b-a3b")
     as_allreduce = pro.model_copy(update={k: None for k in (
@@ -649,3 +649,36 @@ def test_gathers_and_scatters_get_their_own_fit_and_price():
     old = CostModel(model, as_allreduce, 1, dp=2, expert_parallel=True).step_time(batch, 2000)
     assert measured.communication_s > 1.2 * old.communication_s
     assert measured.compute_s == old.compute_s
+
+
+def test_a_few_shot_profile_prices_the_same_after_a_round_trip(tmp_path):
+    """What `calibrate --out` writes reloads as the profile it fitted (the link efficiency
+    included), and a hand-written profile is labelled after its base and file."""
+    from clustersim.calibration.fewshot import fit_errors
+
+    out = tmp_path / "mine.yaml"
+    code, output = run_cli("calibrate", "--gpu", "rtx-pro-6000-server", "--model", "qwen3-32b",
+                           "--tp", "2", "--prefill", "2048=0.33", "--decode", "128@1000=0.058",
+                           "--decode", "1@1500=0.025", "--out", str(out))
+    assert code == 0, output
+    reloaded = load_gpu(f"rtx-pro-6000-server@{out}")
+    assert reloaded.link.efficiency == load_gpu("rtx-pro-6000-server").link.efficiency
+    model = load_model("qwen3-32b")
+    points = [(BatchShape.from_chunks([(2048, 0, True)]), 0.33),
+              (BatchShape.from_chunks([(1, 1000, True)] * 128), 0.058),
+              (BatchShape.from_chunks([(1, 1500, True)]), 0.025)]
+    printed = output.split("prices your measurements at ")[1].splitlines()[0]
+    assert printed == ", ".join(f"{round(e * 100, 1) + 0.0:+.1f} %"
+                                for e in fit_errors(model, reloaded, 2, points))
+    hand = tmp_path / "hand.yaml"
+    hand.write_text("profiles:\n  rtx4090:\n    compute_efficiency: 0.5\n")
+    assert load_gpu(f"rtx4090@{hand}").calibration == "default+hand.yaml"
+
+
+def test_gathers_never_beat_the_all_reduce_nor_leave_their_link():
+    gpu = load_gpu("h100-pcie").model_copy(update={"allgather_link_efficiency": 1.0})
+    assert gpu.collective("all_gather", 2)[1] == 1.0  # clamped: not faster than all-reduce
+    pro = load_gpu("rtx-pro-6000-server")
+    assert pro.collective("all_gather", 2)[1] < 1.0
+    narrow = pro.model_copy(update={"link": pro.link.model_copy(update={"max_gpus": 2})})
+    assert narrow.collective("all_gather", 4)[1] == 1.0  # over the PCIe fallback, unmeasured

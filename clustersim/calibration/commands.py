@@ -97,7 +97,7 @@ def _few_shot(out, gpu_id, model_id, tp, prefill, decode, from_requests, budget,
     import yaml
 
     from clustersim.calibration.fewshot import MAX_POINTS, fit_errors, fit_few_shot
-    from clustersim.catalog import PROFILE_FIELDS, load_gpu, load_model
+    from clustersim.catalog import load_gpu, load_model, profile_entry
     from clustersim.cost.roofline import BatchShape
 
     if out is None or gpu_id is None or model_id is None:
@@ -146,7 +146,7 @@ def _few_shot(out, gpu_id, model_id, tp, prefill, decode, from_requests, budget,
         lines.append(f"warning: the model cannot match every measurement within "
                      f"{_FIT_WARN * 100:.0f} % (one faster than the GPU's datasheet allows, or "
                      "measurements that contradict each other, e.g. taken under load)")
-    entry = {k: getattr(tuned, k) for k in PROFILE_FIELDS}
+    entry = profile_entry(tuned)
     entry["provenance"] = {
         "base": gpu.calibration,
         "measurements": {"model": model_id, "tp": tp, "dp": dp,

@@ -25,7 +25,7 @@ import yaml
 
 from clustersim.calibration.fewshot import fit_few_shot
 from clustersim.calibration.sources import VLLM_RUNS_DIR
-from clustersim.catalog import PROFILE_FIELDS, load_gpu, load_model
+from clustersim.catalog import load_gpu, load_model, profile_entry
 from clustersim.cost.roofline import BatchShape
 from clustersim.metrics import request_metrics
 from clustersim.scenario import parse_scenario
@@ -164,7 +164,7 @@ def few_shot_profile(run: str, folder: Path, root: Path = VLLM_RUNS_DIR) -> Path
         expert_parallel=bool(args.get("enable_expert_parallel")),
     )
     path = folder / f"{run}.yaml"
-    entry = {k: getattr(tuned, k) for k in PROFILE_FIELDS}
+    entry = profile_entry(tuned)
     path.write_text(yaml.safe_dump({"profiles": {gpu_id: entry}}), encoding="utf-8")
     return path
 

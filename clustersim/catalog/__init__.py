@@ -38,6 +38,7 @@ __all__ = [
     "load_gpu",
     "load_model",
     "model_ids",
+    "profile_entry",
 ]
 
 _SpecT = TypeVar("_SpecT", GpuSpec, ModelSpec)
@@ -95,14 +96,23 @@ def _load_gpu(gpu_id: str, path: str, profile: str) -> GpuSpec:
     return gpus[gpu_id] if entry is None else apply_profile(gpus[gpu_id], entry, where=profile)
 
 
+def profile_entry(gpu: GpuSpec) -> dict[str, Any]:
+    """The profile entry that reproduces ``gpu``'s priced fields (``apply_profile``'s inverse
+    over the catalog entry), link efficiency included."""
+    return {**{k: getattr(gpu, k) for k in PROFILE_FIELDS}, "link_efficiency": gpu.link.efficiency}
+
+
 def apply_profile(gpu: GpuSpec, entry: dict[str, Any], *, where: str = "profile") -> GpuSpec:
     """``gpu`` with a profile entry's fields replaced (unknown keys other than provenance are
-    errors); the result is validated like a catalog entry."""
+    errors); the result is validated like a catalog entry. An entry without a ``calibration``
+    label is named after its base and its file (``default+mine.yaml``)."""
     unknown = set(entry) - set(PROFILE_FIELDS) - {"link_efficiency", "provenance"}
     if unknown:
         raise ConfigError(f"{where}:{gpu.id}", f"unknown profile fields: {sorted(unknown)}")
     data = gpu.model_dump()
     data.update({k: v for k, v in entry.items() if k in PROFILE_FIELDS})
+    if "calibration" not in entry:
+        data["calibration"] = f"{gpu.calibration}+{Path(where).name}"
     if "link_efficiency" in entry:
         data["link"] = {**data["link"], "efficiency": entry["link_efficiency"]}
     return _validate(GpuSpec, where, gpu.id, data)

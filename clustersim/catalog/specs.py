@@ -111,16 +111,20 @@ class GpuSpec(_Spec):
     def mem_bytes_per_s(self) -> float:
         return self.mem_bw_gb_per_s * GIGA
 
-    def collective(self, kind: Literal["all_gather", "reduce_scatter"]) -> tuple[float, float]:
-        """``(latency s, bandwidth relative to an all-reduce's)`` of one collective over
-        ``link``: measured where the profile has it, else the all-reduce's."""
+    def collective(
+        self, kind: Literal["all_gather", "reduce_scatter"], num_gpus: int
+    ) -> tuple[float, float]:
+        """``(latency s, bandwidth relative to an all-reduce's)`` of one collective among
+        ``num_gpus``: measured where the profile has it and the collective runs over ``link``
+        (the samples' link), else the all-reduce's; never faster than the all-reduce."""
         latency, efficiency = (
             (self.allgather_latency_s, self.allgather_link_efficiency)
             if kind == "all_gather"
             else (self.reduce_scatter_latency_s, self.reduce_scatter_link_efficiency)
         )
-        return (self.allreduce_latency_s if latency is None else latency,
-                1.0 if efficiency is None else efficiency / self.link.efficiency)
+        on_link = self.tp_link(num_gpus) is self.link
+        speed = 1.0 if efficiency is None or not on_link else efficiency / self.link.efficiency
+        return (self.allreduce_latency_s if latency is None else latency, min(1.0, speed))
 
     def tp_link(self, tp: int) -> LinkSpec:
         """The link a ``tp``-way all-reduce runs over: ``link`` if it joins that many GPUs."""

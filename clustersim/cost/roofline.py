@@ -234,7 +234,7 @@ class CostModel:
             # an all-gather before and a reduce-scatter after the experts, every layer, each
             # moving (dp - 1) / dp of the group's tokens over every GPU's link
             (ag_latency, ag_speed), (rs_latency, rs_speed) = (
-                gpu.collective("all_gather"), gpu.collective("reduce_scatter"))
+                gpu.collective("all_gather", dp * tp), gpu.collective("reduce_scatter", dp * tp))
             self._gather_fixed_s = layers * (ag_latency + rs_latency)
             self._gather_s_per_token = (layers * (dp - 1) / dp * h * e / dp_link_bytes_per_s
                                         * (1.0 / ag_speed + 1.0 / rs_speed))
@@ -254,7 +254,7 @@ class CostModel:
         if tp > 1:
             if tp_link_bytes_per_s is None:
                 tp_link_bytes_per_s = gpu.tp_link(tp).effective_bytes_per_s
-            ag_latency, ag_speed = gpu.collective("all_gather")
+            ag_latency, ag_speed = gpu.collective("all_gather", tp)
             if tp_link_latency_s is None:
                 tp_link_latency_s = gpu.allreduce_latency_s
             else:  # a topology's link: its latency serves every collective on it
