@@ -195,9 +195,10 @@ def compare(
 
     spec = load_scenario(scenario)
     colocated_spec, split_spec = counterparts(spec)
-    summaries = {}
+    summaries, instances = {}, []
     for label, variant in (("colocated", colocated_spec), ("disaggregated", split_spec)):
         result = run_scenario(variant)
+        instances += result.instances
         folder = out / label
         folder.mkdir(parents=True, exist_ok=True)
         summaries[label] = write_run(result, folder)
@@ -219,7 +220,7 @@ def compare(
     typer.echo(f"verdict: {decision}")
     for reason in verdict.reasons:
         typer.echo(f"  - {reason}")
-    typer.echo(describe_calibration(result.instances))
+    typer.echo(describe_calibration(instances))
     typer.echo(f"wrote {out}/colocated and {out}/disaggregated")
 
 

@@ -93,17 +93,23 @@ def profile_rows() -> list[list[str]]:
     rows = []
     for gpu_id, p in load_profiles().items():
         alpha = p.get("allreduce_latency_s")
+        gathers = [
+            "-" if p.get(f"{kind}_latency_s") is None else
+            f"{p[f'{kind}_latency_s'] * 1e6:.1f} / {p[f'{kind}_link_efficiency']}"
+            for kind in ("allgather", "reduce_scatter")
+        ]
         rows.append([
             gpu_id, f"{p['compute_efficiency']:.2f}", f"{p['compute_half_tokens']:.0f}",
             f"{p['memory_efficiency']:.2f}", f"{p['attention_efficiency']:.2f}",
             "-" if alpha is None else f"{alpha * 1e6:.1f}", str(p.get("link_efficiency", "-")),
-            p["calibration"],
+            *gathers, p["calibration"],
         ])
     return rows
 
 
 PROFILE_HEADER = ["GPU", "eff_c", "t_half (tokens)", "eff_m", "eff_attn", "all-reduce α (µs)",
-                  "link eff", "calibration"]
+                  "link eff", "all-gather α (µs) / eff", "reduce-scatter α (µs) / eff",
+                  "calibration"]
 
 
 _TARGET_PCT = 10.0
@@ -252,7 +258,9 @@ data); `clustersim/catalog/calibrated.yaml` records the provenance of every valu
 {profiles}
 
 `eff_c x tokens / (tokens + t_half)` is a GEMM's compute efficiency at `tokens` rows; the
-all-reduce costs `α + 2(n-1)/n x bytes / (link efficiency x link bandwidth)`. One memory
+all-reduce costs `α + 2(n-1)/n x bytes / (link efficiency x link bandwidth)`, an all-gather
+(reduce-scatter) `α + (n-1) x bytes per rank / (efficiency x link bandwidth)` with its own α
+and efficiency where measured (else the all-reduce's; its α is charged once whatever n). One memory
 efficiency serves every GEMM size: it is the best fit over 1-4096 tokens, so it prices a
 batch-1 weight read lower than the largest single GEMMs reach (H100: 63 % vs 84 % of peak).
 Reproduce: `clustersim calibrate` rewrites the profile; `clustersim validate --write-docs
