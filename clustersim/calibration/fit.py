@@ -140,38 +140,35 @@ def fit_attention(
     }
 
 
-def fit_allreduce(frame: pd.DataFrame, gpu: GpuSpec) -> dict[str, float]:
-    """``alpha`` and bus bandwidth of NCCL all-reduce inside one node, over all worker counts."""
-    ring = 2 * (frame.num_workers - 1) / frame.num_workers
-    x = ring.to_numpy() * frame["size"].to_numpy()
-    t = frame.all_reduce_median.to_numpy() * 1e-3
-    # relative least squares: divide each row by its time so small messages count as much
-    design = np.stack([np.ones_like(x), x], axis=1) / t[:, None]
-    (alpha, s_per_byte), *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)
+def _fit_alpha_busbw(bytes_moved: np.ndarray, time_s: np.ndarray, gpu: GpuSpec,
+                     latency_key: str) -> dict[str, float]:
+    """``t = alpha + bytes_moved / busbw`` by relative least squares (each row divided by its
+    time, so small messages count as much); busbw as a fraction of ``gpu.link``."""
+    design = np.stack([np.ones_like(bytes_moved), bytes_moved], axis=1) / time_s[:, None]
+    (alpha, s_per_byte), *_ = np.linalg.lstsq(design, np.ones_like(time_s), rcond=None)
     busbw = 1.0 / s_per_byte
     return {
-        "allreduce_latency_s": round(float(alpha), 7),
+        latency_key: round(float(alpha), 7),
         "link_efficiency": round(float(min(1.0, busbw / (gpu.link.bw_gb_per_s_per_dir * 1e9))), 3),
         "busbw_gb_per_s": round(float(busbw) / 1e9, 1),
-        "num_rows": int(t.size),
+        "num_rows": int(time_s.size),
     }
+
+
+def fit_allreduce(frame: pd.DataFrame, gpu: GpuSpec) -> dict[str, float]:
+    """``alpha`` and bus bandwidth of NCCL all-reduce inside one node, over all worker counts:
+    a ring moves ``2(n-1)/n x bytes`` over each GPU's link."""
+    ring = 2 * (frame.num_workers - 1) / frame.num_workers
+    return _fit_alpha_busbw(ring.to_numpy() * frame["size"].to_numpy(),
+                            frame.all_reduce_median.to_numpy() * 1e-3, gpu,
+                            "allreduce_latency_s")
 
 
 def fit_collective(bytes_: np.ndarray, time_s: np.ndarray, num_gpus: int,
                    gpu: GpuSpec) -> dict[str, float]:
     """``alpha`` and bus bandwidth of an all-gather (``bytes_``: each rank's input) or a
-    reduce-scatter (each rank's output): every rank receives ``(n - 1) x bytes``,
-    ``t = alpha + (n - 1) x bytes / busbw``; relative least squares, as ``fit_allreduce``."""
-    x = (num_gpus - 1) * bytes_
-    design = np.stack([np.ones_like(x), x], axis=1) / time_s[:, None]
-    (alpha, s_per_byte), *_ = np.linalg.lstsq(design, np.ones_like(time_s), rcond=None)
-    busbw = 1.0 / s_per_byte
-    return {
-        "latency_s": round(float(alpha), 7),
-        "link_efficiency": round(float(min(1.0, busbw / (gpu.link.bw_gb_per_s_per_dir * 1e9))), 3),
-        "busbw_gb_per_s": round(float(busbw) / 1e9, 1),
-        "num_rows": int(time_s.size),
-    }
+    reduce-scatter (each rank's output): every rank receives ``(n - 1) x bytes``."""
+    return _fit_alpha_busbw((num_gpus - 1) * bytes_, time_s, gpu, "latency_s")
 
 
 # ------------------------------------------------------------------ readers

@@ -143,41 +143,35 @@ def splitwise_summary(scores: Sequence[GroupScore]) -> dict[str, str]:
     }
 
 
-def _zero_shot_span(runs: Sequence[RunScore], run: str, metrics: Sequence[str]) -> str:
-    """``'a-b'``: the smallest and largest |error| (%, whole) of ``run``'s zero-shot statistics."""
-    for r in runs:
-        if r.run == run and r.mode == "zero-shot":
-            errs = [abs(r.error_pct(m, st)) for m in metrics for st in STATS]
-            return f"{math.floor(min(errs))}-{math.ceil(max(errs))}"
-    return "n/a"
+_MOE_RUN = "RTXPRO6000_Qwen3-30B-A3B-Instruct-2507"
 
 
-def _zero_shot_max(runs: Sequence[RunScore], run: str) -> str:
-    """The largest |error| (%) of ``run``'s zero-shot statistics, one decimal."""
-    errs = [abs(r.error_pct(m, st)) for r in runs if r.run == run and r.mode == "zero-shot"
-            for m in METRICS for st in STATS]
-    return f"{max(errs):.1f}" if errs else "n/a"
+def _zero_shot_errors(runs: Sequence[RunScore], run: str,
+                      metrics: Sequence[str] = METRICS) -> list[float]:
+    """|error| (%) of every statistic of ``run``'s zero-shot ``metrics`` (empty if not scored)."""
+    return [abs(r.error_pct(m, st)) for r in runs if r.run == run and r.mode == "zero-shot"
+            for m in metrics for st in STATS]
 
 
 def zero_shot_summary(runs: Sequence[RunScore]) -> dict[str, str]:
-    return {
-        "z_4090": _zero_shot_max(runs, "RTX4090_Llama-3.1-8B"),
-        "z_pro_llama": _zero_shot_max(runs, "RTXPRO6000_Llama-3.1-8B"),
-        "z_qwen_tpot": _zero_shot_span(runs, "RTXPRO6000_Qwen3-32B", ["tpot_s"]),
-        "z_qwen_ttft": _zero_shot_span(runs, "RTXPRO6000_Qwen3-32B", ["ttft_s"]),
-        "z_moe_tpot": _zero_shot_span(runs, "RTXPRO6000_Qwen3-30B-A3B-Instruct-2507", ["tpot_s"]),
-    }
+    def worst(run: str) -> str:  # one decimal
+        errs = _zero_shot_errors(runs, run)
+        return f"{max(errs):.1f}" if errs else "n/a"
 
+    def span(run: str, metric: str) -> str:  # whole percents around the range
+        errs = _zero_shot_errors(runs, run, [metric])
+        return f"{math.floor(min(errs))}-{math.ceil(max(errs))}" if errs else "n/a"
 
-def moe_summary(runs: Sequence[RunScore]) -> dict[str, str]:
-    run = next((r for r in runs if r.run == "RTXPRO6000_Qwen3-30B-A3B-Instruct-2507"
-                and r.mode == "zero-shot"), None)
-    if run is None:
-        return {"moe_ttft": "n/a", "moe_ttft_p50": "n/a", "moe_sim_ttft": "n/a"}
+    moe = next((r for r in runs if r.run == _MOE_RUN and r.mode == "zero-shot"), None)
     return {
-        "moe_ttft": f"{run.measured['ttft_s']['mean']:.2f}",
-        "moe_ttft_p50": f"{run.measured['ttft_s']['p50']:.2f}",
-        "moe_sim_ttft": f"{run.simulated['ttft_s']['mean']:.2f}",
+        "z_4090": worst("RTX4090_Llama-3.1-8B"),
+        "z_pro_llama": worst("RTXPRO6000_Llama-3.1-8B"),
+        "z_qwen_tpot": span("RTXPRO6000_Qwen3-32B", "tpot_s"),
+        "z_qwen_ttft": span("RTXPRO6000_Qwen3-32B", "ttft_s"),
+        "z_moe_tpot": span(_MOE_RUN, "tpot_s"),
+        "moe_ttft": "n/a" if moe is None else f"{moe.measured['ttft_s']['mean']:.2f}",
+        "moe_ttft_p50": "n/a" if moe is None else f"{moe.measured['ttft_s']['p50']:.2f}",
+        "moe_sim_ttft": "n/a" if moe is None else f"{moe.simulated['ttft_s']['mean']:.2f}",
     }
 
 
@@ -220,7 +214,6 @@ def render_markdown(splitwise: Sequence[GroupScore], runs: Sequence[RunScore]) -
         **splitwise_summary(splitwise),
         **runs_summary(runs),
         **zero_shot_summary(runs),
-        **moe_summary(runs),
         **tp_check_summary(),
         profiles=markdown_table(PROFILE_HEADER, profile_rows()),
         rule=FEW_SHOT_RULE,
