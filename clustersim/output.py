@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clustersim.engine.instance import StepRecord
 from clustersim.engine.request import Request
-from clustersim.metrics import request_metrics, summarize
+from clustersim.metrics import RunSummary, request_metrics, summarize_run
 
 if TYPE_CHECKING:
     from clustersim.sim import RunResult
@@ -78,37 +77,11 @@ def write_transfers_csv(path: Path, transfers: list[Any]) -> None:
             ))
 
 
-def write_summary_json(path: Path, summary: dict[str, Any]) -> None:
-    path.write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
+def write_summary_json(path: Path, summary: RunSummary) -> None:
+    path.write_text(json.dumps(summary.to_json(), indent=2, sort_keys=False) + "\n")
 
 
-def summarize_run(result: RunResult) -> dict[str, Any]:
-    """summary.json: the scenario, the resolved instances, the metrics, the links."""
-    scenario = result.scenario
-    layout = scenario.layout
-    summary: dict[str, Any] = {
-        "scenario": scenario.name,
-        "seed": scenario.seed,
-        "model": scenario.model,
-        "layout": layout.kind if layout is not None else "colocated",
-        "topology": scenario.topology,
-        "num_gpus": sum(i.tensor_parallel_size for i in result.instances),
-        "engine": [asdict(info) for info in result.instances],
-        **summarize(
-            result.requests,
-            result.steps,
-            {i.name: i.num_gpu_blocks - 1 for i in result.instances},
-            scenario.slo,
-        ),
-    }
-    if result.link_utilization:
-        busiest = sorted(result.link_utilization.items(), key=lambda kv: (-kv[1], kv[0]))
-        summary["link_utilization"] = dict(busiest[:10])
-        summary["num_transfers"] = len(result.transfers)
-    return summary
-
-
-def write_run(result: RunResult, out: Path) -> dict[str, Any]:
+def write_run(result: RunResult, out: Path) -> RunSummary:
     """Write requests.csv, steps.csv, summary.json (and transfers.csv when KV moved)."""
     summary = summarize_run(result)
     write_requests_csv(out / "requests.csv", result.requests)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, PositiveFloat, PositiveInt, PrivateAttr
+from pydantic import Field, PositiveFloat, PositiveInt, PrivateAttr, model_validator
 
 from clustersim.cluster.spec import LayoutSpec
 from clustersim.engine.settings import EngineSettings
@@ -39,11 +39,34 @@ Cost = Annotated[RooflineCost | FixedCost, Field(discriminator="kind")]
 
 # --------------------------------------------------------------- scenario
 class SLO(Strict):
-    """Per-request latency targets; a request attains only if it meets every one set."""
+    """Per-request latency limits and the share of requests that must meet them.
 
-    ttft_s: PositiveFloat | None = None
-    tpot_s: PositiveFloat | None = None
+    A request is good when it meets every limit set at once; attainment is the share of all
+    arrived requests that are good (rejected ones are not). ``clustersim.metrics.goodput``
+    also reads the same requests marginally and by means; ``criterion`` picks the verdict.
+    """
+
+    ttft_s: PositiveFloat | None = Field(None, description="Time to first token limit.")
+    tpot_s: PositiveFloat | None = Field(
+        None, description="Time per output token limit: (E2E - TTFT) / (output tokens - 1)."
+    )
     itl_s: PositiveFloat | None = Field(None, description="Bound on each request's p99 ITL.")
+    attainment_target: float = Field(
+        0.9, gt=0.0, le=1.0, description="Share of requests that must meet the limits."
+    )
+    criterion: Literal["joint", "marginal", "mean"] = Field(
+        "joint",
+        description="joint: share meeting every limit at once >= target (DistServe, vLLM "
+        "--goodput); marginal: share within each limit alone >= target (p90 per metric at "
+        "0.9, as DistServe's search; MLPerf's p99 at 0.99); mean: each mean within its limit "
+        "(aiconfigurator).",
+    )
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> SLO:
+        if self.ttft_s is None and self.tpot_s is None and self.itl_s is None:
+            raise ValueError("set at least one of ttft_s, tpot_s, itl_s")
+        return self
 
 
 class Scenario(Strict):

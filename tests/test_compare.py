@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from clustersim.cluster.compare import split_verdict
+from clustersim.plan.compare import split_verdict
 
 
 def test_s7_keep_with_a_10ms_budget_reject_when_the_handoff_is_18ms():

@@ -38,9 +38,9 @@ def test_ttft_tpot_e2e_and_itl():
 def test_one_token_outputs_have_no_tpot_but_count_for_attainment():
     one = finished("one", 0.0, [0.2])
     assert request_metrics(one).tpot_s is None
-    summary = summarize([one], [], {}, SLO(ttft_s=0.5, tpot_s=0.01))
-    assert summary["tpot_s"]["count"] == 0
-    assert summary["slo"]["attainment"] == 1.0
+    summary = summarize([one], [], [], SLO(ttft_s=0.5, tpot_s=0.01))
+    assert summary.tpot_s.count == 0
+    assert summary.slo.attainment == 1.0
 
 
 def test_attainment_counts_every_arrived_request_and_rejections_miss():
@@ -48,18 +48,73 @@ def test_attainment_counts_every_arrived_request_and_rejections_miss():
     slow_ttft = finished("slow", 0.0, [3.0, 3.1])
     slow_tpot = finished("choppy", 0.0, [0.1, 1.1])
     requests = [fast, slow_ttft, slow_tpot, rejected("gone", 0.5)]
-    summary = summarize(requests, [], {}, SLO(ttft_s=1.0, tpot_s=0.5))
-    assert summary["slo"]["attainment"] == 0.25
-    assert summary["num_rejected"] == 1
-    assert summary["rejections"] == {"prompt too long": 1}
+    summary = summarize(requests, [], [], SLO(ttft_s=1.0, tpot_s=0.5))
+    assert summary.slo.attainment == 0.25
+    assert summary.num_rejected == 1
+    assert summary.rejections == {"prompt too long": 1}
 
 
 def test_percentiles_are_numpy_linear_and_itl_pools_all_gaps():
     requests = [finished(str(i), 0.0, [1.0 + i, 2.0 + i, 2.5 + i]) for i in range(5)]
-    summary = summarize(requests, [], {})
-    assert summary["ttft_s"]["p50"] == pytest.approx(3.0)
-    assert summary["ttft_s"]["p90"] == pytest.approx(4.6)
-    assert summary["itl_s"]["count"] == 10
-    assert summary["itl_s"]["mean"] == pytest.approx(0.75)
+    summary = summarize(requests, [], [])
+    assert summary.ttft_s.p50 == pytest.approx(3.0)
+    assert summary.ttft_s.p90 == pytest.approx(4.6)
+    assert summary.itl_s.count == 10
+    assert summary.itl_s.mean == pytest.approx(0.75)
     # throughput window: arrivals all at 0, so first arrival to last finish (6.5 s)
-    assert summary["throughput"]["output_tokens_per_s"] == pytest.approx(15 / 6.5)
+    assert summary.throughput.output_tokens_per_s == pytest.approx(15 / 6.5)
+
+
+def test_joint_marginal_and_mean_verdicts_read_the_same_requests_differently():
+    # 10 requests: one slow on TTFT only, another slow on TPOT only. Each limit alone holds
+    # for 9 of 10 (marginal 0.9 passes), but only 8 of 10 meet both (joint 0.8 fails).
+    requests = [finished(str(i), 0.0, [0.1, 0.2, 0.3]) for i in range(8)]
+    requests.append(finished("slow-first", 0.0, [2.0, 2.1, 2.2]))
+    requests.append(finished("slow-stream", 0.0, [0.1, 1.1, 2.1]))
+    summary = summarize(requests, [], [], SLO(ttft_s=1.0, tpot_s=0.5))
+    verdict = summary.slo
+    assert verdict.attainment == pytest.approx(0.8)
+    assert verdict.marginal == {"ttft_s": pytest.approx(0.9), "tpot_s": pytest.approx(0.9)}
+    assert verdict.passes == {"joint": False, "marginal": True, "mean": True}
+    assert not verdict.meets  # the default criterion is joint
+    marginal = summarize(requests, [], [], SLO(ttft_s=1.0, tpot_s=0.5, criterion="marginal"))
+    assert marginal.slo.meets
+    lo, hi = verdict.attainment_interval
+    assert lo < 0.8 < hi and hi <= 1.0
+
+
+def test_a_rejected_request_fails_the_mean_verdict_past_the_allowed_share():
+    requests = [finished(str(i), 0.0, [0.1, 0.2]) for i in range(8)]
+    requests += [rejected("x", 0.0), rejected("y", 0.0)]
+    summary = summarize(requests, [], [], SLO(ttft_s=1.0, attainment_target=0.9))
+    assert summary.slo.means["ttft_s"] == pytest.approx(0.1)
+    assert summary.slo.rejected_share == pytest.approx(0.2)
+    assert summary.slo.passes["mean"] is False
+
+
+def test_itl_limit_bounds_each_requests_p99_gap():
+    smooth = finished("smooth", 0.0, [0.1 * k for k in range(1, 12)])
+    spiky = finished("spiky", 0.0, [0.1, 0.2, 1.2, 1.3])
+    summary = summarize([smooth, spiky], [], [], SLO(itl_s=0.5))
+    assert summary.slo.attainment == 0.5
+
+
+def test_an_slo_needs_a_limit():
+    from clustersim.validation import ValidationFailed
+
+    with pytest.raises(ValidationFailed, match="at least one"):
+        from clustersim.validation import validate
+
+        validate(SLO, {"attainment_target": 0.9})
+
+
+def test_wilson_interval_and_cost_per_million_tokens():
+    from clustersim.metrics.goodput import cost_per_million_tokens, wilson_interval
+
+    lo, hi = wilson_interval(90, 100)
+    assert lo == pytest.approx(0.8256, abs=1e-4) and hi == pytest.approx(0.9448, abs=1e-4)
+    assert wilson_interval(0, 10)[0] == 0.0
+    # 8 GPUs at $2.50/h producing 10,000 output tokens/s: $20/h over 36M tokens/h
+    assert cost_per_million_tokens({"h100-sxm": 8}, {"h100-sxm": 2.5}, 10_000) == pytest.approx(
+        20 / 36
+    )

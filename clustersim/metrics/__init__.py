@@ -1,5 +1,14 @@
-"""Metrics over run records (definitions in reference/metrics.md); pure functions."""
+"""Metrics over run records (definitions in reference/metrics.md); pure functions.
 
-from clustersim.metrics.summary import RequestMetrics, request_metrics, summarize
+``requests``: per-request latencies and distributions; ``goodput``: SLO verdicts and cost;
+``run``: the typed :class:`RunSummary` of a run.
+"""
 
-__all__ = ["RequestMetrics", "request_metrics", "summarize"]
+from clustersim.metrics.goodput import SloVerdict, slo_verdict
+from clustersim.metrics.requests import Distribution, RequestMetrics, RequestTable, request_metrics
+from clustersim.metrics.run import RunSummary, summarize, summarize_run
+
+__all__ = [
+    "Distribution", "RequestMetrics", "RequestTable", "RunSummary", "SloVerdict",
+    "request_metrics", "slo_verdict", "summarize", "summarize_run",
+]

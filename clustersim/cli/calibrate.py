@@ -11,7 +11,8 @@ from typing import Annotated
 
 import typer
 
-from clustersim.cli import check_fits, check_parallel, user_errors
+from clustersim.cli.checks import check_fits, check_parallel
+from clustersim.cli.common import user_errors
 from clustersim.errors import InputError
 
 _PREFILL_HELP = "A measured prefill: TOKENS=SECONDS (one prompt of TOKENS, no cached prefix)."

@@ -7,10 +7,10 @@ latency does not get worse, and the KV handoff stays within its budget. No singl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from clustersim.cluster.spec import LayoutSpec, PoolSpec, RouterSpec
 from clustersim.errors import ConfigError
+from clustersim.metrics import RunSummary
 from clustersim.scenario import Scenario
 
 
@@ -57,39 +57,6 @@ def split_verdict(
             f"{handoff_budget_s * 1e3:,.1f} ms"
         )
     return Verdict(ok, tuple(reasons))
-
-
-def comparison_rows(
-    colocated: dict[str, Any], split: dict[str, Any]
-) -> list[tuple[str, str, str]]:
-    """(metric, colocated, disaggregated) rows for the side-by-side table."""
-
-    def ms(summary: dict[str, Any], key: str, stat: str) -> str:
-        value = summary.get(key, {}).get(stat)
-        return "-" if value is None else f"{value * 1e3:,.1f}"
-
-    rows = [("GPUs", str(colocated["num_gpus"]), str(split["num_gpus"]))]
-    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"),
-                       ("e2e_s", "E2E")):
-        for stat in ("p50", "p95", "p99"):
-            rows.append((f"{label} {stat} (ms)", ms(colocated, key, stat), ms(split, key, stat)))
-    rows.append(
-        ("throughput (req/s)", f"{throughput(colocated):,.2f}", f"{throughput(split):,.2f}")
-    )
-    key = "output_tokens_per_s"
-    rows.append(("output tok/s", f"{colocated['throughput'][key] or 0:,.0f}",
-                 f"{split['throughput'][key] or 0:,.0f}"))
-    if "slo" in colocated:
-        rows.append(("SLO attainment", f"{colocated['slo']['attainment']:.1%}",
-                     f"{split['slo']['attainment']:.1%}"))
-    rows.append(("preemptions", str(colocated["num_preemptions"]), str(split["num_preemptions"])))
-    rows.append(("handoff p50 (ms)", "-", ms(split, "handoff_s", "p50")))
-    rows.append(("handoff p95 (ms)", "-", ms(split, "handoff_s", "p95")))
-    rows.append(("handoff GB", "-", f"{split.get('handoff_bytes', 0) / 1e9:,.2f}"))
-    links = split.get("link_utilization") or {}
-    busiest = max(links.items(), key=lambda kv: kv[1], default=None)
-    rows.append(("busiest link", "-", "-" if busiest is None else f"{busiest[0]} {busiest[1]:.1%}"))
-    return rows
 
 
 def counterparts(scenario: Scenario) -> tuple[Scenario, Scenario]:
@@ -152,15 +119,15 @@ def counterparts(scenario: Scenario) -> tuple[Scenario, Scenario]:
     return scenario.model_copy(update={"layout": colocated_layout}), scenario
 
 
-def throughput(summary: dict[str, Any]) -> float:
+def throughput(summary: RunSummary) -> float:
     """Requests meeting the SLO per second when the scenario has one, else finished req/s.
 
     Both over first arrival to last finish, so a layout that drains the same traffic sooner
     scores higher even when neither is saturated.
     """
-    span = summary["makespan_s"]
+    span = summary.makespan_s
     if not span:
         return 0.0
-    if "slo" in summary:
-        return summary["slo"]["attainment"] * summary["num_requests"] / span
-    return summary["num_finished"] / span
+    if summary.slo is not None:
+        return (summary.slo.attainment or 0.0) * summary.num_requests / span
+    return summary.num_finished / span

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from clustersim.cli import user_errors
+from clustersim.cli.common import user_errors
 from clustersim.errors import ClusterSimError
 from clustersim.workload.stats import trace_stats
 from clustersim.workload.traces import FORMATS, SHIPPED_TRACES, TIME_UNITS_S, load_trace

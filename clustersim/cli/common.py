@@ -1,0 +1,102 @@
+"""What every command shares: Click's errors and ours as ``path: message`` lines with exit
+code 2, and the lines that describe a run's layout and calibration."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+from typer.core import TyperGroup
+
+from clustersim.errors import ClusterSimError
+
+# Click's UsageError, from whichever copy of Click this Typer uses (newer ones vendor it)
+_UsageError: type[Exception] = typer.BadParameter.__base__
+
+
+class Commands(TyperGroup):
+    """Click's own command-line errors (an option's value out of range or not a number, a
+    missing or unknown option) as one ``path: message`` line with exit code 2, like ours."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except _UsageError as error:
+            if type(error).__name__ == "NoArgsIsHelpError":
+                raise  # a command group called bare: its help
+            param = getattr(error, "param", None)
+            if isinstance(error, typer.BadParameter) and param is not None and error.message:
+                path, message = (param.opts or [param.name])[0], error.message
+            else:
+                where = getattr(error, "ctx", None)
+                path = (where.command_path if where is not None
+                        else " ".join(filter(None, (ctx.command_path, ctx.invoked_subcommand))))
+                message = error.format_message()
+            typer.echo(f"{path}: {' '.join(message.split())}", err=True)
+            raise typer.Exit(2) from None
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def user_errors(func: F) -> F:
+    """Turn clustersim's errors into ``path: message`` lines on stderr and exit code 2."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except ClusterSimError as error:
+            for line in getattr(error, "lines", None) or [str(error)]:
+                typer.echo(line, err=True)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def ms(value: float | None) -> str:
+    """Seconds as milliseconds for a table cell; '-' when undefined."""
+    return "-" if value is None else f"{value * 1e3:,.1f}"
+
+
+def describe_calibration(instances: list[Any]) -> str:
+    """Which GPU profiles priced the steps, and where their validation errors are."""
+    labels = sorted({f"{info.gpu}: {info.calibration}" for info in instances})
+    return f"step times priced with {', '.join(labels)} (how far to trust them: docs/validation.md)"
+
+
+def describe_layout(name: str, model: str, instances: list[Any]) -> str:
+    """One line per pool: what runs where."""
+    pools: dict[str, list[Any]] = {}
+    for info in instances:
+        pools.setdefault(info.pool, []).append(info)
+    def engine(info: Any) -> str:
+        return (f"{info.gpu} TP{info.tensor_parallel_size}, max_num_batched_tokens "
+                f"{info.max_num_batched_tokens}, max_num_seqs {info.max_num_seqs}, "
+                f"{info.num_gpu_blocks} KV blocks")
+
+    if len(instances) == 1:
+        return f"{name}: {model} on {engine(instances[0])}"
+    lines = [f"{name}: {model}"]
+    for pool, members in pools.items():
+        role = "" if members[0].role == "colocated" else f" ({members[0].role})"
+        dp = members[0].data_parallel_size
+        if dp > 1:
+            lines.append(f"  {pool}{role}: {len(members) // dp} x data-parallel {dp} ranks of "
+                         f"{engine(members[0])} each")
+        else:
+            lines.append(f"  {pool}{role}: {len(members)} x {engine(members[0])} each")
+    return "\n".join(lines)
+
+
+def make_out_dir(out: Path) -> Path:
+    """Create a command's output folder, or say in one line why it cannot be."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        message = f"cannot create output directory: {error.strerror}"
+        raise ClusterSimError(str(out), message) from None
+    return out

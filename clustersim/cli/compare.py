@@ -1,0 +1,92 @@
+"""``clustersim compare``: the scenario colocated and disaggregated on the same traffic and
+GPUs, side by side, with golden S7's keep-or-reject verdict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from clustersim.cli.common import (
+    describe_calibration,
+    describe_layout,
+    make_out_dir,
+    ms,
+    user_errors,
+)
+from clustersim.metrics import Distribution, RunSummary
+from clustersim.plan.compare import counterparts, split_verdict, throughput
+
+
+@user_errors
+def compare_cmd(
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
+    out: Annotated[Path, typer.Option("--out", help="Directory for both runs' files.")] = Path(
+        "runs/compare"
+    ),
+    handoff_budget_ms: Annotated[
+        float, typer.Option(min=0.0, help="Largest acceptable p95 KV handoff.")
+    ] = 10.0,
+) -> None:
+    """Run the scenario colocated and disaggregated on the same traffic and GPUs; compare."""
+    from clustersim.output import write_run
+    from clustersim.scenario import load_scenario
+    from clustersim.sim import run_scenario
+
+    spec = load_scenario(scenario)
+    colocated_spec, split_spec = counterparts(spec)
+    summaries, instances = {}, []
+    for label, variant in (("colocated", colocated_spec), ("disaggregated", split_spec)):
+        result = run_scenario(variant)
+        instances += result.instances
+        summaries[label] = write_run(result, make_out_dir(out / label))
+        typer.echo(describe_layout(f"{label}", spec.model, result.instances))
+    colocated, split = summaries["colocated"], summaries["disaggregated"]
+    typer.echo(f"{'':<22}{'colocated':>16}{'disaggregated':>30}")
+    for metric, left, right in comparison_rows(colocated, split):
+        typer.echo(f"{metric:<22}{left:>16}{right:>30}")
+    handoff = (split.handoff_s.p95 if split.handoff_s is not None else None) or 0.0
+    verdict = split_verdict(
+        throughput(colocated),
+        throughput(split),
+        {m: getattr(colocated, m).p95 or 0.0 for m in ("ttft_s", "tpot_s")},
+        {m: getattr(split, m).p95 or 0.0 for m in ("ttft_s", "tpot_s")},
+        handoff,
+        handoff_budget_ms / 1e3,
+    )
+    decision = "keep the disaggregated layout" if verdict.keep_split else "stay colocated"
+    typer.echo(f"verdict: {decision}")
+    for reason in verdict.reasons:
+        typer.echo(f"  - {reason}")
+    typer.echo(describe_calibration(instances))
+    typer.echo(f"wrote {out}/colocated and {out}/disaggregated")
+
+
+def comparison_rows(colocated: RunSummary, split: RunSummary) -> list[tuple[str, str, str]]:
+    """(metric, colocated, disaggregated) rows for the side-by-side table."""
+
+    def cell(d: Distribution | None, stat: str) -> str:
+        return "-" if d is None else ms(d.percentile(int(stat[1:])))
+
+    rows = [("GPUs", str(colocated.num_gpus), str(split.num_gpus))]
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"),
+                       ("e2e_s", "E2E")):
+        for stat in ("p50", "p95", "p99"):
+            rows.append((f"{label} {stat} (ms)", cell(getattr(colocated, key), stat),
+                         cell(getattr(split, key), stat)))
+    rows.append(
+        ("throughput (req/s)", f"{throughput(colocated):,.2f}", f"{throughput(split):,.2f}")
+    )
+    rows.append(("output tok/s", f"{colocated.throughput.output_tokens_per_s or 0:,.0f}",
+                 f"{split.throughput.output_tokens_per_s or 0:,.0f}"))
+    if colocated.slo is not None and split.slo is not None:
+        rows.append(("SLO attainment", f"{colocated.slo.attainment:.1%}",
+                     f"{split.slo.attainment:.1%}"))
+    rows.append(("preemptions", str(colocated.num_preemptions), str(split.num_preemptions)))
+    rows.append(("handoff p50 (ms)", "-", cell(split.handoff_s, "p50")))
+    rows.append(("handoff p95 (ms)", "-", cell(split.handoff_s, "p95")))
+    rows.append(("handoff GB", "-", f"{split.handoff_bytes / 1e9:,.2f}"))
+    busiest = next(iter(split.link_utilization.items()), None)
+    rows.append(("busiest link", "-", "-" if busiest is None else f"{busiest[0]} {busiest[1]:.1%}"))
+    return rows

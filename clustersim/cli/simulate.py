@@ -1,0 +1,74 @@
+"""``clustersim simulate``: run one scenario, write its records, print its figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from clustersim.cli.common import (
+    describe_calibration,
+    describe_layout,
+    make_out_dir,
+    ms,
+    user_errors,
+)
+from clustersim.metrics import RunSummary
+
+
+@user_errors
+def simulate_cmd(
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
+    out: Annotated[Path, typer.Option("--out", help="Directory for the run's files.")] = Path(
+        "runs/latest"
+    ),
+) -> None:
+    """Simulate a scenario; write requests.csv, steps.csv and summary.json to --out."""
+    from clustersim.output import write_run
+    from clustersim.scenario import load_scenario
+    from clustersim.sim import run_scenario
+
+    spec = load_scenario(scenario)
+    result = run_scenario(spec)
+    summary = write_run(result, make_out_dir(out))
+    print_summary(summary, describe_layout(spec.name, spec.model, result.instances))
+    typer.echo(describe_calibration(result.instances))
+    files = "requests.csv, steps.csv, " + ("transfers.csv, " if result.transfers else "")
+    typer.echo(f"wrote {out}/{files}summary.json")
+
+
+def print_summary(summary: RunSummary, header: str) -> None:
+    typer.echo(header)
+    typer.echo(
+        f"requests: {summary.num_requests} arrived, {summary.num_finished} finished, "
+        f"{summary.num_rejected} rejected, {summary.num_preemptions} preemptions"
+    )
+    typer.echo(f"{'latency (ms)':<14}{'mean':>12}{'p50':>12}{'p90':>12}{'p99':>12}")
+    for label, d in (("TTFT", summary.ttft_s), ("TPOT", summary.tpot_s),
+                     ("ITL", summary.itl_s), ("E2E", summary.e2e_s)):
+        typer.echo(f"{label:<14}{ms(d.mean):>12}{ms(d.p50):>12}{ms(d.p90):>12}{ms(d.p99):>12}")
+    t = summary.throughput
+    if t.requests_per_s is not None:
+        typer.echo(
+            f"throughput: {t.requests_per_s:.2f} req/s, {t.prompt_tokens_per_s:,.0f} prompt "
+            f"tok/s, {t.output_tokens_per_s:,.0f} output tok/s over {summary.window_s:.2f} s"
+        )
+    for inst in summary.instances:
+        util, kv_mean = inst.utilization, inst.kv_usage_mean
+        typer.echo(
+            f"instance {inst.name}: {inst.num_steps} steps, busy "
+            f"{'-' if util is None else f'{util:.0%}'}, KV mean "
+            f"{'-' if kv_mean is None else f'{kv_mean:.0%}'} / peak {inst.kv_usage_peak:.0%} "
+            f"of {inst.usable_kv_blocks} blocks"
+        )
+    if summary.handoff_s is not None:
+        h = summary.handoff_s
+        typer.echo(
+            f"KV handoff: {summary.handoff_bytes / 1e9:,.2f} GB moved, p50 {ms(h.p50)} ms, "
+            f"p99 {ms(h.p99)} ms (prefill done -> KV resident on the decode instance)"
+        )
+    if summary.slo is not None:
+        slo = summary.slo
+        terms = ", ".join(f"{k} <= {v}" for k, v in slo.limits().items())
+        typer.echo(f"SLO attainment ({terms}): {slo.attainment:.1%}")

@@ -1,0 +1,252 @@
+"""The typed summary of one run, built in one pass over its records.
+
+Everything that reads a run's figures (``simulate``'s printout and ``summary.json``,
+``compare``, the planner, the report) reads a :class:`RunSummary`; ``to_json`` is
+``summary.json``. Definitions are reference/metrics.md's (``DEFINITIONS`` below is written into
+every summary).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from clustersim.engine.request import RequestStatus
+from clustersim.metrics.goodput import SloVerdict, slo_verdict
+from clustersim.metrics.requests import Distribution, RequestTable, itl_samples
+
+if TYPE_CHECKING:
+    from clustersim.cluster.system import InstanceInfo
+    from clustersim.engine.instance import StepRecord
+    from clustersim.engine.request import Request
+    from clustersim.scenario import SLO
+    from clustersim.sim import RunResult
+
+DEFINITIONS = (
+    "TTFT = first output token - arrival; TPOT = (E2E - TTFT) / (output tokens - 1), "
+    "one-token outputs excluded; ITL = gaps between consecutive tokens of a request, pooled; "
+    "E2E = last token - arrival; percentiles numpy linear; attainment = share of all arrived "
+    "requests meeting every SLO term (rejected requests miss); throughput over first to last "
+    "arrival (first arrival to last finish when they coincide); utilization and KV usage over "
+    "first arrival to end of the last step; per GPU = over every GPU of the layout."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """Over the measured window (first to last arrival); None when the window is empty."""
+
+    requests_per_s: float | None
+    prompt_tokens_per_s: float | None
+    output_tokens_per_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceSummary:
+    name: str
+    num_steps: int
+    busy_s: float
+    utilization: float | None
+    kv_usage_mean: float | None
+    kv_usage_peak: float
+    usable_kv_blocks: int
+    num_preemptions: int
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """A run's figures. Latencies in seconds; ``*_s`` distributions over requests (ITL over
+    every gap); the SLO verdict when the scenario has an SLO."""
+
+    scenario: str
+    seed: int
+    model: str
+    layout: str
+    topology: str | None
+    num_gpus: int
+    engines: tuple[InstanceInfo, ...]
+    num_requests: int
+    num_finished: int
+    num_rejected: int
+    rejections: dict[str, int]
+    window_s: float
+    makespan_s: float
+    throughput: Throughput
+    ttft_s: Distribution
+    tpot_s: Distribution
+    itl_s: Distribution
+    e2e_s: Distribution
+    num_preemptions: int
+    num_preempted_requests: int
+    instances: tuple[InstanceSummary, ...]
+    handoff_s: Distribution | None = None
+    handoff_bytes: int = 0
+    slo: SloVerdict | None = None
+    link_utilization: dict[str, float] = field(default_factory=dict)
+    """The ten busiest links, busiest first."""
+    num_transfers: int = 0
+
+    @property
+    def gpus_by_type(self) -> dict[str, int]:
+        counts: Counter[str] = Counter()
+        for info in self.engines:
+            counts[info.gpu] += info.tensor_parallel_size
+        return dict(sorted(counts.items()))
+
+    @property
+    def output_tokens_per_s_per_gpu(self) -> float | None:
+        rate = self.throughput.output_tokens_per_s
+        return None if rate is None or not self.num_gpus else rate / self.num_gpus
+
+    @property
+    def tokens_per_s_per_user(self) -> float | None:
+        """1 / mean TPOT: how fast one stream reads (aiconfigurator's and InferenceX's axis)."""
+        mean = self.tpot_s.mean
+        return None if not mean else 1.0 / mean
+
+    def to_json(self) -> dict[str, Any]:
+        """``summary.json``: plain JSON types, keys in a fixed order."""
+        out: dict[str, Any] = {
+            "scenario": self.scenario,
+            "seed": self.seed,
+            "model": self.model,
+            "layout": self.layout,
+            "topology": self.topology,
+            "num_gpus": self.num_gpus,
+            "engine": [asdict(info) for info in self.engines],
+            "num_requests": self.num_requests,
+            "num_finished": self.num_finished,
+            "num_rejected": self.num_rejected,
+            "rejections": self.rejections,
+            "window_s": self.window_s,
+            "makespan_s": self.makespan_s,
+            "throughput": asdict(self.throughput),
+            "output_tokens_per_s_per_gpu": self.output_tokens_per_s_per_gpu,
+            "tokens_per_s_per_user": self.tokens_per_s_per_user,
+        }
+        for key in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
+            out[key] = getattr(self, key).to_json()
+        out["num_preemptions"] = self.num_preemptions
+        out["num_preempted_requests"] = self.num_preempted_requests
+        if self.handoff_s is not None:
+            out["handoff_s"] = self.handoff_s.to_json()
+            out["handoff_bytes"] = self.handoff_bytes
+        if self.slo is not None:
+            out["slo"] = self.slo.to_json()
+        out["instances"] = [asdict(i) for i in self.instances]
+        if self.link_utilization:
+            out["link_utilization"] = self.link_utilization
+            out["num_transfers"] = self.num_transfers
+        out["definitions"] = DEFINITIONS
+        return out
+
+
+def summarize_run(result: RunResult) -> RunSummary:
+    scenario = result.scenario
+    layout = scenario.layout
+    busiest = sorted(result.link_utilization.items(), key=lambda kv: (-kv[1], kv[0]))
+    return summarize(
+        result.requests,
+        result.steps,
+        result.instances,
+        scenario.slo,
+        scenario=scenario.name,
+        seed=scenario.seed,
+        model=scenario.model,
+        layout=layout.kind if layout is not None else "colocated",
+        topology=scenario.topology,
+        link_utilization=dict(busiest[:10]),
+        num_transfers=len(result.transfers),
+    )
+
+
+def summarize(
+    requests: list[Request],
+    steps: list[StepRecord],
+    engines: list[InstanceInfo],
+    slo: SLO | None = None,
+    **identity: Any,
+) -> RunSummary:
+    """The figures of a run's requests and engine trace; ``identity`` fills the scenario
+    fields (name, seed, model, layout, topology, link utilization)."""
+    table = RequestTable.of(requests)
+    finished = table.finished
+    rejected = Counter(r.reject_reason for r in requests if r.status is RequestStatus.REJECTED)
+
+    first_arrival = float(table.arrival_s.min()) if len(table) else 0.0
+    last_arrival = float(table.arrival_s.max()) if len(table) else 0.0
+    last_finish = max((r.finish_s for r in requests if r.finish_s is not None), default=0.0)
+    end_s = last_finish
+    per_instance: dict[str, list[float]] = {info.name: [0, 0.0, 0.0, 0, 0] for info in engines}
+    for s in steps:  # one pass: steps, busy time, KV block-seconds, peak blocks, preemptions
+        acc = per_instance[s.instance]
+        duration = s.end_s - s.start_s
+        acc[0] += 1
+        acc[1] += duration
+        acc[2] += s.kv_blocks_used * duration
+        if s.kv_blocks_used > acc[3]:
+            acc[3] = s.kv_blocks_used
+        acc[4] += s.num_preempted
+        if s.end_s > end_s:
+            end_s = s.end_s
+    window = last_arrival - first_arrival
+    if window <= 0:
+        window = last_finish - first_arrival
+    span = end_s - first_arrival
+
+    def rate(amount: float) -> float | None:
+        return amount / window if window > 0 else None
+
+    handed_off = [r for r in requests if r.handoff_end_s is not None]
+    return RunSummary(
+        scenario=identity.get("scenario", ""),
+        seed=identity.get("seed", 0),
+        model=identity.get("model", ""),
+        layout=identity.get("layout", "colocated"),
+        topology=identity.get("topology"),
+        num_gpus=sum(i.tensor_parallel_size for i in engines),
+        engines=tuple(engines),
+        num_requests=len(requests),
+        num_finished=int(finished.sum()),
+        num_rejected=sum(rejected.values()),
+        rejections=dict(sorted(rejected.items())),
+        window_s=window,
+        makespan_s=span,
+        throughput=Throughput(
+            requests_per_s=rate(int(finished.sum())),
+            prompt_tokens_per_s=rate(int(table.prompt_tokens[finished].sum())),
+            output_tokens_per_s=rate(int(table.output_tokens.sum())),
+        ),
+        ttft_s=Distribution.of(table.defined("ttft_s")),
+        tpot_s=Distribution.of(table.defined("tpot_s")),
+        itl_s=Distribution.of(itl_samples(requests)),
+        e2e_s=Distribution.of(table.defined("e2e_s")),
+        num_preemptions=sum(r.num_preemptions for r in requests),
+        num_preempted_requests=sum(1 for r in requests if r.num_preemptions),
+        instances=tuple(
+            _instance_summary(info.name, per_instance[info.name], info.num_gpu_blocks - 1, span)
+            for info in engines
+        ),
+        handoff_s=(Distribution.of([r.handoff_end_s - r.handoff_start_s for r in handed_off])
+                   if handed_off else None),
+        handoff_bytes=sum(r.handoff_bytes for r in handed_off),
+        slo=slo_verdict(table, slo) if slo is not None else None,
+        link_utilization=identity.get("link_utilization", {}),
+        num_transfers=identity.get("num_transfers", 0),
+    )
+
+
+def _instance_summary(name: str, acc: list[float], usable_blocks: int,
+                      span_s: float) -> InstanceSummary:
+    num_steps, busy, kv_time, peak, preemptions = acc
+    return InstanceSummary(
+        name=name,
+        num_steps=int(num_steps),
+        busy_s=busy,
+        utilization=busy / span_s if span_s > 0 else None,
+        kv_usage_mean=kv_time / (span_s * usable_blocks) if span_s > 0 else None,
+        kv_usage_peak=peak / usable_blocks,
+        usable_kv_blocks=usable_blocks,
+        num_preemptions=int(preemptions),
+    )

@@ -1,0 +1,1 @@
+"""The planner: search space, analytic screen, goodput bisection, executors, comparison."""
