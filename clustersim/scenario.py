@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import Field, PositiveFloat, PositiveInt, PrivateAttr, model_validator
 
-from clustersim.cluster.spec import LayoutSpec
+from clustersim.cluster.spec import LayoutSpec, TopologyRef
 from clustersim.engine.settings import EngineSettings
 from clustersim.errors import InputError
 from clustersim.validation import Strict, validate
@@ -88,10 +88,11 @@ class Scenario(Strict):
     workload: Workload
     cost: Cost = RooflineCost()
     slo: SLO | None = None
-    topology: str | None = Field(
+    topology: TopologyRef | None = Field(
         None,
-        description="Shipped topology name or a YAML path (relative to the scenario file): "
-        "where instances are placed, which links TP all-reduces and KV handoffs use.",
+        description="Shipped topology name or a YAML path (relative to the scenario file), or "
+        "{node: NAME, count: N}, N copies of a one-node topology on one leaf switch: where "
+        "instances are placed, which links TP all-reduces and KV handoffs use.",
     )
     layout: LayoutSpec | None = Field(
         None, description="Pools of instances and their routers; default one colocated instance."

@@ -44,9 +44,12 @@ def _user_loc(loc: tuple[int | str, ...], data: Any) -> tuple[int | str, ...]:
     """
     kept: list[int | str] = []
     node = data
-    for part in loc:
+    for i, part in enumerate(loc):
+        # A key the input lacks can only end a location (a missing field): one before the end
+        # is a tag, such as a union member chosen by a callable discriminator.
         is_tag = isinstance(node, dict) and part not in node and (
             node.get("kind") == part or (isinstance(part, str) and "[" in part)
+            or i < len(loc) - 1
         )
         if is_tag:
             continue

@@ -91,6 +91,23 @@ def test_different_seeds_give_different_poisson_traffic(tmp_path):
          "engine.max_num_scheduled_tokens: 1024 is smaller than max_model_len 4096"),
         ({"layout": {"kind": "colocated", "pools": [{"name": "a", "engine": {"block_size": 32}}]}},
          "layout.pools[0].engine.block_size: 32 differs from the scenario's engine.block_size"),
+        ({"topology": {"node": "dgx-h100", "count": 0}},
+         "topology.count: Input should be greater than 0"),
+        ({"topology": {"node": "dgx-h100", "count": 2000}},
+         "topology.count: Input should be less than or equal to 1024"),
+        ({"topology": {"node": "dgx-h100", "count": 2, "rails": 8}},
+         "topology.rails: Extra inputs are not permitted"),
+        ({"topology": {"node": "dgx-h100-x2", "count": 2}},
+         "topology.node: 'dgx-h100-x2' has 2 nodes (node0, node1): a node type is a topology "
+         "with one node"),
+        ({"topology": {"node": "rtx4090-pcie-box", "count": 2}},
+         "topology.count: 2 nodes of 'rtx4090-pcie-box', whose node has no nics, cannot be "
+         "networked"),
+        ({"topology": {"node": "dgx-h200", "count": 2}},
+         "topology.node: 'dgx-h200' is neither a shipped topology"),
+        ({"topology": [8, "dgx-h100"]},
+         "topology: expected a shipped topology name, a topology file path or {node: NAME, "
+         "count: N}"),
     ],
 )
 def test_bad_scenarios_exit_2_with_path_and_message(tmp_path, change, expected):
@@ -99,6 +116,13 @@ def test_bad_scenarios_exit_2_with_path_and_message(tmp_path, change, expected):
     assert code == 2, output
     assert output.startswith(expected), output
     assert "Traceback" not in output
+
+
+@pytest.mark.xfail(strict=True, raises=TypeError, reason="output.py copies scenario.topology "
+                   "into summary.json as is, and a {node, count} model is not JSON")
+def test_simulate_on_a_node_count_topology_writes_its_summary(tmp_path):
+    result = simulate(tmp_path, scenario(topology={"node": "dgx-h100", "count": 2}))
+    assert result["summary"]["num_finished"] == 1
 
 
 def test_unreadable_and_malformed_yaml_exit_2(tmp_path):

@@ -1,4 +1,5 @@
-"""Topologies: the shipped files, the schema's errors, paths, TP-group links and placement."""
+"""Topologies: the shipped files, the schema's errors, paths, TP-group links, placement, and a
+node type times a count."""
 
 from __future__ import annotations
 
@@ -11,8 +12,18 @@ import yaml
 
 from clustersim.catalog import load_gpu, load_model
 from clustersim.cluster import LinkView, Topology, shipped_topologies
+from clustersim.cluster.spec import ReplicatedNode
+from clustersim.cluster.topology_spec import TopologySpec, parse_topology, replicate_node
 from clustersim.cost.roofline import BatchShape, CostModel
 from clustersim.errors import ClusterSimError, ConfigError, InputError
+from clustersim.output import (
+    summarize_run,
+    write_requests_csv,
+    write_steps_csv,
+    write_transfers_csv,
+)
+from clustersim.scenario import parse_scenario
+from clustersim.sim import run_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 GB = 1e9
@@ -353,3 +364,112 @@ def test_load_bad_yaml_is_an_input_error_with_line(tmp_path):
     bad.write_text("- a\n- b\n")
     with pytest.raises(InputError, match="a topology must be a YAML mapping"):
         Topology.load(str(bad))
+
+
+# ------------------------------------------------------- a node type x a count
+def one_node_spec(**overrides: Any) -> TopologySpec:
+    """One ``node("box")`` server and no switches, as a validated spec."""
+    return parse_topology(topology_data(nodes=[node("box")], switches=[], **overrides))
+
+
+def test_replicate_node_wires_every_nic_to_one_leaf():
+    template = one_node_spec()
+    spec = replicate_node(template, 3)
+    assert spec.name == "3 x test"
+    assert [n.name for n in spec.nodes] == ["node0", "node1", "node2"]
+    assert [n.model_copy(update={"name": "box"}) for n in spec.nodes] == template.nodes * 3
+    assert spec.links == template.links
+    assert [s.model_dump() for s in spec.switches] == [
+        {"name": "leaf0", "connects": ["node0", "node1", "node2"], "link": None}]
+    topology = Topology(spec)
+    assert len(topology.gpu_ids()) == 12
+    assert topology.path_label("node0/gpu1", "node2/gpu3") == (
+        "node0/gpu1>node0/nic1>leaf0>node2/nic3>node2/gpu3")
+
+
+def test_replicate_node_once_is_the_template_renamed():
+    spec = one_node_spec()
+    assert replicate_node(spec, 1) == spec.model_copy(update={"name": "1 x test"})
+    assert replicate_node(spec, 1, name="mine").nodes[0].name == "box"
+    assert replicate_node(spec, 2, name="pair").name == "pair"
+
+
+@pytest.mark.parametrize(
+    ("spec", "count", "expected"),
+    [
+        (one_node_spec(), 0, "topology.count: 0 nodes: give 1 to 1024"),
+        (one_node_spec(), 1025, "topology.count: 1025 nodes: give 1 to 1024"),
+        (parse_topology(topology_data()), 2,
+         "topology.node: 'test' has 2 nodes (a, b): a node type is a topology with one node"),
+        (parse_topology(topology_data(nodes=[node("box")],
+                                      switches=[{"name": "sw", "connects": ["box"]}])), 2,
+         "topology.node: 'test' has switches (sw): a node type has none"),
+        (parse_topology(topology_data(nodes=[node("box", nics=None)], switches=[])), 2,
+         "topology.count: 2 nodes of 'test', whose node has no nics, cannot be networked"),
+    ],
+)
+def test_replicate_node_refuses_what_it_cannot_copy(spec, count, expected):
+    with pytest.raises(ConfigError) as info:
+        replicate_node(spec, count)
+    assert str(info.value).startswith(expected)
+
+
+def test_a_pcie_box_without_nics_stays_one_node():
+    box = Topology.load(ReplicatedNode(node="rtx4090-pcie-box", count=1))
+    assert box.name == "1 x rtx4090-pcie-box" and len(box.gpu_ids()) == 8
+    with pytest.raises(ConfigError, match=r"^topology.count: 2 nodes of 'rtx4090-pcie-box'"):
+        Topology.load(ReplicatedNode(node="rtx4090-pcie-box", count=2))
+
+
+def test_two_dgx_nodes_are_the_hand_written_dgx_h100_x2():
+    by_hand = Topology.load("dgx-h100-x2")
+    built = Topology.load(ReplicatedNode(node="dgx-h100", count=2))
+    assert built.name == "2 x dgx-h100"
+    assert built.spec.model_dump(exclude={"name", "description"}) == by_hand.spec.model_dump(
+        exclude={"name", "description"})
+    assert list(built.graph.nodes(data=True)) == list(by_hand.graph.nodes(data=True))
+    assert list(built.graph.edges(data=True)) == list(by_hand.graph.edges(data=True))
+    assert built.capacities() == by_hand.capacities()
+    gpus = by_hand.gpu_ids()
+    assert built.gpu_ids() == gpus
+    for src in gpus:
+        for dst in gpus:
+            assert built.path(src, dst) == by_hand.path(src, dst)
+            assert built.path_view(src, dst) == by_hand.path_view(src, dst)
+
+
+def test_the_node_file_is_relative_to_the_scenario_folder(tmp_path):
+    (tmp_path / "box.yaml").write_text(yaml.safe_dump(topology_data(
+        name="box", nodes=[node("box")], switches=[])))
+    topology = Topology.load(ReplicatedNode(node="box.yaml", count=4), base_dir=tmp_path)
+    assert topology.name == "4 x box" and topology.node_names()[-1] == "node3"
+    with pytest.raises(ConfigError, match=r"^topology.node: 'box.yaml' is neither a shipped"):
+        Topology.load(ReplicatedNode(node="box.yaml", count=4))
+
+
+def test_a_64_gpu_fleet_needs_no_file():
+    fleet = Topology.load(ReplicatedNode(node="dgx-h100", count=8))
+    assert fleet.name == "8 x dgx-h100" and len(fleet.gpu_ids()) == 64
+    assert fleet.path_view("node0/gpu0", "node7/gpu0").bytes_per_s == 50 * GB * 0.85
+
+
+def test_a_node_count_scenario_simulates_as_dgx_h100_x2_does(tmp_path):
+    path = ROOT / "scenarios" / "pd_azure_conv_dgx.yaml"
+    data = yaml.safe_load(path.read_text())
+    assert data["topology"] == "dgx-h100-x2"
+    files = {}
+    for label, topology in (("by_hand", "dgx-h100-x2"),
+                            ("built", {"node": "dgx-h100", "count": 2})):
+        result = run_scenario(parse_scenario({**data, "topology": topology}))
+        out = tmp_path / label
+        out.mkdir()
+        write_requests_csv(out / "requests.csv", result.requests)
+        write_steps_csv(out / "steps.csv", result.steps)
+        write_transfers_csv(out / "transfers.csv", result.transfers)
+        summary = summarize_run(result)
+        summary.pop("topology")
+        files[label] = {f.name: f.read_bytes() for f in sorted(out.iterdir())}, summary
+    (hand_files, hand_summary), (built_files, built_summary) = files["by_hand"], files["built"]
+    assert built_summary == hand_summary
+    assert built_files == hand_files
+    assert hand_summary["num_transfers"] > 0 and b"leaf0" in hand_files["transfers.csv"]

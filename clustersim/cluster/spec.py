@@ -1,4 +1,5 @@
-"""The ``layout:`` section of a scenario: pools of instances, routers, and the KV handoff.
+"""The ``layout:`` section of a scenario: pools of instances, routers, and the KV handoff;
+and the ``topology:`` field that says where they run.
 
 Without a ``layout:`` a scenario is one colocated instance built from the top-level ``model``,
 ``gpu``, ``tensor_parallel_size`` and ``engine`` fields; pools inherit those fields too and
@@ -7,9 +8,17 @@ override what they set.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+from pydantic import (
+    Discriminator,
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    Tag,
+    model_validator,
+)
 
 from clustersim.engine.settings import EngineSettings
 from clustersim.validation import Strict
@@ -132,3 +141,41 @@ class LayoutSpec(Strict):
 
     def pools_with_role(self, role: str) -> list[PoolSpec]:
         return [p for p in self.pools if p.role == role]
+
+
+# ----------------------------------------------------------------- topology
+MAX_NUM_NODES = 1024
+"""Most servers a ``{node, count}`` topology may have (its graph is built before the run)."""
+
+
+class ReplicatedNode(Strict):
+    """``count`` copies of one server with every NIC on one non-blocking leaf switch (``leaf0``),
+    as ``dgx-h100-x2`` is wired by hand."""
+
+    node: str = Field(
+        description="A shipped one-node topology's name (dgx-h100, a100-8x, rtx4090-pcie-box) "
+        "or the path of a one-node topology file, relative to the scenario's folder."
+    )
+    count: PositiveInt = Field(
+        le=MAX_NUM_NODES,
+        description="How many of them: node0 .. node{count-1}; more than one needs a node "
+        "with nics.",
+    )
+
+
+def _topology_form(value: Any) -> str | None:
+    if isinstance(value, str):
+        return "name"
+    return "nodes" if isinstance(value, dict | ReplicatedNode) else None
+
+
+TopologyRef = Annotated[
+    Annotated[str, Tag("name")] | Annotated[ReplicatedNode, Tag("nodes")],
+    Discriminator(
+        _topology_form,
+        custom_error_type="topology_form",
+        custom_error_message="expected a shipped topology name, a topology file path or "
+        "{node: NAME, count: N}",
+    ),
+]
+"""The scenario's ``topology:``: a name or path (one file), or a node type times a count."""

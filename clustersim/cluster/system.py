@@ -160,8 +160,8 @@ class Cluster:
 
     # ------------------------------------------------------------------ build
     def _load_topology(self):
-        name = self.scenario.topology
-        if name is None:
+        source = self.scenario.topology
+        if source is None:
             if self.layout.kind != "colocated":
                 raise ConfigError(
                     "topology",
@@ -171,7 +171,7 @@ class Cluster:
             return None
         from clustersim.cluster.topology import Topology
 
-        return Topology.load(name, base_dir=self.scenario.base_dir)
+        return Topology.load(source, base_dir=self.scenario.base_dir)
 
     def _flow_network(self):
         if self.topology is None:

@@ -41,7 +41,8 @@ from typing import Any
 import networkx as nx
 import yaml
 
-from clustersim.cluster.topology_spec import TopologySpec, parse_topology
+from clustersim.cluster.spec import ReplicatedNode
+from clustersim.cluster.topology_spec import TopologySpec, parse_topology, replicate_node
 from clustersim.errors import ConfigError, InputError
 
 GIGA = 1e9
@@ -68,6 +69,32 @@ def _read_yaml(text: str, where: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise InputError(where, "a topology must be a YAML mapping")
     return data
+
+
+def load_spec(
+    name_or_path: str, base_dir: Path | None = None, *, where: str = "topology"
+) -> TopologySpec:
+    """The validated file of a shipped topology or of a YAML path (relative to ``base_dir``);
+    ``where`` is the scenario field that named it."""
+    shipped = shipped_topologies()
+    if name_or_path in shipped:
+        resource = resources.files(__package__).joinpath(_SHIPPED, f"{name_or_path}.yaml")
+        text = resource.read_text(encoding="utf-8")
+        return parse_topology(_read_yaml(text, f"{name_or_path}.yaml"))
+    path = Path(name_or_path).expanduser()
+    if not path.is_absolute() and base_dir is not None:
+        path = Path(base_dir) / path
+    if not path.is_file():
+        raise ConfigError(
+            where,
+            f"{name_or_path!r} is neither a shipped topology ({', '.join(shipped)}) "
+            "nor a topology file",
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise InputError(str(path), f"cannot read topology: {error.strerror}") from None
+    return parse_topology(_read_yaml(text, str(path)))
 
 
 # ------------------------------------------------------------------- views
@@ -108,27 +135,13 @@ class Topology:
 
     # ----------------------------------------------------------- loading
     @classmethod
-    def load(cls, name_or_path: str, base_dir: Path | None = None) -> Topology:
-        """A shipped topology by name (``dgx-h100``) or a YAML file (relative to ``base_dir``)."""
-        shipped = shipped_topologies()
-        if name_or_path in shipped:
-            resource = resources.files(__package__).joinpath(_SHIPPED, f"{name_or_path}.yaml")
-            text = resource.read_text(encoding="utf-8")
-            return cls.from_data(_read_yaml(text, f"{name_or_path}.yaml"))
-        path = Path(name_or_path).expanduser()
-        if not path.is_absolute() and base_dir is not None:
-            path = Path(base_dir) / path
-        if not path.is_file():
-            raise ConfigError(
-                "topology",
-                f"{name_or_path!r} is neither a shipped topology ({', '.join(shipped)}) "
-                "nor a topology file",
-            )
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as error:
-            raise InputError(str(path), f"cannot read topology: {error.strerror}") from None
-        return cls.from_data(_read_yaml(text, str(path)))
+    def load(cls, source: str | ReplicatedNode, base_dir: Path | None = None) -> Topology:
+        """A shipped topology by name (``dgx-h100``), a YAML file (relative to ``base_dir``),
+        or ``{node, count}``: that many copies of a one-node topology on one leaf switch."""
+        if isinstance(source, ReplicatedNode):
+            template = load_spec(source.node, base_dir, where="topology.node")
+            return cls(replicate_node(template, source.count))
+        return cls(load_spec(source, base_dir))
 
     @classmethod
     def from_data(cls, data: Any) -> Topology:

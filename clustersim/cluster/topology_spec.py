@@ -1,4 +1,5 @@
-"""The topology file's schema: strict pydantic models and the cross-field checks.
+"""The topology file's schema: strict pydantic models and the cross-field checks; and
+:func:`replicate_node`, a one-node topology copied into a cluster of them.
 
 ``clustersim.cluster.topology`` turns a validated :class:`TopologySpec` into the graph.
 """
@@ -10,7 +11,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator
 
 from clustersim.catalog import load_gpu
-from clustersim.errors import CatalogError
+from clustersim.cluster.spec import MAX_NUM_NODES
+from clustersim.errors import CatalogError, ConfigError
 from clustersim.validation import Strict, ValidationFailed, validate
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
@@ -199,3 +201,41 @@ def parse_topology(data: Any) -> TopologySpec:
     spec = validate(TopologySpec, data, root="topology")
     _check_references(spec)
     return spec
+
+
+def replicate_node(spec: TopologySpec, count: int, *, name: str | None = None) -> TopologySpec:
+    """``count`` copies of the one server of ``spec``, node0 .. node{count-1}, with every NIC
+    cabled to one non-blocking leaf switch ``leaf0``, named ``name`` (default "8 x dgx-h100").
+
+    Switches are non-blocking, so one leaf for all NICs moves what a rail-optimised fabric
+    (NIC i of every node on leaf i) moves. Count 1 is ``spec`` unchanged but for its name.
+    Errors are located on the scenario's ``topology: {node, count}``.
+    """
+    if not 1 <= count <= MAX_NUM_NODES:
+        raise ConfigError("topology.count", f"{count} nodes: give 1 to {MAX_NUM_NODES}")
+    if len(spec.nodes) != 1:
+        names = ", ".join(node.name for node in spec.nodes)
+        raise ConfigError("topology.node", f"{spec.name!r} has {len(spec.nodes)} nodes "
+                          f"({names}): a node type is a topology with one node")
+    if spec.switches:
+        names = ", ".join(switch.name for switch in spec.switches)
+        raise ConfigError("topology.node", f"{spec.name!r} has switches ({names}): a node type "
+                          "has none (its copies get one leaf switch)")
+    name = f"{count} x {spec.name}" if name is None else name
+    if count == 1:
+        return spec.model_copy(update={"name": name})
+    template = spec.nodes[0]
+    if template.nics is None:
+        raise ConfigError("topology.count", f"{count} nodes of {spec.name!r}, whose node has no "
+                          "nics, cannot be networked: use count 1 or a node with nics")
+    node_names = [f"node{i}" for i in range(count)]
+    data = spec.model_dump()
+    data.update(
+        name=name,
+        description=f"{count} x {spec.name} ({template.gpus.count} x {template.gpus.type} "
+        f"each), {count * template.nics.count} {template.nics.link} NICs on one non-blocking "
+        "leaf switch.",
+        nodes=[{**data["nodes"][0], "name": node_name} for node_name in node_names],
+        switches=[{"name": "leaf0", "connects": node_names}],
+    )
+    return parse_topology(data)
