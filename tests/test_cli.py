@@ -105,9 +105,13 @@ def test_different_seeds_give_different_poisson_traffic(tmp_path):
          "networked"),
         ({"topology": {"node": "dgx-h200", "count": 2}},
          "topology.node: 'dgx-h200' is neither a shipped topology"),
-        ({"topology": [8, "dgx-h100"]},
-         "topology: expected a shipped topology name, a topology file path or {node: NAME, "
-         "count: N}"),
+        ({"topology": 8},
+         "topology: expected a shipped topology name, a topology file path, {node: NAME, "
+         "count: N} or a list of those mappings"),
+        ({"topology": [{"node": "dgx-h100", "count": 1}, {"node": "rtx4090-pcie-box",
+                                                         "count": 1}]},
+         "topology[1].count: 1 node of 'rtx4090-pcie-box', whose node has no nics, cannot be "
+         "networked"),
     ],
 )
 def test_bad_scenarios_exit_2_with_path_and_message(tmp_path, change, expected):
@@ -118,11 +122,10 @@ def test_bad_scenarios_exit_2_with_path_and_message(tmp_path, change, expected):
     assert "Traceback" not in output
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason="output.py copies scenario.topology "
-                   "into summary.json as is, and a {node, count} model is not JSON")
 def test_simulate_on_a_node_count_topology_writes_its_summary(tmp_path):
     result = simulate(tmp_path, scenario(topology={"node": "dgx-h100", "count": 2}))
     assert result["summary"]["num_finished"] == 1
+    assert result["summary"]["topology"] == "2 x dgx-h100"
 
 
 def test_unreadable_and_malformed_yaml_exit_2(tmp_path):

@@ -466,10 +466,41 @@ def test_a_node_count_scenario_simulates_as_dgx_h100_x2_does(tmp_path):
         write_requests_csv(out / "requests.csv", result.requests)
         write_steps_csv(out / "steps.csv", result.steps)
         write_transfers_csv(out / "transfers.csv", result.transfers)
-        summary = summarize_run(result)
+        summary = summarize_run(result).to_json()
         summary.pop("topology")
         files[label] = {f.name: f.read_bytes() for f in sorted(out.iterdir())}, summary
     (hand_files, hand_summary), (built_files, built_summary) = files["by_hand"], files["built"]
     assert built_summary == hand_summary
     assert built_files == hand_files
     assert hand_summary["num_transfers"] > 0 and b"leaf0" in hand_files["transfers.csv"]
+
+
+def test_a_mixed_fleet_puts_every_node_type_on_one_leaf():
+    from clustersim.cluster.topology import load_spec
+
+    fleet = Topology.load([ReplicatedNode(node="dgx-h100", count=1),
+                           ReplicatedNode(node="a100-8x", count=2)])
+    assert fleet.name == "1 x dgx-h100 + 2 x a100-8x"
+    assert [fleet.gpu_type(f"node{i}/gpu0") for i in range(3)] == [
+        "h100-sxm", "a100-80gb-sxm", "a100-80gb-sxm"]
+    # H100 -> A100 crosses both NICs; the A100 node's 200G HDR NIC is the bottleneck
+    view = fleet.path_view("node0/gpu0", "node1/gpu0")
+    a100 = load_spec("a100-8x").links["cx6_hdr_200g"]
+    assert view.bytes_per_s == pytest.approx(a100.bw_gb_per_s_per_dir * 1e9 * a100.efficiency)
+    assert any(edge[1] == "leaf0" for edge in fleet.path("node0/gpu0", "node1/gpu0"))
+
+
+def test_a_link_key_two_node_types_define_differently_is_renamed():
+    from clustersim.cluster.topology import load_spec
+    from clustersim.cluster.topology_spec import combine_nodes
+
+    dgx = load_spec("dgx-h100")
+    data = dgx.model_dump()
+    data["name"] = "slow-dgx"
+    data["links"]["cx7_ndr_400g"]["bw_gb_per_s_per_dir"] = 25.0
+    slow = parse_topology(data)
+    spec = combine_nodes([(dgx, 1), (slow, 1)])
+    assert spec.links["cx7_ndr_400g"].bw_gb_per_s_per_dir == 50
+    assert spec.links["slow-dgx.cx7_ndr_400g"].bw_gb_per_s_per_dir == 25.0
+    assert spec.nodes[1].nics.link == "slow-dgx.cx7_ndr_400g"
+    assert spec.nodes[0].nics.link == "cx7_ndr_400g"

@@ -166,16 +166,32 @@ class ReplicatedNode(Strict):
 def _topology_form(value: Any) -> str | None:
     if isinstance(value, str):
         return "name"
+    if isinstance(value, list):
+        return "fleet"
     return "nodes" if isinstance(value, dict | ReplicatedNode) else None
 
 
+Fleet = Annotated[list[ReplicatedNode], Field(min_length=1, max_length=16)]
+"""Several node types on one leaf switch, in order: ``[{node: dgx-h100, count: 2},
+{node: a100-8x, count: 2}]`` is node0-1 DGX H100 and node2-3 A100 servers."""
+
 TopologyRef = Annotated[
-    Annotated[str, Tag("name")] | Annotated[ReplicatedNode, Tag("nodes")],
+    Annotated[str, Tag("name")] | Annotated[ReplicatedNode, Tag("nodes")]
+    | Annotated[Fleet, Tag("fleet")],
     Discriminator(
         _topology_form,
         custom_error_type="topology_form",
-        custom_error_message="expected a shipped topology name, a topology file path or "
-        "{node: NAME, count: N}",
+        custom_error_message="expected a shipped topology name, a topology file path, "
+        "{node: NAME, count: N} or a list of those mappings",
     ),
 ]
-"""The scenario's ``topology:``: a name or path (one file), or a node type times a count."""
+"""The scenario's ``topology:``: a name or path (one file), a node type times a count, or a
+list of node types and counts (a heterogeneous fleet)."""
+
+
+def topology_label(ref: str | ReplicatedNode | list[ReplicatedNode] | None) -> str | None:
+    """How a summary names the topology: the name or path, or "2 x dgx-h100 + 1 x a100-8x"."""
+    if ref is None or isinstance(ref, str):
+        return ref
+    parts = ref if isinstance(ref, list) else [ref]
+    return " + ".join(f"{part.count} x {part.node}" for part in parts)

@@ -42,7 +42,12 @@ import networkx as nx
 import yaml
 
 from clustersim.cluster.spec import ReplicatedNode
-from clustersim.cluster.topology_spec import TopologySpec, parse_topology, replicate_node
+from clustersim.cluster.topology_spec import (
+    TopologySpec,
+    combine_nodes,
+    parse_topology,
+    replicate_node,
+)
 from clustersim.errors import ConfigError, InputError
 
 GIGA = 1e9
@@ -135,12 +140,18 @@ class Topology:
 
     # ----------------------------------------------------------- loading
     @classmethod
-    def load(cls, source: str | ReplicatedNode, base_dir: Path | None = None) -> Topology:
+    def load(cls, source: str | ReplicatedNode | list[ReplicatedNode],
+             base_dir: Path | None = None) -> Topology:
         """A shipped topology by name (``dgx-h100``), a YAML file (relative to ``base_dir``),
-        or ``{node, count}``: that many copies of a one-node topology on one leaf switch."""
+        ``{node, count}``: that many copies of a one-node topology on one leaf switch, or a
+        list of those (several node types on the one leaf)."""
         if isinstance(source, ReplicatedNode):
             template = load_spec(source.node, base_dir, where="topology.node")
             return cls(replicate_node(template, source.count))
+        if isinstance(source, list):
+            parts = [(load_spec(part.node, base_dir, where=f"topology[{i}].node"), part.count)
+                     for i, part in enumerate(source)]
+            return cls(combine_nodes(parts))
         return cls(load_spec(source, base_dir))
 
     @classmethod

@@ -211,31 +211,68 @@ def replicate_node(spec: TopologySpec, count: int, *, name: str | None = None) -
     (NIC i of every node on leaf i) moves. Count 1 is ``spec`` unchanged but for its name.
     Errors are located on the scenario's ``topology: {node, count}``.
     """
-    if not 1 <= count <= MAX_NUM_NODES:
-        raise ConfigError("topology.count", f"{count} nodes: give 1 to {MAX_NUM_NODES}")
-    if len(spec.nodes) != 1:
-        names = ", ".join(node.name for node in spec.nodes)
-        raise ConfigError("topology.node", f"{spec.name!r} has {len(spec.nodes)} nodes "
-                          f"({names}): a node type is a topology with one node")
-    if spec.switches:
-        names = ", ".join(switch.name for switch in spec.switches)
-        raise ConfigError("topology.node", f"{spec.name!r} has switches ({names}): a node type "
-                          "has none (its copies get one leaf switch)")
-    name = f"{count} x {spec.name}" if name is None else name
-    if count == 1:
-        return spec.model_copy(update={"name": name})
-    template = spec.nodes[0]
-    if template.nics is None:
-        raise ConfigError("topology.count", f"{count} nodes of {spec.name!r}, whose node has no "
-                          "nics, cannot be networked: use count 1 or a node with nics")
-    node_names = [f"node{i}" for i in range(count)]
-    data = spec.model_dump()
-    data.update(
-        name=name,
-        description=f"{count} x {spec.name} ({template.gpus.count} x {template.gpus.type} "
-        f"each), {count * template.nics.count} {template.nics.link} NICs on one non-blocking "
-        "leaf switch.",
-        nodes=[{**data["nodes"][0], "name": node_name} for node_name in node_names],
-        switches=[{"name": "leaf0", "connects": node_names}],
-    )
+    return combine_nodes([(spec, count)], name=name)
+
+
+def combine_nodes(parts: list[tuple[TopologySpec, int]], *, name: str | None = None,
+                  where: str = "topology") -> TopologySpec:
+    """Servers of one or more one-node types, ``count`` of each in order (node0, node1, ...),
+    every NIC on one non-blocking leaf switch ``leaf0``: a heterogeneous fleet such as DGX H100
+    prefill nodes beside A100 decode nodes. One part of count 1 is its template renamed.
+
+    Link kinds keep their keys; a key two templates define differently is renamed after its
+    template (``a100-8x.pcie_gen4_x16``) in that template's nodes. ``where`` locates errors:
+    the scenario field, and ``[i]`` per part when there are several.
+    """
+    if not parts:
+        raise ConfigError(where, "a fleet needs at least one node type")
+    total = sum(count for _, count in parts)
+    if not 1 <= total <= MAX_NUM_NODES:
+        at = f"{where}.count" if len(parts) == 1 else where
+        raise ConfigError(at, f"{total} nodes: give 1 to {MAX_NUM_NODES}")
+    for i, (spec, _) in enumerate(parts):
+        at = f"{where}.node" if len(parts) == 1 else f"{where}[{i}].node"
+        if len(spec.nodes) != 1:
+            names = ", ".join(node.name for node in spec.nodes)
+            raise ConfigError(at, f"{spec.name!r} has {len(spec.nodes)} nodes ({names}): a node "
+                              "type is a topology with one node")
+        if spec.switches:
+            names = ", ".join(switch.name for switch in spec.switches)
+            raise ConfigError(at, f"{spec.name!r} has switches ({names}): a node type has none "
+                              "(its copies get one leaf switch)")
+    if name is None:
+        name = " + ".join(f"{count} x {spec.name}" for spec, count in parts)
+    if len(parts) == 1 and total == 1:
+        return parts[0][0].model_copy(update={"name": name})
+    links: dict[str, dict[str, Any]] = {}
+    nodes: list[dict[str, Any]] = []
+    described = []
+    for i, (spec, count) in enumerate(parts):
+        template = spec.nodes[0]
+        if template.nics is None:
+            at = f"{where}.count" if len(parts) == 1 else f"{where}[{i}].count"
+            nodes_text = f"{count} node{'s' if count > 1 else ''}"
+            raise ConfigError(at, f"{nodes_text} of {spec.name!r}, whose node has no nics, "
+                              "cannot be networked: use count 1 (alone) or a node with nics")
+        renamed = {}
+        for key, link in spec.model_dump()["links"].items():
+            new = key if links.get(key, link) == link else f"{spec.name}.{key}"
+            links[new] = link
+            renamed[key] = new
+        node = template.model_dump()
+        node["pcie_link"] = renamed[node["pcie_link"]]
+        if "link" in node["gpu_fabric"]:
+            node["gpu_fabric"]["link"] = renamed[node["gpu_fabric"]["link"]]
+        node["nics"]["link"] = renamed[node["nics"]["link"]]
+        for _ in range(count):
+            nodes.append({**node, "name": f"node{len(nodes)}"})
+        described.append(f"{count} x {spec.name} ({template.gpus.count} x {template.gpus.type}, "
+                         f"{template.nics.count} {template.nics.link} NICs each)")
+    data = {
+        "name": name,
+        "description": ", ".join(described) + ", every NIC on one non-blocking leaf switch.",
+        "links": links,
+        "nodes": nodes,
+        "switches": [{"name": "leaf0", "connects": [n["name"] for n in nodes]}],
+    }
     return parse_topology(data)

@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from clustersim.cluster.spec import topology_label
 from clustersim.engine.request import RequestStatus
 from clustersim.metrics.goodput import SloVerdict, slo_verdict
 from clustersim.metrics.requests import Distribution, RequestTable, itl_samples
@@ -155,7 +156,7 @@ def summarize_run(result: RunResult) -> RunSummary:
         seed=scenario.seed,
         model=scenario.model,
         layout=layout.kind if layout is not None else "colocated",
-        topology=scenario.topology,
+        topology=topology_label(scenario.topology),
         link_utilization=dict(busiest[:10]),
         num_transfers=len(result.transfers),
     )
