@@ -16,6 +16,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, PrivateAttr, model_valid
 from clustersim.cluster.spec import LayoutSpec, TopologyRef
 from clustersim.engine.settings import EngineSettings
 from clustersim.errors import InputError
+from clustersim.plan.spec import PlanSpec
 from clustersim.validation import Strict, validate
 from clustersim.workload.spec import Workload
 
@@ -96,6 +97,10 @@ class Scenario(Strict):
     )
     layout: LayoutSpec | None = Field(
         None, description="Pools of instances and their routers; default one colocated instance."
+    )
+    plan: PlanSpec | None = Field(
+        None, description="What `clustersim plan` optimises and over which deployments "
+        "(ignored by simulate and compare)."
     )
     _base_dir: Path | None = PrivateAttr(None)
 

@@ -44,6 +44,7 @@ __all__ = [
 _SpecT = TypeVar("_SpecT", GpuSpec, ModelSpec)
 _GPUS_FILE = "gpus.yaml"
 _MODELS_FILE = "models.yaml"
+_PRICES_FILE = "prices.yaml"
 CALIBRATED_FILE = "calibrated.yaml"
 PROFILE_FIELDS = (
     "compute_efficiency",
@@ -160,6 +161,23 @@ def load_model(model: str, *, path: str = "model") -> ModelSpec:
         f"unknown model {model!r} (not a catalog id, and no such config.json); "
         f"known: {', '.join(models)}",
     )
+
+
+@lru_cache(maxsize=1)
+def default_prices() -> dict[str, tuple[float, str]]:
+    """GPU id -> (USD per GPU-hour, source): the snapshots in ``prices.yaml``, for plans whose
+    scenario sets no price (prices move; they are user input with a named default)."""
+    table = _read_table(_PRICES_FILE, "prices")
+    prices = {}
+    for gpu_id, entry in table.items():
+        if gpu_id not in _gpus():
+            raise CatalogError(f"{_PRICES_FILE}:{gpu_id}", "not a catalog GPU id")
+        value = entry.get("usd_per_gpu_hour") if isinstance(entry, dict) else None
+        if not isinstance(value, int | float) or value < 0 or not entry.get("source"):
+            raise CatalogError(f"{_PRICES_FILE}:{gpu_id}",
+                               "needs usd_per_gpu_hour (a number >= 0) and a source")
+        prices[gpu_id] = (float(value), str(entry["source"]))
+    return prices
 
 
 @lru_cache(maxsize=1)

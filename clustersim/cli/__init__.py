@@ -13,6 +13,7 @@ import typer
 from clustersim.cli.calibrate import calibrate_cmd, validate_cmd
 from clustersim.cli.common import Commands
 from clustersim.cli.compare import compare_cmd
+from clustersim.cli.plan import plan_cmd
 from clustersim.cli.simulate import simulate_cmd
 from clustersim.cli.step_time import step_time_cmd
 from clustersim.cli.trace import trace_app
@@ -24,6 +25,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.command("plan")(plan_cmd)
 app.command("simulate")(simulate_cmd)
 app.command("compare")(compare_cmd)
 app.command("step-time")(step_time_cmd)

@@ -27,16 +27,19 @@ def split_verdict(
     split_p95_s: dict[str, float],
     handoff_p95_s: float,
     handoff_budget_s: float,
+    unit: str = "",
 ) -> Verdict:
-    """Golden S7: throughput must rise, no p95 may worsen, the handoff must fit its budget."""
+    """Golden S7: throughput must rise, no p95 may worsen, the handoff must fit its budget.
+    ``unit`` names the throughput in the reasons (the planner compares goodput per GPU)."""
     reasons = []
     ok = True
+    what = f"throughput ({unit})" if unit else "throughput"
     if split_throughput > colocated_throughput:
-        reasons.append(f"throughput rises {colocated_throughput:,.2f} -> {split_throughput:,.2f}")
+        reasons.append(f"{what} rises {colocated_throughput:,.2f} -> {split_throughput:,.2f}")
     else:
         ok = False
         reasons.append(
-            f"throughput does not rise ({colocated_throughput:,.2f} -> {split_throughput:,.2f})"
+            f"{what} does not rise ({colocated_throughput:,.2f} -> {split_throughput:,.2f})"
         )
     for metric, before in colocated_p95_s.items():
         after = split_p95_s[metric]

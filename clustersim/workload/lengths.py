@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from clustersim.errors import ConfigError
 from clustersim.workload.spec import (
     EmpiricalLengths,
     FixedLength,
@@ -49,11 +50,21 @@ def mixture_lengths(
 
 
 def empirical_lengths(
-    table: Trace, n: int, rng: np.random.Generator, in_order: bool = False
+    table: Trace, n: int, rng: np.random.Generator, in_order: bool = False,
+    max_total_tokens: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(prompt, output) pairs taken together from a table's rows."""
-    rows = np.arange(n) % len(table) if in_order else rng.integers(0, len(table), size=n)
-    return table.prompt_tokens[rows], table.output_tokens[rows]
+    """(prompt, output) pairs taken together from a table's rows (those within
+    ``max_total_tokens`` when given)."""
+    prompts, outputs = table.prompt_tokens, table.output_tokens
+    if max_total_tokens is not None:
+        keep = prompts + outputs <= max_total_tokens
+        if not keep.any():
+            raise ConfigError("workload.lengths.max_total_tokens",
+                              f"no row of {table.source} has prompt + output <= "
+                              f"{max_total_tokens} tokens")
+        prompts, outputs = prompts[keep], outputs[keep]
+    rows = np.arange(n) % len(prompts) if in_order else rng.integers(0, len(prompts), size=n)
+    return prompts[rows], outputs[rows]
 
 
 def joint_lengths(
@@ -67,5 +78,6 @@ def joint_lengths(
         return mixture_lengths(spec.classes, n, rng)
     if isinstance(spec, EmpiricalLengths):
         assert table is not None, "empirical lengths need their table loaded"
-        return empirical_lengths(table, n, rng, in_order=spec.sample == "in_order")
+        return empirical_lengths(table, n, rng, in_order=spec.sample == "in_order",
+                                 max_total_tokens=spec.max_total_tokens)
     return draw_lengths(spec.prompt_tokens, n, rng), draw_lengths(spec.output_tokens, n, rng)

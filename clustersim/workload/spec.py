@@ -270,6 +270,10 @@ class EmpiricalLengths(TraceSource):
         "random", description="random: rows drawn with replacement; in_order: rows in file "
         "order, starting over after the last."
     )
+    max_total_tokens: PositiveInt | None = Field(
+        None, description="Drop rows whose prompt + output exceed this (a model's context, as "
+        "DistServe's ShareGPT preparation does for OPT's 2,048 positions)."
+    )
 
 
 Lengths = Annotated[

@@ -112,6 +112,11 @@ SHIPPED_TRACES: dict[str, ShippedTrace] = {
         "Mooncake FAST'25 conversation: 12,031 long-context requests in 59 min, prefix-block "
         "ids (Apache-2.0)",
     ),
+    "sharegpt-lengths": ShippedTrace(
+        "sharegpt_lengths.csv", "lengths",
+        "ShareGPT conversations, Llama-2 token counts: 30,731 (prompt, output) pairs, no "
+        "arrival times, totals <= 8K (Apache-2.0)",
+    ),
 }
 """Traces packaged with clustersim (``clustersim/data/traces``; attribution in NOTICE)."""
 

@@ -1,0 +1,167 @@
+"""``clustersim plan``: size the cluster against the scenario's SLO; print and write the plan."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from clustersim.cli.common import make_out_dir, ms, user_errors
+from clustersim.plan.result import LEDGER_COLUMNS, CandidateResult, PlanResult, ledger_rows
+
+
+@user_errors
+def plan_cmd(
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file with a plan: section.")],
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="Directory for plan.json and ledger.csv; default runs/plan/<scenario>.")
+    ] = None,
+    executor: Annotated[str, typer.Option(
+        help="Where simulations run: process (local pool), serial, or ray.")] = "process",
+    workers: Annotated[int | None, typer.Option(
+        min=1, help="Worker processes of the local pool; default one per core.")] = None,
+    address: Annotated[str | None, typer.Option(
+        help="Ray cluster address (with --executor ray); default a local Ray.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print plan.json to stdout.")] = False,
+) -> None:
+    """Find the deployment that meets the SLO best: colocated or disaggregated, GPUs and TP per
+    pool, the P:D ratio and max_num_batched_tokens, with goodput intervals and costs."""
+    from clustersim.plan.executors import make_executor
+    from clustersim.plan.planner import Planner
+    from clustersim.scenario import load_scenario
+
+    spec = load_scenario(scenario)
+    folder = make_out_dir(out or Path("runs/plan") / spec.name)
+    pool = make_executor(executor, workers=workers, address=address)
+    started = time.perf_counter()
+    try:
+        with _progress(enabled=not as_json) as progress:
+            result = Planner(spec, pool, progress).run()
+    finally:
+        pool.close()
+    wall_s = time.perf_counter() - started
+    write_plan(result, folder)
+    if as_json:
+        typer.echo(json.dumps(result.to_json(), indent=2))
+        return
+    print_plan(result, wall_s, pool.workers)
+    typer.echo(f"wrote {folder}/plan.json, {folder}/ledger.csv")
+
+
+def write_plan(result: PlanResult, folder: Path) -> None:
+    (folder / "plan.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    with (folder / "ledger.csv").open("w", newline="") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(LEDGER_COLUMNS)
+        for row in ledger_rows(result):
+            writer.writerow("" if v is None else f"{v:.6g}" if isinstance(v, float) else v
+                            for v in row)
+
+
+class _progress:
+    """A rich progress bar on stderr while the plan runs (nothing when not a terminal)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled and sys.stderr.isatty()
+        self._bar = None
+        self._tasks: dict[str, int] = {}
+
+    def __enter__(self) -> _progress:
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+            self._bar = Progress("{task.description}", BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=Console(stderr=True),
+                                 transient=True)
+            self._bar.start()
+        return self
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if self._bar is None:
+            return
+        if stage not in self._tasks:
+            self._tasks[stage] = self._bar.add_task(stage, total=total)
+        self._bar.update(self._tasks[stage], completed=done, total=total)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def _figures(r: CandidateResult) -> str:
+    s = r.at_goodput
+    if s is None or s.slo is None:
+        return ""
+    rate = s.throughput.requests_per_s or 0.0
+    return (f"{rate:,.2f} req/s, TTFT p50/p90/p99 {ms(s.ttft_s.p50)}/{ms(s.ttft_s.p90)}/"
+            f"{ms(s.ttft_s.p99)} ms, TPOT {ms(s.tpot_s.p50)}/{ms(s.tpot_s.p90)}/"
+            f"{ms(s.tpot_s.p99)} ms, ITL p99 {ms(s.itl_s.p99)} ms, attainment "
+            f"{s.slo.attainment:.1%}")
+
+
+def _mnbt(r: CandidateResult) -> str:
+    s = r.at_goodput
+    if s is not None and s.engines:
+        return str(s.engines[0].max_num_batched_tokens)
+    value = r.candidate.max_num_batched_tokens
+    return "-" if value is None else str(value)
+
+
+def _goodput(r: CandidateResult) -> str:
+    g = r.goodput
+    if g is None:
+        return "-"
+    return f"{g.mean_per_s:,.2f} [{g.low_per_s:,.2f}-{g.high_per_s:,.2f}]"
+
+
+def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
+    counts: dict[str, int] = {}
+    for c in result.candidates:
+        counts[c.status] = counts.get(c.status, 0) + 1
+    probes = sum(c.goodput.probes for c in result.candidates if c.goodput is not None)
+    budget = f", budget {result.gpu_budget} GPUs" if result.gpu_budget else ""
+    target = (f", target {result.target_rate_per_s:g} req/s" if result.target_rate_per_s
+              else "")
+    typer.echo(f"plan {result.scenario}: {result.objective}{budget}{target}, SLO verdict "
+               f"{result.criterion}, {len(result.seeds)} seeds, tolerance {result.tolerance:.0%}")
+    typer.echo(f"candidates: {len(result.candidates)} ("
+               + ", ".join(f"{n} {status}" for status, n in counts.items())
+               + f"); {probes} bisection probes in {wall_s:,.1f} s on {workers} worker"
+               f"{'s' if workers != 1 else ''}")
+    typer.echo("")
+    typer.echo(result.answer)
+    rec = result.recommended
+    if rec is not None:
+        typer.echo(f"  at goodput: {_figures(rec)}")
+    typer.echo("")
+    shown = [c for c in result.candidates if c.goodput is not None][:12]
+    if shown:
+        header = (f"{'candidate':<46}{'GPUs':>5}{'mnbt':>7}{'goodput req/s [95% CI]':>26}"
+                  f"{'per GPU':>9}"
+                  f"{'TTFT p90':>10}{'TPOT p90':>10}{'$/1M tok':>10}  status")
+        typer.echo(header)
+        for c in shown:
+            s = c.at_goodput
+            cost = ("-" if c.cost_per_million_output_tokens is None
+                    else f"{c.cost_per_million_output_tokens:,.3f}")
+            mark = "*" if rec is not None and c.id == rec.id else " "
+            typer.echo(
+                f"{mark}{c.candidate.label()[:45]:<45}{c.candidate.num_gpus:>5}"
+                f"{_mnbt(c):>7}{_goodput(c):>26}"
+                f"{c.goodput_per_gpu or 0:>9.3f}"
+                f"{ms(s.ttft_s.p90 if s else None):>10}{ms(s.tpot_s.p90 if s else None):>10}"
+                f"{cost:>10}  {c.status}")
+        typer.echo("")
+    if result.pareto:
+        typer.echo("Pareto front (tokens/s per user vs output tokens/s per GPU, at goodput): "
+                   + "; ".join(result.by_id(i).candidate.label() for i in result.pareto))
+    for line in result.serve_commands:
+        typer.echo(line)
+    if result.bench_command:
+        typer.echo(f"check it on real GPUs: {result.bench_command}")

@@ -1,0 +1,129 @@
+"""Goodput by bisection: the highest offered rate at which a configuration meets its SLO.
+
+Pure: a :class:`RateSearch` proposes the next rate to try and is told whether the run at that
+rate met the SLO; whoever runs the simulations (an executor, in rounds) stays outside. It
+brackets first (doubling up from a pass, halving down from a fail), then bisects the bracket
+geometrically until ``(fail - pass) / pass <= tolerance``::
+
+    rate  ->   x0 pass   2 x0 pass   4 x0 FAIL        bracket [2 x0, 4 x0]
+               sqrt(2 x0 * 4 x0) pass ...             until fail / pass - 1 <= tolerance
+
+Attainment is assumed to fall with the rate (more load never helps); a noisy reversal only
+moves the answer inside the bracket. A search that fails even at ``min_rate`` (a trickle)
+ends with goodput 0: the SLO cannot be met at any load.
+
+The seeds of one configuration give independent goodputs; :func:`mean_interval` is their mean
+with a 95 % Student-t interval.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+# Two-sided 95 % Student-t quantiles by degrees of freedom (1..30); beyond, the normal's.
+_T95 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)
+
+
+@dataclass
+class RateSearch:
+    """One configuration, one seed: bracket, then bisect on the offered rate (req/s)."""
+
+    start_rate: float
+    tolerance: float
+    max_probes: int = 24
+    step: float = 2.0
+    """Factor between bracketing probes."""
+    min_rate: float | None = None
+    """Below this the search gives up: the SLO fails at a trickle. Default start / 256."""
+    max_rate: float | None = None
+    """Above this the search stops climbing. Default start x 256."""
+    passed: list[tuple[float, Any]] = field(default_factory=list)
+    failed: list[tuple[float, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.start_rate > 0 or not math.isfinite(self.start_rate):
+            raise ValueError(f"start_rate must be positive and finite, got {self.start_rate}")
+        if not 0 < self.tolerance < 1:
+            raise ValueError(f"tolerance must be in (0, 1), got {self.tolerance}")
+        if self.min_rate is None:
+            self.min_rate = self.start_rate / 256
+        if self.max_rate is None:
+            self.max_rate = self.start_rate * 256
+
+    @property
+    def lo(self) -> float | None:
+        """The highest rate that met the SLO."""
+        return max((r for r, _ in self.passed), default=None)
+
+    @property
+    def hi(self) -> float | None:
+        """The lowest rate that failed it."""
+        return min((r for r, _ in self.failed), default=None)
+
+    @property
+    def num_probes(self) -> int:
+        return len(self.passed) + len(self.failed)
+
+    @property
+    def converged(self) -> bool:
+        lo, hi = self.lo, self.hi
+        return lo is not None and hi is not None and (hi - lo) / lo <= self.tolerance
+
+    @property
+    def infeasible(self) -> bool:
+        """Failed at the trickle rate: no load is light enough."""
+        return self.lo is None and self.hi is not None and self.hi <= self.min_rate
+
+    @property
+    def capped(self) -> bool:
+        """Met the SLO at max_rate: goodput is at least that (the search stopped climbing)."""
+        lo = self.lo
+        return lo is not None and self.hi is None and lo >= self.max_rate
+
+    def next_rate(self) -> float | None:
+        """The next rate to try, or None when done."""
+        if self.converged or self.infeasible or self.capped or self.num_probes >= self.max_probes:
+            return None
+        lo, hi = self.lo, self.hi
+        if lo is None and hi is None:
+            return self.start_rate
+        if lo is None:
+            return max(hi / self.step, self.min_rate)
+        if hi is None:
+            return min(lo * self.step, self.max_rate)
+        return math.sqrt(lo * hi)
+
+    def record(self, rate: float, meets: bool, outcome: Any = None) -> None:
+        (self.passed if meets else self.failed).append((rate, outcome))
+
+    @property
+    def goodput(self) -> float:
+        """The highest passing rate (0 when none passed)."""
+        return self.lo or 0.0
+
+    def outcome_at(self, rate: float | None) -> Any:
+        for r, outcome in (*self.passed, *self.failed):
+            if r == rate:
+                return outcome
+        return None
+
+
+def mean_interval(values: list[float]) -> tuple[float, float, float]:
+    """(mean, low, high): the mean and its two-sided 95 % Student-t interval (one value: the
+    value itself, no spread to estimate)."""
+    n = len(values)
+    if n == 0:
+        raise ValueError("no values")
+    mean = sum(values) / n
+    if n == 1:
+        return mean, mean, mean
+    var = sum((v - mean) ** 2 for v in values) / (n - 1)
+    t = _T95[n - 2] if n - 1 <= len(_T95) else 1.959963984540054
+    half = t * math.sqrt(var / n)
+    return mean, max(0.0, mean - half), mean + half

@@ -1,0 +1,592 @@
+"""``clustersim plan``: screen every candidate, simulate the promising ones, answer.
+
+    scenario + plan:  ->  candidates (space)  ->  analytic screen (ms each; prune, rank)
+        ->  goodput bisection per survivor and seed, in rounds on an executor
+        ->  the P:D ratios and sizes next to the best of each kind, while they win
+        ->  figures at goodput, golden S7 between the best of each kind
+        ->  the recommendation, its runner-up, the ledger of every candidate
+
+The planner only decides; simulations run wherever the executor puts them and come back as
+run summaries. Everything it reads from them is in ``clustersim.metrics``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from clustersim.catalog import default_prices, load_gpu, load_model
+from clustersim.catalog.specs import ModelSpec
+from clustersim.cost.roofline import CostModel
+from clustersim.engine.defaults import resolve_engine
+from clustersim.errors import ClusterSimError, ConfigError
+from clustersim.metrics import RunSummary
+from clustersim.metrics.goodput import cost_per_million_tokens
+from clustersim.plan import answer as answers
+from clustersim.plan.bisect import RateSearch, mean_interval
+from clustersim.plan.compare import split_verdict
+from clustersim.plan.executors import Executor
+from clustersim.plan.fleet import NodeTemplate, fleet_for, node_templates
+from clustersim.plan.result import CandidateResult, Goodput, PlanResult, SplitVerdict
+from clustersim.plan.screen import (
+    Engine,
+    Estimate,
+    TrafficStats,
+    capacity,
+    colocated_state,
+    decode_state,
+    prefill_state,
+)
+from clustersim.plan.space import Candidate, baseline, families, fill_budget, variant
+from clustersim.plan.spec import PlanSpec
+from clustersim.scenario import SLO, Scenario
+from clustersim.workload import build_requests, resolve_paths
+from clustersim.workload.scale import offered_rate, scale_rate
+from clustersim.workload.spec import (
+    ClosedLoopArrivals,
+    GammaArrivals,
+    PoissonWorkload,
+    SyntheticWorkload,
+)
+
+Progress = Callable[[str, int, int], None]
+"""(stage, jobs done, jobs known so far)."""
+
+MAX_NEIGHBOUR_ROUNDS = 3
+MAX_INSTANCES = 4096
+LOCAL_STEP = 1.1
+"""Bracketing factor of the seeds after the first, which start at the first one's goodput."""
+
+
+@dataclass(frozen=True)
+class _Screened:
+    candidate: Candidate
+    estimate_per_s: float
+    binding: str | None
+    reason: str | None
+    """Why the candidate cannot run at all (pruned), else None."""
+
+
+class Planner:
+    """One plan: built from a scenario with a ``plan:`` section, run with :meth:`run`."""
+
+    def __init__(self, scenario: Scenario, executor: Executor,
+                 progress: Progress | None = None) -> None:
+        if scenario.plan is None:
+            raise ConfigError("plan", "the scenario has no plan: section (objective, budget, "
+                              "choices); see README 'Planning'")
+        if scenario.slo is None:
+            raise ConfigError("slo", "a plan needs an slo: the limits goodput is measured "
+                              "against")
+        base_dir = scenario.base_dir
+        workload = resolve_paths(scenario.workload, base_dir) if base_dir else scenario.workload
+        self.scenario = scenario.model_copy(update={"workload": workload})
+        self.plan: PlanSpec = scenario.plan
+        self.slo: SLO = scenario.slo
+        self.executor = executor
+        self.progress = progress
+        self.model: ModelSpec = load_model(scenario.model, path="model")
+        self.base_rate = offered_rate(workload, base_dir=base_dir,
+                                      block_size=scenario.engine.block_size)
+        self.traffic = self._traffic_stats()
+        self.templates: dict[str, NodeTemplate] = node_templates(self.scenario, self.plan)
+        self.prices = self._prices()
+        self._engines: dict[tuple, Engine | str] = {}
+        self._capacities: dict[tuple, Estimate] = {}
+        self._jobs_done = 0
+
+    # ------------------------------------------------------------- inputs
+    def _traffic_stats(self) -> TrafficStats:
+        scenario = self.scenario
+        requests = build_requests(scenario.workload, np.random.default_rng(scenario.seed),
+                                  block_size=scenario.engine.block_size,
+                                  base_dir=scenario.base_dir)
+        prompts = np.array([r.num_prompt_tokens for r in requests])
+        outputs = np.array([r.max_tokens for r in requests])
+        return TrafficStats.of(prompts, outputs, _arrival_cv(scenario, requests))
+
+    def _prices(self) -> dict[str, tuple[float, str]]:
+        prices = dict(default_prices())
+        for gpu, value in self.plan.prices_usd_per_gpu_hour.items():
+            load_gpu(gpu, path=f"plan.prices_usd_per_gpu_hour.{gpu}")
+            prices[gpu] = (value, "the scenario's plan.prices_usd_per_gpu_hour")
+        return prices
+
+    def cost_per_hour(self, candidate: Candidate) -> float | None:
+        try:
+            return sum(n * self.prices[gpu][0] for gpu, n in candidate.gpus_by_type.items())
+        except KeyError:
+            return None
+
+    # --------------------------------------------------------- the screen
+    def _engine(self, role: str, gpu_id: str, tp: int, candidate: Candidate) -> Engine | str:
+        """The pool's engine as the screen prices it, or why it cannot start."""
+        key = (gpu_id, tp, candidate.max_num_batched_tokens, candidate.enable_chunked_prefill)
+        if key in self._engines:
+            return self._engines[key]
+        scenario = self.scenario
+        gpu = load_gpu(gpu_id)
+        template = self.templates.get(gpu_id)
+        result: Engine | str
+        try:
+            if template is not None and tp > template.gpus_per_node:
+                raise ConfigError("tensor_parallel_size", f"TP{tp} spans nodes: a "
+                                  f"{template.name} node has {template.gpus_per_node} GPUs")
+            self.model.check_tp(tp)
+            gpu.tp_link(tp)
+            probe = variant(scenario, candidate, None).engine
+            setup = resolve_engine(probe, self.model, gpu, tp)
+            config = setup.scheduler
+            result = Engine(CostModel(self.model, gpu, tp), config.max_num_batched_tokens,
+                            config.max_num_seqs, (setup.num_gpu_blocks - 1) * config.block_size,
+                            config.enable_chunked_prefill)
+        except ClusterSimError as error:
+            result = f"{gpu_id} TP{tp}: {error.message}"
+        self._engines[key] = result
+        return result
+
+    def _capacity(self, kind: str, engine: Engine, servers: int = 1,
+                  extra: tuple = ()) -> Estimate:
+        """Requests/s per instance of a pool of ``servers`` instances behind one router."""
+        key = (kind, id(engine), servers, *extra)
+        if key not in self._capacities:
+            q = self.slo.attainment_target if self.slo.criterion != "mean" else 0.5
+            traffic, slo = self.traffic, self.slo
+            if kind == "colocated":
+                state = lambda lam: colocated_state(  # noqa: E731
+                    engine, traffic, slo, q, lam, servers)
+            elif kind == "decode":
+                state = lambda lam: decode_state(engine, traffic, slo, lam)  # noqa: E731
+            else:
+                handoff_s, first_s = extra
+                state = lambda lam: prefill_state(  # noqa: E731
+                    engine, traffic, slo, q, lam, handoff_s, first_s, servers)
+            self._capacities[key] = capacity(state, max(self.base_rate, 1e-3))
+        return self._capacities[key]
+
+    def screen(self, candidate: Candidate) -> _Screened:
+        engines = {}
+        for pool in candidate.pools:
+            engine = self._engine(pool.role, pool.gpu, pool.tensor_parallel_size, candidate)
+            if isinstance(engine, str):
+                return _Screened(candidate, 0.0, None, engine)
+            engines[pool.role] = engine
+        if not candidate.baseline:
+            try:
+                fleet_for(candidate, self.templates)
+            except ClusterSimError as error:
+                return _Screened(candidate, 0.0, None, error.message)
+        if candidate.layout == "colocated":
+            pool = candidate.pool("colocated")
+            est = self._capacity("colocated", engines["colocated"], pool.instances)
+            return _Screened(candidate, pool.instances * est.rate_per_s, est.binding, None)
+        if candidate.layout == "disaggregated":
+            prefill, decode = candidate.pool("prefill"), candidate.pool("decode")
+            d = self._capacity("decode", engines["decode"])
+            handoff_s = self._handoff_estimate_s(candidate)
+            p = self._capacity("prefill", engines["prefill"], prefill.instances,
+                               (handoff_s, d.step_s))
+            p_rate, d_rate = prefill.instances * p.rate_per_s, decode.instances * d.rate_per_s
+            binding = f"prefill {p.binding}" if p_rate <= d_rate else f"decode {d.binding}"
+            return _Screened(candidate, min(p_rate, d_rate), binding, None)
+        return _Screened(candidate, 0.0, None, "three_pool candidates are not screened yet: "
+                         "plan colocated and disaggregated layouts")
+
+    def _handoff_estimate_s(self, candidate: Candidate) -> float:
+        """The median prompt's KV over the link prefill and decode share: one node's fabric
+        when the whole candidate fits one node of its type, else the NIC."""
+        decode = candidate.pool("decode")
+        template = self.templates.get(decode.gpu)
+        if template is None:
+            return 0.0
+        one_node = (len(candidate.gpus_by_type) == 1
+                    and candidate.num_gpus <= template.gpus_per_node)
+        bandwidth = template.intra_bytes_per_s if one_node else template.inter_bytes_per_s
+        if not bandwidth:
+            return math.inf
+        tokens = self.traffic.prompt_at(0.5)
+        return tokens * self.model.kv_bytes_per_token(1) / bandwidth
+
+    # ------------------------------------------------------------- search
+    def candidates(self) -> list[Candidate]:
+        """Every candidate the plan considers, the scenario's own layout first."""
+        plan = self.plan
+        out: list[Candidate] = []
+        own = baseline(self.scenario)
+        if own is not None:
+            out.append(own)
+        for family in families(plan, self.scenario):
+            if plan.objective == "max_goodput_per_gpu":
+                assert plan.gpu_budget is not None
+                out += fill_budget(family, plan.gpu_budget, plan)
+            else:
+                out += self._sized_for_target(family)
+        seen: set[str] = set()
+        unique = []
+        for c in out:
+            if c.id not in seen:
+                seen.add(c.id)
+                unique.append(c)
+        return unique
+
+    def _sized_for_target(self, family: Candidate) -> list[Candidate]:
+        """min_gpus / min_cost: the family at the smallest size the screen expects to reach
+        the target rate (each pool sized on its own; a pool's queue shares its instances)."""
+        target = self.plan.target_rate_per_s
+        assert target is not None
+        if self.screen(family).reason is not None:
+            return [family]
+        counts = {p.role: self._instances_for(family, p.role, target) for p in family.pools}
+        sized = family.resized(counts)
+        budget = self.plan.gpu_budget
+        return [sized] if budget is None or sized.num_gpus <= budget else [family]
+
+    def _instances_for(self, family: Candidate, role: str, target: float) -> int:
+        """Fewest instances of the pool whose screened capacity reaches ``target`` (req/s)."""
+        def total(n: int) -> float:
+            return n * self._pool_rate(family.resized({role: n}), role)
+
+        per = self._pool_rate(family, role)
+        if per <= 0:
+            return 1
+        n = min(MAX_INSTANCES, max(1, math.ceil(target / per)))
+        while n > 1 and total(n - 1) >= target:  # pooled queues need fewer than n x one
+            n -= 1
+        return n
+
+    def _pool_rate(self, candidate: Candidate, role: str) -> float:
+        """Requests/s one instance of the candidate's pool sustains (the screen's)."""
+        pool = candidate.pool(role)
+        engine = self._engine(role, pool.gpu, pool.tensor_parallel_size, candidate)
+        if isinstance(engine, str):
+            return 0.0
+        if role == "colocated":
+            return self._capacity("colocated", engine, pool.instances).rate_per_s
+        if role == "decode":
+            return self._capacity("decode", engine).rate_per_s
+        decode = candidate.pool("decode")
+        d_engine = self._engine("decode", decode.gpu, decode.tensor_parallel_size, candidate)
+        first = 0.0 if isinstance(d_engine, str) else self._capacity("decode", d_engine).step_s
+        return self._capacity("prefill", engine, pool.instances,
+                              (self._handoff_estimate_s(candidate), first)).rate_per_s
+
+    def run(self) -> PlanResult:
+        plan = self.plan
+        screened = [self.screen(c) for c in self.candidates()]
+        by_id = {s.candidate.id: s for s in screened}
+        survivors = self._survivors(screened)
+        measured: dict[str, CandidateResult] = {}
+        self._measure(survivors, by_id, measured)
+        if plan.search.neighbours:
+            for _ in range(MAX_NEIGHBOUR_ROUNDS):
+                fresh = [c for c in self._neighbours(measured)
+                         if c.id not in measured and c.id not in {s.id for s in survivors}]
+                fresh = [c for c in fresh if self._admissible(c)]
+                if not fresh:
+                    break
+                for c in fresh:
+                    by_id.setdefault(c.id, self.screen(c))
+                fresh = [c for c in fresh if by_id[c.id].reason is None]
+                if not fresh:
+                    break
+                self._measure(fresh, by_id, measured)
+        return self._answer(screened, by_id, measured)
+
+    def _admissible(self, candidate: Candidate) -> bool:
+        if any(p.instances < 1 for p in candidate.pools):
+            return False
+        budget = self.plan.gpu_budget
+        return budget is None or candidate.num_gpus <= budget
+
+    def _rank_key(self, candidate: Candidate, rate_per_s: float) -> tuple:
+        """Smaller is better, by the objective."""
+        objective = self.plan.objective
+        target = self.plan.target_rate_per_s or 0.0
+        if objective == "max_goodput_per_gpu":
+            return (-rate_per_s / candidate.num_gpus, candidate.num_gpus, candidate.id)
+        meets = rate_per_s >= target
+        cost = self.cost_per_hour(candidate)
+        size = candidate.num_gpus if objective == "min_gpus" else (cost or math.inf)
+        return (not meets, size if meets else -rate_per_s, -rate_per_s, candidate.id)
+
+    def _survivors(self, screened: list[_Screened]) -> list[Candidate]:
+        keep = self.plan.search.simulate_top
+        out: list[Candidate] = []
+        for layout in self.plan.layouts:
+            ranked = sorted((s for s in screened if s.reason is None and not s.candidate.baseline
+                             and s.candidate.layout == layout),
+                            key=lambda s: self._rank_key(s.candidate, s.estimate_per_s))
+            out += [s.candidate for s in ranked[:keep]]
+        own = next((s for s in screened if s.candidate.baseline and s.reason is None), None)
+        if own is not None:
+            out.insert(0, own.candidate)
+        return out
+
+    def _neighbours(self, measured: dict[str, CandidateResult]) -> list[Candidate]:
+        """Sizes next to the best simulated candidate of each layout kind: one instance moved
+        between the pools (the neighbouring P:D ratios), or one more / one fewer."""
+        out: list[Candidate] = []
+        budget = self.plan.gpu_budget
+        for layout in self.plan.layouts:
+            best = self._best([r for r in measured.values()
+                               if r.candidate.layout == layout and not r.candidate.baseline])
+            if best is None:
+                continue
+            c = best.candidate
+            counts = {p.role: p.instances for p in c.pools}
+            if layout == "colocated":
+                if self.plan.objective != "max_goodput_per_gpu":
+                    out += [c.resized({"colocated": counts["colocated"] + d}) for d in (-1, 1)]
+                continue
+            p, d = c.pool("prefill"), c.pool("decode")
+            moves = [(1, 0), (-1, 0), (0, 1), (0, -1)]
+            for dp, dd in moves:
+                x, y = counts["prefill"] + dp, counts["decode"] + dd
+                if self.plan.objective == "max_goodput_per_gpu" and budget is not None:
+                    # keep filling the budget: the other pool takes what is left
+                    if dp:
+                        y = (budget - x * p.tensor_parallel_size) // d.tensor_parallel_size
+                    else:
+                        x = (budget - y * d.tensor_parallel_size) // p.tensor_parallel_size
+                if x >= 1 and y >= 1:
+                    out.append(c.resized({"prefill": x, "decode": y}))
+        return out
+
+    def _best(self, results: list[CandidateResult]) -> CandidateResult | None:
+        good = [r for r in results if r.goodput is not None and r.goodput.mean_per_s > 0]
+        if not good:
+            return None
+        return min(good, key=lambda r: self._rank_key(r.candidate, r.goodput.mean_per_s))
+
+    # ------------------------------------------------------ simulation
+    def _job(self, candidate: Candidate, seed_index: int, rate_per_s: float) -> Scenario:
+        base = self.scenario
+        topology = base.topology if candidate.baseline else fleet_for(candidate, self.templates)
+        scenario = variant(base, candidate, topology)
+        return scenario.model_copy(update={
+            "seed": base.seed + seed_index,
+            "workload": self._probe_workload(rate_per_s),
+        })
+
+    def _probe_workload(self, rate_per_s: float):
+        """The scenario's traffic at ``rate_per_s``, a count-bounded one lengthened to the
+        search's minimum requests and duration (the shape of the traffic is kept)."""
+        settings = self.plan.search
+        workload = scale_rate(self.scenario.workload, rate_per_s / self.base_rate)
+        if isinstance(workload, PoissonWorkload | SyntheticWorkload) and (
+                workload.num_requests is not None and getattr(workload, "duration_s", None)
+                is None and not isinstance(getattr(workload, "arrivals", None),
+                                           ClosedLoopArrivals)):
+            wanted = max(workload.num_requests, settings.min_requests,
+                         math.ceil(rate_per_s * settings.min_duration_s))
+            workload = workload.model_copy(update={"num_requests": wanted})
+        return workload
+
+    def _run_jobs(self, stage: str, jobs: list[Scenario]) -> list[RunSummary | str]:
+        total = len(jobs)
+        done = 0
+
+        def tick(n: int) -> None:
+            nonlocal done
+            done += n
+            if self.progress is not None:
+                self.progress(stage, done, total)
+
+        return self.executor.map(jobs, tick)
+
+    def _measure(self, candidates: list[Candidate], screened: dict[str, _Screened],
+                 measured: dict[str, CandidateResult]) -> None:
+        """Goodput of each candidate for every seed, the bisections advancing in rounds (one
+        executor batch per round). The first seed starts at the screen's estimate and brackets
+        in factors of 2; the others start at its answer, in steps of ``LOCAL_STEP``."""
+        settings = self.plan.search
+        searches: dict[tuple[str, int], RateSearch] = {}
+        errors: dict[str, str] = {}
+        for c in candidates:
+            start = screened[c.id].estimate_per_s
+            if not start > 0 or not math.isfinite(start):
+                start = self.base_rate
+            searches[c.id, 0] = RateSearch(start, settings.tolerance, settings.max_probes)
+        by_id = {c.id: c for c in candidates}
+        round_no = 0
+        while True:
+            for c in candidates:  # the other seeds join once the first has its answer
+                first = searches[c.id, 0]
+                if (c.id, 1) not in searches and first.next_rate() is None and c.id not in errors:
+                    start = first.goodput or first.min_rate
+                    for k in range(1, settings.seeds):
+                        searches[c.id, k] = RateSearch(
+                            start, settings.tolerance, settings.max_probes, step=LOCAL_STEP,
+                            min_rate=first.min_rate, max_rate=first.max_rate)
+            batch = [(key, rate) for key, search in searches.items()
+                     if key[0] not in errors and (rate := search.next_rate()) is not None]
+            if not batch:
+                break
+            round_no += 1
+            jobs = [self._job(by_id[cid], k, rate) for (cid, k), rate in batch]
+            for ((cid, k), rate), outcome in zip(batch, self._run_jobs(
+                    f"goodput, round {round_no}", jobs), strict=True):
+                if isinstance(outcome, str):
+                    errors[cid] = outcome
+                    continue
+                assert outcome.slo is not None
+                searches[cid, k].record(rate, outcome.slo.meets, outcome)
+        for c in candidates:
+            s = screened[c.id]
+            if c.id in errors:
+                measured[c.id] = CandidateResult(c, "pruned", reason=errors[c.id],
+                                                 screen_per_s=s.estimate_per_s,
+                                                 screen_binding=s.binding)
+                continue
+            runs = [searches[c.id, k] for k in range(settings.seeds) if (c.id, k) in searches]
+            measured[c.id] = self._result(c, s, runs)
+
+    def _result(self, c: Candidate, s: _Screened, runs: list[RateSearch]) -> CandidateResult:
+        values = [r.goodput for r in runs]
+        mean, low, high = mean_interval(values)
+        goodput = Goodput(
+            per_seed_per_s=tuple(values), mean_per_s=mean, low_per_s=low, high_per_s=high,
+            probes=sum(r.num_probes for r in runs),
+            converged=all(r.converged for r in runs), capped=any(r.capped for r in runs))
+        probes = sorted(
+            (k, rate, outcome.slo.attainment, met)
+            for k, run in enumerate(runs)
+            for met, pairs in ((True, run.passed), (False, run.failed))
+            for rate, outcome in pairs)
+        first = runs[0]
+        above = first.outcome_at(first.hi)
+        infeasible = all(r.infeasible for r in runs)
+        status = "infeasible" if infeasible else "simulated"
+        reason = None
+        if infeasible and above is not None:
+            reason = answers.trickle_failure(above, self.slo)
+        return self._figures(CandidateResult(
+            c, status, reason=reason, screen_per_s=s.estimate_per_s, screen_binding=s.binding,
+            goodput=goodput, above_goodput=above,
+            binding=None if above is None else answers.binding_constraint(
+                above, self.slo, self.plan.handoff_budget_s),
+            cost_per_hour=self.cost_per_hour(c), probes=list(probes)), runs)
+
+    def _figures(self, result: CandidateResult, runs: list[RateSearch]) -> CandidateResult:
+        """The figures a review reads: the run at the median seed's goodput (its highest
+        passing probe, a run that met the SLO), and the cost per token there."""
+        passing = sorted((r.goodput, k) for k, r in enumerate(runs) if r.lo is not None)
+        if not passing:
+            return result
+        _, k = passing[(len(passing) - 1) // 2]
+        at = runs[k].outcome_at(runs[k].lo)
+        tokens = at.throughput.output_tokens_per_s or 0.0
+        gpus = result.candidate.gpus_by_type
+        price = {gpu: self.prices[gpu][0] for gpu in gpus if gpu in self.prices}
+        cost = (cost_per_million_tokens(gpus, price, tokens) if len(price) == len(gpus)
+                else None)
+        return replace(result, at_goodput=at, cost_per_million_output_tokens=cost)
+
+    # ------------------------------------------------------------ answer
+    def _answer(self, screened: list[_Screened], by_id: dict[str, _Screened],
+                measured: dict[str, CandidateResult]) -> PlanResult:
+        plan = self.plan
+        ledger: list[CandidateResult] = []
+        for s in [*screened, *(by_id[i] for i in measured if i not in
+                               {x.candidate.id for x in screened})]:
+            if s.candidate.id in measured:
+                ledger.append(measured[s.candidate.id])
+            elif s.reason is not None:
+                ledger.append(CandidateResult(s.candidate, "pruned", reason=s.reason))
+            else:
+                ledger.append(CandidateResult(
+                    s.candidate, "screened", screen_per_s=s.estimate_per_s,
+                    screen_binding=s.binding, cost_per_hour=self.cost_per_hour(s.candidate),
+                    reason="ranked below the simulated candidates by the analytic screen"))
+        ledger.sort(key=lambda r: (answers.STATUS_ORDER[r.status],
+                                   self._rank_key(r.candidate, r.goodput.mean_per_s
+                                                  if r.goodput else r.screen_per_s or 0.0)))
+        simulated = [r for r in ledger if r.status == "simulated"]
+        recommended = self._best(simulated)
+        if recommended is not None and not self._qualifies(recommended):
+            recommended = None  # nothing reaches the target: say so, name the closest
+        runner_up = None
+        verdict = None
+        if recommended is not None:
+            other_kind = [r for r in simulated if _kind(r) != _kind(recommended)]
+            runner_up = self._best(other_kind)
+            # golden S7 is a second opinion, reported beside the answer; the SLO decides
+            verdict = self._split_verdict(recommended, runner_up)
+        pareto = answers.pareto_front(simulated)
+        seeds = tuple(self.scenario.seed + k for k in range(plan.search.seeds))
+        result = PlanResult(
+            scenario=self.scenario.name, objective=plan.objective, criterion=self.slo.criterion,
+            target_rate_per_s=plan.target_rate_per_s, gpu_budget=plan.gpu_budget,
+            base_rate_per_s=self.base_rate, seeds=seeds, tolerance=plan.search.tolerance,
+            candidates=tuple(ledger), recommended=recommended, runner_up=runner_up,
+            split_verdict=verdict, pareto=pareto, answer="",
+            prices={gpu: {"usd_per_gpu_hour": v, "source": src}
+                    for gpu, (v, src) in sorted(self.prices.items())
+                    if any(gpu in r.candidate.gpus_by_type for r in ledger)},
+        )
+        return replace(
+            result,
+            answer=answers.explain(result, self.slo, self.plan, self.traffic, self._engines),
+            serve_commands=answers.serve_commands(recommended, self.model, self.scenario),
+            bench_command=answers.bench_command(recommended, self.model, self.scenario,
+                                                self.traffic),
+        )
+
+    def _qualifies(self, result: CandidateResult | None) -> bool:
+        """Meets the objective's requirement: some goodput, and the target rate if set."""
+        if result is None or result.goodput is None or result.goodput.mean_per_s <= 0:
+            return False
+        if self.plan.objective == "max_goodput_per_gpu":
+            return True
+        return result.goodput.mean_per_s >= (self.plan.target_rate_per_s or 0.0)
+
+    def _split_verdict(self, recommended: CandidateResult,
+                       runner_up: CandidateResult | None) -> SplitVerdict | None:
+        """Golden S7 between the best split and the best colocated layout, both run at the
+        lowest goodput any seed of either found (the same offered traffic, which both carry
+        within the SLO)."""
+        if runner_up is None:
+            return None
+        pair = {_kind(recommended): recommended, _kind(runner_up): runner_up}
+        colocated, split = pair.get("colocated"), pair.get("disaggregated")
+        if colocated is None or split is None:
+            return None
+        rate = min(*colocated.goodput.per_seed_per_s, *split.goodput.per_seed_per_s)
+        jobs = [self._job(colocated.candidate, 0, rate), self._job(split.candidate, 0, rate)]
+        outcomes = self._run_jobs("golden S7 at a common rate", jobs)
+        if any(isinstance(o, str) for o in outcomes):
+            return None
+        co, sp = outcomes
+        handoff = (sp.handoff_s.p95 if sp.handoff_s is not None else None) or 0.0
+        v = split_verdict(
+            colocated.goodput_per_gpu or 0.0, split.goodput_per_gpu or 0.0,
+            {m: getattr(co, m).p95 or 0.0 for m in ("ttft_s", "tpot_s")},
+            {m: getattr(sp, m).p95 or 0.0 for m in ("ttft_s", "tpot_s")},
+            handoff, self.plan.handoff_budget_s, unit="req/s per GPU")
+        return SplitVerdict(v.keep_split, v.reasons, rate)
+
+
+def _kind(result: CandidateResult) -> str:
+    return result.candidate.layout
+
+
+def _arrival_cv(scenario: Scenario, requests: list[Any]) -> float:
+    workload = scenario.workload
+    if isinstance(workload, PoissonWorkload):
+        return 1.0
+    if isinstance(workload, SyntheticWorkload):
+        arrivals = workload.arrivals
+        if isinstance(arrivals, GammaArrivals):
+            return arrivals.cv
+        if arrivals.kind == "poisson":
+            return 1.0
+        if arrivals.kind == "constant":
+            return 0.0
+    gaps = np.diff(np.sort([r.arrival_s for r in requests]))
+    if gaps.size < 2 or gaps.mean() <= 0:
+        return 1.0
+    return float(gaps.std() / gaps.mean())

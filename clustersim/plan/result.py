@@ -1,0 +1,194 @@
+"""What a plan answers, typed: every candidate's fate (the ledger) and the recommendation.
+
+``PlanResult.to_json()`` is ``plan.json``; ``ledger_rows()`` is ``ledger.csv``. Neither holds
+wall times or anything else that varies between runs: the same scenario and seed give the same
+bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from clustersim.metrics import RunSummary
+from clustersim.plan.space import Candidate
+
+STATUSES = ("simulated", "infeasible", "screened", "pruned")
+"""simulated: goodput measured; infeasible: simulated, fails its SLO even at a trickle;
+screened: feasible on paper but ranked below the simulated ones; pruned: cannot run (memory,
+TP across nodes, KV too small) or hopeless on paper, with the reason."""
+
+
+@dataclass(frozen=True)
+class Goodput:
+    """A candidate's goodput over seeds: per-seed values, their mean and 95 % interval."""
+
+    per_seed_per_s: tuple[float, ...]
+    mean_per_s: float
+    low_per_s: float
+    high_per_s: float
+    probes: int
+    converged: bool
+    """Every seed's bisection met its tolerance."""
+    capped: bool = False
+    """A seed met the SLO at the highest rate tried: goodput is at least that."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mean_per_s": self.mean_per_s, "ci95_per_s": [self.low_per_s, self.high_per_s],
+                "per_seed_per_s": list(self.per_seed_per_s), "probes": self.probes,
+                "converged": self.converged, "capped": self.capped}
+
+
+@dataclass(frozen=True)
+class CandidateResult:
+    """One row of the ledger."""
+
+    candidate: Candidate
+    status: str
+    reason: str | None = None
+    screen_per_s: float | None = None
+    """The analytic screen's estimate of goodput (None when pruned before it)."""
+    screen_binding: str | None = None
+    goodput: Goodput | None = None
+    at_goodput: RunSummary | None = None
+    """The run at the mean goodput rate (first seed): the figures a review reads."""
+    above_goodput: RunSummary | None = None
+    """The first seed's lowest failing probe: what breaks first (the binding constraint)."""
+    binding: str | None = None
+    cost_per_hour: float | None = None
+    cost_per_million_output_tokens: float | None = None
+    probes: list[tuple[int, float, float, bool]] = field(default_factory=list)
+    """(seed index, rate, attainment, met) of every simulation: attainment vs offered rate."""
+
+    @property
+    def id(self) -> str:
+        return self.candidate.id
+
+    @property
+    def goodput_per_gpu(self) -> float | None:
+        return None if self.goodput is None else self.goodput.mean_per_s / self.candidate.num_gpus
+
+    def to_json(self) -> dict[str, Any]:
+        c = self.candidate
+        out: dict[str, Any] = {
+            "id": c.id,
+            "label": c.label(),
+            "layout": c.layout,
+            "status": self.status,
+            "reason": self.reason,
+            "num_gpus": c.num_gpus,
+            "gpus": c.gpus_by_type,
+            "pools": [{"role": p.role, "gpu": p.gpu, "tensor_parallel_size":
+                       p.tensor_parallel_size, "instances": p.instances} for p in c.pools],
+            "pd_ratio": c.pd_ratio,
+            "max_num_batched_tokens": c.max_num_batched_tokens,
+            "enable_chunked_prefill": c.enable_chunked_prefill,
+            "baseline": c.baseline,
+            "screen_per_s": self.screen_per_s,
+            "screen_binding": self.screen_binding,
+            "goodput": None if self.goodput is None else self.goodput.to_json(),
+            "goodput_per_gpu": self.goodput_per_gpu,
+            "binding": self.binding,
+            "cost_per_hour": self.cost_per_hour,
+            "cost_per_million_output_tokens": self.cost_per_million_output_tokens,
+            "probes": [{"seed": s, "rate_per_s": r, "attainment": a, "met": m}
+                       for s, r, a, m in self.probes],
+        }
+        if self.at_goodput is not None:
+            out["at_goodput"] = self.at_goodput.to_json()
+        return out
+
+
+@dataclass(frozen=True)
+class SplitVerdict:
+    """Golden S7 between the best disaggregated and the best colocated candidate."""
+
+    keep_split: bool
+    reasons: tuple[str, ...]
+    rate_per_s: float
+    """The common offered rate both were run at."""
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    scenario: str
+    objective: str
+    criterion: str
+    target_rate_per_s: float | None
+    gpu_budget: int | None
+    base_rate_per_s: float
+    seeds: tuple[int, ...]
+    tolerance: float
+    candidates: tuple[CandidateResult, ...]
+    recommended: CandidateResult | None
+    runner_up: CandidateResult | None
+    """The best candidate of the other layout kind (colocated vs disaggregated)."""
+    split_verdict: SplitVerdict | None
+    pareto: tuple[str, ...]
+    """Candidate ids on the front of output tokens/s per GPU vs tokens/s per user."""
+    answer: str
+    """The recommendation, or why there is none and what would make it feasible, in prose."""
+    serve_commands: tuple[str, ...] = ()
+    bench_command: str | None = None
+    prices: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """GPU id -> {usd_per_gpu_hour, source} as used."""
+
+    def by_id(self, candidate_id: str) -> CandidateResult:
+        return next(c for c in self.candidates if c.id == candidate_id)
+
+    def to_json(self) -> dict[str, Any]:
+        verdict = self.split_verdict
+        return {
+            "scenario": self.scenario,
+            "objective": self.objective,
+            "criterion": self.criterion,
+            "target_rate_per_s": self.target_rate_per_s,
+            "gpu_budget": self.gpu_budget,
+            "base_rate_per_s": self.base_rate_per_s,
+            "seeds": list(self.seeds),
+            "tolerance": self.tolerance,
+            "answer": self.answer,
+            "recommended": None if self.recommended is None else self.recommended.id,
+            "runner_up": None if self.runner_up is None else self.runner_up.id,
+            "split_verdict": None if verdict is None else {
+                "keep_split": verdict.keep_split, "reasons": list(verdict.reasons),
+                "rate_per_s": verdict.rate_per_s},
+            "pareto": list(self.pareto),
+            "serve_commands": list(self.serve_commands),
+            "bench_command": self.bench_command,
+            "prices": self.prices,
+            "candidates": [c.to_json() for c in self.candidates],
+        }
+
+
+LEDGER_COLUMNS = (
+    "id", "label", "layout", "status", "num_gpus", "pd_ratio", "max_num_batched_tokens",
+    "enable_chunked_prefill", "screen_per_s", "goodput_per_s", "goodput_low_per_s",
+    "goodput_high_per_s", "goodput_per_gpu", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
+    "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "itl_p50_s", "itl_p90_s", "itl_p99_s",
+    "attainment", "output_tokens_per_s_per_gpu", "tokens_per_s_per_user", "cost_per_hour",
+    "cost_per_million_output_tokens", "binding", "reason",
+)
+
+
+def ledger_rows(result: PlanResult) -> list[tuple[Any, ...]]:
+    """One row per candidate, in the ledger's order (``LEDGER_COLUMNS``)."""
+    rows = []
+    for c in result.candidates:
+        g, s = c.goodput, c.at_goodput
+        figures: list[Any] = []
+        for key in ("ttft_s", "tpot_s", "itl_s"):
+            d = getattr(s, key) if s is not None else None
+            figures += [None if d is None else getattr(d, p) for p in ("p50", "p90", "p99")]
+        rows.append((
+            c.id, c.candidate.label(), c.candidate.layout, c.status, c.candidate.num_gpus,
+            c.candidate.pd_ratio, c.candidate.max_num_batched_tokens,
+            c.candidate.enable_chunked_prefill, c.screen_per_s,
+            None if g is None else g.mean_per_s, None if g is None else g.low_per_s,
+            None if g is None else g.high_per_s, c.goodput_per_gpu, *figures,
+            None if s is None or s.slo is None else s.slo.attainment,
+            None if s is None else s.output_tokens_per_s_per_gpu,
+            None if s is None else s.tokens_per_s_per_user,
+            c.cost_per_hour, c.cost_per_million_output_tokens, c.binding, c.reason,
+        ))
+    return rows

@@ -1,0 +1,221 @@
+"""The search space: the deployments a plan considers, and each as a scenario to simulate.
+
+A :class:`Candidate` is a layout kind, its pools (GPU type, tensor parallelism, instance
+count per role) and the engine budget. The families come from the plan's choices (layouts x
+GPUs x TP per pool x ``max_num_batched_tokens`` x chunked prefill); the sizes from the
+objective::
+
+    max_goodput_per_gpu   every layout that fills the GPU budget: colocated n = budget // tp;
+                          disaggregated every x prefill + y decode instances with no room left
+                          for another instance of either pool (each P:D ratio once)
+    min_gpus, min_cost    the sizes the analytic screen estimates for the target rate (and, in
+                          the search, their neighbours)
+
+The scenario's own layout, when it has one, is always a candidate too (the user's baseline).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from dataclasses import dataclass
+
+from clustersim.cluster.spec import LayoutSpec, PoolSpec, RouterSpec
+from clustersim.plan.spec import PlanSpec
+from clustersim.scenario import Scenario
+
+ROLE_LETTER = {"prefill": "P", "decode": "D", "colocated": ""}
+DEFAULT_ROUTERS = {
+    "router": RouterSpec(kind="least_outstanding_requests"),
+    "prefill_router": RouterSpec(kind="least_outstanding_tokens"),
+    "decode_router": RouterSpec(kind="least_outstanding_requests"),
+}
+"""Routers of generated layouts when the scenario names none: load-aware, as production
+proxies are (round-robin would make the planner's answer depend on arrival order)."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class PoolChoice:
+    role: str
+    gpu: str
+    tensor_parallel_size: int
+    instances: int
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tensor_parallel_size * self.instances
+
+    def family(self) -> tuple[str, str, int]:
+        return self.role, self.gpu, self.tensor_parallel_size
+
+    def label(self) -> str:
+        letter = ROLE_LETTER[self.role]
+        if not letter:
+            return f"{self.instances} x {self.gpu} TP{self.tensor_parallel_size}"
+        return f"{self.instances}{letter} ({self.gpu} TP{self.tensor_parallel_size})"
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One deployment to judge."""
+
+    layout: str
+    pools: tuple[PoolChoice, ...]
+    max_num_batched_tokens: int | None
+    """None: the scenario's engine value (or vLLM's default for the GPU)."""
+    enable_chunked_prefill: bool
+    baseline: bool = False
+    """The scenario's own layout, simulated as written."""
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(p.num_gpus for p in self.pools)
+
+    @property
+    def gpus_by_type(self) -> dict[str, int]:
+        counts: Counter[str] = Counter()
+        for p in self.pools:
+            counts[p.gpu] += p.num_gpus
+        return dict(sorted(counts.items()))
+
+    def pool(self, role: str) -> PoolChoice:
+        return next(p for p in self.pools if p.role == role)
+
+    @property
+    def family(self) -> tuple:
+        """Everything but the instance counts: candidates of one family differ in size only."""
+        return (self.layout, tuple(p.family() for p in self.pools), self.max_num_batched_tokens,
+                self.enable_chunked_prefill, self.baseline)
+
+    def resized(self, counts: dict[str, int]) -> Candidate:
+        pools = tuple(
+            PoolChoice(p.role, p.gpu, p.tensor_parallel_size, counts.get(p.role, p.instances))
+            for p in self.pools)
+        return Candidate(self.layout, pools, self.max_num_batched_tokens,
+                         self.enable_chunked_prefill)
+
+    @property
+    def pd_ratio(self) -> str | None:
+        if self.layout != "disaggregated":
+            return None
+        return f"{self.pool('prefill').instances}:{self.pool('decode').instances}"
+
+    @property
+    def id(self) -> str:
+        """Stable and unique: the ledger's key."""
+        pools = "+".join(
+            f"{ROLE_LETTER[p.role] or 'C'}{p.instances}x{p.gpu}-tp{p.tensor_parallel_size}"
+            for p in self.pools)
+        budget = "default" if self.max_num_batched_tokens is None else self.max_num_batched_tokens
+        chunk = "chunked" if self.enable_chunked_prefill else "unchunked"
+        prefix = "baseline/" if self.baseline else ""
+        return f"{prefix}{self.layout}/{pools}/mnbt-{budget}/{chunk}"
+
+    def label(self) -> str:
+        """How an infra review writes it: '8 x h100-sxm TP2' or '3P (h100 TP2) + 2D (...)'."""
+        text = " + ".join(p.label() for p in self.pools)
+        return f"{text} (scenario's layout)" if self.baseline else text
+
+
+def pool_options(plan: PlanSpec, scenario: Scenario, role: str) -> tuple[list[str], list[int]]:
+    choices = getattr(plan, role)
+    gpus = choices.gpus or [scenario.gpu]
+    tps = choices.tensor_parallel_sizes or [scenario.tensor_parallel_size]
+    return gpus, tps
+
+
+def engine_options(plan: PlanSpec, scenario: Scenario) -> list[tuple[int | None, bool]]:
+    budgets: list[int | None] = list(plan.max_num_batched_tokens or [None])
+    chunked = plan.enable_chunked_prefill or [scenario.engine.enable_chunked_prefill]
+    return list(itertools.product(budgets, chunked))
+
+
+def families(plan: PlanSpec, scenario: Scenario) -> list[Candidate]:
+    """One size-1 candidate per family (every pool one instance), in a stable order."""
+    out: list[Candidate] = []
+    for layout in plan.layouts:
+        roles = {"colocated": ("colocated",), "disaggregated": ("prefill", "decode"),
+                 "three_pool": ("prefill", "decode", "colocated")}[layout]
+        per_role = [
+            [PoolChoice(role, gpu, tp, 1)
+             for gpu, tp in itertools.product(*pool_options(plan, scenario, role))]
+            for role in roles
+        ]
+        for pools in itertools.product(*per_role):
+            for budget, chunked in engine_options(plan, scenario):
+                out.append(Candidate(layout, tuple(pools), budget, chunked))
+    return out
+
+
+def fill_budget(family: Candidate, budget: int, plan: PlanSpec) -> list[Candidate]:
+    """Every size of ``family`` that fills ``budget`` GPUs (no room for one more instance of
+    any pool); instance lists given in the plan restrict the sizes."""
+    pools = family.pools
+    allowed = {p.role: getattr(plan, p.role).instances for p in pools}
+    if len(pools) == 1:
+        pool = pools[0]
+        counts = allowed[pool.role] or [budget // pool.tensor_parallel_size]
+        return [family.resized({pool.role: n}) for n in counts
+                if 0 < n * pool.tensor_parallel_size <= budget]
+    sizes: list[Candidate] = []
+    tps = [p.tensor_parallel_size for p in pools]
+    smallest = min(tps)
+    for counts in _count_combinations(pools, budget, allowed):
+        used = sum(n * tp for n, tp in zip(counts, tps, strict=True))
+        explicit = all(allowed[p.role] for p in pools)
+        if used <= budget and (explicit or budget - used < smallest):
+            sizes.append(family.resized({p.role: n for p, n in zip(pools, counts, strict=True)}))
+    return sizes
+
+
+def _count_combinations(pools: tuple[PoolChoice, ...], budget: int,
+                        allowed: dict[str, list[int] | None]) -> list[tuple[int, ...]]:
+    ranges = []
+    for i, pool in enumerate(pools):
+        others = sum(p.tensor_parallel_size for j, p in enumerate(pools) if j != i)
+        most = (budget - others) // pool.tensor_parallel_size
+        ranges.append(allowed[pool.role] or range(1, most + 1))
+    return [c for c in itertools.product(*ranges)
+            if sum(n * p.tensor_parallel_size for n, p in zip(c, pools, strict=True)) <= budget]
+
+
+def baseline(scenario: Scenario) -> Candidate | None:
+    """The scenario's own layout as a candidate (None without an explicit ``layout:``: the
+    default single instance is not a deployment anyone asked about)."""
+    layout = scenario.layout
+    if layout is None:
+        return None
+    pools = tuple(
+        PoolChoice(p.role, p.gpu or scenario.gpu,
+                   p.tensor_parallel_size or scenario.tensor_parallel_size, p.instances)
+        for p in layout.pools)
+    return Candidate(layout.kind, pools, scenario.engine.max_num_batched_tokens,
+                     scenario.engine.enable_chunked_prefill, baseline=True)
+
+
+def variant(scenario: Scenario, candidate: Candidate, topology: object) -> Scenario:
+    """The scenario with the candidate's layout, engine budget and ``topology`` (the
+    scenario's own layout and topology for the baseline)."""
+    if candidate.baseline:
+        return scenario
+    engine_update: dict[str, object] = {"enable_chunked_prefill": candidate.enable_chunked_prefill}
+    if candidate.max_num_batched_tokens is not None:
+        engine_update["max_num_batched_tokens"] = candidate.max_num_batched_tokens
+    settings = scenario.engine.model_dump(exclude_unset=True) | engine_update
+    engine = type(scenario.engine)(**settings)
+    own = scenario.layout
+    routers = {name: getattr(own, name) if own is not None and name in own.model_fields_set
+               else default for name, default in DEFAULT_ROUTERS.items()}
+    extra = {}
+    if own is not None:
+        extra = {k: getattr(own, k) for k in ("kv_transfer", "long_prompt_tokens",
+                                                "long_output_tokens") if k in own.model_fields_set}
+    layout = LayoutSpec(
+        kind=candidate.layout,
+        pools=[PoolSpec(name=p.role, role=p.role, gpu=p.gpu,
+                        tensor_parallel_size=p.tensor_parallel_size, instances=p.instances)
+               for p in candidate.pools],
+        **routers, **extra,
+    )
+    return scenario.model_copy(update={"engine": engine, "layout": layout,
+                                       "topology": topology, "data_parallel_size": 1})

@@ -1,0 +1,144 @@
+"""The ``plan:`` section of a scenario: what to optimise and over which deployments.
+
+The scenario's own model, engine, workload and SLO are the fixed part; ``plan:`` names the
+choices (layouts, GPU types and tensor parallelism per pool, instance counts, engine budgets)
+and the objective. Every choice left out takes the scenario's own value, so a plan section
+can be as short as ``plan: {gpu_budget: 8}``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import (
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
+
+from clustersim.validation import Strict
+
+LayoutKind = Literal["colocated", "disaggregated", "three_pool"]
+"""three_pool is named so that asking for it gets a clear answer; it is not planned yet."""
+Objective = Literal["max_goodput_per_gpu", "min_gpus", "min_cost"]
+
+
+class PoolChoices(Strict):
+    """The choices for one pool role; each left out takes the scenario's own value."""
+
+    gpus: list[str] | None = Field(
+        None, min_length=1, description="Catalog GPU ids to try; default the scenario's gpu."
+    )
+    tensor_parallel_sizes: list[PositiveInt] | None = Field(
+        None, min_length=1, description="Tensor-parallel sizes to try; default the scenario's."
+    )
+    instances: list[PositiveInt] | None = Field(
+        None, min_length=1,
+        description="Instance counts to try; default: sized from the GPU budget (max_goodput_"
+        "per_gpu) or from the analytic screen's estimate for the target rate (min_gpus, "
+        "min_cost).",
+    )
+
+
+class SearchSettings(Strict):
+    """How hard the simulation tier works per candidate."""
+
+    tolerance: PositiveFloat = Field(
+        0.02, lt=1.0, description="Goodput bisection stops when (fail - pass) / pass <= this."
+    )
+    seeds: PositiveInt = Field(
+        3, le=32, description="Independent traffic draws per candidate; goodput is their mean "
+        "with a 95 % t-interval."
+    )
+    simulate_top: PositiveInt = Field(
+        4, le=64, description="Best screened candidates of each layout kind that are simulated."
+    )
+    neighbours: bool = Field(
+        True, description="After the first round, also simulate the instance counts next to "
+        "the best candidate of each kind (the P:D ratios beside the best one), while they win."
+    )
+    max_probes: PositiveInt = Field(
+        24, le=64, description="Most simulations one bisection may take (per seed)."
+    )
+    min_requests: PositiveInt = Field(
+        1000, le=10_000_000,
+        description="A count-bounded workload (num_requests) is lengthened to at least this "
+        "many requests per simulation: attainment over a few hundred requests is noise.",
+    )
+    min_duration_s: NonNegativeFloat = Field(
+        60.0, description="... and to at least this long at the probed rate, so that a queue "
+        "that grows under overload has time to show (a short burst drains before it hurts). "
+        "Trace replays and duration-bounded workloads keep their own span.",
+    )
+
+
+class PlanSpec(Strict):
+    """What ``clustersim plan`` optimises, over which deployments."""
+
+    objective: Objective = Field(
+        "max_goodput_per_gpu",
+        description="max_goodput_per_gpu: the layout that serves the most requests per second "
+        "per GPU within gpu_budget, filling the budget; min_gpus / min_cost: the fewest GPUs / "
+        "the lowest $ per hour whose goodput reaches target_rate_per_s.",
+    )
+    gpu_budget: PositiveInt | None = Field(
+        None, le=4096, description="Most GPUs a deployment may use (all pools, every TP rank)."
+    )
+    target_rate_per_s: PositiveFloat | None = Field(
+        None, description="Requests per second the deployment must serve within the SLO "
+        "(required by min_gpus and min_cost; with max_goodput_per_gpu, reported as headroom)."
+    )
+    layouts: list[LayoutKind] = Field(
+        ["colocated", "disaggregated"], min_length=1,
+        description="Layout kinds to consider (three_pool only for traffic with classes).",
+    )
+    colocated: PoolChoices = Field(default_factory=PoolChoices,
+                                   description="Choices for colocated pools.")
+    prefill: PoolChoices = Field(default_factory=PoolChoices,
+                                 description="Choices for prefill pools.")
+    decode: PoolChoices = Field(default_factory=PoolChoices,
+                                description="Choices for decode pools.")
+    max_num_batched_tokens: list[PositiveInt] | None = Field(
+        None, min_length=1,
+        description="Step budgets to try; default the scenario's engine value (or vLLM's).",
+    )
+    enable_chunked_prefill: list[bool] | None = Field(
+        None, min_length=1, description="Chunked prefill on and/or off; default the scenario's."
+    )
+    nodes: dict[str, str] = Field(
+        default_factory=dict,
+        description="GPU id -> the one-node topology its servers look like (a shipped name or "
+        "a path), e.g. {h100-sxm: dgx-h100}: each candidate gets as many such nodes as it "
+        "needs on one non-blocking switch. Default: the scenario's topology node, else the "
+        "shipped server of that GPU (dgx-h100, a100-8x, rtx4090-pcie-box).",
+    )
+    prices_usd_per_gpu_hour: dict[str, NonNegativeFloat] = Field(
+        default_factory=dict,
+        description="$ per GPU-hour by GPU id; default the snapshots in the catalog's "
+        "prices.yaml (each names its source and date; prices move, set your own).",
+    )
+    handoff_budget_s: NonNegativeFloat = Field(
+        0.010, description="Largest acceptable p95 KV handoff (golden S7's keep-or-reject)."
+    )
+    search: SearchSettings = Field(default_factory=SearchSettings)
+
+    @model_validator(mode="after")
+    def _objective_inputs(self) -> PlanSpec:
+        if self.objective == "max_goodput_per_gpu" and self.gpu_budget is None:
+            raise ValueError("max_goodput_per_gpu needs gpu_budget")
+        if self.objective in ("min_gpus", "min_cost") and self.target_rate_per_s is None:
+            raise ValueError(f"{self.objective} needs target_rate_per_s")
+        return self
+
+    @field_validator("layouts")
+    @classmethod
+    def _plannable(cls, layouts: list[str]) -> list[str]:
+        if len(set(layouts)) != len(layouts):
+            raise ValueError(f"layouts repeat: {layouts}")
+        if "three_pool" in layouts:
+            raise ValueError("three_pool layouts cannot be planned yet (simulate them with "
+                             "`clustersim simulate`); plan colocated and disaggregated")
+        return layouts

@@ -1,0 +1,242 @@
+"""The planner end to end on small scenarios: its answers move the way the physics says, its
+statistics hold on fresh seeds, and it gives the same bytes wherever it runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from clustersim.plan.executors import ProcessExecutor, SerialExecutor, run_job
+from clustersim.plan.planner import Planner
+from clustersim.plan.result import PlanResult
+from clustersim.scenario import parse_scenario
+from tests.helpers import run_cli
+
+FAST = {"seeds": 2, "tolerance": 0.05, "simulate_top": 3, "min_requests": 200,
+        "min_duration_s": 10}
+
+
+def scenario(**overrides) -> dict:
+    data = {
+        "name": "plan-test", "seed": 3, "model": "llama-3.1-8b", "gpu": "h100-sxm",
+        "engine": {"max_model_len": 8192},
+        "workload": {"kind": "poisson", "rate_per_s": 10, "num_requests": 200,
+                     "prompt_tokens": {"kind": "uniform", "low": 3000, "high": 6000},
+                     "output_tokens": {"kind": "uniform", "low": 100, "high": 300}},
+        "slo": {"ttft_s": 3.0, "tpot_s": 0.03},
+        "plan": {"gpu_budget": 6, "layouts": ["disaggregated"], "search": FAST},
+    }
+    for key, value in overrides.items():
+        data[key] = {**data[key], **value} if isinstance(value, dict) and key in data else value
+    return data
+
+
+def plan(data: dict, executor=None) -> PlanResult:
+    return Planner(parse_scenario(data), executor or SerialExecutor()).run()
+
+
+def prefill_share(result: PlanResult) -> float:
+    c = result.recommended.candidate
+    return c.pool("prefill").num_gpus / c.num_gpus
+
+
+def one_gpu_node(tmp_path: Path, gbit_per_s: float) -> str:
+    """A server of one H100 with one NIC of ``gbit_per_s``: every instance on its own node,
+    so every KV handoff crosses the network."""
+    path = tmp_path / f"h100-nic-{gbit_per_s:g}g.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": path.stem,
+        "links": {
+            "pcie": {"bw_gb_per_s_per_dir": 63, "efficiency": 0.83, "latency_us": 5,
+                     "source": "test: PCIe Gen5 x16"},
+            "nic": {"bw_gb_per_s_per_dir": gbit_per_s / 8, "efficiency": 0.85,
+                    "latency_us": 2, "source": "test"},
+        },
+        "nodes": [{"name": "node0", "gpus": {"type": "h100-sxm", "count": 1},
+                   "pcie_link": "pcie", "gpu_fabric": {"kind": "pcie"},
+                   "nics": {"count": 1, "link": "nic"}}],
+    }))
+    return str(path)
+
+
+# ------------------------------------------------------------ the physics
+def test_a_tighter_ttft_limit_moves_the_answer_toward_more_prefill():
+    loose = plan(scenario(slo={"ttft_s": 3.0}))
+    tight = plan(scenario(slo={"ttft_s": 0.3}))
+    assert loose.recommended.candidate.pd_ratio == "3:3"
+    assert tight.recommended.candidate.pd_ratio == "4:2"
+    assert prefill_share(tight) > prefill_share(loose)
+
+
+def test_a_slower_kv_link_moves_the_answer_toward_colocation(tmp_path):
+    def answer(gbit_per_s: float) -> PlanResult:
+        return plan(scenario(
+            workload={"prompt_tokens": {"kind": "uniform", "low": 2000, "high": 5000}},
+            slo={"ttft_s": 1.0, "tpot_s": 0.02},
+            plan={"gpu_budget": 2, "layouts": ["colocated", "disaggregated"],
+                  "nodes": {"h100-sxm": one_gpu_node(tmp_path, gbit_per_s)},
+                  "handoff_budget_s": 0.05}))
+
+    fast, slow = answer(400), answer(4)
+    assert fast.recommended.candidate.layout == "disaggregated"
+    assert slow.recommended.candidate.layout == "colocated"
+    split = next(c for c in slow.candidates if c.candidate.layout == "disaggregated")
+    assert split.status == "infeasible" and "TTFT" in split.reason
+
+
+def test_a_higher_target_rate_never_needs_fewer_gpus():
+    sizes = []
+    for target in (8.0, 40.0, 80.0):
+        result = plan(scenario(
+            workload={"prompt_tokens": {"kind": "uniform", "low": 500, "high": 1500}},
+            slo={"ttft_s": 1.0, "tpot_s": 0.05},
+            plan={"objective": "min_gpus", "target_rate_per_s": target,
+                  "layouts": ["colocated"], "gpu_budget": None}))
+        assert result.recommended is not None, result.answer
+        assert result.recommended.goodput.mean_per_s >= target
+        sizes.append(result.recommended.candidate.num_gpus)
+    assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
+
+
+# --------------------------------------------------------- the statistics
+@pytest.fixture(scope="module")
+def loose_plan() -> tuple[Planner, PlanResult]:
+    planner = Planner(parse_scenario(scenario()), SerialExecutor())
+    return planner, planner.run()
+
+
+def test_every_bisection_meets_its_tolerance(loose_plan):
+    _, result = loose_plan
+    for c in result.candidates:
+        if c.status != "simulated":
+            continue
+        assert c.goodput.converged, c.id
+        for seed in range(len(c.goodput.per_seed_per_s)):
+            passed = [r for s, r, _, met in c.probes if s == seed and met]
+            failed = [r for s, r, _, met in c.probes if s == seed and not met]
+            assert max(passed) == c.goodput.per_seed_per_s[seed]
+            assert min(failed) / max(passed) - 1 <= result.tolerance + 1e-12
+
+
+def test_the_recommendation_holds_on_fresh_seeds_within_its_interval(loose_plan):
+    planner, result = loose_plan
+    rec = result.recommended
+    low = rec.goodput.low_per_s
+    fresh = [run_job(planner._job(rec.candidate, 100 + k, low)) for k in range(3)]
+    target = planner.slo.attainment_target
+    assert all(summary.slo.attainment >= target for summary in fresh), [
+        s.slo.attainment for s in fresh]
+    high = rec.goodput.high_per_s * (1 + result.tolerance)
+    above = [run_job(planner._job(rec.candidate, 100 + k, high * 1.25)) for k in range(3)]
+    assert not all(summary.slo.meets for summary in above)
+
+
+def test_the_ledger_keeps_every_candidate_with_figures_or_a_reason(loose_plan):
+    _, result = loose_plan
+    assert len(result.candidates) == 5  # x + y = 6 with x, y >= 1
+    for c in result.candidates:
+        if c.status == "simulated":
+            assert c.goodput.mean_per_s > 0 and c.at_goodput is not None and c.binding
+        else:
+            assert c.reason, c.id
+    assert result.recommended.id in result.pareto or result.pareto
+    assert result.serve_commands[0].startswith("vllm serve meta-llama/Llama-3.1-8B")
+    assert "NixlConnector" in result.serve_commands[0]
+    assert "--goodput ttft:3000 tpot:30" in result.bench_command
+
+
+# -------------------------------------------------------------- answers
+def test_an_unsatisfiable_slo_is_an_answer_that_names_the_closest_candidate():
+    result = plan(scenario(slo={"ttft_s": 0.001},
+                           plan={"gpu_budget": 2, "layouts": ["colocated", "disaggregated"]}))
+    assert result.recommended is None
+    assert "even at a trickle" in result.answer and "Closest" in result.answer
+    assert all(c.status in ("infeasible", "pruned", "screened") for c in result.candidates)
+
+
+def test_candidates_that_cannot_run_are_pruned_with_their_reason():
+    result = plan(scenario(model="llama-3.1-70b", gpu="rtx4090", engine={"max_model_len": 4096},
+                           plan={"gpu_budget": 16, "layouts": ["colocated"],
+                                 "colocated": {"tensor_parallel_sizes": [1, 16]}}))
+    reasons = {c.candidate.pool("colocated").tensor_parallel_size: c.reason
+               for c in result.candidates}
+    assert "does not fit on rtx4090" in reasons[1]
+    assert "spans nodes" in reasons[16]
+    assert result.recommended is None and "pruned" in result.answer
+
+
+# ----------------------------------------------------------- executors
+def test_the_same_plan_serially_in_a_process_pool_and_twice():
+    data = scenario(plan={"gpu_budget": 2, "layouts": ["colocated", "disaggregated"]})
+    serial = plan(data).to_json()
+    executor = ProcessExecutor(2)
+    try:
+        pooled = plan(data, executor).to_json()
+    finally:
+        executor.close()
+    assert json.dumps(serial) == json.dumps(pooled)
+    assert json.dumps(plan(data).to_json()) == json.dumps(serial)
+
+
+def test_the_ray_executor_gives_the_process_pools_plan():
+    ray = pytest.importorskip("ray")
+    from clustersim.plan.executors import RayExecutor
+
+    data = scenario(plan={"gpu_budget": 2, "layouts": ["colocated", "disaggregated"]})
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        on_ray = plan(data, RayExecutor()).to_json()
+    finally:
+        ray.shutdown()
+    pool = ProcessExecutor(2)
+    try:
+        assert on_ray == plan(data, pool).to_json()
+    finally:
+        pool.close()
+
+
+# ----------------------------------------------------------------- CLI
+def test_plan_cli_writes_the_plan_and_the_ledger(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(scenario(plan={"gpu_budget": 2,
+                                                  "layouts": ["colocated", "disaggregated"]})))
+    code, output = run_cli("plan", str(path), "--out", str(tmp_path / "out"),
+                           "--executor", "serial")
+    assert code == 0, output
+    assert "Deploy " in output and "vllm serve" in output and "vllm bench serve" in output
+    data = json.loads((tmp_path / "out" / "plan.json").read_text())
+    assert data["recommended"] and len(data["candidates"]) == 2  # 2 x TP1 and 1P + 1D
+    ledger = (tmp_path / "out" / "ledger.csv").read_text().splitlines()
+    assert ledger[0].startswith("id,label,layout,status") and len(ledger) == 3
+    code, output = run_cli("plan", str(path), "--out", str(tmp_path / "again"),
+                           "--executor", "serial", "--json")
+    assert code == 0 and json.loads(output) == data
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"plan": None}, "plan: the scenario has no plan: section"),
+        ({"plan": {"objective": "min_gpus"}}, "plan: Value error, min_gpus needs target_rate"),
+        ({"plan": {"gpu_budget": 2, "layouts": ["three_pool"]}},
+         "plan.layouts: three_pool layouts cannot be planned yet"),
+        ({"plan": {"gpu_budget": 2, "nodes": {"h100-sxm": "a100-8x"}}},
+         "plan.nodes.h100-sxm: 'a100-8x' holds a100-80gb-sxm GPUs, not h100-sxm"),
+        ({"plan": {"gpu_budget": 0}}, "plan.gpu_budget: Input should be greater than 0"),
+    ],
+)
+def test_bad_plans_exit_2_with_one_line(tmp_path, change, message):
+    data = scenario()
+    data.update(change)
+    if data["plan"] is None:
+        del data["plan"]
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    code, output = run_cli("plan", str(path), "--out", str(tmp_path / "out"),
+                           "--executor", "serial")
+    assert code == 2, output
+    assert output.strip().splitlines()[0].startswith(message.replace("Value error, ", ""))
+    assert "Traceback" not in output
