@@ -105,18 +105,12 @@ def _figures(r: CandidateResult) -> str:
             f"{s.slo.attainment:.1%}")
 
 
-def _mnbt(r: CandidateResult) -> str:
-    s = r.at_goodput
-    if s is not None and s.engines:
-        return str(s.engines[0].max_num_batched_tokens)
-    value = r.candidate.max_num_batched_tokens
-    return "-" if value is None else str(value)
-
-
 def _goodput(r: CandidateResult) -> str:
     g = r.goodput
     if g is None:
         return "-"
+    if len(g.per_seed_per_s) == 1:
+        return f"{g.mean_per_s:,.2f}"
     return f"{g.mean_per_s:,.2f} [{g.low_per_s:,.2f}-{g.high_per_s:,.2f}]"
 
 
@@ -124,44 +118,79 @@ def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
     counts: dict[str, int] = {}
     for c in result.candidates:
         counts[c.status] = counts.get(c.status, 0) + 1
-    probes = sum(c.goodput.probes for c in result.candidates if c.goodput is not None)
     budget = f", budget {result.gpu_budget} GPUs" if result.gpu_budget else ""
     target = (f", target {result.target_rate_per_s:g} req/s" if result.target_rate_per_s
               else "")
     typer.echo(f"plan {result.scenario}: {result.objective}{budget}{target}, SLO verdict "
-               f"{result.criterion}, {len(result.seeds)} seeds, tolerance {result.tolerance:.0%}")
+               f"{result.criterion}, {len(result.seeds)} seed{'s' if len(result.seeds) > 1 else ''}"
+               f", tolerance {result.tolerance:.0%}")
     typer.echo(f"candidates: {len(result.candidates)} ("
                + ", ".join(f"{n} {status}" for status, n in counts.items())
-               + f"); {probes} bisection probes in {wall_s:,.1f} s on {workers} worker"
+               + f"); {result.num_simulations} simulations in {wall_s:,.1f} s on {workers} worker"
                f"{'s' if workers != 1 else ''}")
     typer.echo("")
-    typer.echo(result.answer)
     rec = result.recommended
-    if rec is not None:
-        typer.echo(f"  at goodput: {_figures(rec)}")
+    if rec is None:
+        typer.echo(result.answer)
+    else:
+        _print_choice("recommendation", rec)
+        if result.target_rate_per_s:
+            headroom = rec.goodput.mean_per_s / result.target_rate_per_s - 1
+            typer.echo(f"  headroom over {result.target_rate_per_s:g} req/s: {headroom:+.0%}")
+        if result.runner_up is not None:
+            _print_choice(f"best {result.runner_up.candidate.layout}", result.runner_up)
+        verdict = result.split_verdict
+        if verdict is not None:
+            keep = "keep the split" if verdict.keep_split else "stay colocated"
+            overruled = (verdict.keep_split != (rec.candidate.layout == "disaggregated"))
+            note = " (overruled by goodput within the SLO)" if overruled else ""
+            typer.echo(f"golden S7 at {verdict.rate_per_s:,.2f} req/s: {keep}{note}")
+            for reason in verdict.reasons:
+                typer.echo(f"  - {reason}")
     typer.echo("")
     shown = [c for c in result.candidates if c.goodput is not None][:12]
     if shown:
-        header = (f"{'candidate':<46}{'GPUs':>5}{'mnbt':>7}{'goodput req/s [95% CI]':>26}"
-                  f"{'per GPU':>9}"
-                  f"{'TTFT p90':>10}{'TPOT p90':>10}{'$/1M tok':>10}  status")
-        typer.echo(header)
+        typer.echo(f"{'candidate':<56}{'GPUs':>5}{'goodput req/s [95% CI]':>26}{'per GPU':>9}"
+                   f"{'TTFT p90':>10}{'TPOT p90':>10}{'$/1M tok':>10}  status")
         for c in shown:
             s = c.at_goodput
             cost = ("-" if c.cost_per_million_output_tokens is None
                     else f"{c.cost_per_million_output_tokens:,.3f}")
             mark = "*" if rec is not None and c.id == rec.id else " "
             typer.echo(
-                f"{mark}{c.candidate.label()[:45]:<45}{c.candidate.num_gpus:>5}"
-                f"{_mnbt(c):>7}{_goodput(c):>26}"
-                f"{c.goodput_per_gpu or 0:>9.3f}"
+                f"{mark}{c.candidate.label()[:55]:<55}{c.candidate.num_gpus:>5}"
+                f"{_goodput(c):>26}{c.goodput_per_gpu or 0:>9.3f}"
                 f"{ms(s.ttft_s.p90 if s else None):>10}{ms(s.tpot_s.p90 if s else None):>10}"
                 f"{cost:>10}  {c.status}")
+        others = [c for c in result.candidates if c.goodput is None]
+        if others:
+            typer.echo(f"  ... and {len(others)} not simulated (screened or pruned, each with "
+                       "its reason in ledger.csv)")
         typer.echo("")
     if result.pareto:
         typer.echo("Pareto front (tokens/s per user vs output tokens/s per GPU, at goodput): "
                    + "; ".join(result.by_id(i).candidate.label() for i in result.pareto))
-    for line in result.serve_commands:
-        typer.echo(line)
+    if result.serve_commands:
+        typer.echo("deploy it:")
+        for line in result.serve_commands:
+            typer.echo(f"  {line}")
     if result.bench_command:
-        typer.echo(f"check it on real GPUs: {result.bench_command}")
+        typer.echo(f"check it on real GPUs:\n  {result.bench_command}")
+
+
+def _print_choice(title: str, r: CandidateResult) -> None:
+    c, g = r.candidate, r.goodput
+    assert g is not None
+    interval = (f" (95% CI {g.low_per_s:,.2f}-{g.high_per_s:,.2f})"
+                if len(g.per_seed_per_s) > 1 else " (one traffic draw: deterministic replay)")
+    typer.echo(f"{title}: {c.label()} on {c.num_gpus} GPU{'s' if c.num_gpus != 1 else ''}")
+    typer.echo(f"  goodput {g.mean_per_s:,.2f} req/s{interval}, {r.goodput_per_gpu:,.3f} req/s "
+               "per GPU")
+    if r.cost_per_million_output_tokens is not None:
+        typer.echo(f"  cost ${r.cost_per_hour:,.2f}/h, ${r.cost_per_million_output_tokens:,.3f} "
+                   "per 1M output tokens at goodput")
+    if r.binding:
+        typer.echo(f"  binding just above goodput: {r.binding}")
+    figures = _figures(r)
+    if figures:
+        typer.echo(f"  at goodput: {figures}")

@@ -121,8 +121,8 @@ def explain(result: PlanResult, slo: SLO, plan: PlanSpec, traffic: TrafficStats,
         gpus = f"{c.num_gpus} GPU{'s' if c.num_gpus != 1 else ''}"
         if result.gpu_budget and c.num_gpus < result.gpu_budget:
             gpus += f" of the {result.gpu_budget} budgeted"
-        text = (f"Deploy {c.label()}: {gpus}, "
-                f"max_num_batched_tokens {_budget(rec)}. Goodput {_goodput_text(rec)} with "
+        budget = "" if c.max_num_batched_tokens else f", max_num_batched_tokens {_budget(rec)}"
+        text = (f"Deploy {c.label()}: {gpus}{budget}. Goodput {_goodput_text(rec)} with "
                 f"{target} meeting {limits}.")
         if rec.cost_per_million_output_tokens is not None:
             text += (f" ${rec.cost_per_hour:,.2f}/h, ${rec.cost_per_million_output_tokens:,.3f}"

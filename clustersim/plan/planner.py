@@ -95,9 +95,10 @@ class Planner:
         self.traffic = self._traffic_stats()
         self.templates: dict[str, NodeTemplate] = node_templates(self.scenario, self.plan)
         self.prices = self._prices()
+        self.num_seeds = self.plan.search.seeds if self._traffic_is_random() else 1
         self._engines: dict[tuple, Engine | str] = {}
         self._capacities: dict[tuple, Estimate] = {}
-        self._jobs_done = 0
+        self.num_simulations = 0
 
     # ------------------------------------------------------------- inputs
     def _traffic_stats(self) -> TrafficStats:
@@ -108,6 +109,18 @@ class Planner:
         prompts = np.array([r.num_prompt_tokens for r in requests])
         outputs = np.array([r.max_tokens for r in requests])
         return TrafficStats.of(prompts, outputs, _arrival_cv(scenario, requests))
+
+    def _traffic_is_random(self) -> bool:
+        """Whether seeds change the traffic: a trace replay or a list of requests arrives the
+        same way every time (and routers that draw nothing stay as they are), so one seed says
+        all there is."""
+        workload = self.scenario.workload
+        if isinstance(workload, PoissonWorkload | SyntheticWorkload):
+            return True
+        layout = self.scenario.layout
+        routers = ((layout.router, layout.prefill_router, layout.decode_router)
+                   if layout is not None else ())
+        return any(r.kind == "power_of_two" for r in routers)
 
     def _prices(self) -> dict[str, tuple[float, str]]:
         prices = dict(default_prices())
@@ -389,6 +402,7 @@ class Planner:
     def _run_jobs(self, stage: str, jobs: list[Scenario]) -> list[RunSummary | str]:
         total = len(jobs)
         done = 0
+        self.num_simulations += total
 
         def tick(n: int) -> None:
             nonlocal done
@@ -418,7 +432,7 @@ class Planner:
                 first = searches[c.id, 0]
                 if (c.id, 1) not in searches and first.next_rate() is None and c.id not in errors:
                     start = first.goodput or first.min_rate
-                    for k in range(1, settings.seeds):
+                    for k in range(1, self.num_seeds):
                         searches[c.id, k] = RateSearch(
                             start, settings.tolerance, settings.max_probes, step=LOCAL_STEP,
                             min_rate=first.min_rate, max_rate=first.max_rate)
@@ -442,7 +456,7 @@ class Planner:
                                                  screen_per_s=s.estimate_per_s,
                                                  screen_binding=s.binding)
                 continue
-            runs = [searches[c.id, k] for k in range(settings.seeds) if (c.id, k) in searches]
+            runs = [searches[c.id, k] for k in range(self.num_seeds) if (c.id, k) in searches]
             measured[c.id] = self._result(c, s, runs)
 
     def _result(self, c: Candidate, s: _Screened, runs: list[RateSearch]) -> CandidateResult:
@@ -517,7 +531,7 @@ class Planner:
             # golden S7 is a second opinion, reported beside the answer; the SLO decides
             verdict = self._split_verdict(recommended, runner_up)
         pareto = answers.pareto_front(simulated)
-        seeds = tuple(self.scenario.seed + k for k in range(plan.search.seeds))
+        seeds = tuple(self.scenario.seed + k for k in range(self.num_seeds))
         result = PlanResult(
             scenario=self.scenario.name, objective=plan.objective, criterion=self.slo.criterion,
             target_rate_per_s=plan.target_rate_per_s, gpu_budget=plan.gpu_budget,
@@ -530,6 +544,7 @@ class Planner:
         )
         return replace(
             result,
+            num_simulations=self.num_simulations,
             answer=answers.explain(result, self.slo, self.plan, self.traffic, self._engines),
             serve_commands=answers.serve_commands(recommended, self.model, self.scenario),
             bench_command=answers.bench_command(recommended, self.model, self.scenario,

@@ -130,6 +130,8 @@ class PlanResult:
     """The recommendation, or why there is none and what would make it feasible, in prose."""
     serve_commands: tuple[str, ...] = ()
     bench_command: str | None = None
+    num_simulations: int = 0
+    """Every simulation the plan ran (bisection probes and the S7 pair)."""
     prices: dict[str, dict[str, Any]] = field(default_factory=dict)
     """GPU id -> {usd_per_gpu_hour, source} as used."""
 
@@ -147,6 +149,7 @@ class PlanResult:
             "base_rate_per_s": self.base_rate_per_s,
             "seeds": list(self.seeds),
             "tolerance": self.tolerance,
+            "num_simulations": self.num_simulations,
             "answer": self.answer,
             "recommended": None if self.recommended is None else self.recommended.id,
             "runner_up": None if self.runner_up is None else self.runner_up.id,

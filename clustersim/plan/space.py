@@ -112,8 +112,13 @@ class Candidate:
         return f"{prefix}{self.layout}/{pools}/mnbt-{budget}/{chunk}"
 
     def label(self) -> str:
-        """How an infra review writes it: '8 x h100-sxm TP2' or '3P (h100 TP2) + 2D (...)'."""
+        """How an infra review writes it: '8 x h100-sxm TP2, mnbt 8192' or
+        '3P (h100-sxm TP2) + 2D (h100-sxm TP1)' (the engine budget when the plan sets one)."""
         text = " + ".join(p.label() for p in self.pools)
+        if self.max_num_batched_tokens is not None and not self.baseline:
+            text += f", mnbt {self.max_num_batched_tokens}"
+        if not self.enable_chunked_prefill:
+            text += ", no chunking"
         return f"{text} (scenario's layout)" if self.baseline else text
 
 

@@ -1,0 +1,150 @@
+"""The planner's pure parts without simulation: bisection, intervals, the analytic screen's
+queueing arithmetic, the search space and the fleets it builds."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from clustersim.catalog import load_gpu, load_model
+from clustersim.cost.roofline import CostModel
+from clustersim.plan.bisect import RateSearch, mean_interval
+from clustersim.plan.fleet import NodeTemplate, nodes_needed
+from clustersim.plan.screen import (
+    Engine,
+    TrafficStats,
+    _wait,
+    capacity,
+    colocated_state,
+    prefill_state,
+)
+from clustersim.plan.space import Candidate, PoolChoice, fill_budget
+from clustersim.plan.spec import PlanSpec
+from clustersim.scenario import SLO
+
+
+# ------------------------------------------------------------- bisection
+def run(search: RateSearch, meets) -> RateSearch:
+    while (rate := search.next_rate()) is not None:
+        search.record(rate, meets(rate))
+    return search
+
+
+@pytest.mark.parametrize("threshold", [0.5, 3.0, 41.5])
+@pytest.mark.parametrize("start", [1.0, 100.0])
+def test_bisection_brackets_the_threshold_within_its_tolerance(threshold, start):
+    search = run(RateSearch(start, tolerance=0.02), lambda rate: rate <= threshold)
+    assert search.converged
+    assert search.lo <= threshold < search.hi
+    assert (search.hi - search.lo) / search.lo <= 0.02
+    assert search.goodput == search.lo
+    assert search.num_probes <= 24
+
+
+def test_a_search_that_fails_at_a_trickle_is_infeasible():
+    search = run(RateSearch(10.0, tolerance=0.02), lambda rate: False)
+    assert search.infeasible and search.goodput == 0.0
+    assert search.hi == pytest.approx(10.0 / 256)
+
+
+def test_a_search_that_never_fails_stops_at_its_cap():
+    search = run(RateSearch(10.0, tolerance=0.02, max_rate=80.0), lambda rate: True)
+    assert search.capped and search.goodput == 80.0
+
+
+def test_a_search_stops_at_max_probes():
+    search = run(RateSearch(1.0, tolerance=1e-6, max_probes=5), lambda rate: rate < 3.3)
+    assert search.num_probes == 5 and not search.converged
+
+
+def test_mean_interval_is_students_t():
+    mean, low, high = mean_interval([1.0, 2.0, 3.0])
+    half = 4.303 * 1.0 / math.sqrt(3)
+    assert mean == 2.0 and low == pytest.approx(0.0) and high == pytest.approx(2 + half)
+    assert mean_interval([5.0]) == (5.0, 5.0, 5.0)
+    mean, low, high = mean_interval([10.0, 10.0, 10.0])
+    assert low == high == 10.0
+
+
+# ---------------------------------------------------------------- screen
+def test_erlang_c_and_allen_cunneen_against_known_queues():
+    # M/M/1 at load 0.5 with mean service 1 s: waits with probability 0.5, mean wait 1 s
+    waits, mean = _wait(1, 0.5, 1.0, 1.0, 1.0)
+    assert waits == pytest.approx(0.5) and mean == pytest.approx(1.0)
+    # M/M/2 at per-server load 0.5: Erlang C = 1/3, mean wait C x S / (2 (1 - rho)) = 1/3
+    waits, mean = _wait(2, 0.5, 1.0, 1.0, 1.0)
+    assert waits == pytest.approx(1 / 3) and mean == pytest.approx(1 / 3)
+    # deterministic service (cs^2 = 0) halves the M/M/1 wait (Pollaczek-Khinchine's M/D/1)
+    assert _wait(1, 0.5, 1.0, 1.0, 0.0)[1] == pytest.approx(0.5)
+
+
+def h100_engine(tokens: int = 8192) -> Engine:
+    model, gpu = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
+    return Engine(CostModel(model, gpu, 1), tokens, 1024, 10_000_000)
+
+
+def traffic(prompt: int = 2000, output: int = 200) -> TrafficStats:
+    return TrafficStats.of(np.full(100, prompt), np.full(100, output), 1.0)
+
+
+def test_a_fixed_prompt_carries_half_its_length_in_causal_pairs_per_token():
+    assert traffic(prompt=2001).pairs_per_prompt_token == pytest.approx(1001)
+    assert traffic().service_cv_sq == pytest.approx(0.0)
+
+
+def test_capacity_falls_with_a_tighter_ttft_and_rises_with_pooling():
+    engine, t = h100_engine(), traffic()
+
+    def colocated(ttft: float, servers: int = 1) -> float:
+        slo = SLO(ttft_s=ttft, tpot_s=0.2)
+        return capacity(lambda lam: colocated_state(engine, t, slo, 0.9, lam, servers)).rate_per_s
+
+    loose, tight = colocated(2.0), colocated(0.2)
+    assert 0 < tight < loose
+    assert colocated(0.2, servers=8) > tight  # one queue over 8 instances waits less
+
+
+def test_a_limit_no_load_can_meet_gives_zero_capacity_and_names_it():
+    engine, t = h100_engine(), traffic(prompt=6000)
+    est = capacity(lambda lam: prefill_state(engine, t, SLO(ttft_s=0.01), 0.9, lam, 0.0, 0.0))
+    assert est.rate_per_s == 0.0 and est.binding == "ttft"
+
+
+# ----------------------------------------------------------------- space
+def family(*tps: int) -> Candidate:
+    roles = ("colocated",) if len(tps) == 1 else ("prefill", "decode")
+    return Candidate("colocated" if len(tps) == 1 else "disaggregated",
+                     tuple(PoolChoice(r, "h100-sxm", tp, 1) for r, tp in zip(roles, tps,
+                                                                             strict=True)),
+                     None, True)
+
+
+def test_filling_a_budget_gives_every_pd_ratio_once():
+    plan = PlanSpec(gpu_budget=6)
+    ratios = [c.pd_ratio for c in fill_budget(family(1, 1), 6, plan)]
+    assert ratios == ["1:5", "2:4", "3:3", "4:2", "5:1"]
+    # TP2 prefill + TP1 decode: 2x + y = 6 (or 5, when no TP1 instance fits the last GPU)
+    sizes = [(c.pool("prefill").instances, c.pool("decode").instances)
+             for c in fill_budget(family(2, 1), 6, plan)]
+    assert sizes == [(1, 4), (2, 2)]
+    assert [c.num_gpus for c in fill_budget(family(4), 64, plan)] == [64]
+    only = PlanSpec(gpu_budget=6, prefill={"instances": [2]}, decode={"instances": [1, 2]})
+    assert [c.pd_ratio for c in fill_budget(family(1, 1), 6, only)] == ["2:1", "2:2"]
+
+
+def test_candidate_ids_are_unique_and_labels_read_like_xpyd():
+    c = family(2, 1).resized({"prefill": 3, "decode": 2})
+    assert c.label() == "3P (h100-sxm TP2) + 2D (h100-sxm TP1)"
+    assert c.num_gpus == 8 and c.gpus_by_type == {"h100-sxm": 8}
+    ids = {x.id for x in fill_budget(family(1, 1), 6, PlanSpec(gpu_budget=6))}
+    assert len(ids) == 5
+
+
+def test_nodes_are_filled_first_fit_in_pool_order():
+    template = NodeTemplate("dgx-h100", "dgx-h100", "h100-sxm", 8, True, 1.0, 1.0)
+    c = family(2, 4).resized({"prefill": 3, "decode": 1})  # 6 GPUs, then a TP4 group
+    assert nodes_needed(c, {"h100-sxm": template}) == {"h100-sxm": 2}
+    c = family(2, 2).resized({"prefill": 2, "decode": 2})
+    assert nodes_needed(c, {"h100-sxm": template}) == {"h100-sxm": 1}
