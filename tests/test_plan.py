@@ -206,7 +206,7 @@ def test_plan_cli_writes_the_plan_and_the_ledger(tmp_path):
     code, output = run_cli("plan", str(path), "--out", str(tmp_path / "out"),
                            "--executor", "serial")
     assert code == 0, output
-    assert "Deploy " in output and "vllm serve" in output and "vllm bench serve" in output
+    assert "recommendation: " in output and "vllm serve" in output and "vllm bench serve" in output
     data = json.loads((tmp_path / "out" / "plan.json").read_text())
     assert data["recommended"] and len(data["candidates"]) == 2  # 2 x TP1 and 1P + 1D
     ledger = (tmp_path / "out" / "ledger.csv").read_text().splitlines()

@@ -99,6 +99,7 @@ class Planner:
         self._engines: dict[tuple, Engine | str] = {}
         self._capacities: dict[tuple, Estimate] = {}
         self.num_simulations = 0
+        self.num_simulated_requests = 0
 
     # ------------------------------------------------------------- inputs
     def _traffic_stats(self) -> TrafficStats:
@@ -240,9 +241,10 @@ class Planner:
                 out += self._sized_for_target(family)
         seen: set[str] = set()
         unique = []
-        for c in out:
-            if c.id not in seen:
-                seen.add(c.id)
+        for c in out:  # the scenario's own layout comes first and stands for its twin
+            key = c.id.removeprefix("baseline/")
+            if key not in seen:
+                seen.add(key)
                 unique.append(c)
         return unique
 
@@ -410,7 +412,10 @@ class Planner:
             if self.progress is not None:
                 self.progress(stage, done, total)
 
-        return self.executor.map(jobs, tick)
+        outcomes = self.executor.map(jobs, tick)
+        self.num_simulated_requests += sum(o.num_requests for o in outcomes
+                                           if not isinstance(o, str))
+        return outcomes
 
     def _measure(self, candidates: list[Candidate], screened: dict[str, _Screened],
                  measured: dict[str, CandidateResult]) -> None:
@@ -545,6 +550,7 @@ class Planner:
         return replace(
             result,
             num_simulations=self.num_simulations,
+            num_simulated_requests=self.num_simulated_requests,
             answer=answers.explain(result, self.slo, self.plan, self.traffic, self._engines),
             serve_commands=answers.serve_commands(recommended, self.model, self.scenario),
             bench_command=answers.bench_command(recommended, self.model, self.scenario,

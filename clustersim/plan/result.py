@@ -132,6 +132,8 @@ class PlanResult:
     bench_command: str | None = None
     num_simulations: int = 0
     """Every simulation the plan ran (bisection probes and the S7 pair)."""
+    num_simulated_requests: int = 0
+    """The requests those simulations served, all together."""
     prices: dict[str, dict[str, Any]] = field(default_factory=dict)
     """GPU id -> {usd_per_gpu_hour, source} as used."""
 
@@ -150,6 +152,7 @@ class PlanResult:
             "seeds": list(self.seeds),
             "tolerance": self.tolerance,
             "num_simulations": self.num_simulations,
+            "num_simulated_requests": self.num_simulated_requests,
             "answer": self.answer,
             "recommended": None if self.recommended is None else self.recommended.id,
             "runner_up": None if self.runner_up is None else self.runner_up.id,
