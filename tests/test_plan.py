@@ -115,8 +115,8 @@ def test_every_bisection_meets_its_tolerance(loose_plan):
             continue
         assert c.goodput.converged, c.id
         for seed in range(len(c.goodput.per_seed_per_s)):
-            passed = [r for s, r, _, met in c.probes if s == seed and met]
-            failed = [r for s, r, _, met in c.probes if s == seed and not met]
+            passed = [p.rate_per_s for p in c.probes if p.seed == seed and p.met]
+            failed = [p.rate_per_s for p in c.probes if p.seed == seed and not p.met]
             assert max(passed) == c.goodput.per_seed_per_s[seed]
             assert min(failed) / max(passed) - 1 <= result.tolerance + 1e-12
 

@@ -31,7 +31,7 @@ from clustersim.plan.bisect import RateSearch, mean_interval
 from clustersim.plan.compare import split_verdict
 from clustersim.plan.executors import Executor
 from clustersim.plan.fleet import NodeTemplate, fleet_for, node_templates
-from clustersim.plan.result import CandidateResult, Goodput, PlanResult, SplitVerdict
+from clustersim.plan.result import CandidateResult, Goodput, PlanResult, Probe, SplitVerdict
 from clustersim.plan.screen import (
     Engine,
     Estimate,
@@ -387,6 +387,13 @@ class Planner:
             "workload": self._probe_workload(rate_per_s),
         })
 
+    def full_run(self, candidate: Candidate, rate_per_s: float, seed_index: int = 0):
+        """The candidate at ``rate_per_s`` with every record kept (steps, token times,
+        transfers), as a probe would run it: what a report draws its timelines from."""
+        from clustersim.sim import run_scenario
+
+        return run_scenario(self._job(candidate, seed_index, rate_per_s))
+
     def _probe_workload(self, rate_per_s: float):
         """The scenario's traffic at ``rate_per_s``, a count-bounded one lengthened to the
         search's minimum requests and duration (the shape of the traffic is kept)."""
@@ -472,7 +479,8 @@ class Planner:
             probes=sum(r.num_probes for r in runs),
             converged=all(r.converged for r in runs), capped=any(r.capped for r in runs))
         probes = sorted(
-            (k, rate, outcome.slo.attainment, met)
+            Probe(k, rate, outcome.slo.attainment, *outcome.slo.attainment_interval, met,
+                  outcome.num_requests)
             for k, run in enumerate(runs)
             for met, pairs in ((True, run.passed), (False, run.failed))
             for rate, outcome in pairs)

@@ -19,6 +19,26 @@ screened: feasible on paper but ranked below the simulated ones; pruned: cannot 
 TP across nodes, KV too small) or hopeless on paper, with the reason."""
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class Probe:
+    """One simulation of a bisection: the offered rate, the attainment it measured (with its
+    Wilson 95 % interval over the run's requests) and whether that met the SLO."""
+
+    seed: int
+    """The seed's index (0 is the scenario's own seed)."""
+    rate_per_s: float
+    attainment: float
+    attainment_low: float
+    attainment_high: float
+    met: bool
+    num_requests: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seed": self.seed, "rate_per_s": self.rate_per_s, "attainment": self.attainment,
+                "attainment_ci95": [self.attainment_low, self.attainment_high],
+                "met": self.met, "num_requests": self.num_requests}
+
+
 @dataclass(frozen=True)
 class Goodput:
     """A candidate's goodput over seeds: per-seed values, their mean and 95 % interval."""
@@ -57,8 +77,8 @@ class CandidateResult:
     binding: str | None = None
     cost_per_hour: float | None = None
     cost_per_million_output_tokens: float | None = None
-    probes: list[tuple[int, float, float, bool]] = field(default_factory=list)
-    """(seed index, rate, attainment, met) of every simulation: attainment vs offered rate."""
+    probes: list[Probe] = field(default_factory=list)
+    """Every simulation of its bisections, by seed and rate: attainment vs offered rate."""
 
     @property
     def id(self) -> str:
@@ -91,8 +111,7 @@ class CandidateResult:
             "binding": self.binding,
             "cost_per_hour": self.cost_per_hour,
             "cost_per_million_output_tokens": self.cost_per_million_output_tokens,
-            "probes": [{"seed": s, "rate_per_s": r, "attainment": a, "met": m}
-                       for s, r, a, m in self.probes],
+            "probes": [probe.to_json() for probe in self.probes],
         }
         if self.at_goodput is not None:
             out["at_goodput"] = self.at_goodput.to_json()
