@@ -2,11 +2,12 @@
 
 Pure: a :class:`RateSearch` proposes the next rate to try and is told whether the run at that
 rate met the SLO; whoever runs the simulations (an executor, in rounds) stays outside. It
-brackets first (doubling up from a pass, halving down from a fail), then bisects the bracket
-geometrically until ``(fail - pass) / pass <= tolerance``::
+brackets first, stepping up from a pass or down from a fail by a factor that squares each time
+the same way is taken again (a good start costs two probes, a bad one few more), then bisects
+the bracket geometrically until ``(fail - pass) / pass <= tolerance``::
 
-    rate  ->   x0 pass   2 x0 pass   4 x0 FAIL        bracket [2 x0, 4 x0]
-               sqrt(2 x0 * 4 x0) pass ...             until fail / pass - 1 <= tolerance
+    rate  ->   x0 pass   1.25 x0 pass   1.95 x0 FAIL         bracket [1.25 x0, 1.95 x0]
+               sqrt(1.25 x0 * 1.95 x0) pass ...          until fail / pass - 1 <= tolerance
 
 Attainment is assumed to fall with the rate (more load never helps); a noisy reversal only
 moves the answer inside the bracket. A search that fails even at ``min_rate`` (a trickle)
@@ -37,8 +38,8 @@ class RateSearch:
     start_rate: float
     tolerance: float
     max_probes: int = 24
-    step: float = 2.0
-    """Factor between bracketing probes."""
+    step: float = 1.25
+    """Factor of the first bracketing step (it squares with every further one)."""
     min_rate: float | None = None
     """Below this the search gives up: the SLO fails at a trickle. Default start / 256."""
     max_rate: float | None = None
@@ -94,9 +95,9 @@ class RateSearch:
         if lo is None and hi is None:
             return self.start_rate
         if lo is None:
-            return max(hi / self.step, self.min_rate)
+            return max(hi / self.step ** 2 ** (len(self.failed) - 1), self.min_rate)
         if hi is None:
-            return min(lo * self.step, self.max_rate)
+            return min(lo * self.step ** 2 ** (len(self.passed) - 1), self.max_rate)
         return math.sqrt(lo * hi)
 
     def record(self, rate: float, meets: bool, outcome: Any = None) -> None:

@@ -58,8 +58,8 @@ Progress = Callable[[str, int, int], None]
 
 MAX_NEIGHBOUR_ROUNDS = 3
 MAX_INSTANCES = 4096
-LOCAL_STEP = 1.1
-"""Bracketing factor of the seeds after the first, which start at the first one's goodput."""
+LOCAL_STEP = 1.08
+"""First bracketing factor of the seeds after the first, which start at its goodput."""
 
 
 @dataclass(frozen=True)
@@ -427,8 +427,8 @@ class Planner:
     def _measure(self, candidates: list[Candidate], screened: dict[str, _Screened],
                  measured: dict[str, CandidateResult]) -> None:
         """Goodput of each candidate for every seed, the bisections advancing in rounds (one
-        executor batch per round). The first seed starts at the screen's estimate and brackets
-        in factors of 2; the others start at its answer, in steps of ``LOCAL_STEP``."""
+        executor batch per round). The first seed starts at the screen's estimate; the others
+        start at its answer with a finer first step (``LOCAL_STEP``)."""
         settings = self.plan.search
         searches: dict[tuple[str, int], RateSearch] = {}
         errors: dict[str, str] = {}
