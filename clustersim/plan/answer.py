@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from clustersim.catalog.specs import ModelSpec
 from clustersim.metrics import RunSummary
@@ -22,7 +22,6 @@ from clustersim.workload.spec import (
 if TYPE_CHECKING:
     from clustersim.plan.result import CandidateResult, PlanResult
     from clustersim.plan.screen import TrafficStats
-    from clustersim.plan.spec import PlanSpec
 
 STATUS_ORDER = {"simulated": 0, "infeasible": 1, "screened": 2, "pruned": 3}
 LABELS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "itl_s": "ITL (p99 per request)"}
@@ -109,8 +108,7 @@ def _goodput_text(r: CandidateResult) -> str:
     return (f"{g.mean_per_s:,.2f} req/s{interval}, {r.goodput_per_gpu:,.3f} req/s per GPU")
 
 
-def explain(result: PlanResult, slo: SLO, plan: PlanSpec, traffic: TrafficStats,
-            engines: dict[Any, Any]) -> str:
+def explain(result: PlanResult, slo: SLO) -> str:
     """The answer in one paragraph: the recommendation and why, or why there is none."""
     rec = result.recommended
     limits = ", ".join(f"{k} <= {v:g} s" for k, v in slo.model_dump().items()

@@ -14,32 +14,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from clustersim.catalog import default_prices, load_gpu, load_model
 from clustersim.catalog.specs import ModelSpec
-from clustersim.cost.roofline import CostModel
-from clustersim.engine.defaults import resolve_engine
-from clustersim.errors import ClusterSimError, ConfigError
+from clustersim.errors import ConfigError
 from clustersim.metrics import RunSummary
 from clustersim.metrics.goodput import cost_per_million_tokens
 from clustersim.plan import answer as answers
 from clustersim.plan.bisect import RateSearch, mean_interval
 from clustersim.plan.compare import split_verdict
+from clustersim.plan.estimate import Screen, Screened
 from clustersim.plan.executors import Executor
 from clustersim.plan.fleet import NodeTemplate, fleet_for, node_templates
 from clustersim.plan.result import CandidateResult, Goodput, PlanResult, Probe, SplitVerdict
 from clustersim.plan.screen import (
-    Engine,
-    Estimate,
     TrafficStats,
-    capacity,
-    colocated_state,
-    decode_state,
-    prefill_state,
 )
 from clustersim.plan.space import Candidate, baseline, families, fill_budget, variant
 from clustersim.plan.spec import PlanSpec
@@ -57,18 +50,8 @@ Progress = Callable[[str, int, int], None]
 """(stage, jobs done, jobs known so far)."""
 
 MAX_NEIGHBOUR_ROUNDS = 3
-MAX_INSTANCES = 4096
 LOCAL_STEP = 1.08
 """First bracketing factor of the seeds after the first, which start at its goodput."""
-
-
-@dataclass(frozen=True)
-class _Screened:
-    candidate: Candidate
-    estimate_per_s: float
-    binding: str | None
-    reason: str | None
-    """Why the candidate cannot run at all (pruned), else None."""
 
 
 class Planner:
@@ -95,9 +78,16 @@ class Planner:
         self.traffic = self._traffic_stats()
         self.templates: dict[str, NodeTemplate] = node_templates(self.scenario, self.plan)
         self.prices = self._prices()
+        if self.plan.objective == "min_cost":
+            missing = sorted(gpu for gpu in self._search_gpus() if gpu not in self.prices)
+            if missing:
+                raise ConfigError(
+                    "plan.prices_usd_per_gpu_hour",
+                    f"min_cost needs a price for every GPU it may use; none for "
+                    f"{', '.join(missing)} (defaults exist for {', '.join(default_prices())})")
         self.num_seeds = self.plan.search.seeds if self._traffic_is_random() else 1
-        self._engines: dict[tuple, Engine | str] = {}
-        self._capacities: dict[tuple, Estimate] = {}
+        self.screen = Screen(self.scenario, self.model, self.traffic, self.slo, self.templates,
+                             self.base_rate)
         self.num_simulations = 0
         self.num_simulated_requests = 0
 
@@ -130,100 +120,21 @@ class Planner:
             prices[gpu] = (value, "the scenario's plan.prices_usd_per_gpu_hour")
         return prices
 
+    def _search_gpus(self) -> set[str]:
+        """Every GPU type a candidate of this plan may use."""
+        gpus = {self.scenario.gpu}
+        for role in ("colocated", "prefill", "decode"):
+            gpus |= set(getattr(self.plan, role).gpus or ())
+        layout = self.scenario.layout
+        if layout is not None:
+            gpus |= {pool.gpu for pool in layout.pools if pool.gpu}
+        return gpus
+
     def cost_per_hour(self, candidate: Candidate) -> float | None:
         try:
             return sum(n * self.prices[gpu][0] for gpu, n in candidate.gpus_by_type.items())
         except KeyError:
             return None
-
-    # --------------------------------------------------------- the screen
-    def _engine(self, role: str, gpu_id: str, tp: int, candidate: Candidate) -> Engine | str:
-        """The pool's engine as the screen prices it, or why it cannot start."""
-        key = (gpu_id, tp, candidate.max_num_batched_tokens, candidate.enable_chunked_prefill)
-        if key in self._engines:
-            return self._engines[key]
-        scenario = self.scenario
-        gpu = load_gpu(gpu_id)
-        template = self.templates.get(gpu_id)
-        result: Engine | str
-        try:
-            if template is not None and tp > template.gpus_per_node:
-                raise ConfigError("tensor_parallel_size", f"TP{tp} spans nodes: a "
-                                  f"{template.name} node has {template.gpus_per_node} GPUs")
-            self.model.check_tp(tp)
-            gpu.tp_link(tp)
-            probe = variant(scenario, candidate, None).engine
-            setup = resolve_engine(probe, self.model, gpu, tp)
-            config = setup.scheduler
-            result = Engine(CostModel(self.model, gpu, tp), config.max_num_batched_tokens,
-                            config.max_num_seqs, (setup.num_gpu_blocks - 1) * config.block_size,
-                            config.enable_chunked_prefill)
-        except ClusterSimError as error:
-            result = f"{gpu_id} TP{tp}: {error.message}"
-        self._engines[key] = result
-        return result
-
-    def _capacity(self, kind: str, engine: Engine, servers: int = 1,
-                  extra: tuple = ()) -> Estimate:
-        """Requests/s per instance of a pool of ``servers`` instances behind one router."""
-        key = (kind, id(engine), servers, *extra)
-        if key not in self._capacities:
-            q = self.slo.attainment_target if self.slo.criterion != "mean" else 0.5
-            traffic, slo = self.traffic, self.slo
-            if kind == "colocated":
-                state = lambda lam: colocated_state(  # noqa: E731
-                    engine, traffic, slo, q, lam, servers)
-            elif kind == "decode":
-                state = lambda lam: decode_state(engine, traffic, slo, lam)  # noqa: E731
-            else:
-                handoff_s, first_s = extra
-                state = lambda lam: prefill_state(  # noqa: E731
-                    engine, traffic, slo, q, lam, handoff_s, first_s, servers)
-            self._capacities[key] = capacity(state, max(self.base_rate, 1e-3))
-        return self._capacities[key]
-
-    def screen(self, candidate: Candidate) -> _Screened:
-        engines = {}
-        for pool in candidate.pools:
-            engine = self._engine(pool.role, pool.gpu, pool.tensor_parallel_size, candidate)
-            if isinstance(engine, str):
-                return _Screened(candidate, 0.0, None, engine)
-            engines[pool.role] = engine
-        if not candidate.baseline:
-            try:
-                fleet_for(candidate, self.templates)
-            except ClusterSimError as error:
-                return _Screened(candidate, 0.0, None, error.message)
-        if candidate.layout == "colocated":
-            pool = candidate.pool("colocated")
-            est = self._capacity("colocated", engines["colocated"], pool.instances)
-            return _Screened(candidate, pool.instances * est.rate_per_s, est.binding, None)
-        if candidate.layout == "disaggregated":
-            prefill, decode = candidate.pool("prefill"), candidate.pool("decode")
-            d = self._capacity("decode", engines["decode"])
-            handoff_s = self._handoff_estimate_s(candidate)
-            p = self._capacity("prefill", engines["prefill"], prefill.instances,
-                               (handoff_s, d.step_s))
-            p_rate, d_rate = prefill.instances * p.rate_per_s, decode.instances * d.rate_per_s
-            binding = f"prefill {p.binding}" if p_rate <= d_rate else f"decode {d.binding}"
-            return _Screened(candidate, min(p_rate, d_rate), binding, None)
-        return _Screened(candidate, 0.0, None, "three_pool candidates are not screened yet: "
-                         "plan colocated and disaggregated layouts")
-
-    def _handoff_estimate_s(self, candidate: Candidate) -> float:
-        """The median prompt's KV over the link prefill and decode share: one node's fabric
-        when the whole candidate fits one node of its type, else the NIC."""
-        decode = candidate.pool("decode")
-        template = self.templates.get(decode.gpu)
-        if template is None:
-            return 0.0
-        one_node = (len(candidate.gpus_by_type) == 1
-                    and candidate.num_gpus <= template.gpus_per_node)
-        bandwidth = template.intra_bytes_per_s if one_node else template.inter_bytes_per_s
-        if not bandwidth:
-            return math.inf
-        tokens = self.traffic.prompt_at(0.5)
-        return tokens * self.model.kv_bytes_per_token(1) / bandwidth
 
     # ------------------------------------------------------------- search
     def candidates(self) -> list[Candidate]:
@@ -238,7 +149,10 @@ class Planner:
                 assert plan.gpu_budget is not None
                 out += fill_budget(family, plan.gpu_budget, plan)
             else:
-                out += self._sized_for_target(family)
+                assert plan.target_rate_per_s is not None
+                sized = self.screen.sized_for(family, plan.target_rate_per_s)
+                budget = plan.gpu_budget
+                out.append(sized if budget is None or sized.num_gpus <= budget else family)
         seen: set[str] = set()
         unique = []
         for c in out:  # the scenario's own layout comes first and stands for its twin
@@ -247,47 +161,6 @@ class Planner:
                 seen.add(key)
                 unique.append(c)
         return unique
-
-    def _sized_for_target(self, family: Candidate) -> list[Candidate]:
-        """min_gpus / min_cost: the family at the smallest size the screen expects to reach
-        the target rate (each pool sized on its own; a pool's queue shares its instances)."""
-        target = self.plan.target_rate_per_s
-        assert target is not None
-        if self.screen(family).reason is not None:
-            return [family]
-        counts = {p.role: self._instances_for(family, p.role, target) for p in family.pools}
-        sized = family.resized(counts)
-        budget = self.plan.gpu_budget
-        return [sized] if budget is None or sized.num_gpus <= budget else [family]
-
-    def _instances_for(self, family: Candidate, role: str, target: float) -> int:
-        """Fewest instances of the pool whose screened capacity reaches ``target`` (req/s)."""
-        def total(n: int) -> float:
-            return n * self._pool_rate(family.resized({role: n}), role)
-
-        per = self._pool_rate(family, role)
-        if per <= 0:
-            return 1
-        n = min(MAX_INSTANCES, max(1, math.ceil(target / per)))
-        while n > 1 and total(n - 1) >= target:  # pooled queues need fewer than n x one
-            n -= 1
-        return n
-
-    def _pool_rate(self, candidate: Candidate, role: str) -> float:
-        """Requests/s one instance of the candidate's pool sustains (the screen's)."""
-        pool = candidate.pool(role)
-        engine = self._engine(role, pool.gpu, pool.tensor_parallel_size, candidate)
-        if isinstance(engine, str):
-            return 0.0
-        if role == "colocated":
-            return self._capacity("colocated", engine, pool.instances).rate_per_s
-        if role == "decode":
-            return self._capacity("decode", engine).rate_per_s
-        decode = candidate.pool("decode")
-        d_engine = self._engine("decode", decode.gpu, decode.tensor_parallel_size, candidate)
-        first = 0.0 if isinstance(d_engine, str) else self._capacity("decode", d_engine).step_s
-        return self._capacity("prefill", engine, pool.instances,
-                              (self._handoff_estimate_s(candidate), first)).rate_per_s
 
     def run(self) -> PlanResult:
         plan = self.plan
@@ -328,7 +201,7 @@ class Planner:
         size = candidate.num_gpus if objective == "min_gpus" else (cost or math.inf)
         return (not meets, size if meets else -rate_per_s, -rate_per_s, candidate.id)
 
-    def _survivors(self, screened: list[_Screened]) -> list[Candidate]:
+    def _survivors(self, screened: list[Screened]) -> list[Candidate]:
         keep = self.plan.search.simulate_top
         out: list[Candidate] = []
         for layout in self.plan.layouts:
@@ -424,7 +297,7 @@ class Planner:
                                            if not isinstance(o, str))
         return outcomes
 
-    def _measure(self, candidates: list[Candidate], screened: dict[str, _Screened],
+    def _measure(self, candidates: list[Candidate], screened: dict[str, Screened],
                  measured: dict[str, CandidateResult]) -> None:
         """Goodput of each candidate for every seed, the bisections advancing in rounds (one
         executor batch per round). The first seed starts at the screen's estimate; the others
@@ -471,7 +344,7 @@ class Planner:
             runs = [searches[c.id, k] for k in range(self.num_seeds) if (c.id, k) in searches]
             measured[c.id] = self._result(c, s, runs)
 
-    def _result(self, c: Candidate, s: _Screened, runs: list[RateSearch]) -> CandidateResult:
+    def _result(self, c: Candidate, s: Screened, runs: list[RateSearch]) -> CandidateResult:
         values = [r.goodput for r in runs]
         mean, low, high = mean_interval(values)
         goodput = Goodput(
@@ -514,7 +387,7 @@ class Planner:
         return replace(result, at_goodput=at, cost_per_million_output_tokens=cost)
 
     # ------------------------------------------------------------ answer
-    def _answer(self, screened: list[_Screened], by_id: dict[str, _Screened],
+    def _answer(self, screened: list[Screened], by_id: dict[str, Screened],
                 measured: dict[str, CandidateResult]) -> PlanResult:
         plan = self.plan
         ledger: list[CandidateResult] = []
@@ -559,7 +432,7 @@ class Planner:
             result,
             num_simulations=self.num_simulations,
             num_simulated_requests=self.num_simulated_requests,
-            answer=answers.explain(result, self.slo, self.plan, self.traffic, self._engines),
+            answer=answers.explain(result, self.slo),
             serve_commands=answers.serve_commands(recommended, self.model, self.scenario),
             bench_command=answers.bench_command(recommended, self.model, self.scenario,
                                                 self.traffic),
