@@ -416,3 +416,22 @@ def test_report_html_opens_in_headless_chromium(planned, tmp_path):
     shutil.copyfile(shot, SCREENSHOTS / shot.name)
     print(f"browser: {len(images)} images decoded, 0 console errors, screenshot "
           f"{SCREENSHOTS / shot.name}")
+
+
+def test_a_plan_nothing_meets_still_reports_why(tmp_path):
+    from clustersim.report import write_plan_report
+
+    data = plan_scenario()
+    data["slo"] = {"ttft_s": 0.05, "tpot_s": 0.03}
+    data["plan"]["layouts"] = ["colocated"]
+    spec = parse_scenario(data)
+    result = Planner(spec, SerialExecutor()).run()
+    assert result.recommended is None
+    files = write_plan_report(result, spec, {}, tmp_path / "report")
+    markdown = files.markdown.read_text()
+    assert result.answer in markdown.replace("\\<", "<")
+    infeasible = next(c for c in result.candidates if c.status == "infeasible")
+    rows = table_with(markdown_tables(markdown), "#", "goodput req/s [95% CI]")
+    assert rows[0]["status"] == f"infeasible, {infeasible.reason}"
+    assert "there is no run at goodput to show" in markdown
+    assert [f.name.split("-", 1)[1] for f in files.figures] == ["attainment-vs-rate.png"]

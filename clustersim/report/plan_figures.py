@@ -54,8 +54,11 @@ def attainment_vs_rate(result: PlanResult, numbers: dict[str, int], target: floa
                     ax.plot(rates, [p.attainment * 100 for p in probes], "-", color=color,
                             linewidth=0.8)
                 ax.errorbar(rates, [p.attainment * 100 for p in probes],
-                            yerr=[[(p.attainment - p.attainment_low) * 100 for p in probes],
-                                  [(p.attainment_high - p.attainment) * 100 for p in probes]],
+                            # clipped: Wilson's bound can miss the share by a rounding error
+                            yerr=[[max(0.0, p.attainment - p.attainment_low) * 100
+                                   for p in probes],
+                                  [max(0.0, p.attainment_high - p.attainment) * 100
+                                   for p in probes]],
                             fmt="o", markersize=3, color=color, elinewidth=0.8, capsize=1.5,
                             label=f"seed {result.seeds[seed]}")
                 failed = [p for p in probes if not p.met]
@@ -111,8 +114,10 @@ def goodput_vs_pd(result: PlanResult, numbers: dict[str, int],
             label = pools + ("" if budget is None else f", mnbt {budget}")
             xs = [where[c.candidate.pd_ratio] + (i - len(families) / 2) * 0.04 for c in members]
             ax.errorbar(xs, [c.goodput.mean_per_s for c in members],
-                        yerr=[[c.goodput.mean_per_s - c.goodput.low_per_s for c in members],
-                              [c.goodput.high_per_s - c.goodput.mean_per_s for c in members]],
+                        yerr=[[max(0.0, c.goodput.mean_per_s - c.goodput.low_per_s)
+                               for c in members],
+                              [max(0.0, c.goodput.high_per_s - c.goodput.mean_per_s)
+                               for c in members]],
                         fmt="o-", color=PALETTE[(i + 1) % len(PALETTE)], capsize=3,
                         markersize=4, linewidth=1, label=label)
             for x, c in zip(xs, members, strict=True):

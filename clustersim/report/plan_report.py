@@ -55,6 +55,8 @@ def _goodput(c: CandidateResult) -> str:
 
 
 def _status(c: CandidateResult, result: PlanResult) -> str:
+    if c.reason:
+        return f"{c.status}, {c.reason}"
     if result.recommended is not None and c.id == result.recommended.id:
         return f"{c.status}, recommended"
     if result.runner_up is not None and c.id == result.runner_up.id:
@@ -183,8 +185,9 @@ def evidence(result: PlanResult, scenario: Scenario,
                                      name=f"kv-links-{role}")
         if links is not None:
             out.append(links)
-    if not out:
-        out.append(Text.of("No candidate was simulated: there is nothing to draw."))
+    if not labelled:
+        out.append(Text.of("No recommendation, so no run at goodput to draw latencies, "
+                           "timelines and KV use from."))
     return out
 
 
@@ -201,6 +204,9 @@ def benchmark_results(result: PlanResult) -> list[Block]:
                 blocks.benchmark_block(s, c.at_goodput_rate_per_s)]
     if out:
         out.append(blocks.BENCHMARK_NOTE)
+    else:
+        out.append(Text.of("No candidate met the SLO at any rate tried: there is no run at "
+                           "goodput to show."))
     return out
 
 
