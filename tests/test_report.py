@@ -172,7 +172,7 @@ def test_plan_report_writes_markdown_figures_and_one_html_file(planned):
         assert figure in names
     captions = re.findall(r"^\*Figure (\d+)\. (.+)\*$", markdown, re.M)
     assert [int(n) for n, _ in captions] == list(range(1, len(linked) + 1))
-    assert all("What to see" in text or "Where a curve crosses" in text for _, text in captions)
+    assert all("What to see: " in text for _, text in captions)
 
 
 def test_plan_report_numbers_are_plan_json_numbers(planned):

@@ -52,14 +52,18 @@ def latency_cdfs(runs: list[tuple[str, RunResult]], slo: SLO | None, name: str =
             ax.set_ylabel("requests at or below (%)")
             ax.set_ylim(0, 101)
             ax.set_title(f"{title} CDF")
-            ax.legend(loc="lower right")
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(loc="lower right")
+            else:
+                ax.text(0.5, 0.5, f"no request has a {title}", transform=ax.transAxes,
+                        ha="center")
         subject = what or " and ".join(label for label, _ in runs)
         caption = (f"TTFT (left) and TPOT (right) of every finished request of {subject}, as "
-                   "cumulative shares. Where a curve crosses the dashed SLO line is the share "
-                   "of requests within that limit; above the dotted target line, that limit "
-                   "alone is met. TPOT leaves out one-token outputs.")
-        if slo is None:
-            caption = caption.split(" Where")[0] + " The scenario sets no SLO."
+                   "cumulative shares (TPOT leaves out one-token outputs). What to see: ")
+        caption += ("where a curve crosses the dashed SLO line is the share of requests within "
+                    "that limit; above the dotted target line, that limit alone is met."
+                    if slo is not None else "the spread of each latency; the scenario sets no "
+                    "SLO to hold it against.")
         return figure(fig, name, "TTFT and TPOT cumulative distributions", caption)
 
 
