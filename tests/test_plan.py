@@ -204,15 +204,16 @@ def test_plan_cli_writes_the_plan_and_the_ledger(tmp_path):
     path.write_text(yaml.safe_dump(scenario(plan={"gpu_budget": 2,
                                                   "layouts": ["colocated", "disaggregated"]})))
     code, output = run_cli("plan", str(path), "--out", str(tmp_path / "out"),
-                           "--executor", "serial")
+                           "--executor", "serial", "--no-report")
     assert code == 0, output
     assert "recommendation: " in output and "vllm serve" in output and "vllm bench serve" in output
+    assert "wrote report" not in output
     data = json.loads((tmp_path / "out" / "plan.json").read_text())
     assert data["recommended"] and len(data["candidates"]) == 2  # 2 x TP1 and 1P + 1D
     ledger = (tmp_path / "out" / "ledger.csv").read_text().splitlines()
     assert ledger[0].startswith("id,label,layout,status") and len(ledger) == 3
     code, output = run_cli("plan", str(path), "--out", str(tmp_path / "again"),
-                           "--executor", "serial", "--json")
+                           "--executor", "serial", "--json", "--no-report")
     assert code == 0 and json.loads(output) == data
 
 
@@ -240,7 +241,7 @@ def test_bad_plans_exit_2_with_one_line(tmp_path, change, message):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(data))
     code, output = run_cli("plan", str(path), "--out", str(tmp_path / "out"),
-                           "--executor", "serial")
+                           "--executor", "serial", "--report", str(tmp_path / "report"))
     assert code == 2, output
     assert output.strip().splitlines()[0].startswith(message.replace("Value error, ", ""))
     assert "Traceback" not in output

@@ -3,6 +3,7 @@ code 2, and the lines that describe a run's layout and calibration."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
@@ -100,3 +101,10 @@ def make_out_dir(out: Path) -> Path:
         message = f"cannot create output directory: {error.strerror}"
         raise ClusterSimError(str(out), message) from None
     return out
+
+
+def default_report_dir(scenario_name: str) -> Path:
+    """``reports/<scenario>-<YYYYmmdd-HHMMSS>``: the folder name carries the time, the report
+    itself none (the same inputs give the same bytes)."""
+    return Path("reports") / f"{scenario_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+

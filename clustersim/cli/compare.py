@@ -28,6 +28,9 @@ def compare_cmd(
     handoff_budget_ms: Annotated[
         float, typer.Option(min=0.0, help="Largest acceptable p95 KV handoff.")
     ] = 10.0,
+    report: Annotated[Path | None, typer.Option(
+        "--report", help="Also write the comparison's report (report.md with its figures, "
+        "report.html) to this folder.")] = None,
 ) -> None:
     """Run the scenario colocated and disaggregated on the same traffic and GPUs; compare."""
     from clustersim.output import write_run
@@ -35,12 +38,14 @@ def compare_cmd(
     from clustersim.sim import run_scenario
 
     spec = load_scenario(scenario)
+    report_dir = None if report is None else make_out_dir(report)
     colocated_spec, split_spec = counterparts(spec)
-    summaries, instances = {}, []
+    summaries, instances, runs = {}, [], {}
     for label, variant in (("colocated", colocated_spec), ("disaggregated", split_spec)):
         result = run_scenario(variant)
         instances += result.instances
         summaries[label] = write_run(result, make_out_dir(out / label))
+        runs[label] = (result, summaries[label])
         typer.echo(describe_layout(f"{label}", spec.model, result.instances))
     colocated, split = summaries["colocated"], summaries["disaggregated"]
     typer.echo(f"{'':<22}{'colocated':>16}{'disaggregated':>30}")
@@ -61,6 +66,11 @@ def compare_cmd(
         typer.echo(f"  - {reason}")
     typer.echo(describe_calibration(instances))
     typer.echo(f"wrote {out}/colocated and {out}/disaggregated")
+    if report_dir is not None:
+        from clustersim.report import write_compare_report
+
+        files = write_compare_report(runs, verdict, handoff_budget_ms / 1e3, spec, report_dir)
+        typer.echo(files.describe())
 
 
 def comparison_rows(colocated: RunSummary, split: RunSummary) -> list[tuple[str, str, str]]:

@@ -7,12 +7,17 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from clustersim.cli.common import make_out_dir, ms, user_errors
+from clustersim.cli.common import default_report_dir, make_out_dir, ms, user_errors
+from clustersim.errors import ClusterSimError
 from clustersim.plan.result import LEDGER_COLUMNS, CandidateResult, PlanResult, ledger_rows
+
+if TYPE_CHECKING:
+    from clustersim.plan.planner import Planner
+    from clustersim.sim import RunResult
 
 
 @user_errors
@@ -28,6 +33,10 @@ def plan_cmd(
     address: Annotated[str | None, typer.Option(
         help="Ray cluster address (with --executor ray); default a local Ray.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print plan.json to stdout.")] = False,
+    report: Annotated[Path | None, typer.Option(
+        "--report", help="Folder for the SLO report (report.md with its figures, report.html); "
+        "default reports/<scenario>-<YYYYmmdd-HHMMSS>.")] = None,
+    no_report: Annotated[bool, typer.Option("--no-report", help="Write no report.")] = False,
 ) -> None:
     """Find the deployment that meets the SLO best: colocated or disaggregated, GPUs and TP per
     pool, the P:D ratio and max_num_batched_tokens, with goodput intervals and costs."""
@@ -35,22 +44,50 @@ def plan_cmd(
     from clustersim.plan.planner import Planner
     from clustersim.scenario import load_scenario
 
+    if report is not None and no_report:
+        raise ClusterSimError("--no-report", "cannot be given with --report")
     spec = load_scenario(scenario)
     folder = make_out_dir(out or Path("runs/plan") / spec.name)
+    report_dir = None if no_report else make_out_dir(report or default_report_dir(spec.name))
     pool = make_executor(executor, workers=workers, address=address)
     started = time.perf_counter()
     try:
         with _progress(enabled=not as_json) as progress:
-            result = Planner(spec, pool, progress).run()
+            planner = Planner(spec, pool, progress)
+            result = planner.run()
     finally:
         pool.close()
     wall_s = time.perf_counter() - started
     write_plan(result, folder)
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=2))
-        return
-    print_plan(result, wall_s, pool.workers)
-    typer.echo(f"wrote {folder}/plan.json, {folder}/ledger.csv")
+    else:
+        print_plan(result, wall_s, pool.workers)
+        typer.echo(f"wrote {folder}/plan.json, {folder}/ledger.csv")
+    if report_dir is not None:
+        from clustersim.report import write_plan_report
+
+        files = write_plan_report(result, spec, full_runs(planner, result), report_dir)
+        typer.echo(files.describe(), err=as_json)
+
+
+def full_runs(planner: Planner, result: PlanResult) -> dict[str, RunResult]:
+    """The recommendation's and the runner-up's run at goodput again, with every record: the
+    very probe that gave ``at_goodput`` (same rate, same seed), which the report's timelines
+    draw from."""
+    from clustersim.metrics import summarize_run
+
+    runs = {}
+    for c in (result.recommended, result.runner_up):
+        if c is None or c.at_goodput is None or c.at_goodput_rate_per_s is None:
+            continue
+        run = planner.full_run(c.candidate, c.at_goodput_rate_per_s,
+                               c.at_goodput.seed - result.seeds[0])
+        if summarize_run(run).to_json() != c.at_goodput.to_json():
+            raise AssertionError(f"the full run of {c.id} at {c.at_goodput_rate_per_s} req/s "
+                                 "does not reproduce its run at goodput")
+        runs[c.id] = run
+    return runs
 
 
 def write_plan(result: PlanResult, folder: Path) -> None:

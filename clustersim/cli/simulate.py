@@ -23,6 +23,9 @@ def simulate_cmd(
     out: Annotated[Path, typer.Option("--out", help="Directory for the run's files.")] = Path(
         "runs/latest"
     ),
+    report: Annotated[Path | None, typer.Option(
+        "--report", help="Also write the run's report (report.md with its figures, "
+        "report.html) to this folder.")] = None,
 ) -> None:
     """Simulate a scenario; write requests.csv, steps.csv and summary.json to --out."""
     from clustersim.output import write_run
@@ -30,12 +33,17 @@ def simulate_cmd(
     from clustersim.sim import run_scenario
 
     spec = load_scenario(scenario)
+    report_dir = None if report is None else make_out_dir(report)
     result = run_scenario(spec)
     summary = write_run(result, make_out_dir(out))
     print_summary(summary, describe_layout(spec.name, spec.model, result.instances))
     typer.echo(describe_calibration(result.instances))
     files = "requests.csv, steps.csv, " + ("transfers.csv, " if result.transfers else "")
     typer.echo(f"wrote {out}/{files}summary.json")
+    if report_dir is not None:
+        from clustersim.report import write_simulate_report
+
+        typer.echo(write_simulate_report(result, summary, report_dir).describe())
 
 
 def print_summary(summary: RunSummary, header: str) -> None:

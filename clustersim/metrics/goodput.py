@@ -18,7 +18,7 @@ those limits by definition (reference/metrics.md). ITL limits bound each request
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -47,11 +47,17 @@ class SloVerdict:
     rejected_share: float
     passes: dict[str, bool]
     """criterion -> verdict."""
+    marginal_interval: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Per limit set: Wilson 95 % interval of its marginal share (not in ``to_json``)."""
 
     @property
     def meets(self) -> bool:
         """The verdict of the scenario's own criterion."""
         return self.passes[self.slo.criterion]
+
+    def meets_limit(self, metric: str) -> bool:
+        """That limit alone: the share of requests within it reaches the target."""
+        return self.marginal[metric] >= self.slo.attainment_target
 
     def limits(self) -> dict[str, float]:
         return {k: getattr(self.slo, k) for k in LIMITS if getattr(self.slo, k) is not None}
@@ -82,11 +88,14 @@ def slo_verdict(table: RequestTable, slo: SLO) -> SloVerdict:
     limits = {k: getattr(slo, k) for k in LIMITS if getattr(slo, k) is not None}
     good = table.finished.copy()
     marginal: dict[str, float] = {}
+    marginal_interval: dict[str, tuple[float, float]] = {}
     means: dict[str, float | None] = {}
     for metric, limit in limits.items():
         ok = within(table, metric, limit)
         good &= ok
         marginal[metric] = float(ok.sum()) / n if n else 0.0
+        if n:
+            marginal_interval[metric] = wilson_interval(int(ok.sum()), n)
         defined = table.defined(metric)
         means[metric] = float(defined.mean()) if defined.size else None
     target = slo.attainment_target
@@ -108,6 +117,7 @@ def slo_verdict(table: RequestTable, slo: SLO) -> SloVerdict:
         means=means,
         rejected_share=rejected_share,
         passes=passes,
+        marginal_interval=marginal_interval,
     )
 
 

@@ -384,7 +384,8 @@ class Planner:
         price = {gpu: self.prices[gpu][0] for gpu in gpus if gpu in self.prices}
         cost = (cost_per_million_tokens(gpus, price, tokens) if len(price) == len(gpus)
                 else None)
-        return replace(result, at_goodput=at, cost_per_million_output_tokens=cost)
+        return replace(result, at_goodput=at, at_goodput_rate_per_s=runs[k].lo,
+                       cost_per_million_output_tokens=cost)
 
     # ------------------------------------------------------------ answer
     def _answer(self, screened: list[Screened], by_id: dict[str, Screened],

@@ -71,7 +71,11 @@ class CandidateResult:
     screen_binding: str | None = None
     goodput: Goodput | None = None
     at_goodput: RunSummary | None = None
-    """The run at the mean goodput rate (first seed): the figures a review reads."""
+    """The run at goodput (the median seed's highest passing probe): the figures a review
+    reads."""
+    at_goodput_rate_per_s: float | None = None
+    """The offered rate of ``at_goodput`` (one of ``probes``; its seed is ``at_goodput.seed``):
+    what ``Planner.full_run`` reruns to get that run with every record."""
     above_goodput: RunSummary | None = None
     """The first seed's lowest failing probe: what breaks first (the binding constraint)."""
     binding: str | None = None

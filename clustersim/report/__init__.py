@@ -1,0 +1,47 @@
+"""The SLO report: what an infra review reads, rendered from typed results.
+
+    PlanResult (+ full runs at goodput)  ->  plan_document      \\
+    RunResult + RunSummary               ->  simulate_document   >  Document  ->  report.md + PNGs
+    two runs + golden S7's Verdict       ->  compare_document   /               report.html (inline)
+
+Figures are matplotlib on its Agg canvas, text is Jinja2 templates (package data). Nothing
+here computes a figure of merit: every number comes from the results it is handed, formatted
+(``fmt``). The simulation core never imports this package.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from clustersim.report.plan_report import plan_document
+from clustersim.report.render import ReportFiles, write_report
+from clustersim.report.run_report import compare_document, simulate_document
+
+if TYPE_CHECKING:
+    from clustersim.metrics import RunSummary
+    from clustersim.plan.compare import Verdict
+    from clustersim.plan.result import PlanResult
+    from clustersim.scenario import Scenario
+    from clustersim.sim import RunResult
+
+
+def write_plan_report(result: PlanResult, scenario: Scenario, runs: dict[str, RunResult],
+                      folder: Path) -> ReportFiles:
+    """``report.md`` (figures beside it) and ``report.html`` of a plan. ``runs``: full runs
+    at goodput by candidate id."""
+    return write_report(plan_document(result, scenario, runs, folder), folder)
+
+
+def write_simulate_report(run: RunResult, summary: RunSummary, folder: Path) -> ReportFiles:
+    return write_report(simulate_document(run, summary, folder), folder)
+
+
+def write_compare_report(runs: dict[str, tuple[RunResult, RunSummary]], verdict: Verdict,
+                         handoff_budget_s: float, scenario: Scenario,
+                         folder: Path) -> ReportFiles:
+    return write_report(compare_document(runs, verdict, handoff_budget_s, scenario, folder),
+                        folder)
+
+
+__all__ = ["ReportFiles", "write_compare_report", "write_plan_report", "write_simulate_report"]

@@ -1,0 +1,171 @@
+"""Blocks every report shares: a run in ``vllm bench serve``'s words, its SLO verdict in
+MLPerf LoadGen's, the engines that ran, and the metric definitions.
+
+    ============ Serving Benchmark Result ============     vllm/benchmarks/serve.py's layout:
+    Successful requests:                     1258         a label padded to 40 columns, the
+    ...                                                   value; a dashed rule per metric with
+    ---------------Time to First Token----------------     Mean, Median and the percentiles of
+    Mean TTFT (ms):                          312.40       `--metric-percentiles 50,90,99`
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from clustersim.metrics.run import DEFINITIONS
+from clustersim.report import fmt
+from clustersim.report.document import Bullets, Pre, Span, Table, Text
+
+if TYPE_CHECKING:
+    from clustersim.metrics import RunSummary
+    from clustersim.metrics.goodput import SloVerdict
+    from clustersim.scenario import Scenario
+
+BENCH_PERCENTILES = (50, 90, 99)
+"""The percentiles of the plan's ``vllm bench serve --metric-percentiles 50,90,99``."""
+_WIDTH = 50
+_METRICS = (
+    ("ttft_s", "TTFT", "Time to First Token"),
+    ("tpot_s", "TPOT", "Time per Output Token (excl. 1st token)"),
+    ("itl_s", "ITL", "Inter-token Latency"),
+    ("e2e_s", "E2EL", "End-to-end Latency"),
+)
+LIMIT_NAMES = {"ttft_s": "TTFT", "tpot_s": "TPOT", "itl_s": "ITL"}
+LIMIT_MEANING = {
+    "ttft_s": "TTFT",
+    "tpot_s": "TPOT",
+    "itl_s": "each request's p99 ITL",
+}
+
+
+def lead(scenario: Scenario) -> str:
+    """The scenario's description as a subtitle's first sentence."""
+    return f"{scenario.description.rstrip('.')}. " if scenario.description else ""
+
+
+def _line(label: str, value: str) -> str:
+    return f"{label:<40} {value}".rstrip()
+
+
+def _float(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def benchmark_text(summary: RunSummary, rate_configured_per_s: float | None) -> str:
+    """The run as ``vllm bench serve`` prints a "Serving Benchmark Result"."""
+    lines = [" Serving Benchmark Result ".center(_WIDTH, "=")]
+    lines.append(_line("Successful requests:", str(summary.num_finished)))
+    lines.append(_line("Failed requests:", str(summary.num_rejected)))
+    if rate_configured_per_s is not None:
+        lines.append(_line("Request rate configured (RPS):", _float(rate_configured_per_s)))
+    lines.append(_line("Benchmark duration (s):", _float(summary.makespan_s)))
+    t = summary.throughput
+    lines.append(_line("Request throughput (req/s):", _float(t.requests_per_s)))
+    lines.append(_line("Output token throughput (tok/s):", _float(t.output_tokens_per_s)))
+    for key, short, header in _METRICS:
+        d = getattr(summary, key)
+        lines.append(header.center(_WIDTH, "-"))
+        lines.append(_line(f"Mean {short} (ms):", _float(_ms(d.mean))))
+        lines.append(_line(f"Median {short} (ms):", _float(_ms(d.p50))))
+        for p in BENCH_PERCENTILES:
+            lines.append(_line(f"P{p} {short} (ms):", _float(_ms(d.percentile(p)))))
+    lines.append("=" * _WIDTH)
+    return "\n".join(lines)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1e3
+
+
+BENCHMARK_NOTE = Text.of(
+    "clustersim's figures under vLLM's labels. Benchmark duration is the first arrival to the "
+    "end of the last engine step; throughputs are over the measured window (first to last "
+    "arrival), where vLLM divides by the duration; ITL pools every gap between consecutive "
+    "tokens as vLLM does. Lines vLLM prints that a run summary does not carry (total tokens, "
+    "request goodput, peak throughput and concurrency) are left out.")
+
+
+def benchmark_block(summary: RunSummary, rate_configured_per_s: float | None) -> Pre:
+    return Pre(benchmark_text(summary, rate_configured_per_s))
+
+
+def slo_text(slo: SloVerdict, summary: RunSummary, offered_per_s: float | None,
+             subject: str) -> str:
+    """The SLO verdict in MLPerf LoadGen's words: VALID or INVALID for the scenario's
+    criterion and for each limit alone, each share with its Wilson 95 % interval."""
+    rule = "=" * 48
+    target = slo.slo.attainment_target
+    out = [rule, f"SLO verdict of {subject} (MLPerf server-scenario style)", rule]
+    if offered_per_s is not None:
+        out.append(f"Offered requests per second : {fmt.rate(offered_per_s)}")
+    out.append(f"Completed samples per second : {fmt.rate(summary.throughput.requests_per_s)}")
+    out.append("Completed tokens per second : "
+               f"{fmt.tokens_per_s(summary.throughput.output_tokens_per_s)}")
+    out.append(f"Result is : {'VALID' if slo.meets else 'INVALID'}")
+    out.append("  Performance constraints satisfied : "
+               f"{'Yes' if slo.meets else 'No'} ({slo.slo.criterion} criterion, "
+               f"target {target:.0%} of requests)")
+    interval = slo.attainment_interval
+    if slo.attainment is not None and interval is not None:
+        out.append(f"Joint attainment (every limit at once) : {fmt.share(slo.attainment)} "
+                   f"[95% CI {fmt.interval(*interval)}] of {slo.num_requests:,} requests")
+    for metric, limit in slo.limits().items():
+        verdict = "VALID" if slo.meets_limit(metric) else "INVALID"
+        low, high = slo.marginal_interval[metric]
+        out.append(f"{LIMIT_NAMES[metric]} constraint ({LIMIT_MEANING[metric]} <= "
+                   f"{fmt.limit_ms(limit)}, {target:.0%} of requests) : {verdict}, "
+                   f"{fmt.share(slo.marginal[metric])} within [95% CI {fmt.interval(low, high)}]")
+    return "\n".join(out)
+
+
+SLO_NOTE = Text.of(
+    "VALID: the share of requests within the limit reaches the target (for the result line: "
+    "the scenario's criterion, joint = every limit at once). The interval is Wilson's 95 % "
+    "score interval with the run's requests as independent trials. At goodput the joint share "
+    "sits just above the target by construction, so its interval straddles the target: the "
+    "goodput interval over seeds says how firm the rate is.")
+
+
+def engines_table(summary: RunSummary) -> Table:
+    """One row per pool: how many instances of what engine, with the profile that priced it."""
+    pools: Counter[tuple] = Counter()
+    for info in summary.engines:
+        pools[(info.pool, info.role, info.gpu, info.tensor_parallel_size,
+               info.max_num_batched_tokens, info.max_num_seqs, info.max_model_len,
+               info.num_gpu_blocks, info.block_size, info.data_parallel_size,
+               info.calibration)] += 1
+    rows = tuple(
+        (pool, role, str(n), gpu, str(tp), str(dp), str(mnbt), str(seqs), str(model_len),
+         f"{blocks:,} x {block}", calibration)
+        for (pool, role, gpu, tp, mnbt, seqs, model_len, blocks, block, dp, calibration), n
+        in pools.items())
+    return Table(("pool", "role", "engines", "GPU", "TP", "DP", "max_num_batched_tokens",
+                  "max_num_seqs", "max_model_len", "KV blocks x tokens", "calibration"),
+                 rows, "llrlrrrrrrl")
+
+
+def definitions() -> list[Text | Bullets]:
+    """reference/metrics.md's definitions, as every summary states them, and the plan's."""
+    per_run = tuple(part.strip() for part in DEFINITIONS.split(";"))
+    return [
+        Text.of("As written into every ", Span("summary.json", "code"), " (",
+                Span("clustersim.metrics.run.DEFINITIONS", "code"), "):"),
+        Bullets.of(*per_run),
+        Text.of("And for plans:"),
+        Bullets.of(
+            "goodput = the highest offered rate (req/s) at which the SLO attainment reaches "
+            "the target, found by bisection on the rate to the plan's tolerance, once per seed "
+            "(an independent traffic draw); its interval is the 95 % Student-t interval of the "
+            "per-seed values",
+            "goodput per GPU = goodput / every GPU of the layout (prefill and decode pools, "
+            "every TP rank)",
+            "attainment interval = Wilson 95 % score interval over the run's requests",
+            "handoff = prefill finished -> KV resident on the decode instance, link queueing "
+            "included",
+            "tokens/s per user = 1 / mean TPOT; output tokens/s per GPU = output throughput / "
+            "GPUs",
+            "cost per 1M output tokens = GPUs x price per GPU-hour / output tokens per hour x "
+            "1e6, at the run at goodput; prices are inputs, listed with their sources",
+        ),
+    ]

@@ -1,0 +1,291 @@
+"""The report of a plan: the recommendation, the ledger as tables, the evidence as figures,
+each simulated configuration in ``vllm bench serve``'s words, the assumptions.
+
+It renders a :class:`PlanResult` and, for the recommendation and its runner-up, the full run
+at goodput (``Planner.full_run`` of the very probe that gave ``at_goodput``), which the
+timelines and CDFs draw from. Candidates are numbered in the ledger's order; the figures use
+those numbers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from clustersim.plan.result import CandidateResult, PlanResult
+from clustersim.plan.space import ROLE_LETTER
+from clustersim.report import assumptions, blocks, fmt, plan_figures, run_figures
+from clustersim.report.document import Block, Bullets, Document, Pre, Section, Span, Table, Text
+
+if TYPE_CHECKING:
+    from clustersim.scenario import Scenario
+    from clustersim.sim import RunResult
+
+SIMULATED_HEADER = (
+    "#", "candidate", "layout", "GPUs", "TP per pool", "P:D", "max_num_batched_tokens",
+    "goodput req/s [95% CI]", "goodput per GPU", "TTFT p50 / p90 / p99 (ms)",
+    "TPOT p50 / p90 / p99 (ms)", "ITL p50 / p90 / p99 (ms)", "attainment", "$/h",
+    "$/1M output tokens", "status",
+)
+OTHER_HEADER = ("#", "candidate", "layout", "GPUs", "TP per pool", "P:D",
+                "max_num_batched_tokens", "status", "screen estimate req/s", "$/h", "reason")
+
+
+def numbers(result: PlanResult) -> dict[str, int]:
+    """Candidate id -> its row number in the report's tables (the ledger's order)."""
+    return {c.id: i + 1 for i, c in enumerate(result.candidates)}
+
+
+def _gpus(c: CandidateResult) -> str:
+    return " + ".join(f"{n} x {gpu}" for gpu, n in c.candidate.gpus_by_type.items())
+
+
+def _tp(c: CandidateResult) -> str:
+    return ", ".join(f"{ROLE_LETTER[p.role]} TP{p.tensor_parallel_size}".strip()
+                     for p in c.candidate.pools)
+
+
+def _goodput(c: CandidateResult) -> str:
+    g = c.goodput
+    if g is None:
+        return fmt.DASH
+    if len(g.per_seed_per_s) == 1:
+        return fmt.rate(g.mean_per_s)
+    return f"{fmt.rate(g.mean_per_s)} [{fmt.rate(g.low_per_s)}-{fmt.rate(g.high_per_s)}]"
+
+
+def _status(c: CandidateResult, result: PlanResult) -> str:
+    if c.reason:
+        return f"{c.status}, {c.reason}"
+    if result.recommended is not None and c.id == result.recommended.id:
+        return f"{c.status}, recommended"
+    if result.runner_up is not None and c.id == result.runner_up.id:
+        return f"{c.status}, best {c.candidate.layout}"
+    return c.status
+
+
+def _mnbt(c: CandidateResult) -> str:
+    budget = c.candidate.max_num_batched_tokens
+    return "scenario's" if budget is None else str(budget)
+
+
+def candidate_tables(result: PlanResult) -> list[Block]:
+    num = numbers(result)
+    simulated, others = [], []
+    for c in result.candidates:
+        s = c.at_goodput
+        common = (str(num[c.id]), c.candidate.label(), c.candidate.layout, _gpus(c), _tp(c),
+                  c.candidate.pd_ratio or fmt.DASH, _mnbt(c))
+        if c.goodput is not None:
+            lat = [fmt.DASH] * 3 if s is None else [
+                fmt.triple(d.p50, d.p90, d.p99) for d in (s.ttft_s, s.tpot_s, s.itl_s)]
+            attainment = None if s is None or s.slo is None else s.slo.attainment
+            simulated.append((*common, _goodput(c), fmt.per_gpu(c.goodput_per_gpu), *lat,
+                              fmt.share(attainment), fmt.dollars_per_hour(c.cost_per_hour),
+                              fmt.dollars_per_million(c.cost_per_million_output_tokens),
+                              _status(c, result)))
+        else:
+            others.append((*common, c.status, fmt.rate(c.screen_per_s),
+                           fmt.dollars_per_hour(c.cost_per_hour), c.reason or ""))
+    out: list[Block] = []
+    if simulated:
+        out += [Text.of("Simulated: goodput with its 95 % interval over seeds, and the figures "
+                        "of the run at goodput (latencies in ms as p50 / p90 / p99; attainment "
+                        "is the joint share of requests meeting the SLO; cost at goodput)."),
+                Table(SIMULATED_HEADER, tuple(simulated), "llllllrrrrrrrrrl")]
+    if others:
+        out += [Text.of("Not simulated, each with its reason (screen estimate: the analytic "
+                        "screen's goodput):"),
+                Table(OTHER_HEADER, tuple(others), "llllllrlrrl")]
+    return out
+
+
+def _comparison(rec: CandidateResult, other: CandidateResult | None) -> Table:
+    pair = [rec] + ([other] if other is not None else [])
+
+    def row(label: str, cell) -> tuple[str, ...]:
+        return (label, *(cell(c) for c in pair))
+
+    def at(getter):
+        return lambda c: fmt.DASH if c.at_goodput is None else getter(c.at_goodput)
+
+    rows = (
+        row("configuration", lambda c: c.candidate.label()),
+        row("goodput req/s [95% CI]", _goodput),
+        row("goodput per GPU", lambda c: fmt.per_gpu(c.goodput_per_gpu)),
+        row("TTFT p90 (ms)", at(lambda s: fmt.ms(s.ttft_s.p90))),
+        row("TPOT p90 (ms)", at(lambda s: fmt.ms(s.tpot_s.p90))),
+        row("ITL p99 (ms)", at(lambda s: fmt.ms(s.itl_s.p99))),
+        row("attainment at goodput", at(lambda s: fmt.share(s.slo.attainment if s.slo else None))),
+        row("$ per 1M output tokens", lambda c: fmt.dollars_per_million(
+            c.cost_per_million_output_tokens)),
+        row("binding just above goodput", lambda c: c.binding or fmt.DASH),
+    )
+    header = ("", "recommendation") + ((f"best {other.candidate.layout}",) if other else ())
+    return Table(header, rows, "l" * len(header))
+
+
+def recommendation(result: PlanResult) -> list[Block]:
+    out: list[Block] = [Text.of(result.answer)]
+    rec = result.recommended
+    if rec is None:
+        return out
+    out.append(_comparison(rec, result.runner_up))
+    verdict = result.split_verdict
+    if verdict is not None:
+        keep = "keep the split" if verdict.keep_split else "stay colocated"
+        out += [Text.of(f"Golden S7 between the two at {fmt.rate(verdict.rate_per_s)} req/s "
+                        f"(a rate both carry): {keep}. Keep a split only if throughput rises, "
+                        "no p95 latency worsens and the KV handoff fits its budget; the plan "
+                        "reports this opinion beside its answer, which goodput within the SLO "
+                        "decides."),
+                Bullets.of(*verdict.reasons)]
+    if result.serve_commands:
+        out += [Text.of("Deploy it:"), Pre("\n".join(result.serve_commands))]
+    if result.bench_command:
+        out += [Text.of("Check it on real GPUs (its output holds next to the Serving "
+                        "Benchmark Result blocks below):"), Pre(result.bench_command)]
+    return out
+
+
+def _slo_terms(scenario: Scenario) -> str:
+    slo = scenario.slo
+    assert slo is not None
+    limits = ", ".join(f"{blocks.LIMIT_MEANING[k]} <= {fmt.limit_ms(getattr(slo, k))}"
+                       for k in blocks.LIMIT_NAMES if getattr(slo, k) is not None)
+    return f"{limits} for {slo.attainment_target:.0%} of requests ({slo.criterion})"
+
+
+def evidence(result: PlanResult, scenario: Scenario,
+             runs: dict[str, RunResult]) -> list[Block]:
+    slo = scenario.slo
+    assert slo is not None and scenario.plan is not None
+    num = numbers(result)
+    picked = [(role, c) for role, c in (("recommendation", result.recommended),
+                                        ("runner-up", result.runner_up))
+              if c is not None and c.id in runs]
+    labelled = [(f"#{num[c.id]} {role}", runs[c.id]) for role, c in picked]
+    out: list[Block] = []
+    if labelled:
+        out.append(run_figures.latency_cdfs(
+            labelled, slo, what="the recommendation" + (" and the runner-up" if len(labelled)
+                                                        > 1 else "") + " at goodput"))
+    for figure in (plan_figures.attainment_vs_rate(result, num, slo.attainment_target),
+                   plan_figures.goodput_vs_pd(result, num), plan_figures.pareto(result, num)):
+        if figure is not None:
+            out.append(figure)
+    for (role, _), (label, run) in zip(picked, labelled, strict=True):
+        timeline = run_figures.step_timeline(label, run, name=f"timeline-{role}")
+        if timeline is not None:
+            out.append(timeline)
+    for (role, c), (label, run) in zip(picked, labelled, strict=True):
+        assert c.at_goodput is not None
+        out.append(run_figures.kv_and_queue(label, run, c.at_goodput, name=f"kv-queue-{role}"))
+        links = run_figures.kv_links(label, run, c.at_goodput, scenario.plan.handoff_budget_s,
+                                     name=f"kv-links-{role}")
+        if links is not None:
+            out.append(links)
+    if not labelled:
+        out.append(Text.of("No recommendation, so no run at goodput to draw latencies, "
+                           "timelines and KV use from."))
+    return out
+
+
+def benchmark_results(result: PlanResult) -> list[Block]:
+    num = numbers(result)
+    out: list[Block] = []
+    for c in result.candidates:
+        s = c.at_goodput
+        if s is None:
+            continue
+        out += [Text.of(Span(f"#{num[c.id]} {c.candidate.label()}", "strong"),
+                        f", at goodput: seed {s.seed}, offered "
+                        f"{fmt.rate(c.at_goodput_rate_per_s)} req/s"),
+                blocks.benchmark_block(s, c.at_goodput_rate_per_s)]
+    if out:
+        out.append(blocks.BENCHMARK_NOTE)
+    else:
+        out.append(Text.of("No candidate met the SLO at any rate tried: there is no run at "
+                           "goodput to show."))
+    return out
+
+
+def plan_assumptions(result: PlanResult, scenario: Scenario, runs: dict[str, RunResult],
+                     folder: Path) -> list[Block]:
+    plan = scenario.plan
+    assert plan is not None
+    search = plan.search
+    varied = tuple(name for name, choices in (("max_num_batched_tokens",
+                                               plan.max_num_batched_tokens),
+                                              ("enable_chunked_prefill",
+                                               plan.enable_chunked_prefill)) if choices)
+    budget = f", GPU budget {result.gpu_budget}" if result.gpu_budget else ""
+    target = (f", target {fmt.rate(result.target_rate_per_s)} req/s"
+              if result.target_rate_per_s else "")
+    out: list[Block] = [
+        Text.of(Span("SLO: ", "strong"), _slo_terms(scenario), "."),
+        Text.of(Span("Search: ", "strong"),
+                f"objective {result.objective}{budget}{target}; seeds "
+                f"{', '.join(map(str, result.seeds))} (one independent traffic draw each); "
+                f"bisection tolerance {result.tolerance:.0%}, at most {search.max_probes} "
+                f"probes per seed; the {search.simulate_top} best of each layout kind by the "
+                f"screen simulated{', then their neighbours' if search.neighbours else ''}; "
+                f"every probe at least {search.min_requests:,} requests and "
+                f"{search.min_duration_s:g} s of traffic; {result.num_simulations:,} "
+                f"simulations of {result.num_simulated_requests:,} requests in all."),
+        Text.of(Span("Engine settings", "strong"), " of the scenario (every candidate runs "
+                "them, but for what the plan varies):"),
+        assumptions.engine_settings(scenario, varied),
+    ]
+    for c in (result.recommended, result.runner_up):
+        if c is None or c.at_goodput is None:
+            continue
+        out += [Text.of(Span("Engines that ran", "strong"), f" in {c.candidate.label()} (at "
+                        "goodput; KV blocks as vLLM's memory arithmetic sizes them):"),
+                blocks.engines_table(c.at_goodput)]
+        if c.id in runs:
+            table = assumptions.kv_transfer(runs[c.id])
+            if table is not None:
+                out += [Text.of(Span("KV handoff", "strong"), " (vLLM version switches of the "
+                                "disaggregated flow):"), table]
+            out += [Text.of(Span("Links", "strong"), f" of {c.candidate.label()}'s servers:"),
+                    *assumptions.topology(runs[c.id])]
+    out.append(Text.of(Span("Calibration", "strong"), ": the GPU profile that priced the "
+                       "steps."))
+    out += assumptions.calibration(list(runs.values()), folder)
+    out.append(Text.of(Span("Workload", "strong"), " as the scenario gives it:"))
+    out += assumptions.workload(scenario, note=(
+        f"Each probe offers this traffic at its own rate (the scenario's is "
+        f"{fmt.rate(result.base_rate_per_s)} req/s), with its shape kept and, for a "
+        "count-bounded workload, lengthened to the search's minimum requests and duration."))
+    if result.prices:
+        out += [Text.of(Span("Prices", "strong"), " (inputs, not measurements):"),
+                Table(("GPU", "$ per GPU-hour", "source"),
+                      tuple((gpu, f"${p['usd_per_gpu_hour']:,.2f}", str(p["source"]))
+                            for gpu, p in result.prices.items()), "lrl")]
+    return out
+
+
+def plan_document(result: PlanResult, scenario: Scenario, runs: dict[str, RunResult],
+                  folder: Path) -> Document:
+    """The plan's report; ``runs`` holds full runs at goodput by candidate id (the
+    recommendation's and the runner-up's), ``folder`` is where it will be written."""
+    sections = [
+        Section("Recommendation", recommendation(result)),
+    ]
+    rec = result.recommended
+    if rec is not None and rec.at_goodput is not None and rec.at_goodput.slo is not None:
+        sections.append(Section("SLO verdict at goodput", [
+            Pre(blocks.slo_text(rec.at_goodput.slo, rec.at_goodput, rec.at_goodput_rate_per_s,
+                                "the recommendation")),
+            blocks.SLO_NOTE]))
+    sections += [
+        Section("Candidates", candidate_tables(result)),
+        Section("Evidence", evidence(result, scenario, runs)),
+        Section("Serving Benchmark Result per configuration", benchmark_results(result)),
+        Section("Assumptions", plan_assumptions(result, scenario, runs, folder)),
+        Section("Metric definitions", list(blocks.definitions())),
+    ]
+    subtitle = (f"{blocks.lead(scenario)}Model {scenario.model}; SLO "
+                f"{_slo_terms(scenario)}; objective {result.objective}.")
+    return Document(f"clustersim plan: {result.scenario}", subtitle, sections)
