@@ -10,15 +10,19 @@ import simpy
 
 from clustersim.catalog import load_model
 from clustersim.cluster.system import Cluster, InstanceInfo
-from clustersim.engine.instance import StepRecord
 from clustersim.engine.request import Request
+from clustersim.engine.steplog import StepRecord, StepTotals
 from clustersim.scenario import Scenario
 from clustersim.workload import build_workload
 
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
-    """Everything a run produced: per-request state, the engine traces, the KV transfers."""
+    """Everything a run produced: per-request state, the engine traces, the KV transfers.
+
+    A lean run (``record_steps=False``) has no ``steps`` and its requests no
+    ``token_times_s``; ``step_totals`` and each request's token clock carry what
+    ``metrics.summarize_run`` needs, so both kinds of run summarize the same."""
 
     scenario: Scenario
     requests: list[Request]
@@ -28,9 +32,21 @@ class RunResult:
     transfers: list[Any] = field(default_factory=list)
     """clustersim.cluster.flows.TransferRecord, one per KV handoff."""
     link_utilization: dict[str, float] = field(default_factory=dict)
+    step_totals: dict[str, StepTotals] = field(default_factory=dict)
+    """Per engine name: its steps summed up (every run has them)."""
+    record_steps: bool = True
 
 
-def run_scenario(scenario: Scenario) -> RunResult:
+def run_scenario(
+    scenario: Scenario, *, record_steps: bool = True, coalesce: bool = True
+) -> RunResult:
+    """Simulate a scenario to the end.
+
+    ``record_steps=False`` is the planner's lean run: no per-step records and no per-token
+    times are kept (memory grows with requests, not with tokens or steps), yet
+    ``summarize_run`` gives the same summary. ``coalesce=False`` steps every engine one step
+    per event (the reference the coalesced runs are tested against); both give the same
+    results."""
     model = load_model(scenario.model, path="model")
     rng = np.random.default_rng(scenario.seed)
     # Routers draw from their own stream so that changing the layout never changes the traffic.
@@ -40,7 +56,8 @@ def run_scenario(scenario: Scenario) -> RunResult:
     )
 
     env = simpy.Environment()
-    cluster = Cluster(env, scenario, model, router_rng, on_done=source.on_done)
+    cluster = Cluster(env, scenario, model, router_rng, on_done=source.on_done,
+                      record_steps=record_steps, coalesce=coalesce)
     env.process(source.run(env, cluster.submit))
     env.run()
 
@@ -59,6 +76,8 @@ def run_scenario(scenario: Scenario) -> RunResult:
         scenario=scenario,
         requests=requests,
         steps=[step for instance in instances for step in instance.steps],
+        step_totals={instance.name: instance.log.totals for instance in instances},
+        record_steps=record_steps,
         instances=cluster.infos,
         end_s=end_s,
         transfers=list(flows.records) if flows is not None else [],

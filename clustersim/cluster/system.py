@@ -65,14 +65,47 @@ class InstanceInfo:
     user's measurements); docs/validation.md says how far each is trusted."""
 
 
-def make_pricer(cost_model: CostModel | None, cost: Cost) -> Callable[[StepPlan], float]:
+class FixedPricer:
+    """Every step takes the scenario's fixed ``step_time_s``."""
+
+    __slots__ = ("step_time_s",)
+
+    def __init__(self, step_time_s: float) -> None:
+        self.step_time_s = step_time_s
+
+    def __call__(self, plan: StepPlan) -> float:
+        return self.step_time_s
+
+    def decode_run(self, num_decodes: int, decode_kv_tokens: int, num_steps: int) -> list[float]:
+        return [self.step_time_s] * num_steps
+
+
+class RooflinePricer:
+    """A step's seconds from the roofline cost model, read straight off the plan."""
+
+    __slots__ = ("cost_model",)
+
+    def __init__(self, cost_model: CostModel) -> None:
+        self.cost_model = cost_model
+
+    def __call__(self, plan: StepPlan) -> float:
+        return self.cost_model.step_time_s(
+            plan.num_prefill_tokens, plan.prefill_attn_pairs, plan.prefill_kv_tokens,
+            plan.num_decode_tokens, plan.decode_kv_tokens, len(plan.sampled),
+            len(plan.scheduled),
+        )
+
+    def decode_run(self, num_decodes: int, decode_kv_tokens: int, num_steps: int) -> list[float]:
+        """Seconds of each of ``num_steps`` pure-decode steps (``CostModel.decode_run_s``)."""
+        return self.cost_model.decode_run_s(num_decodes, decode_kv_tokens, num_steps)
+
+
+def make_pricer(cost_model: CostModel | None, cost: Cost) -> FixedPricer | RooflinePricer:
     """StepPlan -> seconds, through the roofline cost model (or a fixed time per step)."""
     if isinstance(cost, FixedCost):
-        step_time_s = cost.step_time_s
-        return lambda plan: step_time_s
+        return FixedPricer(cost.step_time_s)
     assert cost_model is not None, "a roofline cost needs a cost model"
-    step_time = cost_model.step_time
-    return lambda plan: step_time(plan.batch_shape()).time_s
+    return RooflinePricer(cost_model)
 
 
 def make_group_pricer(
@@ -132,8 +165,16 @@ class Cluster:
         model: ModelSpec,
         rng: np.random.Generator,
         on_done: Callable[[Request], None],
+        *,
+        record_steps: bool = True,
+        coalesce: bool = False,
     ) -> None:
+        """``record_steps=False``: engines keep step totals, not every step, and requests
+        keep no per-token times (a lean run). ``coalesce``: engines advance runs of pure-decode
+        steps in one event where that is provably the same (see ``engine.instance``)."""
         self.env = env
+        self.record_steps = record_steps
+        self.coalesce = coalesce
         self.scenario = scenario
         self.model = model
         self.layout = scenario.layout or default_layout()
@@ -345,7 +386,7 @@ class Cluster:
         instance = Instance(
             self.env,
             name,
-            Scheduler(config, kv),
+            Scheduler(config, kv, keep_token_times=self.record_steps),
             make_pricer(cost_model, self.scenario.cost) if run else _group_steps_it,
             on_done=lambda request, role=role, position=position: self._done(
                 role, position, request
@@ -357,6 +398,7 @@ class Cluster:
             else None,
             poll_interval_s=self.kv_transfer.poll_interval_s,
             run=run,
+            record_steps=self.record_steps,
         )
         instance.gpus = tuple(group)
         self.infos.append(

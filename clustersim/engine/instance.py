@@ -7,35 +7,20 @@ transitions) and every duration by the step-cost function it is given.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import simpy
 
 from clustersim.engine.request import Request, RequestStatus
 from clustersim.engine.scheduler import Scheduler, StepPlan
+from clustersim.engine.steplog import StepLog, StepRecord
+
+__all__ = ["MAX_STALLED_PREEMPTIONS", "Instance", "StepRecord"]
 
 MAX_STALLED_PREEMPTIONS = 64
 """A request preempted this many times in a row without getting further than before is
 thrashing: requests that do not fit the KV cache together keep preempting each other and, as in
 vLLM, none would ever finish. The simulation gives it up (rejected with the reason), as a
 client's timeout would."""
-
-
-@dataclass(frozen=True, slots=True)
-class StepRecord:
-    """One row of the engine trace (``steps.csv``)."""
-
-    instance: str
-    step: int
-    start_s: float
-    end_s: float
-    num_decode_tokens: int
-    prefill_chunks: tuple[tuple[str, int], ...]
-    num_scheduled_tokens: int
-    num_running: int
-    num_waiting: int
-    kv_blocks_used: int
-    num_preempted: int
 
 
 class Instance:
@@ -51,8 +36,10 @@ class Instance:
         start_kv_load: Callable[[Request, int], simpy.Event] | None = None,
         poll_interval_s: float = 1e-3,
         run: bool = True,
+        record_steps: bool = True,
     ) -> None:
-        """``run=False``: no step loop of its own; a :class:`DataParallelGroup` steps it."""
+        """``run=False``: no step loop of its own; a :class:`DataParallelGroup` steps it.
+        ``record_steps=False``: keep only the step totals, not every step."""
         self.env = env
         self.name = name
         self.scheduler = scheduler
@@ -65,7 +52,7 @@ class Instance:
         """How soon an engine with nothing to run notices a finished pull (no-forward steps)."""
         self.gpus: tuple[str, ...] = ()
         """The GPUs of this instance's tensor-parallel group (set by the cluster)."""
-        self.steps: list[StepRecord] = []
+        self.log = StepLog(name, record_steps)
         self.rejected: list[Request] = []
         self._wakeup: simpy.Event | None = None
         self.waker: Callable[[], None] | None = None
@@ -250,32 +237,21 @@ class Instance:
         self.reject(request, f"needs more KV blocks than the {kv.num_usable_blocks} usable "
                     f"blocks of instance {self.name}")
 
+    @property
+    def steps(self) -> list[StepRecord]:
+        """Every step this engine ran (empty unless it records steps)."""
+        return self.log.records()
+
     def record_dummy_step(self, start_s: float, end_s: float) -> None:
         """A data-parallel rank with nothing scheduled ran the group's step on a dummy batch:
         its GPU was busy, no request advanced (a row with 0 scheduled tokens)."""
         scheduler = self.scheduler
-        self.steps.append(
-            StepRecord(
-                instance=self.name, step=len(self.steps), start_s=start_s, end_s=end_s,
-                num_decode_tokens=0, prefill_chunks=(), num_scheduled_tokens=0,
-                num_running=len(scheduler.running), num_waiting=len(scheduler.waiting),
-                kv_blocks_used=scheduler.kv.num_used_blocks, num_preempted=0,
-            )
-        )
+        self.log.add(start_s, end_s, 0, (), 0, len(scheduler.running), len(scheduler.waiting),
+                     scheduler.kv.num_used_blocks, 0)
 
     def _record(self, plan: StepPlan, start_s: float, end_s: float) -> None:
-        self.steps.append(
-            StepRecord(
-                instance=self.name,
-                step=len(self.steps),
-                start_s=start_s,
-                end_s=end_s,
-                num_decode_tokens=plan.num_decode_tokens,
-                prefill_chunks=tuple((r.request_id, n) for r, n in plan.prefill_chunks),
-                num_scheduled_tokens=plan.num_scheduled_tokens,
-                num_running=plan.num_running,
-                num_waiting=plan.num_waiting,
-                kv_blocks_used=plan.kv_blocks_used,
-                num_preempted=len(plan.preempted),
-            )
-        )
+        log = self.log
+        chunks = (tuple((r.request_id, n) for r, n in plan.prefill_chunks)
+                  if log.record_steps else ())
+        log.add(start_s, end_s, plan.num_decode_tokens, chunks, plan.num_scheduled_tokens,
+                plan.num_running, plan.num_waiting, plan.kv_blocks_used, len(plan.preempted))

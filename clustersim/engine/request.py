@@ -55,7 +55,13 @@ class Request:
     finish_s: float | None = None
     reject_reason: str | None = None
     token_times_s: array = field(default_factory=lambda: array("d"))
-    """End time of every step that produced an output token for this request."""
+    """End time of every step that produced an output token for this request (empty in a lean
+    run, which keeps ``token_streaks`` instead)."""
+    token_streaks: list[int] | None = None
+    """Lean run: the steps that produced its tokens, as positions in ``token_clock``, grouped
+    in runs of consecutive steps ``[first, last, first, last, ...]``."""
+    token_clock: array | None = None
+    """Lean run: the end time of every step of the engine that produced its tokens."""
 
     # Prefill/decode disaggregation (vLLM's NIXL connector, spec §7).
     kv_producer: bool = False

@@ -12,6 +12,7 @@ Like vLLM, ``schedule()`` applies the schedule-time transitions itself (blocks a
 from __future__ import annotations
 
 import heapq
+from array import array
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -127,9 +128,16 @@ class StepPlan:
 class Scheduler:
     """One instance's queues and the V1 scheduling loop (spec §3)."""
 
-    def __init__(self, config: SchedulerConfig, kv: KVCacheManager) -> None:
+    def __init__(
+        self, config: SchedulerConfig, kv: KVCacheManager, keep_token_times: bool = True
+    ) -> None:
+        """``keep_token_times=False`` (a lean run): requests keep no ``token_times_s``; their
+        tokens are noted as positions in :attr:`token_clock` instead."""
         self.config = config
         self.kv = kv
+        self.token_clock: array | None = None if keep_token_times else array("d")
+        """Lean run: the end time of every step applied, in order (``Request.token_streaks``
+        index it)."""
         self.running: list[Request] = []
         self.waiting: FCFSQueue | PriorityQueue = (
             PriorityQueue() if config.policy == "priority" else FCFSQueue()
@@ -484,18 +492,34 @@ class Scheduler:
         async_mode = self.config.async_scheduling
         max_model_len = self.config.max_model_len
         finished: list[Request] = []
+        clock = self.token_clock
+        position = 0
+        if clock is not None:
+            position = len(clock)
+            clock.append(now_s)
         for request in plan.sampled:
             if request.status is RequestStatus.FINISHED:
                 continue
             if async_mode:
                 request.num_output_placeholders -= 1
-            request.num_output_tokens += 1
-            request.token_times_s.append(now_s)
+            num_outputs = request.num_output_tokens + 1
+            request.num_output_tokens = num_outputs
+            if clock is None:
+                request.token_times_s.append(now_s)
+            else:
+                streaks = request.token_streaks
+                if streaks is None:
+                    request.token_streaks = [position, position]
+                    request.token_clock = clock
+                elif streaks[-1] == position - 1:
+                    streaks[-1] = position
+                else:
+                    streaks += (position, position)
             if request.first_token_s is None:
                 request.first_token_s = now_s
             if (
-                request.num_output_tokens >= request.max_tokens
-                or request.num_tokens >= max_model_len
+                num_outputs >= request.max_tokens
+                or request.num_prompt_tokens + num_outputs >= max_model_len
             ):
                 was_waiting = request.status is not RequestStatus.RUNNING
                 request.status = RequestStatus.FINISHED
