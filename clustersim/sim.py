@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import simpy
 
 from clustersim.catalog import load_model
 from clustersim.cluster.system import Cluster, InstanceInfo
+from clustersim.engine.clock import Clock
 from clustersim.engine.request import Request
 from clustersim.engine.steplog import StepRecord, StepTotals
 from clustersim.scenario import Scenario
@@ -55,7 +55,7 @@ def run_scenario(
         scenario.workload, rng, block_size=scenario.engine.block_size, base_dir=scenario.base_dir
     )
 
-    env = simpy.Environment()
+    env = Clock()
     cluster = Cluster(env, scenario, model, router_rng, on_done=source.on_done,
                       record_steps=record_steps, coalesce=coalesce)
     env.process(source.run(env, cluster.submit))

@@ -399,6 +399,7 @@ class Cluster:
             poll_interval_s=self.kv_transfer.poll_interval_s,
             run=run,
             record_steps=self.record_steps,
+            coalesce=self.coalesce,
         )
         instance.gpus = tuple(group)
         self.infos.append(

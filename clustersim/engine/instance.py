@@ -2,14 +2,39 @@
 
 The process only waits; every decision is made by the :class:`Scheduler` (pure state
 transitions) and every duration by the step-cost function it is given.
+
+With ``coalesce``, a step whose plan starts a run of identical decode steps
+(``engine.decode_run``) waits once for the whole run instead of once per step::
+
+    schedule(0)  [ step 0 | step 1 | ... | step K-1 ]  apply(K-1)  schedule(K) ...
+                 one event at the end of K-1: steps 0..K-2 are applied in bulk, K-1 as usual
+
+Anything from outside that changes the engine's state (a request submitted, a KV pull done,
+producer blocks released, an abort) first ends the run at the step in progress: the steps
+that ended are applied, the one in progress runs to its end as planned, and the change is
+seen by the next ``schedule()``, as in the step-by-step loop. Exact ties with other events
+are kept in order by the :class:`~clustersim.engine.clock.Clock`. Where coalescing is not
+proven exact it steps: async scheduling, lockstep data-parallel ranks (their group steps
+them), a pricer without ``decode_run``, an environment that is not a ``Clock``, and every
+case ``plan_decode_run`` refuses.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable
+from itertools import accumulate
 
 import simpy
 
+from clustersim.engine.clock import Clock
+from clustersim.engine.decode_run import (
+    DecodeRun,
+    advance_run,
+    extend_run,
+    finish_run_step,
+    plan_decode_run,
+)
 from clustersim.engine.request import Request, RequestStatus
 from clustersim.engine.scheduler import Scheduler, StepPlan
 from clustersim.engine.steplog import StepLog, StepRecord
@@ -21,6 +46,39 @@ MAX_STALLED_PREEMPTIONS = 64
 thrashing: requests that do not fit the KV cache together keep preempting each other and, as in
 vLLM, none would ever finish. The simulation gives it up (rejected with the reason), as a
 client's timeout would."""
+
+FIRST_CHUNK_STEPS = 4
+"""Steps a run plans and prices at first; each time it gets that far unchanged it plans
+twice as many more, up to ``MAX_CHUNK_STEPS`` (an arrival usually ends it before)."""
+MAX_CHUNK_STEPS = 1024
+
+
+class _Run:
+    """A coalesced run in progress: its steps' end times and the event that ends it."""
+
+    __slots__ = ("steps", "start_s", "ends_s", "last", "serial", "anchor_step", "anchor_order",
+                 "timer", "wake", "truncated", "chunk")
+
+    def __init__(self, steps: DecodeRun, start_s: float, ends_s: list[float], serial: int,
+                 anchor_order: tuple) -> None:
+        self.steps = steps
+        self.start_s = start_s
+        self.ends_s = ends_s
+        self.last = len(ends_s) - 1
+        """The step the run ends with (applied as a single step), unless it is extended."""
+        self.serial = serial
+        self.anchor_step = 0
+        self.anchor_order = anchor_order
+        """The first step that had not ended at the last moment the run was processed (its
+        start, or a chunk's end), and the order key its end event would have had: the step
+        loop scheduled it at that moment."""
+        self.timer: simpy.Event | None = None
+        self.wake: simpy.Event | None = None
+        self.truncated = False
+        self.chunk = FIRST_CHUNK_STEPS
+
+    def start_of(self, step: int) -> float:
+        return self.start_s if step == 0 else self.ends_s[step - 1]
 
 
 class Instance:
@@ -37,9 +95,12 @@ class Instance:
         poll_interval_s: float = 1e-3,
         run: bool = True,
         record_steps: bool = True,
+        coalesce: bool = False,
     ) -> None:
         """``run=False``: no step loop of its own; a :class:`DataParallelGroup` steps it.
-        ``record_steps=False``: keep only the step totals, not every step."""
+        ``record_steps=False``: keep only the step totals, not every step. ``coalesce``:
+        wait once for a run of identical decode steps (needs a :class:`Clock` and a pricer
+        with ``decode_run``; see the module docstring)."""
         self.env = env
         self.name = name
         self.scheduler = scheduler
@@ -57,10 +118,14 @@ class Instance:
         self._wakeup: simpy.Event | None = None
         self.waker: Callable[[], None] | None = None
         """Replaces waking this instance's own loop (a group that steps it)."""
+        self.coalesce = (coalesce and isinstance(env, Clock) and run
+                         and not scheduler.config.async_scheduling
+                         and hasattr(price_step, "decode_run"))
+        self._run: _Run | None = None
         self.process = None
         if run:
             self.process = env.process(self._run_async() if scheduler.config.async_scheduling
-                                       else self._run())
+                                       else self._run_sync())
 
     # ----------------------------------------------------------------- intake
     def refusal(self, request: Request) -> str | None:
@@ -80,16 +145,22 @@ class Instance:
         if reason is not None:
             self.reject(request, reason)
             return
+        if self._run is not None:
+            self._settle()
         self.scheduler.add_request(request)
         self._wake()
 
     def release_kv(self, request: Request) -> None:
         """A decode instance finished reading this producer request's blocks: free them."""
+        if self._run is not None:
+            self._settle()
         self.scheduler.release_kv(request)
         self._wake()
 
     def abort(self, request: Request, reason: str) -> None:
         """Drop a request that is queued here (its other half failed elsewhere)."""
+        if self._run is not None:
+            self._settle()
         scheduler = self.scheduler
         if request in scheduler.kv_holding:
             scheduler.kv_holding.remove(request)
@@ -134,6 +205,8 @@ class Instance:
             )
 
     def _pulled(self, request: Request) -> None:
+        if self._run is not None:
+            self._settle()
         request.kv_transfer_done = True
         self._wake()
 
@@ -159,16 +232,169 @@ class Instance:
                 continue
             self.reject_unschedulable()
 
-    def _run(self):
+    def _run_sync(self):
         """Sync scheduling: schedule(N) -> run(N) -> update(N) -> schedule(N+1)."""
         env = self.env
         while True:
             plan = yield from self._next_plan()
             start = env.now
             self._begin(plan)
+            if self.coalesce:
+                run = self._start_run(plan, start)
+                if run is not None:
+                    yield run.wake
+                    self._end_run()
+                    continue
             duration = self.price_step(plan)
             yield env.timeout(duration)
             self.apply(plan, start)
+
+    # ------------------------------------------------------- coalesced runs
+    def _start_run(self, plan: StepPlan, start_s: float) -> _Run | None:
+        """Wait for a run of decode steps that starts with ``plan``, if there is one."""
+        if plan.kv_loads:
+            return None  # a pull it starts usually lands within the step: one step is cheaper
+        steps = plan_decode_run(self.scheduler, plan, FIRST_CHUNK_STEPS)
+        if steps is None:
+            return None
+        size = len(steps.batch)
+        durations = self.price_step.decode_run(  # type: ignore[attr-defined]
+            size, steps.decode_kv_tokens + size, steps.num_steps - 1
+        )
+        durations.insert(0, self.price_step(plan))  # step 0 is any step in which all sample
+        ends = list(accumulate(durations, initial=start_s))
+        del ends[0]  # each step ends at the previous end + its duration, as a timeout would
+        clock: Clock = self.env  # type: ignore[assignment]
+        run = self._run = _Run(steps, start_s, ends, clock.new_serial(), clock.order_now())
+        run.wake = simpy.Event(clock)
+        self._set_timer(run)
+        clock.watch(self, ends[:-1])  # may end the run at once, at a tie
+        return run
+
+    def _extend(self, run: _Run) -> bool:
+        """The run got to its planned end unchanged: plan and price its next chunk."""
+        steps = run.steps
+        added = extend_run(steps, run.chunk)
+        if not added:
+            return False
+        clock: Clock = self.env  # type: ignore[assignment]
+        first = run.last + 1
+        durations = self.price_step.decode_run(  # type: ignore[attr-defined]
+            len(steps.batch), steps.decode_kv_tokens + first * len(steps.batch), added
+        )
+        ends = run.ends_s
+        ends.extend(accumulate(durations, initial=ends[-1]))
+        del ends[first]  # the accumulation's start, the end of the step that just ended
+        run.last = len(ends) - 1
+        run.anchor_step = first
+        run.anchor_order = clock.order_now()
+        run.chunk = min(2 * run.chunk, MAX_CHUNK_STEPS)
+        self._set_timer(run)
+        clock.watch(self, ends[first:run.last])
+        return True
+
+    def _set_timer(self, run: _Run) -> None:
+        """The stand-in event at the end of the run's last step."""
+        clock: Clock = self.env  # type: ignore[assignment]
+        last = run.last
+        order = (run.anchor_order if last == run.anchor_step
+                 else clock.order_after(run.ends_s[last - 1], run.serial))
+        timer = run.timer = simpy.Event(clock)
+        timer._ok, timer._value = True, None
+        timer.callbacks.append(self._timer_fired)
+        clock.schedule_stand_in(timer, run.ends_s[last], order)
+
+    def _timer_fired(self, timer: simpy.Event) -> None:
+        run = self._run
+        if run is None or timer is not run.timer:
+            return  # the run was ended earlier; its stand-in counted as gone then
+        clock: Clock = self.env  # type: ignore[assignment]
+        clock.stand_in_gone(run.ends_s[run.last])
+        run.timer = None
+        if run.truncated or not self._extend(run):
+            clock.fire_now(run.wake)
+
+    def _truncate(self, step: int) -> None:
+        """End the run with ``step`` (which has not ended yet)."""
+        run = self._run
+        assert run is not None and run.anchor_step <= step < run.last
+        clock: Clock = self.env  # type: ignore[assignment]
+        clock.stand_in_gone(run.ends_s[run.last])
+        clock.unwatch(run.ends_s[step:run.last])
+        run.last = step
+        run.truncated = True
+        self._set_timer(run)
+
+    def _step_in_progress(self, run: _Run, time_s: float) -> int:
+        """The step whose end is the first at or after ``time_s`` (an event at exactly a
+        skipped step end comes before it: see ``engine.clock``)."""
+        return bisect_left(run.ends_s, time_s, run.anchor_step, run.last)
+
+    def _settle(self) -> None:
+        """Something from outside changes this engine now: apply the run's steps that ended,
+        and end the run with the step in progress."""
+        run = self._run
+        assert run is not None
+        step = self._step_in_progress(run, self.env.now)
+        self._apply_run(step)
+        if step < run.last:
+            self._truncate(step)
+        run.truncated = True  # even in its planned last step: no more chunks
+
+    def on_tie(self, time_s: float) -> None:
+        """The clock will hold an event at exactly ``time_s``: a skipped step end there gets
+        an event of its own (the run ends with that step), so the two keep their order."""
+        run = self._run
+        if run is None:
+            return
+        step = self._step_in_progress(run, time_s)
+        if step < run.last and run.ends_s[step] == time_s:
+            self._truncate(step)
+
+    def watched_times(self) -> list[float]:
+        """The step ends the run in progress still skips (for the clock's bookkeeping)."""
+        run = self._run
+        return [] if run is None else run.ends_s[run.anchor_step:run.last]
+
+    def _apply_run(self, step: int) -> None:
+        """Steps before ``step`` ended, ``step`` is scheduled: apply and log them."""
+        run = self._run
+        assert run is not None
+        steps = run.steps
+        first = steps.num_updated
+        advance_run(self.scheduler, steps, step + 1, step, run.ends_s)
+        if step > first:
+            if first == 0:
+                self._record(steps.plan, run.start_s, run.ends_s[0])
+                first = 1
+            if step > first:
+                self._log_decodes(first, step)
+
+    def _log_decodes(self, first: int, stop: int) -> None:
+        run = self._run
+        assert run is not None
+        steps = run.steps
+        self.log.add_decodes(run.ends_s[first - 1], run.ends_s[first:stop], len(steps.batch),
+                             steps.plan.num_running, steps.plan.num_waiting,
+                             steps.kv_blocks_used[first:stop])
+
+    def _end_run(self) -> None:
+        """The run's last step ended: apply it and the ones before it, hand back finished
+        requests (as ``apply`` does for one step)."""
+        run = self._run
+        assert run is not None
+        last = run.last
+        self._apply_run(last)
+        clock: Clock = self.env  # type: ignore[assignment]
+        clock.release(self)
+        if last == 0:
+            self._run = None
+            self.apply(run.steps.plan, run.start_s)
+            return
+        finished = finish_run_step(self.scheduler, run.steps, run.ends_s)
+        self._log_decodes(last, last + 1)
+        self._run = None
+        self._done(finished)
 
     def _run_async(self):
         """Async scheduling: schedule(N+1) runs before update(N), as vLLM's batch queue does."""

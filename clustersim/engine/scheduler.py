@@ -107,6 +107,13 @@ class StepPlan:
     kv_loads: list[tuple[Request, int]] = field(default_factory=list)
     """(request, tokens to read): KV pulls this step's execute starts (decode side of P/D);
     zero tokens only releases the producer's blocks."""
+    waiting_stopped_by: str | None = None
+    """Why admitting waiting requests stopped: None (nothing left to admit), "seats",
+    "budget", "whole_prompt" (chunked prefill off), "remote_kv" (a pull's blocks do not fit),
+    "kv" (the head's blocks do not fit; ``waiting_head``), "no_tokens", or "preempted" (no
+    admission in a step that preempted)."""
+    waiting_head: Request | None = None
+    """The request admission stopped at, for "kv"."""
 
     @property
     def is_empty(self) -> bool:
@@ -237,6 +244,8 @@ class Scheduler:
         num_running_before = len(running)
         if not preempted:
             budget = self._schedule_waiting(plan, budget, threshold)
+        else:
+            plan.waiting_stopped_by = "preempted"
 
         # Decodes held back by the step policy get what is left; they never preempt a request
         # admitted in this very step (that would undo the policy's choice).
@@ -274,11 +283,14 @@ class Scheduler:
         holding = self.kv_holding
         running = self.running
         blocked: list[Request] = []  # holding requests whose pull is still in flight
+        stopped_by = "budget"
         while budget > 0:
             from_holding = bool(holding)
             if not from_holding and not len(waiting):
+                stopped_by = None
                 break
             if len(running) >= cfg.max_num_seqs:
+                stopped_by = "seats"
                 break  # seat cap counts every running request (§3.4 step 2)
             if from_holding:
                 request = holding[0]
@@ -295,6 +307,7 @@ class Scheduler:
                     elif parked:
                         continue
                     else:
+                        stopped_by = "remote_kv"
                         break
             hit_blocks: list[int] = []
             num_computed = request.num_computed_tokens
@@ -304,9 +317,11 @@ class Scheduler:
             if 0 < threshold < num_new:
                 num_new = threshold
             if not cfg.enable_chunked_prefill and num_new > budget:
+                stopped_by = "whole_prompt"
                 break  # the whole prompt must fit this step; it waits, blocking the queue
             num_new = min(num_new, budget)
             if num_new <= 0:
+                stopped_by = "no_tokens"
                 break
             watermark = self._watermark_blocks if running else 0
             if not kv.allocate_slots(
@@ -317,6 +332,8 @@ class Scheduler:
                 full_sequence_must_fit=cfg.scheduler_reserve_full_isl,
                 watermark_blocks=watermark,
             ):
+                stopped_by = "kv"
+                plan.waiting_head = request
                 break  # head-of-line blocking: no later request is tried
             if from_holding:
                 holding.popleft()
@@ -327,6 +344,7 @@ class Scheduler:
             request.num_computed_tokens = num_computed
             self._record(plan, request, num_new)
             budget -= num_new
+        plan.waiting_stopped_by = stopped_by
         holding.extendleft(reversed(blocked))
         return budget
 
