@@ -35,6 +35,8 @@ class RunResult:
     step_totals: dict[str, StepTotals] = field(default_factory=dict)
     """Per engine name: its steps summed up (every run has them)."""
     record_steps: bool = True
+    num_events: int = 0
+    """SimPy events the run scheduled."""
 
 
 def run_scenario(
@@ -78,6 +80,7 @@ def run_scenario(
         steps=[step for instance in instances for step in instance.steps],
         step_totals={instance.name: instance.log.totals for instance in instances},
         record_steps=record_steps,
+        num_events=env.num_events,
         instances=cluster.infos,
         end_s=end_s,
         transfers=list(flows.records) if flows is not None else [],

@@ -181,11 +181,12 @@ def test_a_lean_requests_token_clock_gives_the_same_gaps_as_kept_times():
     lean = Request("lean", 0.0, 10, 5)
     lean.status = RequestStatus.FINISHED
     lean.num_output_tokens = 5
-    lean.token_clock = clock
-    lean.token_streaks = [1, 3, 5, 6]  # steps 1-3, then 5-6 (preempted in between)
+    lean.note_tokens(clock, 1, 3)
+    lean.note_tokens(clock, 5, 6)  # steps 1-3, then 5-6 (preempted in between)
+    assert lean.token_streaks == [1, 3, 5, 6]
     lean.first_token_s, lean.finish_s = 0.75, 3.0
     full = finished("full", 0.0, [0.75, 1.0, 1.5, 2.5, 3.0])
     assert token_gaps(lean).tolist() == token_gaps(full).tolist() == [0.25, 0.5, 1.0, 0.5]
-    values, counts = pooled_gaps([lean])
-    assert Distribution.of_counts(values, counts) == Distribution.of_counts(*pooled_gaps([full]))
+    assert Distribution.of_chunks(pooled_gaps([lean])) == Distribution.of_chunks(
+        pooled_gaps([full]))
     assert request_metrics(lean) == request_metrics(full)

@@ -8,9 +8,10 @@ step ``j`` while it processes the end of step ``j - 1``. So here:
 
 * every event's order key is ``(time scheduled, sequence)``: the same order as SimPy's own
   counter, since the sequence grows with the clock;
-* a stand-in for the end of step ``j`` carries the key the loop's event would have had,
-  ``(end of step j - 1, INF, serial)``: after every event scheduled up to that moment, before
-  every event scheduled later (the end of the run's first step is keyed at the run's start);
+* a stand-in for the end of step ``j`` carries the key the loop's event would have had
+  (:class:`StepEndOrder`): scheduled at the end of step ``j - 1``, after every event scheduled
+  up to then, and, against another such key from the same moment, in the order of the two
+  steps before (back to the last moment the run was really processed, whose key is real);
 * a step end a run skips has no event at all, and counts as processed after every event at
   its time. That is wrong only if an event is scheduled at exactly that time later on, or a
   stand-in of another run already sits there; the clock then tells the run (``on_tie``), which
@@ -26,17 +27,62 @@ Everything else is plain SimPy.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterable
 from heapq import heappush
-from itertools import count
 from typing import Any, Protocol
 
 import simpy
 from simpy.core import NORMAL, URGENT
 
-INF = math.inf
+
+class StepEndOrder:
+    """The order key of the end of step ``step`` of a run whose steps end at ``ends_s``, as
+    the step loop would have scheduled it: while processing the end of ``step - 1``. The end
+    of ``anchor_step`` (the first step after the run was last really processed) has the real
+    key ``anchor_order``."""
+
+    __slots__ = ("ends_s", "step", "anchor_step", "anchor_order")
+
+    def __init__(self, ends_s: list[float], step: int, anchor_step: int,
+                 anchor_order: tuple) -> None:
+        if step <= anchor_step:
+            raise ValueError("the anchor step's end has a real order key")
+        self.ends_s = ends_s
+        self.step = step
+        self.anchor_step = anchor_step
+        self.anchor_order = anchor_order
+
+    def _compare(self, other: Any) -> int:
+        """-1, 1: whether this key comes before or after ``other`` (never equal)."""
+        ends, step, anchor, real = self.ends_s, self.step, self.anchor_step, self.anchor_order
+        if isinstance(other, StepEndOrder):
+            o_ends, o_step, o_anchor, o_real = (other.ends_s, other.step, other.anchor_step,
+                                                other.anchor_order)
+        else:
+            o_ends, o_step, o_anchor, o_real = None, 0, 0, other
+        while True:
+            # each side: scheduled at ``when``, either a real key or "after all then"
+            mine_real = step == anchor
+            theirs_real = o_ends is None or o_step == o_anchor
+            if mine_real and theirs_real:
+                return -1 if real < o_real else 1
+            when = real[0] if mine_real else ends[step - 1]
+            o_when = o_real[0] if theirs_real else o_ends[o_step - 1]
+            if when != o_when:
+                return -1 if when < o_when else 1
+            if mine_real:
+                return -1  # a real event scheduled then precedes "after every event then"
+            if theirs_real:
+                return 1
+            step -= 1  # both scheduled while processing the step end before: compare those
+            o_step -= 1
+
+    def __lt__(self, other: Any) -> bool:
+        return self._compare(other) < 0
+
+    def __gt__(self, other: Any) -> bool:
+        return self._compare(other) > 0
 
 
 class Coalescer(Protocol):
@@ -62,11 +108,8 @@ class Clock(simpy.Environment):
         self._coalescers: list[Coalescer] = []
         self._stand_ins: dict[float, int] = {}
         """Times of live stand-in events, with how many sit at each."""
-        self._serials = count()
-
-    def new_serial(self) -> int:
-        """A number that orders stand-ins keyed at the same moment (by run start)."""
-        return next(self._serials)
+        self._num_reserved = 0
+        self._num_stand_ins = 0
 
     # ---------------------------------------------------------------- events
     def schedule(self, event: simpy.Event, priority: Any = NORMAL, delay: Any = 0) -> None:
@@ -78,21 +121,23 @@ class Clock(simpy.Environment):
 
     def order_now(self) -> tuple[float, int]:
         """The order key of an event scheduled at this moment."""
+        self._num_reserved += 1
         return (self._now, next(self._eid))
 
-    @staticmethod
-    def order_after(time_s: float, serial: int) -> tuple[float, float, int]:
-        """The order key of an event scheduled after every event scheduled up to ``time_s``
-        (``serial`` orders such keys among themselves)."""
-        return (time_s, INF, serial)
+    @property
+    def num_events(self) -> int:
+        """Events scheduled so far (stand-ins included)."""
+        return next(self._eid) - self._num_reserved + self._num_stand_ins
 
-    def schedule_stand_in(self, event: simpy.Event, at_s: float, order: tuple) -> None:
+    def schedule_stand_in(self, event: simpy.Event, at_s: float,
+                          order: tuple | StepEndOrder) -> None:
         """Schedule ``event`` at exactly ``at_s`` with the given order key."""
         if at_s < self._now:
             raise ValueError(f"stand-in at {at_s} is in the past (now {self._now})")
         if at_s in self._watched:
             self._tie(at_s)
         self._stand_ins[at_s] = self._stand_ins.get(at_s, 0) + 1
+        self._num_stand_ins += 1
         heappush(self._queue, (at_s, NORMAL, order, event))
 
     def stand_in_gone(self, at_s: float) -> None:

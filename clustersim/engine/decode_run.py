@@ -192,11 +192,10 @@ def advance_run(scheduler: Scheduler, run: DecodeRun, num_scheduled: int, num_up
             last = start + n - 1
             for request in batch:
                 request.num_output_tokens += n
-                streaks = request.token_streaks  # it sampled in step 0: never None here
-                if streaks[-1] == start - 1:
-                    streaks[-1] = last
+                if request.token_run_last == start - 1:  # it sampled in the step before
+                    request.token_run_last = last
                 else:
-                    streaks += (start, last)
+                    request.note_tokens(clock, start, last)
         run.num_updated = num_updated
 
 

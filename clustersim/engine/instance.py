@@ -27,7 +27,7 @@ from itertools import accumulate
 
 import simpy
 
-from clustersim.engine.clock import Clock
+from clustersim.engine.clock import Clock, StepEndOrder
 from clustersim.engine.decode_run import (
     DecodeRun,
     advance_run,
@@ -56,17 +56,16 @@ MAX_CHUNK_STEPS = 1024
 class _Run:
     """A coalesced run in progress: its steps' end times and the event that ends it."""
 
-    __slots__ = ("steps", "start_s", "ends_s", "last", "serial", "anchor_step", "anchor_order",
+    __slots__ = ("steps", "start_s", "ends_s", "last", "anchor_step", "anchor_order",
                  "timer", "wake", "truncated", "chunk")
 
-    def __init__(self, steps: DecodeRun, start_s: float, ends_s: list[float], serial: int,
+    def __init__(self, steps: DecodeRun, start_s: float, ends_s: list[float],
                  anchor_order: tuple) -> None:
         self.steps = steps
         self.start_s = start_s
         self.ends_s = ends_s
         self.last = len(ends_s) - 1
         """The step the run ends with (applied as a single step), unless it is extended."""
-        self.serial = serial
         self.anchor_step = 0
         self.anchor_order = anchor_order
         """The first step that had not ended at the last moment the run was processed (its
@@ -265,7 +264,7 @@ class Instance:
         ends = list(accumulate(durations, initial=start_s))
         del ends[0]  # each step ends at the previous end + its duration, as a timeout would
         clock: Clock = self.env  # type: ignore[assignment]
-        run = self._run = _Run(steps, start_s, ends, clock.new_serial(), clock.order_now())
+        run = self._run = _Run(steps, start_s, ends, clock.order_now())
         run.wake = simpy.Event(clock)
         self._set_timer(run)
         clock.watch(self, ends[:-1])  # may end the run at once, at a tie
@@ -298,7 +297,7 @@ class Instance:
         clock: Clock = self.env  # type: ignore[assignment]
         last = run.last
         order = (run.anchor_order if last == run.anchor_step
-                 else clock.order_after(run.ends_s[last - 1], run.serial))
+                 else StepEndOrder(run.ends_s, last, run.anchor_step, run.anchor_order))
         timer = run.timer = simpy.Event(clock)
         timer._ok, timer._value = True, None
         timer.callbacks.append(self._timer_fired)

@@ -524,15 +524,10 @@ class Scheduler:
             request.num_output_tokens = num_outputs
             if clock is None:
                 request.token_times_s.append(now_s)
+            elif request.token_run_last == position - 1 >= 0:
+                request.token_run_last = position  # the common case: the step before too
             else:
-                streaks = request.token_streaks
-                if streaks is None:
-                    request.token_streaks = [position, position]
-                    request.token_clock = clock
-                elif streaks[-1] == position - 1:
-                    streaks[-1] = position
-                else:
-                    streaks += (position, position)
+                request.note_tokens(clock, position, position)
             if request.first_token_s is None:
                 request.first_token_s = now_s
             if (

@@ -17,8 +17,10 @@ run), or, in a lean run, its tokens as runs of consecutive steps of its engine's
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -94,28 +96,54 @@ class Distribution:
     @classmethod
     def of_counts(cls, values: np.ndarray, counts: np.ndarray) -> Distribution:
         """The distribution of a multiset: ``values[i]`` occurring ``counts[i]`` times, in any
-        order and with repeats. Percentiles as ``Distribution.of`` on the expanded sample; the
-        mean is the exactly rounded one, so any grouping of the same multiset gives the same
-        bits."""
-        values, counts = _canonical(values, counts)
-        n = int(counts.sum())
+        order and with repeats (see :meth:`of_chunks`)."""
+        return cls.of_chunks([lambda: (values, counts)])
+
+    @classmethod
+    def of_chunks(cls, chunks: Sequence[Callable[[], tuple[np.ndarray, np.ndarray]]]
+                  ) -> Distribution:
+        """The distribution of a multiset of non-negative values given in pieces, each a
+        function returning ``(values, counts)`` (called twice, so that no more than one piece
+        is held at a time). Percentiles as ``Distribution.of`` on the expanded sample; the
+        mean is the exact sum rounded once, divided by the count, so any grouping or order of
+        the same multiset gives the same bits.
+
+        The order statistics are found without sorting everything: a first pass counts the
+        values per coarse bucket of their bit pattern (which orders non-negative doubles), a
+        second sorts only the buckets the wanted ranks fall in."""
+        histogram = np.zeros(_NUM_BUCKETS, dtype=np.float64)  # exact counts below 2**53
+        n = 0
+
+        def products():
+            nonlocal n
+            for chunk in chunks:
+                values, counts = _checked(*chunk())
+                if not values.size:
+                    continue
+                n += int(counts.sum())
+                histogram[:] += np.bincount(_bucket(values), weights=counts,
+                                            minlength=_NUM_BUCKETS)
+                yield _exact_terms(values, counts).tolist()
+
+        total = math.fsum(chain.from_iterable(products()))
         if n == 0:
             return cls(None, None, None, None, None, 0)
-        cumulative = np.cumsum(counts)
-
-        def at(rank: int) -> float:  # the value at 0-based position ``rank`` of the sorted sample
-            return float(values[np.searchsorted(cumulative, rank, side="right")])
-
-        quantiles = []
+        wanted: dict[int, float] = {}
+        plan = []
         for p in PERCENTILES:
             virtual = (n - 1) * (p / 100)
             if virtual >= n - 1:
-                quantiles.append(float(values[-1]))
+                plan.append((n - 1, None, 0.0))
+                wanted[n - 1] = math.nan
                 continue
             below = math.floor(virtual)
-            quantiles.append(_lerp(at(below), at(below + 1), virtual - below))
+            plan.append((below, below + 1, virtual - below))
+            wanted[below] = wanted[below + 1] = math.nan
+        _order_statistics(chunks, np.cumsum(histogram), wanted)
+        quantiles = [wanted[lo] if hi is None else _lerp(wanted[lo], wanted[hi], t)
+                     for lo, hi, t in plan]
         p50, p90, p95, p99 = quantiles
-        return cls(exact_sum(values, counts) / n, p50, p90, p95, p99, n)
+        return cls(total / n, p50, p90, p95, p99, n)
 
     def percentile(self, p: int) -> float | None:
         return getattr(self, f"p{p}")
@@ -125,45 +153,87 @@ class Distribution:
                 "p99": self.p99, "count": self.count}
 
 
-def _canonical(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct values in increasing order, each with its total count (zero counts dropped)."""
-    values = np.asarray(values, dtype=float)
+_BUCKET_SHIFT = 45
+"""Buckets of values whose bit patterns agree but for the lowest 45 bits: each spans 1/256
+of a power of two."""
+_NUM_BUCKETS = 1 << (63 - _BUCKET_SHIFT)
+
+
+def _bucket(values: np.ndarray) -> np.ndarray:
+    return values.view(np.int64) >> _BUCKET_SHIFT
+
+
+def _checked(values: Any, counts: Any) -> tuple[np.ndarray, np.ndarray]:
+    values = np.ascontiguousarray(values, dtype=np.float64)
     counts = np.asarray(counts, dtype=np.int64)
     keep = counts > 0
-    values, counts = values[keep], counts[keep]
-    if not values.size:
-        return values, counts
-    order = np.argsort(values, kind="stable")
-    values, counts = values[order], counts[order]
-    starts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
-    return values[starts], np.add.reduceat(counts, starts)
+    if not keep.all():
+        values, counts = values[keep], counts[keep]
+    if values.size and not (values >= 0).all():  # also refuses NaN
+        raise ValueError("a multiset of gaps holds only non-negative values")
+    return values, counts
+
+
+def _order_statistics(chunks, cumulative: np.ndarray, wanted: dict[int, float]) -> None:
+    """Fill ``wanted`` (0-based rank -> value of the sorted expanded multiset)."""
+    buckets: dict[int, list[int]] = {}
+    for rank in wanted:
+        buckets.setdefault(int(np.searchsorted(cumulative, rank, side="right")), []).append(rank)
+    picked = {b: ([], []) for b in buckets}
+    targets = np.fromiter(buckets, dtype=np.int64)
+    for chunk in chunks:
+        values, counts = _checked(*chunk())
+        if not values.size:
+            continue
+        bucket = _bucket(values)
+        for b in targets[np.isin(targets, bucket)]:
+            inside = bucket == b
+            picked[int(b)][0].append(values[inside])
+            picked[int(b)][1].append(counts[inside])
+    for b, ranks in buckets.items():
+        values = np.concatenate(picked[b][0])
+        counts = np.concatenate(picked[b][1])
+        order = np.argsort(values, kind="stable")
+        values, within = values[order], np.cumsum(counts[order])
+        before = cumulative[b - 1] if b else 0.0
+        for rank in ranks:
+            wanted[rank] = float(values[np.searchsorted(within, rank - before, side="right")])
 
 
 _SPLIT = 134217729.0  # 2**27 + 1: Veltkamp's split of a double into two 26-bit halves
 _LOW_BITS = (1 << 26) - 1
 
 
-def exact_sum(values: np.ndarray, counts: np.ndarray) -> float:
-    """``sum(v * c)`` correctly rounded: each product is written as four exact doubles (values
-    and counts each split into halves of at most 26 significant bits) and ``math.fsum`` adds
-    them without error."""
-    if not values.size:
-        return 0.0
+def _exact_terms(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Doubles whose exact sum is ``sum(values * counts)``: every value split into two halves
+    of at most 26 significant bits (and counts of 2**26 or more into two parts), so that
+    every product is exact."""
     scaled = values * _SPLIT
     high = scaled - (scaled - values)
     low = values - high
-    counts = np.asarray(counts, dtype=np.int64)
+    if int(counts.max()) <= _LOW_BITS:
+        weight = counts.astype(float)
+        return np.concatenate((high * weight, low * weight))
     counts_low = (counts & _LOW_BITS).astype(float)
     counts_high = (counts - (counts & _LOW_BITS)).astype(float)
-    return math.fsum(np.concatenate((high * counts_low, low * counts_low,
-                                     high * counts_high, low * counts_high)))
+    return np.concatenate((high * counts_low, low * counts_low,
+                           high * counts_high, low * counts_high))
+
+
+def exact_sum(values: np.ndarray, counts: np.ndarray) -> float:
+    """``sum(v * c)`` correctly rounded (``math.fsum`` over exact products)."""
+    values, counts = _checked(values, counts)
+    if not values.size:
+        return 0.0
+    return math.fsum(_exact_terms(values, counts).tolist())
 
 
 # -------------------------------------------------------------- token times
 def token_gaps(request: Request) -> np.ndarray:
     """Gaps between the request's consecutive output tokens, in order."""
-    if len(request.token_times_s):
-        return np.diff(np.asarray(request.token_times_s))
+    kept = request.kept_token_times()
+    if kept:
+        return np.diff(np.asarray(kept))
     streaks = request.token_streaks
     if not streaks:
         return np.empty(0)
@@ -172,44 +242,58 @@ def token_gaps(request: Request) -> np.ndarray:
                                    for k in range(0, len(streaks), 2)]))
 
 
-def pooled_gaps(requests: Iterable[Request]) -> tuple[np.ndarray, np.ndarray]:
-    """Every gap between consecutive output tokens of the finished requests, as a multiset
-    (values, counts). Kept token times contribute their gaps one by one; a lean run's
-    requests contribute, per engine clock, how many of them produced tokens in each pair of
-    consecutive steps (a difference array over their runs), plus one gap per break."""
+def pooled_gaps(requests: Iterable[Request]) -> list[Callable[[], tuple[np.ndarray, np.ndarray]]]:
+    """Every gap between consecutive output tokens of the finished requests, as pieces of a
+    multiset (``Distribution.of_chunks``): kept token times give their gaps one by one; a
+    lean run's requests give, per engine clock, how many of them produced tokens in each
+    pair of consecutive steps (a difference array over their runs), plus one gap per break."""
     singles: list[np.ndarray] = []
     odd: list[float] = []
     by_clock: dict[int, tuple[Any, list[int], list[int]]] = {}
     for r in requests:
         if r.status is not RequestStatus.FINISHED:
             continue
-        if len(r.token_times_s) > 1:
-            singles.append(np.diff(np.asarray(r.token_times_s)))
+        kept = r.kept_token_times()
+        if kept:
+            singles.append(np.diff(np.asarray(kept)))
             continue
-        streaks = r.token_streaks
-        if not streaks:
+        if r.token_run_last < 0:
             continue
         entry = by_clock.get(id(r.token_clock))
         if entry is None:
             entry = by_clock[id(r.token_clock)] = (r.token_clock, [], [])
         clock, firsts, lasts = entry
-        for k in range(0, len(streaks), 2):
-            first, last = streaks[k], streaks[k + 1]
-            if last > first:
-                firsts.append(first)
-                lasts.append(last)
-            if k:
-                odd.append(clock[first] - clock[streaks[k - 1]])
-    values = [*singles, np.asarray(odd, dtype=float)]
-    counts = [np.ones(len(v), dtype=np.int64) for v in values]
+        if r.token_runs_before:
+            runs = r.token_streaks
+            for k in range(0, len(runs), 2):
+                first, last = runs[k], runs[k + 1]
+                if last > first:
+                    firsts.append(first)
+                    lasts.append(last)
+                if k:
+                    odd.append(clock[first] - clock[runs[k - 1]])
+        elif r.token_run_last > r.token_run_first:
+            firsts.append(r.token_run_first)
+            lasts.append(r.token_run_last)
+    pieces: list[Callable[[], tuple[np.ndarray, np.ndarray]]] = []
+    if singles or odd:
+        values = np.concatenate([*singles, np.asarray(odd, dtype=float)])
+        ones = np.ones(len(values), dtype=np.int64)
+        pieces.append(lambda: (values, ones))
     for clock, firsts, lasts in by_clock.values():
-        times = np.asarray(clock)
-        cover = np.zeros(len(times), dtype=np.int64)
-        np.add.at(cover, firsts, 1)
-        np.add.at(cover, lasts, -1)
-        values.append(np.diff(times))
-        counts.append(np.cumsum(cover)[:-1])
-    return np.concatenate(values), np.concatenate(counts)
+        pieces.append(partial(_clock_gaps, clock, np.asarray(firsts, dtype=np.intp),
+                              np.asarray(lasts, dtype=np.intp)))
+    return pieces
+
+
+def _clock_gaps(clock: Any, firsts: np.ndarray, lasts: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """One engine's step gaps and how many runs of tokens span each."""
+    times = np.asarray(clock)
+    cover = np.zeros(len(times), dtype=np.int64)
+    np.add.at(cover, firsts, 1)
+    np.add.at(cover, lasts, -1)
+    return np.diff(times), np.cumsum(cover)[:-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +350,8 @@ class RequestTable:
 
 def itl_samples(requests: list[Request]) -> np.ndarray:
     """Every gap between consecutive output tokens of the finished requests, expanded (in no
-    particular order); :func:`pooled_gaps` gives the same sample as a multiset."""
-    values, counts = pooled_gaps(requests)
-    return np.repeat(values, counts)
+    particular order); :func:`pooled_gaps` gives the same sample in pieces."""
+    pieces = [piece() for piece in pooled_gaps(requests)]
+    if not pieces:
+        return np.empty(0)
+    return np.concatenate([np.repeat(v, c) for v, c in pieces])

@@ -228,7 +228,7 @@ def summarize(
         ),
         ttft_s=Distribution.of(table.defined("ttft_s")),
         tpot_s=Distribution.of(table.defined("tpot_s")),
-        itl_s=Distribution.of_counts(*pooled_gaps(requests)),
+        itl_s=Distribution.of_chunks(pooled_gaps(requests)),
         e2e_s=Distribution.of(table.defined("e2e_s")),
         num_preemptions=sum(r.num_preemptions for r in requests),
         num_preempted_requests=sum(1 for r in requests if r.num_preemptions),
