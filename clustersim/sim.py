@@ -64,6 +64,8 @@ def run_scenario(
     env.run()
 
     requests = source.requests
+    for instance in cluster.all_instances():
+        instance.scheduler.sync_members()  # (all finished: nothing is left stale)
     unfinished = [r for r in requests if not r.is_done]
     if unfinished:
         raise AssertionError(

@@ -32,6 +32,23 @@ from tests.helpers import explicit, scenario
 from tests.test_cluster_properties import cases, data_parallel_cases
 from tests.test_scheduler_properties import CheckedScheduler, configs
 
+
+class CheckedBulkScheduler(CheckedScheduler):
+    """The property test's checks, counting the decode set's members (scheduled in bulk,
+    not listed in the plan)."""
+
+    def schedule(self):
+        plan = super(CheckedScheduler, self).schedule()
+        cfg = self.config
+        listed = sum(n for _, n in plan.scheduled)
+        assert plan.num_scheduled_tokens == listed + plan.num_bulk <= cfg.token_budget
+        assert all(n > 0 for _, n in plan.scheduled)
+        members = set(map(id, self.running[:plan.num_bulk]))
+        assert not members & {id(r) for r, _ in plan.scheduled}
+        assert len(self.running) <= cfg.max_num_seqs
+        self.kv.check_invariants()
+        return plan
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXED = {"kind": "fixed", "step_time_s": 1.0}
 
@@ -253,7 +270,9 @@ def _engine(config, blocks: int, requests: list[Request], coalesce: bool, step_s
     env = Clock() if coalesce else simpy.Environment()
     kv = KVCacheManager(blocks, config.block_size, config.max_model_len,
                         config.enable_prefix_caching)
-    engine = Instance(env, "i0", CheckedScheduler(config, kv, keep_token_times=not lean),
+    checked = CheckedBulkScheduler if coalesce else CheckedScheduler
+    engine = Instance(env, "i0", checked(config, kv, keep_token_times=not lean,
+                                         bulk_decodes=coalesce),
                       FixedPricer(step_s), coalesce=coalesce)
 
     def arrivals():

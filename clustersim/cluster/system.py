@@ -91,8 +91,7 @@ class RooflinePricer:
     def __call__(self, plan: StepPlan) -> float:
         return self.cost_model.step_time_s(
             plan.num_prefill_tokens, plan.prefill_attn_pairs, plan.prefill_kv_tokens,
-            plan.num_decode_tokens, plan.decode_kv_tokens, len(plan.sampled),
-            len(plan.scheduled),
+            plan.num_decode_tokens, plan.decode_kv_tokens, plan.num_sampled, plan.num_seqs,
         )
 
     def decode_run(self, num_decodes: int, decode_kv_tokens: int, num_steps: int) -> list[float]:
@@ -386,7 +385,8 @@ class Cluster:
         instance = Instance(
             self.env,
             name,
-            Scheduler(config, kv, keep_token_times=self.record_steps),
+            Scheduler(config, kv, keep_token_times=self.record_steps,
+                      bulk_decodes=self.coalesce and run),
             make_pricer(cost_model, self.scenario.cost) if run else _group_steps_it,
             on_done=lambda request, role=role, position=position: self._done(
                 role, position, request

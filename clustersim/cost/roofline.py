@@ -165,6 +165,7 @@ class CostModel:
         "_dp",
         "_gather_fixed_s",
         "_gather_s_per_token",
+        "_decode_parts",
     )
 
     def __init__(
@@ -275,6 +276,9 @@ class CostModel:
         # GEMM efficiency saturates with M: eff x M / (M + half), so compute time is
         # (M + half) x FLOPs per row / (eff x peak) -- a fixed M-independent part per GEMM
         self._half_tokens = gpu.compute_half_tokens
+        self._decode_parts: dict[tuple[int, int | None], tuple[float, float, float, float]] = {}
+        """(compute, memory, communication, overhead) of a pure-decode batch by (size, MoE
+        tokens), all but its attention: what a run of decode steps shares."""
 
     def step_time(self, batch: BatchShape, moe_tokens: int | None = None) -> StepCost:
         """Price one step; an empty batch costs 0. ``moe_tokens``: the tokens the MoE layers
@@ -324,10 +328,15 @@ class CostModel:
         the attention is compute- or memory-bound is decided per step as ``step_time`` does
         (both sides grow linearly with the context, so it flips at most once).
         """
-        if num_decodes <= 0:
-            raise ValueError(f"a decode run needs decodes, got {num_decodes}")
-        compute, memory, communication = self._dense_parts(num_decodes, num_decodes, moe_tokens)
-        overhead = self._fixed_overhead_s + num_decodes * self._request_overhead_s
+        parts = self._decode_parts.get((num_decodes, moe_tokens))
+        if parts is None:
+            if num_decodes <= 0:
+                raise ValueError(f"a decode run needs decodes, got {num_decodes}")
+            parts = self._decode_parts[num_decodes, moe_tokens] = (
+                *self._dense_parts(num_decodes, num_decodes, moe_tokens),
+                self._fixed_overhead_s + num_decodes * self._request_overhead_s,
+            )
+        compute, memory, communication, overhead = parts
         attn_s_per_pair = self._attn_s_per_pair
         kv_s_per_token = self._kv_s_per_token
         times = []

@@ -6,8 +6,9 @@ same batch decoding one token each, for as long as nothing can change it.
 :func:`plan_decode_run` proves that such a run has at least 2 steps (or returns None) and
 plans its first ones, :func:`extend_run` plans more on demand, :func:`advance_run` applies
 the effects of any prefix of its steps (what ``schedule()`` and ``update_from_output()``
-would have done for each), :func:`finish_run_step` applies its last step, and
-:func:`run_step_plan` gives the :class:`StepPlan` of one of its steps.
+would have done for each) and :func:`finish_run_step` its last one. From step 1 on every
+running request is a member of the scheduler's :class:`DecodeSet` (those that sample in step
+0 join it then), so a step costs the same whatever the batch size.
 
 A run lasts while, for step ``m = 1, 2, ...`` (vllm_scheduler_spec.md section numbers):
 
@@ -37,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from clustersim.engine.request import Request, RequestStatus
+from clustersim.engine.request import RequestStatus
 from clustersim.engine.scheduler import Scheduler, StepPlan
 
 BUDGET_FREE_STOPS = frozenset({"seats", "remote_kv"})
@@ -48,21 +49,25 @@ BUDGET_STOPS = frozenset({"budget", "whole_prompt"})
 
 @dataclass(slots=True, eq=False)
 class DecodeRun:
-    """Steps ``0 .. num_steps - 1``: ``plan``, then the same batch decoding. More steps are
-    planned on demand (:func:`extend_run`) up to ``horizon``."""
+    """Steps ``0 .. num_steps - 1``: ``plan``, then the whole running batch decoding. More
+    steps are planned on demand (:func:`extend_run`) up to ``horizon``."""
 
     plan: StepPlan
-    batch: list[Request]
-    """The running requests, in running order (the order blocks are allocated in)."""
+    batch_size: int
+    """Requests decoding in each step from step 1 on (all running ones)."""
     decode_kv_tokens: int
-    """Sum of the batch's computed tokens after step 0's schedule: step ``m >= 1`` attends
-    to ``decode_kv_tokens + m x len(batch)`` tokens."""
-    growing: list[list[Request]]
-    """Per phase ``p < block_size``: the requests that take a new block at each step
-    ``m = p (mod block_size)``, in running order."""
+    """Sum of their computed tokens after step 0's schedule: step ``m >= 1`` attends to
+    ``decode_kv_tokens + m x batch_size`` tokens."""
+    first_schedule: int
+    """The decode set's schedule count of step 1 (step ``m`` is ``first_schedule + m - 1``)."""
+    takers: list[int]
+    """Per phase ``p < block_size``: requests taking a new block at the schedules numbered
+    ``p (mod block_size)``."""
+    finish_step: int
+    """The first step in which a request finishes."""
     horizon: int
-    """No step at or past this one is the same batch (a request finishes in the one before,
-    or the free blocks would not cover this step's allocations)."""
+    """No step at or past this one is the same batch: ``finish_step + 1``, or earlier if the
+    free blocks would not cover that step's allocations."""
     free_blocks: int
     """Free blocks left after the planned steps' allocations."""
     kv_blocks_used: list[int]
@@ -83,36 +88,38 @@ def plan_decode_run(scheduler: Scheduler, plan: StepPlan, num_steps: int) -> Dec
     steps planned, or fewer if it is shorter; None if the step after ``plan`` is not
     provably its batch decoding."""
     config = scheduler.config
+    members = scheduler.decoding
     running = scheduler.running
     batch_size = len(running)
-    if (config.async_scheduling or plan.preempted or not batch_size
-            or len(plan.scheduled) != batch_size or len(plan.sampled) != batch_size
+    if (members is None or plan.preempted or not batch_size
+            or plan.num_seqs != batch_size or plan.num_sampled != batch_size
             or not _admission_stays_shut(scheduler, plan, batch_size)):
         return None
+    # every running request is scheduled (each once) and samples: members stay, the others
+    # (listed in the plan) join the set after step 0 and all decode from step 1 on
     kv = scheduler.kv
     block_size = kv.block_size
+    first_schedule = members.num_scheduled
+    takers = [len(phase) for phase in members.phases]
+    finish_step = members.next_finish() - 1
+    decode_kv = members.sum_computed
     max_model_len = config.max_model_len
     req_to_blocks = kv.req_to_blocks
-    growing: list[list[Request]] = [[] for _ in range(block_size)]
-    horizon = 1 << 62
-    decode_kv = 0
-    # every running request is scheduled (each once) and samples: all decode from step 1
-    for request in running:
+    for request in running[len(members):]:
         if kv.has_uncached_blocks(request):
             return None
         left = (min(request.max_tokens, max_model_len - request.num_prompt_tokens)
                 - request.num_output_tokens)
-        if left < horizon:
-            horizon = left
+        if left - 1 < finish_step:
+            finish_step = left - 1
         computed = request.num_computed_tokens
         decode_kv += computed
-        # its blocks cover the tokens computed so far; it takes the next one at this step
-        first = len(req_to_blocks[request.request_id]) * block_size - computed + 1
-        growing[first % block_size].append(request)
-    if horizon < 2:
+        blocks = len(req_to_blocks[request.request_id])
+        takers[(first_schedule + blocks * block_size - computed) % block_size] += 1
+    if finish_step < 1:
         return None  # somebody finishes in step 0
-    run = DecodeRun(plan, list(running), decode_kv, growing, horizon, kv.num_free_blocks,
-                    [plan.kv_blocks_used])
+    run = DecodeRun(plan, batch_size, decode_kv, first_schedule, takers, finish_step,
+                    finish_step + 1, kv.num_free_blocks, [plan.kv_blocks_used])
     extend_run(run, num_steps - 1)
     return run if run.num_steps >= 2 else None
 
@@ -122,12 +129,13 @@ def extend_run(run: DecodeRun, num_steps: int) -> int:
     used = run.kv_blocks_used
     step = before = len(used)
     stop = min(run.horizon, step + num_steps)
-    growing = run.growing
-    block_size = len(growing)
+    takers = run.takers
+    block_size = len(takers)
+    offset = run.first_schedule - 1
     free = run.free_blocks
     blocks = used[-1]
     while step < stop:
-        need = len(growing[step % block_size])
+        need = takers[(offset + step) % block_size]
         if need > free:
             run.horizon = step  # this step's allocation could fail: the run ends before it
             break
@@ -156,86 +164,42 @@ def advance_run(scheduler: Scheduler, run: DecodeRun, num_scheduled: int, num_up
                 ends_s: Sequence[float]) -> None:
     """Apply the schedules of steps ``run.num_scheduled .. num_scheduled - 1`` and the outputs
     of steps ``run.num_updated .. num_updated - 1`` (ending at ``ends_s[m]``), as the step
-    loop would have: a schedule advances every request one token and gives a block to those
-    crossing into a new one, in running order; an output adds one token to each (step 0's
-    is ``update_from_output`` of its plan). No output here finishes a request."""
-    batch = run.batch
-    first = run.num_scheduled
-    if num_scheduled > first:
-        n = num_scheduled - first
-        for request in batch:
-            request.num_computed_tokens += n
-        growing = run.growing
-        block_size = len(growing)
-        takers: list[Request] = []
-        for m in range(first, num_scheduled):
-            takers += growing[m % block_size]
-        if takers:
-            scheduler.kv.append_blocks(takers)
-        run.num_scheduled = num_scheduled
-    first = run.num_updated
-    if num_updated > first and first == 0:
+    loop would have. Step 0's output is ``update_from_output`` of its plan (the batch joins
+    the decode set then); the later steps are the set's, in bulk. No output here finishes a
+    request."""
+    members = scheduler.decoding
+    assert members is not None
+    if run.num_updated == 0 and (num_updated > 0 or num_scheduled > 1):
         finished = scheduler.update_from_output(run.plan, ends_s[0])
-        assert not finished, "a run's step 0 finishes nobody"
-        first = run.num_updated = 1
-    if num_updated > first:
-        n = num_updated - first
-        times = ends_s[first:num_updated]
-        clock = scheduler.token_clock
-        if clock is None:
-            for request in batch:
-                request.num_output_tokens += n
-                request.token_times_s.extend(times)
-        else:
-            start = len(clock)
-            clock.extend(times)
-            last = start + n - 1
-            for request in batch:
-                request.num_output_tokens += n
-                if request.token_run_last == start - 1:  # it sampled in the step before
-                    request.token_run_last = last
-                else:
-                    request.note_tokens(clock, start, last)
+        assert not finished and len(members) == run.batch_size, "step 0 of a run"
+        run.num_updated = 1
+    if num_scheduled > run.num_scheduled:
+        members.schedule(num_scheduled - run.num_scheduled)
+        run.num_scheduled = num_scheduled
+    if num_updated > run.num_updated:
+        finished = members.update(ends_s[run.num_updated:num_updated])
+        assert not finished, "a run's steps before its last finish nobody"
         run.num_updated = num_updated
 
 
-def finish_run_step(scheduler: Scheduler, run: DecodeRun, ends_s: Sequence[float]) -> list[Request]:
-    """Apply the output of the run's last planned-and-reached step ``run.num_updated``
-    (>= 1; its schedule is applied): ``update_from_output`` of its plan, without the plan.
-    Returns the requests that finish."""
+def finish_run_step(scheduler: Scheduler, run: DecodeRun, ends_s: Sequence[float]) -> list:
+    """Apply the output of the run's last reached step ``run.num_updated`` (>= 1; its
+    schedule is applied): what ``update_from_output`` would do. Returns the requests that
+    finish, in running order."""
     step = run.num_updated
-    assert step >= 1 and run.num_scheduled == step + 1
-    advance_run(scheduler, run, step + 1, step + 1, ends_s)
-    max_model_len = scheduler.config.max_model_len
-    now_s = ends_s[step]
-    finished = [r for r in run.batch
-                if r.num_output_tokens >= r.max_tokens
-                or r.num_prompt_tokens + r.num_output_tokens >= max_model_len]
+    members = scheduler.decoding
+    assert members is not None and step >= 1 and run.num_scheduled == step + 1
+    finished = members.update(ends_s[step:step + 1])
+    run.num_updated = step + 1
     if finished:
+        assert step == run.finish_step
         kv = scheduler.kv
+        running = scheduler.running
+        now_s = ends_s[step]
         for request in finished:  # in running order, as update_from_output frees them
+            members.leave(request)
             request.status = RequestStatus.FINISHED
             request.finish_s = now_s
             kv.free(request)  # a run holds no KV producer: it would finish in step 0
-        done = {id(r) for r in finished}
-        scheduler.running = [r for r in scheduler.running if id(r) not in done]
+            running.remove(request)
     return finished
-
-
-def run_step_plan(run: DecodeRun, step: int) -> StepPlan:
-    """The plan ``schedule()`` would have returned for step ``step`` of the run."""
-    if step == 0:
-        return run.plan
-    first = run.plan
-    batch = run.batch
-    n = len(batch)
-    return StepPlan(
-        scheduled=[(request, 1) for request in batch],
-        sampled=list(batch),
-        num_scheduled_tokens=n,
-        num_decode_tokens=n,
-        decode_kv_tokens=run.decode_kv_tokens + step * n,
-        num_running=first.num_running,
-        num_waiting=first.num_waiting,
-        kv_blocks_used=run.kv_blocks_used[step],
-    )

@@ -49,7 +49,7 @@ client's timeout would."""
 
 FIRST_CHUNK_STEPS = 4
 """Steps a run plans and prices at first; each time it gets that far unchanged it plans
-twice as many more, up to ``MAX_CHUNK_STEPS`` (an arrival usually ends it before)."""
+four times as many more, up to ``MAX_CHUNK_STEPS`` (an arrival usually ends it before)."""
 MAX_CHUNK_STEPS = 1024
 
 
@@ -74,7 +74,7 @@ class _Run:
         self.timer: simpy.Event | None = None
         self.wake: simpy.Event | None = None
         self.truncated = False
-        self.chunk = FIRST_CHUNK_STEPS
+        self.chunk = 4 * FIRST_CHUNK_STEPS
 
     def start_of(self, step: int) -> float:
         return self.start_s if step == 0 else self.ends_s[step - 1]
@@ -118,7 +118,7 @@ class Instance:
         self.waker: Callable[[], None] | None = None
         """Replaces waking this instance's own loop (a group that steps it)."""
         self.coalesce = (coalesce and isinstance(env, Clock) and run
-                         and not scheduler.config.async_scheduling
+                         and scheduler.decoding is not None
                          and hasattr(price_step, "decode_run"))
         self._run: _Run | None = None
         self.process = None
@@ -145,7 +145,7 @@ class Instance:
             self.reject(request, reason)
             return
         if self._run is not None:
-            self._settle()
+            self._settle(apply=False)
         self.scheduler.add_request(request)
         self._wake()
 
@@ -161,6 +161,9 @@ class Instance:
         if self._run is not None:
             self._settle()
         scheduler = self.scheduler
+        members = scheduler.decoding
+        if members is not None and request in members:
+            members.leave(request)
         if request in scheduler.kv_holding:
             scheduler.kv_holding.remove(request)
         elif request in scheduler.running:
@@ -205,7 +208,7 @@ class Instance:
 
     def _pulled(self, request: Request) -> None:
         if self._run is not None:
-            self._settle()
+            self._settle(apply=False)
         request.kv_transfer_done = True
         self._wake()
 
@@ -256,7 +259,7 @@ class Instance:
         steps = plan_decode_run(self.scheduler, plan, FIRST_CHUNK_STEPS)
         if steps is None:
             return None
-        size = len(steps.batch)
+        size = steps.batch_size
         durations = self.price_step.decode_run(  # type: ignore[attr-defined]
             size, steps.decode_kv_tokens + size, steps.num_steps - 1
         )
@@ -279,7 +282,7 @@ class Instance:
         clock: Clock = self.env  # type: ignore[assignment]
         first = run.last + 1
         durations = self.price_step.decode_run(  # type: ignore[attr-defined]
-            len(steps.batch), steps.decode_kv_tokens + first * len(steps.batch), added
+            steps.batch_size, steps.decode_kv_tokens + first * steps.batch_size, added
         )
         ends = run.ends_s
         ends.extend(accumulate(durations, initial=ends[-1]))
@@ -287,7 +290,7 @@ class Instance:
         run.last = len(ends) - 1
         run.anchor_step = first
         run.anchor_order = clock.order_now()
-        run.chunk = min(2 * run.chunk, MAX_CHUNK_STEPS)
+        run.chunk = min(4 * run.chunk, MAX_CHUNK_STEPS)
         self._set_timer(run)
         clock.watch(self, ends[first:run.last])
         return True
@@ -329,13 +332,15 @@ class Instance:
         skipped step end comes before it: see ``engine.clock``)."""
         return bisect_left(run.ends_s, time_s, run.anchor_step, run.last)
 
-    def _settle(self) -> None:
-        """Something from outside changes this engine now: apply the run's steps that ended,
-        and end the run with the step in progress."""
+    def _settle(self, apply: bool = True) -> None:
+        """Something from outside changes this engine now: end the run with the step in
+        progress, and (``apply``) bring its requests and KV blocks up to now. A change that
+        reads neither (a request queued, a pull marked done) leaves that to the run's end."""
         run = self._run
         assert run is not None
         step = self._step_in_progress(run, self.env.now)
-        self._apply_run(step)
+        if apply:
+            self._apply_run(step)
         if step < run.last:
             self._truncate(step)
         run.truncated = True  # even in its planned last step: no more chunks
@@ -373,7 +378,7 @@ class Instance:
         run = self._run
         assert run is not None
         steps = run.steps
-        self.log.add_decodes(run.ends_s[first - 1], run.ends_s[first:stop], len(steps.batch),
+        self.log.add_decodes(run.ends_s[first - 1], run.ends_s[first:stop], steps.batch_size,
                              steps.plan.num_running, steps.plan.num_waiting,
                              steps.kv_blocks_used[first:stop])
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from clustersim.cost.roofline import BatchShape
 from clustersim.engine.config import SchedulerConfig
+from clustersim.engine.decode_set import DecodeSet
 from clustersim.engine.kv_manager import KVCacheManager, cdiv
 from clustersim.engine.request import Request, RequestStatus
 
@@ -86,9 +87,11 @@ class StepPlan:
     """What one engine step runs: vLLM's ``SchedulerOutput``, reduced to what we simulate."""
 
     scheduled: list[tuple[Request, int]] = field(default_factory=list)
-    """(request, tokens) in scheduling order."""
+    """(request, tokens) in scheduling order, after the ``num_bulk`` members of the decode
+    set, which are not listed."""
     sampled: list[Request] = field(default_factory=list)
-    """Requests whose step ends with a sampled token (last prompt chunk or a decode)."""
+    """Requests whose step ends with a sampled token (last prompt chunk or a decode), after
+    the ``num_bulk`` decode-set members."""
     preempted: list[Request] = field(default_factory=list)
     num_scheduled_tokens: int = 0
     num_decode_tokens: int = 0
@@ -114,10 +117,21 @@ class StepPlan:
     admission in a step that preempted)."""
     waiting_head: Request | None = None
     """The request admission stopped at, for "kv"."""
+    num_bulk: int = 0
+    """Decode-set members (the first running requests) each decoding one token; they come
+    first in scheduling order and sample."""
 
     @property
     def is_empty(self) -> bool:
-        return not self.scheduled
+        return not self.scheduled and not self.num_bulk
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.scheduled) + self.num_bulk
+
+    @property
+    def num_sampled(self) -> int:
+        return len(self.sampled) + self.num_bulk
 
     def batch_shape(self) -> BatchShape:
         """What the cost model prices for this step."""
@@ -127,8 +141,8 @@ class StepPlan:
             prefill_kv_tokens=self.prefill_kv_tokens,
             num_decode_tokens=self.num_decode_tokens,
             decode_kv_tokens=self.decode_kv_tokens,
-            num_sampled=len(self.sampled),
-            num_seqs=len(self.scheduled),
+            num_sampled=self.num_sampled,
+            num_seqs=self.num_seqs,
         )
 
 
@@ -136,15 +150,27 @@ class Scheduler:
     """One instance's queues and the V1 scheduling loop (spec §3)."""
 
     def __init__(
-        self, config: SchedulerConfig, kv: KVCacheManager, keep_token_times: bool = True
+        self, config: SchedulerConfig, kv: KVCacheManager, keep_token_times: bool = True,
+        bulk_decodes: bool = False,
     ) -> None:
         """``keep_token_times=False`` (a lean run): requests keep no ``token_times_s``; their
-        tokens are noted as positions in :attr:`token_clock` instead."""
+        tokens are noted as positions in :attr:`token_clock` instead. ``bulk_decodes``:
+        requests that decode every step join a :class:`DecodeSet` and are scheduled and
+        updated together (sync FCFS scheduling only; the same steps either way)."""
         self.config = config
         self.kv = kv
-        self.token_clock: array | None = None if keep_token_times else array("d")
-        """Lean run: the end time of every step applied, in order (``Request.token_streaks``
-        index it)."""
+        self.keep_token_times = keep_token_times
+        bulk = bulk_decodes and not config.async_scheduling and config.policy == "fcfs"
+        self.step_clock: array | None = array("d") if bulk or not keep_token_times else None
+        """The end time of every step applied, in order (decode-set members' tokens and a
+        lean run's token records index it)."""
+        self.token_clock: array | None = None if keep_token_times else self.step_clock
+        """Lean run: the clock ``Request.token_streaks`` index."""
+        self.decoding: DecodeSet | None = (
+            DecodeSet(kv, config.max_model_len, self.step_clock, keep_token_times)
+            if bulk else None
+        )
+        """Running requests that decode every step, advanced together (``bulk_decodes``)."""
         self.running: list[Request] = []
         self.waiting: FCFSQueue | PriorityQueue = (
             PriorityQueue() if config.policy == "priority" else FCFSQueue()
@@ -193,8 +219,21 @@ class Scheduler:
         deferred_decodes: list[Request] = []
         preempted = plan.preempted
 
-        # Phase 1: RUNNING requests in admission order (§3.2).
+        # Phase 1: RUNNING requests in admission order (§3.2), the decode set's members (the
+        # first ones) in bulk when every one of them gets its token and fits its block.
         index = 0
+        members = self.decoding
+        if members is not None and len(members):
+            num_members = len(members)
+            if (num_members <= budget and num_members <= decode_budget
+                    and len(members.takers(members.num_scheduled)) <= self.kv.num_free_blocks):
+                members.schedule()
+                plan.num_bulk = index = num_members
+                plan.num_scheduled_tokens = num_members
+                budget -= num_members
+                decode_budget -= num_members
+            else:
+                members.dissolve()  # the loop below gives each member its own turn
         while index < len(running) and budget > 0:
             request = running[index]
             placeholders = request.num_output_placeholders
@@ -408,7 +447,9 @@ class Scheduler:
         block_size = kv.block_size
         max_model_len = self.config.max_model_len
         needed = 0
-        for request in self.running:
+        members = self.decoding
+        skip = len(members) if members is not None else 0  # decodes: their block is taken
+        for request in self.running[skip:] if skip else self.running:
             if request.num_computed_tokens < request.num_tokens:
                 full = cdiv(min(request.num_tokens, max_model_len), block_size)
                 needed += max(0, full - kv.num_blocks_of(request.request_id))
@@ -498,6 +539,9 @@ class Scheduler:
                 prefill_tokens += num_new
                 attn_pairs += num_new * context + num_new * (num_new + 1) / 2
                 prefill_kv += context + num_new
+        if plan.num_bulk:  # each member attended to its context and its new token
+            num_decodes += plan.num_bulk
+            decode_kv += self.decoding.sum_computed  # type: ignore[union-attr]
         plan.num_decode_tokens = num_decodes
         plan.decode_kv_tokens = decode_kv
         plan.num_prefill_tokens = prefill_tokens
@@ -510,11 +554,21 @@ class Scheduler:
         async_mode = self.config.async_scheduling
         max_model_len = self.config.max_model_len
         finished: list[Request] = []
-        clock = self.token_clock
+        clock = self.step_clock
         position = 0
         if clock is not None:
             position = len(clock)
             clock.append(now_s)
+        members = self.decoding
+        if plan.num_bulk:
+            members.num_updated += 1  # type: ignore[union-attr]
+            for request in members.finishing():  # type: ignore[union-attr]
+                members.leave(request)  # type: ignore[union-attr]
+                request.status = RequestStatus.FINISHED
+                request.finish_s = now_s
+                self.kv.free(request)  # in running order, before the others (§2)
+                finished.append(request)
+        keep_times = self.keep_token_times
         for request in plan.sampled:
             if request.status is RequestStatus.FINISHED:
                 continue
@@ -522,12 +576,12 @@ class Scheduler:
                 request.num_output_placeholders -= 1
             num_outputs = request.num_output_tokens + 1
             request.num_output_tokens = num_outputs
-            if clock is None:
+            if keep_times:
                 request.token_times_s.append(now_s)
             elif request.token_run_last == position - 1 >= 0:
                 request.token_run_last = position  # the common case: the step before too
             else:
-                request.note_tokens(clock, position, position)
+                request.note_tokens(clock, position, position)  # type: ignore[arg-type]
             if request.first_token_s is None:
                 request.first_token_s = now_s
             if (
@@ -545,6 +599,33 @@ class Scheduler:
                 if was_waiting:  # async: preempted while its last token was in flight
                     self.waiting.remove(request)
         if finished:
-            done = {id(r) for r in finished}
-            self.running = [r for r in self.running if id(r) not in done]
+            running = self.running
+            for request in finished:
+                if request in running:
+                    running.remove(request)
+        if members is not None:
+            self._join_decodes(members, plan)
         return finished
+
+    def _join_decodes(self, members: DecodeSet, plan: StepPlan) -> None:
+        """Requests right after the decode set that sampled in this step and decode from the
+        next one join it."""
+        running = self.running
+        index = len(members)
+        if index >= len(running):
+            return
+        kv = self.kv
+        sampled = {id(r) for r in plan.sampled}
+        while index < len(running):
+            request = running[index]
+            if (id(request) not in sampled or request.num_output_tokens == 0
+                    or request.num_computed_tokens != request.num_tokens - 1
+                    or kv.has_uncached_blocks(request)):
+                return  # still prefilling (or caching): the ones after it wait behind it
+            members.join(request)
+            index += 1
+
+    def sync_members(self) -> None:
+        """Bring every decode-set member's counters up to date (the set empties)."""
+        if self.decoding is not None:
+            self.decoding.dissolve()
