@@ -307,8 +307,11 @@ class CostModel:
     ) -> float:
         """``step_time(BatchShape(...)).time_s`` without building either object (the hot path:
         one call per engine step)."""
-        if not num_prefill_tokens + num_decode_tokens:
-            return 0.0
+        if not num_prefill_tokens:
+            if not num_decode_tokens:
+                return 0.0
+            if num_sampled == num_seqs == num_decode_tokens:  # a pure-decode step
+                return self.decode_run_s(num_decode_tokens, decode_kv_tokens, 1, moe_tokens)[0]
         compute, memory, communication, overhead = self._parts(
             num_prefill_tokens, prefill_attn_pairs, prefill_kv_tokens, num_decode_tokens,
             decode_kv_tokens, num_sampled, num_seqs, moe_tokens,

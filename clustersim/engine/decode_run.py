@@ -35,8 +35,10 @@ the run at the step in progress when one happens (``engine.instance``).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate, cycle, islice
 
 from clustersim.engine.request import RequestStatus
 from clustersim.engine.scheduler import Scheduler, StepPlan
@@ -127,24 +129,24 @@ def plan_decode_run(scheduler: Scheduler, plan: StepPlan, num_steps: int) -> Dec
 def extend_run(run: DecodeRun, num_steps: int) -> int:
     """Plan up to ``num_steps`` more steps; how many were added (0: the run is complete)."""
     used = run.kv_blocks_used
-    step = before = len(used)
-    stop = min(run.horizon, step + num_steps)
+    step = len(used)
+    count = min(run.horizon, step + num_steps) - step
+    if count <= 0:
+        return 0
     takers = run.takers
     block_size = len(takers)
-    offset = run.first_schedule - 1
-    free = run.free_blocks
-    blocks = used[-1]
-    while step < stop:
-        need = takers[(offset + step) % block_size]
-        if need > free:
-            run.horizon = step  # this step's allocation could fail: the run ends before it
-            break
-        free -= need
-        blocks += need
-        used.append(blocks)
-        step += 1
-    run.free_blocks = free
-    return step - before
+    start = (run.first_schedule - 1 + step) % block_size
+    needs = list(islice(cycle(takers[start:] + takers[:start]), count))
+    taken = list(accumulate(needs))
+    fits = bisect_right(taken, run.free_blocks)
+    if fits < count:
+        run.horizon = step + fits  # that step's allocation could fail: the run ends before it
+        del taken[fits:]
+    if taken:
+        run.free_blocks -= taken[-1]
+        blocks = used[-1]
+        used.extend([blocks + n for n in taken])
+    return len(taken)
 
 
 def _admission_stays_shut(scheduler: Scheduler, plan: StepPlan, batch_size: int) -> bool:

@@ -129,9 +129,20 @@ class DecodeSet:
         and members crossing into a new block take one, in running order. The caller has
         checked that the free blocks cover them."""
         first = self.num_scheduled
-        takers: list[Request] = []
-        for step in range(first, first + num_steps):
-            takers += self.takers(step)
+        phases = self.phases
+        block_size = self.block_size
+        if num_steps < block_size:
+            takers: list[Request] = []
+            for step in range(first, first + num_steps):
+                takers += phases[step % block_size]
+        else:  # whole cycles of block_size steps repeat the same order
+            cycles, rest = divmod(num_steps, block_size)
+            cycle: list[Request] = []
+            for step in range(first, first + block_size):
+                cycle += phases[step % block_size]
+            takers = cycle * cycles
+            for step in range(first, first + rest):
+                takers += phases[step % block_size]
         if takers:
             self.kv.append_blocks(takers)
         self.num_scheduled = first + num_steps
