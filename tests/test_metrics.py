@@ -190,3 +190,21 @@ def test_a_lean_requests_token_clock_gives_the_same_gaps_as_kept_times():
     assert Distribution.of_chunks(pooled_gaps([lean])) == Distribution.of_chunks(
         pooled_gaps([full]))
     assert request_metrics(lean) == request_metrics(full)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2000), st.integers(0, 30)), min_size=1, max_size=200),
+       st.integers(1, 5), st.sampled_from([2.0**-30, 2.0**-40, 2.0**-50]))
+def test_clustered_and_repeated_values_are_ranked_exactly_in_pieces(pairs, num_pieces, step):
+    # values packed into one coarse and often one fine bucket, with exact repeats
+    values = np.array([0.008 * (1 + k * step) for k, _ in pairs])
+    counts = np.array([c for _, c in pairs])
+    pieces = [(values[i::num_pieces], counts[i::num_pieces]) for i in range(num_pieces)]
+    d = Distribution.of_chunks([lambda p=p: p for p in pieces])
+    expanded = np.repeat(values, counts)
+    if not expanded.size:
+        assert d.count == 0
+        return
+    ref = Distribution.of(expanded)
+    assert (d.p50, d.p90, d.p95, d.p99, d.count) == (ref.p50, ref.p90, ref.p95, ref.p99,
+                                                     ref.count)

@@ -11,139 +11,17 @@ Like vLLM, ``schedule()`` applies the schedule-time transitions itself (blocks a
 
 from __future__ import annotations
 
-import heapq
 from array import array
 from collections import deque
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 
-from clustersim.cost.roofline import BatchShape
 from clustersim.engine.config import SchedulerConfig
 from clustersim.engine.decode_set import DecodeSet
 from clustersim.engine.kv_manager import KVCacheManager, cdiv
+from clustersim.engine.queues import FCFSQueue, PriorityQueue
 from clustersim.engine.request import Request, RequestStatus
+from clustersim.engine.step_plan import StepPlan
 
-
-class FCFSQueue:
-    """Waiting requests in arrival order; preempted ones go back to the front."""
-
-    def __init__(self) -> None:
-        self._q: deque[Request] = deque()
-
-    def add(self, request: Request) -> None:
-        self._q.append(request)
-
-    def prepend(self, request: Request) -> None:
-        self._q.appendleft(request)
-
-    def peek(self) -> Request:
-        return self._q[0]
-
-    def pop(self) -> Request:
-        return self._q.popleft()
-
-    def remove(self, request: Request) -> None:
-        self._q.remove(request)
-
-    def __len__(self) -> int:
-        return len(self._q)
-
-    def __iter__(self) -> Iterator[Request]:
-        return iter(self._q)
-
-
-class PriorityQueue:
-    """Waiting requests ordered by ``(priority, arrival_s)``; lower is served first."""
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[int, float, int, Request]] = []
-        self._seq = 0
-
-    def add(self, request: Request) -> None:
-        self._seq += 1
-        heapq.heappush(self._heap, (request.priority, request.arrival_s, self._seq, request))
-
-    prepend = add  # vLLM pushes a preempted request back into the heap
-
-    def peek(self) -> Request:
-        return self._heap[0][3]
-
-    def pop(self) -> Request:
-        return heapq.heappop(self._heap)[3]
-
-    def remove(self, request: Request) -> None:
-        self._heap = [entry for entry in self._heap if entry[3] is not request]
-        heapq.heapify(self._heap)
-
-    def __len__(self) -> int:
-        return len(self._heap)
-
-    def __iter__(self) -> Iterator[Request]:
-        return (entry[3] for entry in sorted(self._heap))
-
-
-@dataclass(slots=True)
-class StepPlan:
-    """What one engine step runs: vLLM's ``SchedulerOutput``, reduced to what we simulate."""
-
-    scheduled: list[tuple[Request, int]] = field(default_factory=list)
-    """(request, tokens) in scheduling order, after the ``num_bulk`` members of the decode
-    set, which are not listed."""
-    sampled: list[Request] = field(default_factory=list)
-    """Requests whose step ends with a sampled token (last prompt chunk or a decode), after
-    the ``num_bulk`` decode-set members."""
-    preempted: list[Request] = field(default_factory=list)
-    num_scheduled_tokens: int = 0
-    num_decode_tokens: int = 0
-    # Aggregates the cost model prices (see batch_shape()).
-    num_prefill_tokens: int = 0
-    prefill_attn_pairs: float = 0.0
-    prefill_kv_tokens: int = 0
-    decode_kv_tokens: int = 0
-
-    # Queue state right after scheduling, for the engine trace.
-    num_running: int = 0
-    num_waiting: int = 0
-    kv_blocks_used: int = 0
-    prefill_chunks: list[tuple[Request, int]] = field(default_factory=list)
-    """The scheduled entries that are prompt (or recompute) chunks, not decodes."""
-    kv_loads: list[tuple[Request, int]] = field(default_factory=list)
-    """(request, tokens to read): KV pulls this step's execute starts (decode side of P/D);
-    zero tokens only releases the producer's blocks."""
-    waiting_stopped_by: str | None = None
-    """Why admitting waiting requests stopped: None (nothing left to admit), "seats",
-    "budget", "whole_prompt" (chunked prefill off), "remote_kv" (a pull's blocks do not fit),
-    "kv" (the head's blocks do not fit; ``waiting_head``), "no_tokens", or "preempted" (no
-    admission in a step that preempted)."""
-    waiting_head: Request | None = None
-    """The request admission stopped at, for "kv"."""
-    num_bulk: int = 0
-    """Decode-set members (the first running requests) each decoding one token; they come
-    first in scheduling order and sample."""
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.scheduled and not self.num_bulk
-
-    @property
-    def num_seqs(self) -> int:
-        return len(self.scheduled) + self.num_bulk
-
-    @property
-    def num_sampled(self) -> int:
-        return len(self.sampled) + self.num_bulk
-
-    def batch_shape(self) -> BatchShape:
-        """What the cost model prices for this step."""
-        return BatchShape(
-            num_prefill_tokens=self.num_prefill_tokens,
-            prefill_attn_pairs=self.prefill_attn_pairs,
-            prefill_kv_tokens=self.prefill_kv_tokens,
-            num_decode_tokens=self.num_decode_tokens,
-            decode_kv_tokens=self.decode_kv_tokens,
-            num_sampled=self.num_sampled,
-            num_seqs=self.num_seqs,
-        )
+__all__ = ["FCFSQueue", "PriorityQueue", "Scheduler", "StepPlan"]
 
 
 class Scheduler:

@@ -154,14 +154,17 @@ class Distribution:
                 "p99": self.p99, "count": self.count}
 
 
-_BUCKET_SHIFT = 45
-"""Buckets of values whose bit patterns agree but for the lowest 45 bits: each spans 1/256
-of a power of two."""
-_NUM_BUCKETS = 1 << (63 - _BUCKET_SHIFT)
+_BUCKET_BITS = 18
+_FINE_SHIFT = 63 - 2 * _BUCKET_BITS
+"""Order statistics are located in two levels of 2**18 buckets of the values' bit patterns
+(which order non-negative doubles): the top 18 bits, then the next 18."""
+_COARSE_SHIFT = _FINE_SHIFT + _BUCKET_BITS
+_NUM_BUCKETS = 1 << _BUCKET_BITS
+_FINE_MASK = _NUM_BUCKETS - 1
 
 
 def _bucket(values: np.ndarray) -> np.ndarray:
-    return values.view(np.int64) >> _BUCKET_SHIFT
+    return values.view(np.int64) >> _COARSE_SHIFT
 
 
 def _checked(values: Any, counts: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -176,28 +179,46 @@ def _checked(values: Any, counts: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _order_statistics(chunks, cumulative: np.ndarray, wanted: dict[int, float]) -> None:
-    """Fill ``wanted`` (0-based rank -> value of the sorted expanded multiset)."""
-    buckets: dict[int, list[int]] = {}
+    """Fill ``wanted`` (0-based rank -> value of the sorted expanded multiset), given the
+    cumulative counts of the coarse buckets: a pass for the fine buckets inside the coarse
+    ones the ranks fall in, a pass collecting (distinct) values of the fine ones."""
+    coarse: dict[int, list[int]] = {}
     for rank in wanted:
-        buckets.setdefault(int(np.searchsorted(cumulative, rank, side="right")), []).append(rank)
-    picked = {b: ([], []) for b in buckets}
-    targets = np.fromiter(buckets, dtype=np.int64)
+        coarse.setdefault(int(np.searchsorted(cumulative, rank, side="right")), []).append(rank)
+    fine_counts = {b: np.zeros(_NUM_BUCKETS) for b in coarse}
+    coarse_keys = np.fromiter(coarse, dtype=np.int64)
     for chunk in chunks:
         values, counts = _checked(*chunk())
-        if not values.size:
-            continue
-        bucket = _bucket(values)
-        for b in targets[np.isin(targets, bucket)]:
-            inside = bucket == b
-            picked[int(b)][0].append(values[inside])
-            picked[int(b)][1].append(counts[inside])
-    for b, ranks in buckets.items():
-        values = np.concatenate(picked[b][0])
-        counts = np.concatenate(picked[b][1])
-        order = np.argsort(values, kind="stable")
-        values, within = values[order], np.cumsum(counts[order])
+        bits = values.view(np.int64)
+        top = bits >> _COARSE_SHIFT
+        for b in coarse_keys[np.isin(coarse_keys, top)]:
+            inside = top == b
+            fine_counts[int(b)] += np.bincount((bits[inside] >> _FINE_SHIFT) & _FINE_MASK,
+                                               weights=counts[inside], minlength=_NUM_BUCKETS)
+    located: dict[int, list[tuple[int, float]]] = {}  # fine key -> (rank, count before it)
+    for b, ranks in coarse.items():
+        within = np.cumsum(fine_counts[b])
         before = cumulative[b - 1] if b else 0.0
         for rank in ranks:
+            f = int(np.searchsorted(within, rank - before, side="right"))
+            key = (b << _BUCKET_BITS) | f
+            located.setdefault(key, []).append((rank, before + (within[f - 1] if f else 0.0)))
+    keys = np.fromiter(located, dtype=np.int64)
+    picked: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {k: ([], []) for k in located}
+    for chunk in chunks:
+        values, counts = _checked(*chunk())
+        fine = values.view(np.int64) >> _FINE_SHIFT
+        for key in keys[np.isin(keys, fine)]:
+            inside = fine == key
+            distinct, index = np.unique(values[inside], return_inverse=True)
+            picked[int(key)][0].append(distinct)
+            picked[int(key)][1].append(np.bincount(index, weights=counts[inside]))
+    for key, targets in located.items():
+        values = np.concatenate(picked[key][0])
+        counts = np.concatenate(picked[key][1])
+        order = np.argsort(values, kind="stable")
+        values, within = values[order], np.cumsum(counts[order])
+        for rank, before in targets:
             wanted[rank] = float(values[np.searchsorted(within, rank - before, side="right")])
 
 
