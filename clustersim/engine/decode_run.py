@@ -102,7 +102,7 @@ def plan_decode_run(scheduler: Scheduler, plan: StepPlan, num_steps: int) -> Dec
     kv = scheduler.kv
     block_size = kv.block_size
     first_schedule = members.num_scheduled
-    takers = [len(phase) for phase in members.phases]
+    takers = list(members.phase_sizes)
     finish_step = members.next_finish() - 1
     decode_kv = members.sum_computed
     max_model_len = config.max_model_len

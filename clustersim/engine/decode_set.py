@@ -34,7 +34,7 @@ class DecodeSet:
 
     __slots__ = ("kv", "block_size", "max_model_len", "clock", "keep_token_times",
                  "num_scheduled", "num_updated", "sum_computed", "joined", "phases",
-                 "finishes", "_seq")
+                 "phase_sizes", "finishes", "_seq")
 
     def __init__(self, kv: KVCacheManager, max_model_len: int, clock: array,
                  keep_token_times: bool) -> None:
@@ -56,6 +56,8 @@ class DecodeSet:
         self.phases: list[dict[Request, None]] = [{} for _ in range(kv.block_size)]
         """Per phase p: members that take a new block in the step scheduled as number
         ``num_scheduled = p (mod block_size)``, in running order."""
+        self.phase_sizes = [0] * kv.block_size
+        """``len(phases[p])`` per phase."""
         self.finishes: list[tuple[int, int, Request]] = []
         """Heap of (num_updated at which it finishes, join order, member)."""
         self._seq = 0
@@ -75,8 +77,9 @@ class DecodeSet:
         self.sum_computed += computed
         blocks = len(self.kv.req_to_blocks[request.request_id])
         # its blocks cover what it computed; it takes the next one when it computes past them
-        self.phases[(self.num_scheduled + blocks * self.block_size - computed)
-                    % self.block_size][request] = None
+        phase = (self.num_scheduled + blocks * self.block_size - computed) % self.block_size
+        self.phases[phase][request] = None
+        self.phase_sizes[phase] += 1
         left = (min(request.max_tokens, self.max_model_len - request.num_prompt_tokens)
                 - request.num_output_tokens)
         self._seq += 1
@@ -104,9 +107,10 @@ class DecodeSet:
         self.sync(request)
         del self.joined[request]
         self.sum_computed -= request.num_computed_tokens
-        for phase in self.phases:
-            if request in phase:
-                del phase[request]
+        for phase, members in enumerate(self.phases):
+            if request in members:
+                del members[request]
+                self.phase_sizes[phase] -= 1
                 break
 
     def dissolve(self) -> None:
@@ -116,6 +120,7 @@ class DecodeSet:
         self.joined.clear()
         for phase in self.phases:
             phase.clear()
+        self.phase_sizes = [0] * self.block_size
         self.finishes.clear()
         self.sum_computed = 0
 

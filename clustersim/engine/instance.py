@@ -48,8 +48,9 @@ vLLM, none would ever finish. The simulation gives it up (rejected with the reas
 client's timeout would."""
 
 FIRST_CHUNK_STEPS = 4
-"""Steps a run plans and prices at first; each time it gets that far unchanged it plans
-four times as many more, up to ``MAX_CHUNK_STEPS`` (an arrival usually ends it before)."""
+"""Steps a run plans and prices at first, at least (more if this engine's recent runs were
+longer); each time it gets that far unchanged it plans four times as many more, up to
+``MAX_CHUNK_STEPS``. Only the cost of a run depends on this, not what it computes."""
 MAX_CHUNK_STEPS = 1024
 
 
@@ -60,7 +61,7 @@ class _Run:
                  "timer", "wake", "truncated", "chunk")
 
     def __init__(self, steps: DecodeRun, start_s: float, ends_s: list[float],
-                 anchor_order: tuple) -> None:
+                 anchor_order: tuple, chunk: int) -> None:
         self.steps = steps
         self.start_s = start_s
         self.ends_s = ends_s
@@ -74,7 +75,7 @@ class _Run:
         self.timer: simpy.Event | None = None
         self.wake: simpy.Event | None = None
         self.truncated = False
-        self.chunk = 4 * FIRST_CHUNK_STEPS
+        self.chunk = 4 * chunk
 
     def start_of(self, step: int) -> float:
         return self.start_s if step == 0 else self.ends_s[step - 1]
@@ -121,6 +122,8 @@ class Instance:
                          and scheduler.decoding is not None
                          and hasattr(price_step, "decode_run"))
         self._run: _Run | None = None
+        self._typical_run = float(FIRST_CHUNK_STEPS)
+        """Steps this engine's recent runs lasted (a moving average: the first chunk)."""
         self.process = None
         if run:
             self.process = env.process(self._run_async() if scheduler.config.async_scheduling
@@ -256,7 +259,8 @@ class Instance:
         """Wait for a run of decode steps that starts with ``plan``, if there is one."""
         if plan.kv_loads:
             return None  # a pull it starts usually lands within the step: one step is cheaper
-        steps = plan_decode_run(self.scheduler, plan, FIRST_CHUNK_STEPS)
+        first = max(FIRST_CHUNK_STEPS, int(self._typical_run))
+        steps = plan_decode_run(self.scheduler, plan, first)
         if steps is None:
             return None
         size = steps.batch_size
@@ -267,7 +271,7 @@ class Instance:
         ends = list(accumulate(durations, initial=start_s))
         del ends[0]  # each step ends at the previous end + its duration, as a timeout would
         clock: Clock = self.env  # type: ignore[assignment]
-        run = self._run = _Run(steps, start_s, ends, clock.order_now())
+        run = self._run = _Run(steps, start_s, ends, clock.order_now(), first)
         run.wake = simpy.Event(clock)
         self._set_timer(run)
         clock.watch(self, ends[:-1])  # may end the run at once, at a tie
@@ -388,6 +392,7 @@ class Instance:
         run = self._run
         assert run is not None
         last = run.last
+        self._typical_run += (last + 1 - self._typical_run) / 8
         self._apply_run(last)
         clock: Clock = self.env  # type: ignore[assignment]
         clock.release(self)
