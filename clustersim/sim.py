@@ -79,7 +79,7 @@ def run_scenario(
     return RunResult(
         scenario=scenario,
         requests=requests,
-        steps=[step for instance in instances for step in instance.steps],
+        steps=[step for instance in instances for step in instance.log.take_records()],
         step_totals={instance.name: instance.log.totals for instance in instances},
         record_steps=record_steps,
         num_events=env.num_events,

@@ -164,6 +164,16 @@ class StepLog:
             self._kv_used.extend(kv_blocks_used)
             self._preempted.extend(repeat(0, n))
 
+    def take_records(self) -> list[StepRecord]:
+        """Every step as a row, dropping the columns (the totals stay): the rows then are
+        the only copy."""
+        rows = self.records()
+        for column in (self._start, self._end, self._decode, self._scheduled, self._running,
+                       self._waiting, self._kv_used, self._preempted):
+            del column[:]
+        self._chunks = []
+        return rows
+
     def records(self) -> list[StepRecord]:
         """Every step as a row (empty unless ``record_steps``)."""
         name = self.name

@@ -124,7 +124,9 @@ class Distribution:
                 n += int(counts.sum())
                 histogram[:] += np.bincount(_bucket(values), weights=counts,
                                             minlength=_NUM_BUCKETS)
-                yield _exact_terms(values, counts).tolist()
+                for start in range(0, len(values), _TERMS_AT_ONCE):  # bounded Python floats
+                    stop = start + _TERMS_AT_ONCE
+                    yield _exact_terms(values[start:stop], counts[start:stop]).tolist()
 
         total = math.fsum(chain.from_iterable(products()))
         if n == 0:
@@ -154,6 +156,8 @@ class Distribution:
                 "p99": self.p99, "count": self.count}
 
 
+_TERMS_AT_ONCE = 1 << 16
+"""Values turned into Python floats for ``math.fsum`` at a time."""
 _BUCKET_BITS = 18
 _FINE_SHIFT = 63 - 2 * _BUCKET_BITS
 """Order statistics are located in two levels of 2**18 buckets of the values' bit patterns
@@ -269,7 +273,7 @@ def pooled_gaps(requests: Iterable[Request]) -> list[Callable[[], tuple[np.ndarr
     multiset (``Distribution.of_chunks``): kept token times give their gaps one by one; a
     lean run's requests give, per engine clock, how many of them produced tokens in each
     pair of consecutive steps (a difference array over their runs), plus one gap per break."""
-    singles: list[np.ndarray] = []
+    singles: list[array] = []
     odd: list[float] = []
     by_clock: dict[int, tuple[Any, array, array]] = {}  # typed arrays: a million requests
     for r in requests:
@@ -277,7 +281,8 @@ def pooled_gaps(requests: Iterable[Request]) -> list[Callable[[], tuple[np.ndarr
             continue
         kept = r.kept_token_times()
         if kept:
-            singles.append(np.diff(np.asarray(kept)))
+            if len(kept) > 1:
+                singles.append(kept)
             continue
         if r.token_run_last < 0:
             continue
@@ -299,9 +304,14 @@ def pooled_gaps(requests: Iterable[Request]) -> list[Callable[[], tuple[np.ndarr
             lasts.append(r.token_run_last)
     pieces: list[Callable[[], tuple[np.ndarray, np.ndarray]]] = []
     if singles or odd:
-        values = np.concatenate([*singles, np.asarray(odd, dtype=float)])
-        ones = np.ones(len(values), dtype=np.int64)
-        pieces.append(lambda: (values, ones))
+        values = np.empty(sum(len(t) - 1 for t in singles) + len(odd))
+        start = 0
+        for times in singles:  # each request's gaps, written in place
+            t = np.asarray(times)
+            np.subtract(t[1:], t[:-1], out=values[start:start + len(t) - 1])
+            start += len(t) - 1
+        values[start:] = odd
+        pieces.append(lambda: (values, np.ones(len(values), dtype=np.int64)))
     for clock, firsts, lasts in by_clock.values():
         pieces.append(partial(_clock_gaps, clock, firsts, lasts))
     return pieces
