@@ -105,7 +105,7 @@ class Clock(simpy.Environment):
         """Step ends that runs skip, with how many runs skip each (entries in the past are
         harmless and purged now and then)."""
         self._purge_at = 4096
-        self._coalescers: list[Coalescer] = []
+        self._coalescers: dict[Coalescer, None] = {}
         self._stand_ins: dict[float, int] = {}
         """Times of live stand-in events, with how many sit at each."""
         self._num_reserved = 0
@@ -158,8 +158,7 @@ class Clock(simpy.Environment):
     # --------------------------------------------------------------- watching
     def watch(self, owner: Coalescer, times_s: list[float]) -> None:
         """``owner`` skips the step ends ``times_s``; tell it when an event lands on one."""
-        if owner not in self._coalescers:
-            self._coalescers.append(owner)
+        self._coalescers[owner] = None
         watched = self._watched
         watched.update(times_s)
         if len(watched) > self._purge_at:
@@ -180,7 +179,7 @@ class Clock(simpy.Environment):
 
     def release(self, owner: Coalescer) -> None:
         """``owner``'s run is over (the step ends it skipped are all in the past)."""
-        self._coalescers.remove(owner)
+        del self._coalescers[owner]
 
     def _tie(self, at_s: float) -> None:
         for owner in list(self._coalescers):

@@ -50,9 +50,9 @@ class DecodeSet:
         """Steps whose output all members got so far."""
         self.sum_computed = 0
         """Sum of the members' true computed tokens."""
-        self.joined: dict[Request, tuple[int, int, int]] = {}
+        self.joined: dict[Request, tuple[int, int, int, int]] = {}
         """Member -> (num_scheduled, num_updated, clock position) when it joined or was
-        last synced; in running order."""
+        last synced, and its phase; in running order."""
         self.phases: list[dict[Request, None]] = [{} for _ in range(kv.block_size)]
         """Per phase p: members that take a new block in the step scheduled as number
         ``num_scheduled = p (mod block_size)``, in running order."""
@@ -73,11 +73,11 @@ class DecodeSet:
         """``request`` (true counters, at the end of the running prefix) decodes from the next
         step on; it just got a token at the clock's last position."""
         computed = request.num_computed_tokens
-        self.joined[request] = (self.num_scheduled, self.num_updated, len(self.clock) - 1)
         self.sum_computed += computed
         blocks = len(self.kv.req_to_blocks[request.request_id])
         # its blocks cover what it computed; it takes the next one when it computes past them
         phase = (self.num_scheduled + blocks * self.block_size - computed) % self.block_size
+        self.joined[request] = (self.num_scheduled, self.num_updated, len(self.clock) - 1, phase)
         self.phases[phase][request] = None
         self.phase_sizes[phase] += 1
         left = (min(request.max_tokens, self.max_model_len - request.num_prompt_tokens)
@@ -87,7 +87,7 @@ class DecodeSet:
 
     def sync(self, request: Request) -> None:
         """Bring a member's counters and token record up to date (it stays a member)."""
-        scheduled, updated, position = self.joined[request]
+        scheduled, updated, position, phase = self.joined[request]
         steps_scheduled = self.num_scheduled - scheduled
         steps_updated = self.num_updated - updated
         if steps_scheduled:
@@ -100,18 +100,15 @@ class DecodeSet:
             else:
                 request.token_run_last = last  # its run of consecutive tokens goes on
         self.joined[request] = (self.num_scheduled, self.num_updated,
-                                position + steps_updated)
+                                position + steps_updated, phase)
 
     def leave(self, request: Request) -> None:
         """Sync ``request`` and take it out (its finish entry is dropped when popped)."""
         self.sync(request)
-        del self.joined[request]
+        phase = self.joined.pop(request)[3]
         self.sum_computed -= request.num_computed_tokens
-        for phase, members in enumerate(self.phases):
-            if request in members:
-                del members[request]
-                self.phase_sizes[phase] -= 1
-                break
+        del self.phases[phase][request]
+        self.phase_sizes[phase] -= 1
 
     def dissolve(self) -> None:
         """Sync every member and empty the set."""
@@ -136,6 +133,13 @@ class DecodeSet:
         first = self.num_scheduled
         phases = self.phases
         block_size = self.block_size
+        if num_steps == 1:  # the scheduler's one step
+            due = phases[first % block_size]
+            if due:
+                self.kv.append_blocks(list(due))
+            self.num_scheduled = first + 1
+            self.sum_computed += len(self.joined)
+            return
         if num_steps < block_size:
             takers: list[Request] = []
             for step in range(first, first + num_steps):

@@ -368,20 +368,22 @@ class Instance:
         """Steps before ``step`` ended, ``step`` is scheduled: apply and log them."""
         run = self._run
         assert run is not None
-        steps = run.steps
-        first = steps.num_updated
-        advance_run(self.scheduler, steps, step + 1, step, run.ends_s)
-        if step > first:
-            if first == 0:
-                self._record(steps.plan, run.start_s, run.ends_s[0])
-                first = 1
-            if step > first:
-                self._log_decodes(first, step)
+        first = run.steps.num_updated
+        advance_run(self.scheduler, run.steps, step + 1, step, run.ends_s)
+        self._log_run(first, step)
 
-    def _log_decodes(self, first: int, stop: int) -> None:
+    def _log_run(self, first: int, stop: int) -> None:
+        """Log the run's steps ``first .. stop - 1`` (step 0 with its own plan)."""
+        if stop <= first:
+            return
         run = self._run
         assert run is not None
         steps = run.steps
+        if first == 0:
+            self._record(steps.plan, run.start_s, run.ends_s[0])
+            first = 1
+            if stop == 1:
+                return
         self.log.add_decodes(run.ends_s[first - 1], run.ends_s[first:stop], steps.batch_size,
                              steps.plan.num_running, steps.plan.num_waiting,
                              steps.kv_blocks_used[first:stop])
@@ -393,15 +395,17 @@ class Instance:
         assert run is not None
         last = run.last
         self._typical_run += (last + 1 - self._typical_run) / 8
-        self._apply_run(last)
         clock: Clock = self.env  # type: ignore[assignment]
         clock.release(self)
         if last == 0:
             self._run = None
             self.apply(run.steps.plan, run.start_s)
             return
-        finished = finish_run_step(self.scheduler, run.steps, run.ends_s)
-        self._log_decodes(last, last + 1)
+        steps = run.steps
+        first = steps.num_updated
+        advance_run(self.scheduler, steps, last + 1, last, run.ends_s)
+        finished = finish_run_step(self.scheduler, steps, run.ends_s)
+        self._log_run(first, last + 1)
         self._run = None
         self._done(finished)
 

@@ -58,6 +58,8 @@ class Scheduler:
         self.kv_held: dict[str, Request] = {}
         """Finished producer requests whose blocks wait to be read by a decode instance."""
         self._watermark_blocks = int(config.watermark * kv.num_gpu_blocks)
+        self._token_budget = config.token_budget
+        self._decode_cap = config.decode_cap
 
     # ------------------------------------------------------------------ queues
     def add_request(self, request: Request) -> None:
@@ -81,8 +83,8 @@ class Scheduler:
         scheduled = plan.scheduled
         kv_blocks = self.kv.req_to_blocks
         block_size = self.kv.block_size
-        budget = cfg.token_budget
-        decode_budget = cfg.decode_cap
+        budget = self._token_budget
+        decode_budget = self._decode_cap
         async_mode = cfg.async_scheduling
         max_model_len = cfg.max_model_len
 
@@ -144,7 +146,7 @@ class Scheduler:
             if held is None or len(held) * block_size <= num_computed:
                 allocated, removed_before = self._allocate_running(request, num_new, index, plan)
                 index -= removed_before
-                budget = cfg.token_budget - plan.num_scheduled_tokens  # victims may be refunded
+                budget = self._token_budget - plan.num_scheduled_tokens  # victims refunded
                 if not allocated:
                     if cfg.policy == "priority":
                         continue  # v0.33: self-preempted; try the next running request
@@ -155,7 +157,7 @@ class Scheduler:
             if is_decode:
                 decode_budget -= 1
             index += 1
-        budget = cfg.token_budget - plan.num_scheduled_tokens
+        budget = self._token_budget - plan.num_scheduled_tokens
 
         # Phase 2: WAITING requests, only if nobody was preempted (§3.4).
         num_running_before = len(running)
@@ -166,14 +168,15 @@ class Scheduler:
 
         # Decodes held back by the step policy get what is left; they never preempt a request
         # admitted in this very step (that would undo the policy's choice).
-        admitted = frozenset(id(r) for r in running[num_running_before:])
+        admitted = (frozenset(id(r) for r in running[num_running_before:])
+                    if deferred_decodes else frozenset())
         for request in deferred_decodes:
             if budget <= 0:
                 break
             if request.status is not RequestStatus.RUNNING:
                 continue  # preempted meanwhile
             allocated, _ = self._allocate_running(request, 1, len(running), plan, admitted)
-            budget = cfg.token_budget - plan.num_scheduled_tokens
+            budget = self._token_budget - plan.num_scheduled_tokens
             if not allocated:
                 if cfg.policy == "priority":
                     continue
