@@ -21,13 +21,11 @@ case ``plan_decode_run`` refuses.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Callable
-from itertools import accumulate
 
 import simpy
 
-from clustersim.engine.clock import Clock, StepEndOrder
+from clustersim.engine.clock import Clock
 from clustersim.engine.decode_run import (
     DecodeRun,
     advance_run,
@@ -36,6 +34,7 @@ from clustersim.engine.decode_run import (
     plan_decode_run,
 )
 from clustersim.engine.request import Request, RequestStatus
+from clustersim.engine.run_timer import RunTimer
 from clustersim.engine.scheduler import Scheduler, StepPlan
 from clustersim.engine.steplog import StepLog, StepRecord
 
@@ -49,36 +48,9 @@ client's timeout would."""
 
 FIRST_CHUNK_STEPS = 4
 """Steps a run plans and prices at first, at least (more if this engine's recent runs were
-longer); each time it gets that far unchanged it plans four times as many more, up to
-``MAX_CHUNK_STEPS``. Only the cost of a run depends on this, not what it computes."""
-MAX_CHUNK_STEPS = 1024
+longer); each time it gets that far unchanged it plans four times as many more
+(``engine.run_timer``). Only the cost of a run depends on this, not what it computes."""
 
-
-class _Run:
-    """A coalesced run in progress: its steps' end times and the event that ends it."""
-
-    __slots__ = ("steps", "start_s", "ends_s", "last", "anchor_step", "anchor_order",
-                 "timer", "wake", "truncated", "chunk")
-
-    def __init__(self, steps: DecodeRun, start_s: float, ends_s: list[float],
-                 anchor_order: tuple, chunk: int) -> None:
-        self.steps = steps
-        self.start_s = start_s
-        self.ends_s = ends_s
-        self.last = len(ends_s) - 1
-        """The step the run ends with (applied as a single step), unless it is extended."""
-        self.anchor_step = 0
-        self.anchor_order = anchor_order
-        """The first step that had not ended at the last moment the run was processed (its
-        start, or a chunk's end), and the order key its end event would have had: the step
-        loop scheduled it at that moment."""
-        self.timer: simpy.Event | None = None
-        self.wake: simpy.Event | None = None
-        self.truncated = False
-        self.chunk = 4 * chunk
-
-    def start_of(self, step: int) -> float:
-        return self.start_s if step == 0 else self.ends_s[step - 1]
 
 
 class Instance:
@@ -121,7 +93,12 @@ class Instance:
         self.coalesce = (coalesce and isinstance(env, Clock) and run
                          and scheduler.decoding is not None
                          and hasattr(price_step, "decode_run"))
-        self._run: _Run | None = None
+        self._run: RunTimer | None = None
+        """The coalesced run this engine is in (its own, or its lockstep group's)."""
+        self._steps: DecodeRun | None = None
+        """This engine's steps of that run (None: idle in its group's run)."""
+        self._dummies_logged = 0
+        """Idle in a group's run: its dummy steps logged so far."""
         self._typical_run = float(FIRST_CHUNK_STEPS)
         """Steps this engine's recent runs lasted (a moving average: the first chunk)."""
         self.process = None
@@ -248,14 +225,15 @@ class Instance:
                 run = self._start_run(plan, start)
                 if run is not None:
                     yield run.wake
-                    self._end_run()
+                    run.release()
+                    self.end_run()
                     continue
             duration = self.price_step(plan)
             yield env.timeout(duration)
             self.apply(plan, start)
 
     # ------------------------------------------------------- coalesced runs
-    def _start_run(self, plan: StepPlan, start_s: float) -> _Run | None:
+    def _start_run(self, plan: StepPlan, start_s: float) -> RunTimer | None:
         """Wait for a run of decode steps that starts with ``plan``, if there is one."""
         if plan.kv_loads:
             return None  # a pull it starts usually lands within the step: one step is cheaper
@@ -268,117 +246,41 @@ class Instance:
             size, steps.decode_kv_tokens + size, steps.num_steps - 1
         )
         durations.insert(0, self.price_step(plan))  # step 0 is any step in which all sample
-        ends = list(accumulate(durations, initial=start_s))
-        del ends[0]  # each step ends at the previous end + its duration, as a timeout would
-        clock: Clock = self.env  # type: ignore[assignment]
-        run = self._run = _Run(steps, start_s, ends, clock.order_now(), first)
-        run.wake = simpy.Event(clock)
-        self._set_timer(run)
-        clock.watch(self, ends[:-1])  # may end the run at once, at a tie
-        return run
+        self._steps = steps
+        self._run = RunTimer(self.env, start_s, durations, first,  # type: ignore[arg-type]
+                             self._plan_more)
+        return self._run
 
-    def _extend(self, run: _Run) -> bool:
-        """The run got to its planned end unchanged: plan and price its next chunk."""
-        steps = run.steps
-        added = extend_run(steps, run.chunk)
+    def _plan_more(self, first: int, num_steps: int) -> list[float]:
+        """Durations of up to ``num_steps`` more steps of the run, from step ``first``."""
+        steps = self._steps
+        assert steps is not None
+        added = extend_run(steps, num_steps)
         if not added:
-            return False
-        clock: Clock = self.env  # type: ignore[assignment]
-        first = run.last + 1
-        durations = self.price_step.decode_run(  # type: ignore[attr-defined]
-            steps.batch_size, steps.decode_kv_tokens + first * steps.batch_size, added
+            return []
+        size = steps.batch_size
+        return self.price_step.decode_run(  # type: ignore[attr-defined]
+            size, steps.decode_kv_tokens + first * size, added
         )
-        ends = run.ends_s
-        ends.extend(accumulate(durations, initial=ends[-1]))
-        del ends[first]  # the accumulation's start, the end of the step that just ended
-        run.last = len(ends) - 1
-        run.anchor_step = first
-        run.anchor_order = clock.order_now()
-        run.chunk = min(4 * run.chunk, MAX_CHUNK_STEPS)
-        self._set_timer(run)
-        clock.watch(self, ends[first:run.last])
-        return True
-
-    def _set_timer(self, run: _Run) -> None:
-        """The stand-in event at the end of the run's last step."""
-        clock: Clock = self.env  # type: ignore[assignment]
-        last = run.last
-        order = (run.anchor_order if last == run.anchor_step
-                 else StepEndOrder(run.ends_s, last, run.anchor_step, run.anchor_order))
-        timer = run.timer = simpy.Event(clock)
-        timer._ok, timer._value = True, None
-        timer.callbacks.append(self._timer_fired)
-        clock.schedule_stand_in(timer, run.ends_s[last], order)
-
-    def _timer_fired(self, timer: simpy.Event) -> None:
-        run = self._run
-        if run is None or timer is not run.timer:
-            return  # the run was ended earlier; its stand-in counted as gone then
-        clock: Clock = self.env  # type: ignore[assignment]
-        clock.stand_in_gone(run.ends_s[run.last])
-        run.timer = None
-        if run.truncated or not self._extend(run):
-            clock.fire_now(run.wake)
-
-    def _truncate(self, step: int) -> None:
-        """End the run with ``step`` (which has not ended yet)."""
-        run = self._run
-        assert run is not None and run.anchor_step <= step < run.last
-        clock: Clock = self.env  # type: ignore[assignment]
-        clock.stand_in_gone(run.ends_s[run.last])
-        clock.unwatch(run.ends_s[step:run.last])
-        run.last = step
-        run.truncated = True
-        self._set_timer(run)
-
-    def _step_in_progress(self, run: _Run, time_s: float) -> int:
-        """The step whose end is the first at or after ``time_s`` (an event at exactly a
-        skipped step end comes before it: see ``engine.clock``)."""
-        return bisect_left(run.ends_s, time_s, run.anchor_step, run.last)
 
     def _settle(self, apply: bool = True) -> None:
         """Something from outside changes this engine now: end the run with the step in
         progress, and (``apply``) bring its requests and KV blocks up to now. A change that
         reads neither (a request queued, a pull marked done) leaves that to the run's end."""
-        run = self._run
+        run, steps = self._run, self._steps
         assert run is not None
-        step = self._step_in_progress(run, self.env.now)
-        if apply:
-            self._apply_run(step)
-        if step < run.last:
-            self._truncate(step)
-        run.truncated = True  # even in its planned last step: no more chunks
+        step = run.settle()
+        if steps is None:
+            self._log_dummies(run, step)  # an idle rank: its dummy rows read the queues live
+        elif apply:
+            first = steps.num_updated
+            advance_run(self.scheduler, steps, step + 1, step, run.ends_s)
+            self._log_run(run, steps, first, step)
 
-    def on_tie(self, time_s: float) -> None:
-        """The clock will hold an event at exactly ``time_s``: a skipped step end there gets
-        an event of its own (the run ends with that step), so the two keep their order."""
-        run = self._run
-        if run is None:
-            return
-        step = self._step_in_progress(run, time_s)
-        if step < run.last and run.ends_s[step] == time_s:
-            self._truncate(step)
-
-    def watched_times(self) -> list[float]:
-        """The step ends the run in progress still skips (for the clock's bookkeeping)."""
-        run = self._run
-        return [] if run is None else run.ends_s[run.anchor_step:run.last]
-
-    def _apply_run(self, step: int) -> None:
-        """Steps before ``step`` ended, ``step`` is scheduled: apply and log them."""
-        run = self._run
-        assert run is not None
-        first = run.steps.num_updated
-        advance_run(self.scheduler, run.steps, step + 1, step, run.ends_s)
-        self._log_run(first, step)
-
-    def _log_run(self, first: int, stop: int) -> None:
+    def _log_run(self, run: RunTimer, steps: DecodeRun, first: int, stop: int) -> None:
         """Log the run's steps ``first .. stop - 1`` (step 0 with its own plan)."""
         if stop <= first:
             return
-        run = self._run
-        assert run is not None
-        steps = run.steps
         if first == 0:
             self._record(steps.plan, run.start_s, run.ends_s[0])
             first = 1
@@ -388,25 +290,32 @@ class Instance:
                              steps.plan.num_running, steps.plan.num_waiting,
                              steps.kv_blocks_used[first:stop])
 
-    def _end_run(self) -> None:
+    def _log_dummies(self, run: RunTimer, stop: int) -> None:
+        """An idle rank of a lockstep group ran the run's steps before ``stop`` on dummy
+        batches (its rows read the queues at each step's end, as the step loop's did)."""
+        for step in range(self._dummies_logged, stop):
+            self.record_dummy_step(run.start_of(step), run.ends_s[step])
+        self._dummies_logged = max(self._dummies_logged, stop)
+
+    def end_run(self) -> None:
         """The run's last step ended: apply it and the ones before it, hand back finished
         requests (as ``apply`` does for one step)."""
-        run = self._run
+        run, steps = self._run, self._steps
         assert run is not None
         last = run.last
-        self._typical_run += (last + 1 - self._typical_run) / 8
-        clock: Clock = self.env  # type: ignore[assignment]
-        clock.release(self)
-        if last == 0:
-            self._run = None
-            self.apply(run.steps.plan, run.start_s)
+        self._run = self._steps = None
+        if steps is None:  # idle rank of a group's run
+            self._log_dummies(run, last + 1)
+            self._dummies_logged = 0
             return
-        steps = run.steps
+        self._typical_run += (last + 1 - self._typical_run) / 8
+        if last == 0:
+            self.apply(steps.plan, run.start_s)
+            return
         first = steps.num_updated
         advance_run(self.scheduler, steps, last + 1, last, run.ends_s)
         finished = finish_run_step(self.scheduler, steps, run.ends_s)
-        self._log_run(first, last + 1)
-        self._run = None
+        self._log_run(run, steps, first, last + 1)
         self._done(finished)
 
     def _run_async(self):
