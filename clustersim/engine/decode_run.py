@@ -149,6 +149,14 @@ def extend_run(run: DecodeRun, num_steps: int) -> int:
     return len(taken)
 
 
+def shrink_run(run: DecodeRun, num_steps: int) -> None:
+    """Plan only the first ``num_steps`` steps (giving back the later ones' blocks)."""
+    used = run.kv_blocks_used
+    if len(used) > num_steps:
+        run.free_blocks += used[-1] - used[num_steps - 1]
+        del used[num_steps:]
+
+
 def _admission_stays_shut(scheduler: Scheduler, plan: StepPlan, batch_size: int) -> bool:
     reason = plan.waiting_stopped_by
     if reason is None or reason in BUDGET_FREE_STOPS:

@@ -13,10 +13,11 @@ Anything from outside that changes the engine's state (a request submitted, a KV
 producer blocks released, an abort) first ends the run at the step in progress: the steps
 that ended are applied, the one in progress runs to its end as planned, and the change is
 seen by the next ``schedule()``, as in the step-by-step loop. Exact ties with other events
-are kept in order by the :class:`~clustersim.engine.clock.Clock`. Where coalescing is not
-proven exact it steps: async scheduling, lockstep data-parallel ranks (their group steps
-them), a pricer without ``decode_run``, an environment that is not a ``Clock``, and every
-case ``plan_decode_run`` refuses.
+are kept in order by the :class:`~clustersim.engine.clock.Clock`. Lockstep data-parallel
+ranks take part in their group's runs instead (``engine.data_parallel``). Where coalescing is
+not proven exact it steps: async scheduling, the priority policy (its victims can be any
+running request), a pricer without ``decode_run``, an environment that is not a ``Clock``,
+and every case ``plan_decode_run`` refuses.
 """
 
 from __future__ import annotations
@@ -250,6 +251,10 @@ class Instance:
         self._run = RunTimer(self.env, start_s, durations, first,  # type: ignore[arg-type]
                              self._plan_more)
         return self._run
+
+    def join_run(self, run: RunTimer, steps: DecodeRun | None) -> None:
+        """This rank takes part in its lockstep group's run (``steps`` None: idle in it)."""
+        self._run, self._steps, self._dummies_logged = run, steps, 0
 
     def _plan_more(self, first: int, num_steps: int) -> list[float]:
         """Durations of up to ``num_steps`` more steps of the run, from step ``first``."""
