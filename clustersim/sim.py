@@ -22,7 +22,8 @@ class RunResult:
 
     A lean run (``record_steps=False``) has no ``steps`` and its requests no
     ``token_times_s``; ``step_totals`` and each request's token clock carry what
-    ``metrics.summarize_run`` needs, so both kinds of run summarize the same."""
+    ``metrics.summarize_run`` needs, so both kinds of run summarize the same. In a full run,
+    ``step_totals`` equal what ``StepTotals.of_records(steps)`` gives."""
 
     scenario: Scenario
     requests: list[Request]
@@ -35,6 +36,7 @@ class RunResult:
     step_totals: dict[str, StepTotals] = field(default_factory=dict)
     """Per engine name: its steps summed up (every run has them)."""
     record_steps: bool = True
+    """False: a lean run."""
     num_events: int = 0
     """SimPy events the run scheduled."""
 
@@ -45,7 +47,8 @@ def run_scenario(
     """Simulate a scenario to the end.
 
     ``record_steps=False`` is the planner's lean run: no per-step records and no per-token
-    times are kept (memory grows with requests, not with tokens or steps), yet
+    times are kept, only per-engine step totals, a few integers per request and the end time
+    of every engine step (8 bytes a step, from which the exact token gaps are read), yet
     ``summarize_run`` gives the same summary. ``coalesce=False`` steps every engine one step
     per event (the reference the coalesced runs are tested against); both give the same
     results."""

@@ -357,3 +357,12 @@ def test_coalesced_data_parallel_ranks_match_step_by_step(case, quantum):
     data = {"name": "prop", "model": model, "gpu": "h100-sxm", "engine": engine, "cost": cost,
             "layout": {"kind": "colocated", "pools": pools}, "workload": EXPLICIT}
     _same_cluster_run(data, model, requests, quantum)
+
+
+@pytest.mark.parametrize("name", ["preempting-a100", "pd-azure-conv", "moe-dp-ep",
+                                  "golden-g3"])
+def test_the_totals_a_run_keeps_are_its_records_summed(name):
+    from clustersim.engine.steplog import StepTotals
+
+    result = _run(name)
+    assert result.step_totals == StepTotals.of_records(result.steps)
