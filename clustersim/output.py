@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clustersim.engine.instance import StepRecord
 from clustersim.engine.request import Request
+from clustersim.engine.steplog import StepRecord
 from clustersim.metrics import RunSummary, request_metrics, summarize_run
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ def write_requests_csv(path: Path, requests: list[Request]) -> None:
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(REQUEST_COLUMNS)
         for r in requests:
-            m = request_metrics(r)
+            m = request_metrics(r, with_itl=False)  # not a column
             writer.writerow((
                 r.request_id, _time(r.arrival_s), _time(r.first_token_s), _time(r.finish_s),
                 _time(m.ttft_s), _time(m.tpot_s), _time(m.e2e_s), r.num_prompt_tokens,

@@ -6,19 +6,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import simpy
 
 from clustersim.catalog import load_model
 from clustersim.cluster.system import Cluster, InstanceInfo
-from clustersim.engine.instance import StepRecord
+from clustersim.engine.clock import Clock
 from clustersim.engine.request import Request
+from clustersim.engine.steplog import StepRecord, StepTotals
 from clustersim.scenario import Scenario
 from clustersim.workload import build_workload
 
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
-    """Everything a run produced: per-request state, the engine traces, the KV transfers."""
+    """Everything a run produced: per-request state, the engine traces, the KV transfers.
+
+    A lean run (``record_steps=False``) has no ``steps`` and its requests no
+    ``token_times_s``; ``step_totals`` and each request's token clock carry what
+    ``metrics.summarize_run`` needs, so both kinds of run summarize the same. In a full run,
+    ``step_totals`` equal what ``StepTotals.of_records(steps)`` gives."""
 
     scenario: Scenario
     requests: list[Request]
@@ -28,9 +33,25 @@ class RunResult:
     transfers: list[Any] = field(default_factory=list)
     """clustersim.cluster.flows.TransferRecord, one per KV handoff."""
     link_utilization: dict[str, float] = field(default_factory=dict)
+    step_totals: dict[str, StepTotals] = field(default_factory=dict)
+    """Per engine name: its steps summed up (every run has them)."""
+    record_steps: bool = True
+    """False: a lean run."""
+    num_events: int = 0
+    """SimPy events the run scheduled."""
 
 
-def run_scenario(scenario: Scenario) -> RunResult:
+def run_scenario(
+    scenario: Scenario, *, record_steps: bool = True, coalesce: bool = True
+) -> RunResult:
+    """Simulate a scenario to the end.
+
+    ``record_steps=False`` is the planner's lean run: no per-step records and no per-token
+    times are kept, only per-engine step totals, a few integers per request and the end time
+    of every engine step (8 bytes a step, from which the exact token gaps are read), yet
+    ``summarize_run`` gives the same summary. ``coalesce=False`` steps every engine one step
+    per event (the reference the coalesced runs are tested against); both give the same
+    results."""
     model = load_model(scenario.model, path="model")
     rng = np.random.default_rng(scenario.seed)
     # Routers draw from their own stream so that changing the layout never changes the traffic.
@@ -39,12 +60,15 @@ def run_scenario(scenario: Scenario) -> RunResult:
         scenario.workload, rng, block_size=scenario.engine.block_size, base_dir=scenario.base_dir
     )
 
-    env = simpy.Environment()
-    cluster = Cluster(env, scenario, model, router_rng, on_done=source.on_done)
+    env = Clock()
+    cluster = Cluster(env, scenario, model, router_rng, on_done=source.on_done,
+                      record_steps=record_steps, coalesce=coalesce)
     env.process(source.run(env, cluster.submit))
     env.run()
 
     requests = source.requests
+    for instance in cluster.all_instances():
+        instance.scheduler.sync_members()  # (all finished: nothing is left stale)
     unfinished = [r for r in requests if not r.is_done]
     if unfinished:
         raise AssertionError(
@@ -58,7 +82,10 @@ def run_scenario(scenario: Scenario) -> RunResult:
     return RunResult(
         scenario=scenario,
         requests=requests,
-        steps=[step for instance in instances for step in instance.steps],
+        steps=[step for instance in instances for step in instance.log.take_records()],
+        step_totals={instance.name: instance.log.totals for instance in instances},
+        record_steps=record_steps,
+        num_events=env.num_events,
         instances=cluster.infos,
         end_s=end_s,
         transfers=list(flows.records) if flows is not None else [],

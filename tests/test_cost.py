@@ -231,3 +231,23 @@ def test_parts_add_up_and_grow_with_work(prefill, prefix, decodes, context, tp):
     assert min(cost.compute_s, cost.memory_s, cost.communication_s, cost.overhead_s) >= 0.0
     more = step_time(BatchShape.from_chunks([*chunks, (1, context, True)]), model, gpu, tp)
     assert more.time_s > cost.time_s
+
+
+RUN_SETUPS = [("llama-3.1-8b", "h100-sxm", 1, 1), ("llama-3.1-8b", "a100-40gb-sxm", 2, 1),
+              ("qwen3-30b-a3b", "h100-sxm", 1, 4), ("qwen2.5-7b-instruct", "rtx4090", 1, 1)]
+
+
+@given(st.sampled_from(RUN_SETUPS), st.integers(1, 300), st.integers(0, 3_000_000),
+       st.integers(1, 40))
+def test_a_decode_run_is_priced_step_by_step_bit_for_bit(setup, decodes, context, steps):
+    model, gpu, tp, dp = setup
+    cost = CostModel(load_model(model), load_gpu(gpu), tp, dp=dp, expert_parallel=dp > 1)
+    moe = dp * decodes if dp > 1 else None
+    kv = context + decodes  # every decode attends to at least itself
+    run = cost.decode_run_s(decodes, kv, steps, moe)
+    for m, seconds in enumerate(run):
+        batch = BatchShape(num_decode_tokens=decodes, decode_kv_tokens=kv + m * decodes,
+                           num_sampled=decodes, num_seqs=decodes)
+        assert seconds == cost.step_time(batch, moe).time_s
+        assert seconds == cost.step_time_s(0, 0.0, 0, decodes, kv + m * decodes, decodes,
+                                           decodes, moe)

@@ -118,3 +118,93 @@ def test_wilson_interval_and_cost_per_million_tokens():
     assert cost_per_million_tokens({"h100-sxm": 8}, {"h100-sxm": 2.5}, 10_000) == pytest.approx(
         20 / 36
     )
+
+
+# ------------------------------------------------- exact statistics from multisets
+from fractions import Fraction  # noqa: E402
+
+import numpy as np  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from clustersim.metrics.requests import (  # noqa: E402
+    Distribution,
+    exact_sum,
+    linear_percentile,
+    pooled_gaps,
+    token_gaps,
+)
+
+gaps = st.lists(st.floats(1e-6, 10.0, allow_nan=False), min_size=1, max_size=300)
+
+
+@settings(max_examples=200, deadline=None)
+@given(gaps, st.sampled_from([0, 1, 50, 90, 95, 99, 99.9, 100]))
+def test_linear_percentile_is_numpys_bit_for_bit(values, p):
+    data = np.array(values)
+    assert linear_percentile(data, p) == float(np.percentile(data, p, method="linear"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(1e-6, 10.0, allow_nan=False), st.integers(0, 50)),
+                min_size=1, max_size=60), st.randoms())
+def test_a_multiset_has_the_expanded_samples_percentiles_and_its_exact_mean(pairs, rnd):
+    values = np.array([v for v, _ in pairs])
+    counts = np.array([c for _, c in pairs])
+    expanded = np.repeat(values, counts)
+    d = Distribution.of_counts(values, counts)
+    if not expanded.size:
+        assert d.count == 0 and d.mean is None
+        return
+    ref = Distribution.of(expanded)
+    assert (d.p50, d.p90, d.p95, d.p99, d.count) == (ref.p50, ref.p90, ref.p95, ref.p99,
+                                                     ref.count)
+    exact = sum(Fraction(v) * c for v, c in pairs)
+    # the sum rounded once, then divided: the same bits whatever order the pairs come in
+    assert d.mean == float(exact) / int(counts.sum())
+    shuffled = list(range(len(pairs)))
+    rnd.shuffle(shuffled)
+    assert Distribution.of_counts(values[shuffled], counts[shuffled]) == d
+
+
+def test_exact_sum_survives_large_counts():
+    values = np.array([0.1, 1e-3, 7.25])
+    counts = np.array([3 << 40, 1 << 27, 12345])
+    expected = sum(Fraction(v) * int(c) for v, c in zip(values, counts, strict=True))
+    assert exact_sum(values, counts) == float(expected)
+
+
+def test_a_lean_requests_token_clock_gives_the_same_gaps_as_kept_times():
+    from array import array
+
+    clock = array("d", [0.5, 0.75, 1.0, 1.5, 2.25, 2.5, 3.0])
+    lean = Request("lean", 0.0, 10, 5)
+    lean.status = RequestStatus.FINISHED
+    lean.num_output_tokens = 5
+    lean.note_tokens(clock, 1, 3)
+    lean.note_tokens(clock, 5, 6)  # steps 1-3, then 5-6 (preempted in between)
+    assert lean.token_streaks == [1, 3, 5, 6]
+    lean.first_token_s, lean.finish_s = 0.75, 3.0
+    full = finished("full", 0.0, [0.75, 1.0, 1.5, 2.5, 3.0])
+    assert token_gaps(lean).tolist() == token_gaps(full).tolist() == [0.25, 0.5, 1.0, 0.5]
+    assert Distribution.of_chunks(pooled_gaps([lean])) == Distribution.of_chunks(
+        pooled_gaps([full]))
+    assert request_metrics(lean) == request_metrics(full)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2000), st.integers(0, 30)), min_size=1, max_size=200),
+       st.integers(1, 5), st.sampled_from([2.0**-30, 2.0**-40, 2.0**-50]))
+def test_clustered_and_repeated_values_are_ranked_exactly_in_pieces(pairs, num_pieces, step):
+    # values packed into one coarse and often one fine bucket, with exact repeats
+    values = np.array([0.008 * (1 + k * step) for k, _ in pairs])
+    counts = np.array([c for _, c in pairs])
+    pieces = [(values[i::num_pieces], counts[i::num_pieces]) for i in range(num_pieces)]
+    d = Distribution.of_chunks([lambda p=p: p for p in pieces])
+    expanded = np.repeat(values, counts)
+    if not expanded.size:
+        assert d.count == 0
+        return
+    ref = Distribution.of(expanded)
+    assert (d.p50, d.p90, d.p95, d.p99, d.count) == (ref.p50, ref.p90, ref.p95, ref.p99,
+                                                     ref.count)

@@ -48,6 +48,9 @@ def max_min_rates(
     it off every edge they cross. A flow crossing no edge gets ``inf``. Flows with the same
     path get the same rate, so they are filled as one class of ``count`` flows.
     """
+    if len(paths) == 1:  # one flow: the narrowest edge (the common case, done directly)
+        (edges,) = paths
+        return [min(float(capacity[edge]) for edge in edges) if edges else math.inf]
     class_of: list[int] = []
     classes: dict[tuple[Hashable, ...], int] = {}
     for edges in paths:
@@ -167,6 +170,11 @@ def drain_alone(
 
     A sub-flow with no bytes or no edges finishes at its start.
     """
+    if len(flows) == 1:  # alone on its path: start + bytes / the narrowest edge
+        ((start, edges, size),) = flows
+        if not edges or not size:
+            return [start]
+        return [start + float(size) / max_min_rates([edges], capacity)[0]]
     ends = [start if not edges or not size else math.nan for start, edges, size in flows]
     pending = sorted(
         (start, i) for i, (start, edges, size) in enumerate(flows) if edges and size

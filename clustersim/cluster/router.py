@@ -68,10 +68,12 @@ class Router:
         return index
 
     def _least_requests(self, request: Request) -> int:
-        return min(range(len(self.loads)), key=lambda i: self.loads[i].outstanding_requests)
+        counts = [load.outstanding_requests for load in self.loads]
+        return counts.index(min(counts))  # the first of the least loaded
 
     def _least_tokens(self, request: Request) -> int:
-        return min(range(len(self.loads)), key=lambda i: self.loads[i].outstanding_tokens)
+        tokens = [load.outstanding_tokens for load in self.loads]
+        return tokens.index(min(tokens))
 
     def _power_of_two(self, request: Request) -> int:
         if len(self.loads) == 1:

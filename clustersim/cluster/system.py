@@ -65,33 +65,102 @@ class InstanceInfo:
     user's measurements); docs/validation.md says how far each is trusted."""
 
 
-def make_pricer(cost_model: CostModel | None, cost: Cost) -> Callable[[StepPlan], float]:
+class FixedPricer:
+    """Every step takes the scenario's fixed ``step_time_s``."""
+
+    __slots__ = ("step_time_s",)
+
+    def __init__(self, step_time_s: float) -> None:
+        self.step_time_s = step_time_s
+
+    def __call__(self, plan: StepPlan) -> float:
+        return self.step_time_s
+
+    def decode_run(self, num_decodes: int, decode_kv_tokens: int, num_steps: int) -> list[float]:
+        return [self.step_time_s] * num_steps
+
+
+class RooflinePricer:
+    """A step's seconds from the roofline cost model, read straight off the plan."""
+
+    __slots__ = ("cost_model",)
+
+    def __init__(self, cost_model: CostModel) -> None:
+        self.cost_model = cost_model
+
+    def __call__(self, plan: StepPlan) -> float:
+        return self.cost_model.step_time_s(
+            plan.num_prefill_tokens, plan.prefill_attn_pairs, plan.prefill_kv_tokens,
+            plan.num_decode_tokens, plan.decode_kv_tokens, plan.num_sampled, plan.num_seqs,
+        )
+
+    def decode_run(self, num_decodes: int, decode_kv_tokens: int, num_steps: int) -> list[float]:
+        """Seconds of each of ``num_steps`` pure-decode steps (``CostModel.decode_run_s``)."""
+        return self.cost_model.decode_run_s(num_decodes, decode_kv_tokens, num_steps)
+
+
+def make_pricer(cost_model: CostModel | None, cost: Cost) -> FixedPricer | RooflinePricer:
     """StepPlan -> seconds, through the roofline cost model (or a fixed time per step)."""
     if isinstance(cost, FixedCost):
-        step_time_s = cost.step_time_s
-        return lambda plan: step_time_s
+        return FixedPricer(cost.step_time_s)
     assert cost_model is not None, "a roofline cost needs a cost model"
-    step_time = cost_model.step_time
-    return lambda plan: step_time(plan.batch_shape()).time_s
+    return RooflinePricer(cost_model)
+
+
+class FixedGroupPricer:
+    """Every lockstep step takes the scenario's fixed ``step_time_s``."""
+
+    __slots__ = ("step_time_s",)
+
+    def __init__(self, step_time_s: float) -> None:
+        self.step_time_s = step_time_s
+
+    def __call__(self, plans: list[StepPlan | None]) -> float:
+        return self.step_time_s
+
+    def decode_run(self, batches: list[tuple[int, int] | None], num_steps: int) -> list[float]:
+        return [self.step_time_s] * num_steps
+
+
+class RooflineGroupPricer:
+    """Every rank's plan (None: idle, runs a dummy batch) -> seconds of one lockstep step:
+    the slowest rank's, its MoE layers seeing ``dp x`` the largest rank's tokens (padding)."""
+
+    __slots__ = ("cost_model", "dp")
+
+    def __init__(self, cost_model: CostModel, dp: int) -> None:
+        self.cost_model = cost_model
+        self.dp = dp
+
+    def __call__(self, plans: list[StepPlan | None]) -> float:
+        step_time = self.cost_model.step_time
+        shapes = [DUMMY_BATCH if p is None else p.batch_shape() for p in plans]
+        widest = max(s.num_prefill_tokens + s.num_decode_tokens for s in shapes)
+        return max(step_time(s, self.dp * widest).time_s for s in shapes)
+
+    def decode_run(self, batches: list[tuple[int, int] | None], num_steps: int) -> list[float]:
+        """Seconds of ``num_steps`` lockstep steps in which each rank decodes its batch
+        (size, context of the first step; None: idle, a dummy batch), bit-identical to
+        pricing each step's plans."""
+        cost_model = self.cost_model
+        widest = max(DUMMY_BATCH.num_prefill_tokens if b is None else b[0] for b in batches)
+        moe_tokens = self.dp * widest
+        columns = [cost_model.decode_run_s(b[0], b[1], num_steps, moe_tokens)
+                   for b in batches if b is not None]
+        if any(b is None for b in batches):
+            columns.append([cost_model.step_time(DUMMY_BATCH, moe_tokens).time_s] * num_steps)
+        return [max(step) for step in zip(*columns, strict=True)]
 
 
 def make_group_pricer(
     cost_model: CostModel | None, cost: Cost, dp: int
-) -> Callable[[list[StepPlan | None]], float]:
-    """Every rank's plan (None: idle, runs a dummy batch) -> seconds of one lockstep step:
-    the slowest rank's, its MoE layers seeing ``dp x`` the largest rank's tokens (padding)."""
+) -> FixedGroupPricer | RooflineGroupPricer:
+    """Every rank's plan (None: idle, runs a dummy batch) -> seconds of one lockstep step
+    (see :class:`RooflineGroupPricer`)."""
     if isinstance(cost, FixedCost):
-        step_time_s = cost.step_time_s
-        return lambda plans: step_time_s
+        return FixedGroupPricer(cost.step_time_s)
     assert cost_model is not None, "a roofline cost needs a cost model"
-    step_time = cost_model.step_time
-
-    def price(plans: list[StepPlan | None]) -> float:
-        shapes = [DUMMY_BATCH if p is None else p.batch_shape() for p in plans]
-        widest = max(s.num_prefill_tokens + s.num_decode_tokens for s in shapes)
-        return max(step_time(s, dp * widest).time_s for s in shapes)
-
-    return price
+    return RooflineGroupPricer(cost_model, dp)
 
 
 def _group_steps_it(plan: StepPlan) -> float:
@@ -132,8 +201,16 @@ class Cluster:
         model: ModelSpec,
         rng: np.random.Generator,
         on_done: Callable[[Request], None],
+        *,
+        record_steps: bool = True,
+        coalesce: bool = False,
     ) -> None:
+        """``record_steps=False``: engines keep step totals, not every step, and requests
+        keep no per-token times (a lean run). ``coalesce``: engines advance runs of pure-decode
+        steps in one event where that is provably the same (see ``engine.instance``)."""
         self.env = env
+        self.record_steps = record_steps
+        self.coalesce = coalesce
         self.scenario = scenario
         self.model = model
         self.layout = scenario.layout or default_layout()
@@ -312,7 +389,8 @@ class Cluster:
         ]
         pricer = make_group_pricer(cost_model, self.scenario.cost, dp) if lockstep else None
         self.instances["colocated"].append(
-            DataParallelGroup(self.env, f"{pool.name}-{index}", ranks, pricer)
+            DataParallelGroup(self.env, f"{pool.name}-{index}", ranks, pricer,
+                              coalesce=self.coalesce)
         )
 
     def _add_instance(
@@ -345,7 +423,8 @@ class Cluster:
         instance = Instance(
             self.env,
             name,
-            Scheduler(config, kv),
+            Scheduler(config, kv, keep_token_times=self.record_steps,
+                      bulk_decodes=self.coalesce),
             make_pricer(cost_model, self.scenario.cost) if run else _group_steps_it,
             on_done=lambda request, role=role, position=position: self._done(
                 role, position, request
@@ -357,6 +436,8 @@ class Cluster:
             else None,
             poll_interval_s=self.kv_transfer.poll_interval_s,
             run=run,
+            record_steps=self.record_steps,
+            coalesce=self.coalesce,
         )
         instance.gpus = tuple(group)
         self.infos.append(

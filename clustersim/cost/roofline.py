@@ -165,6 +165,7 @@ class CostModel:
         "_dp",
         "_gather_fixed_s",
         "_gather_s_per_token",
+        "_decode_parts",
     )
 
     def __init__(
@@ -275,16 +276,92 @@ class CostModel:
         # GEMM efficiency saturates with M: eff x M / (M + half), so compute time is
         # (M + half) x FLOPs per row / (eff x peak) -- a fixed M-independent part per GEMM
         self._half_tokens = gpu.compute_half_tokens
+        self._decode_parts: dict[tuple[int, int | None], tuple[float, float, float, float]] = {}
+        """(compute, memory, communication, overhead) of a pure-decode batch by (size, MoE
+        tokens), all but its attention: what a run of decode steps shares."""
 
     def step_time(self, batch: BatchShape, moe_tokens: int | None = None) -> StepCost:
         """Price one step; an empty batch costs 0. ``moe_tokens``: the tokens the MoE layers
         see (a data-parallel group's padded total; default this batch's)."""
-        tokens = batch.num_prefill_tokens + batch.num_decode_tokens
-        if not tokens:
+        if not batch.num_prefill_tokens + batch.num_decode_tokens:
             return IDLE_COST
+        compute, memory, communication, overhead = self._parts(
+            batch.num_prefill_tokens, batch.prefill_attn_pairs, batch.prefill_kv_tokens,
+            batch.num_decode_tokens, batch.decode_kv_tokens, batch.num_sampled, batch.num_seqs,
+            moe_tokens,
+        )
+        return StepCost(
+            compute + memory + communication + overhead, compute, memory, communication, overhead
+        )
+
+    def step_time_s(
+        self,
+        num_prefill_tokens: int,
+        prefill_attn_pairs: float,
+        prefill_kv_tokens: int,
+        num_decode_tokens: int,
+        decode_kv_tokens: int,
+        num_sampled: int,
+        num_seqs: int,
+        moe_tokens: int | None = None,
+    ) -> float:
+        """``step_time(BatchShape(...)).time_s`` without building either object (the hot path:
+        one call per engine step)."""
+        if not num_prefill_tokens:
+            if not num_decode_tokens:
+                return 0.0
+            if num_sampled == num_seqs == num_decode_tokens:  # a pure-decode step
+                return self.decode_run_s(num_decode_tokens, decode_kv_tokens, 1, moe_tokens)[0]
+        compute, memory, communication, overhead = self._parts(
+            num_prefill_tokens, prefill_attn_pairs, prefill_kv_tokens, num_decode_tokens,
+            decode_kv_tokens, num_sampled, num_seqs, moe_tokens,
+        )
+        return compute + memory + communication + overhead
+
+    def decode_run_s(
+        self, num_decodes: int, decode_kv_tokens: int, num_steps: int,
+        moe_tokens: int | None = None,
+    ) -> list[float]:
+        """Seconds of ``num_steps`` consecutive pure-decode steps of the same ``num_decodes``
+        requests, the first attending to ``decode_kv_tokens`` tokens and each later one to
+        ``num_decodes`` more; element ``m`` equals ``step_time_s`` of step ``m`` bit for bit.
+
+        Only the decode attention term changes from step to step, and it is the last op
+        ``step_time`` adds, so the GEMMs, collectives and overheads are priced once; whether
+        the attention is compute- or memory-bound is decided per step as ``step_time`` does
+        (both sides grow linearly with the context, so it flips at most once).
+        """
+        parts = self._decode_parts.get((num_decodes, moe_tokens))
+        if parts is None:
+            if num_decodes <= 0:
+                raise ValueError(f"a decode run needs decodes, got {num_decodes}")
+            parts = self._decode_parts[num_decodes, moe_tokens] = (
+                *self._dense_parts(num_decodes, num_decodes, moe_tokens),
+                self._fixed_overhead_s + num_decodes * self._request_overhead_s,
+            )
+        compute, memory, communication, overhead = parts
+        attn_s_per_pair = self._attn_s_per_pair
+        kv_s_per_token = self._kv_s_per_token
+        times = []
+        append = times.append
+        for kv in range(decode_kv_tokens, decode_kv_tokens + num_steps * num_decodes,
+                        num_decodes):
+            t_compute = kv * attn_s_per_pair
+            t_memory = (kv + num_decodes) * kv_s_per_token
+            if t_compute >= t_memory:
+                append(compute + t_compute + memory + communication + overhead)
+            else:
+                append(compute + (memory + t_memory) + communication + overhead)
+        return times
+
+    def _dense_parts(self, tokens: int, rows: int,
+                     moe_tokens: int | None) -> tuple[float, float, float]:
+        """(compute, memory, communication) seconds of every op but attention, in the order
+        ``step_time`` adds them: the layer GEMMs, the experts, the LM head."""
         compute = memory = 0.0
+        half_tokens = self._half_tokens
         for flop_s, weight_s, act_s in self._gemms:
-            t_compute = (tokens + self._half_tokens) * flop_s
+            t_compute = (tokens + half_tokens) * flop_s
             t_memory = weight_s + tokens * act_s
             if t_compute >= t_memory:
                 compute += t_compute
@@ -300,40 +377,48 @@ class CostModel:
                 communication += self._gather_fixed_s + moe * self._gather_s_per_token
             for flop_s, weight_s, act_s in self._expert_gemms:
                 # touched experts of routed / touched rows each: (rows + half) x FLOPs per row
-                t_compute = (routed + touched * self._half_tokens) * flop_s
+                t_compute = (routed + touched * half_tokens) * flop_s
                 t_memory = touched * weight_s + routed * act_s
                 if t_compute >= t_memory:
                     compute += t_compute
                 else:
                     memory += t_memory
-        rows = batch.num_sampled
         if rows:
             communication += self._logits_fixed_s + rows * self._logits_s_per_row
-            t_compute = (rows + self._half_tokens) * self._lm_head_s_per_row
+            t_compute = (rows + half_tokens) * self._lm_head_s_per_row
             t_memory = self._lm_head_weight_s + rows * self._lm_head_act_s_per_row
             if t_compute >= t_memory:
                 compute += t_compute
             else:
                 memory += t_memory
-        if batch.num_prefill_tokens:
-            # reads the KV the chunks attend to, writes the chunks' own KV
-            t_compute = batch.prefill_attn_pairs * self._attn_s_per_pair
-            t_memory = (batch.prefill_kv_tokens + batch.num_prefill_tokens) * self._kv_s_per_token
-            if t_compute >= t_memory:
-                compute += t_compute
-            else:
-                memory += t_memory
-        if batch.num_decode_tokens:
-            t_compute = batch.decode_kv_tokens * self._attn_s_per_pair
-            t_memory = (batch.decode_kv_tokens + batch.num_decode_tokens) * self._kv_s_per_token
-            if t_compute >= t_memory:
-                compute += t_compute
-            else:
-                memory += t_memory
-        overhead = self._fixed_overhead_s + batch.num_seqs * self._request_overhead_s
-        return StepCost(
-            compute + memory + communication + overhead, compute, memory, communication, overhead
+        return compute, memory, communication
+
+    def _parts(
+        self, num_prefill_tokens: int, prefill_attn_pairs: float, prefill_kv_tokens: int,
+        num_decode_tokens: int, decode_kv_tokens: int, num_sampled: int, num_seqs: int,
+        moe_tokens: int | None,
+    ) -> tuple[float, float, float, float]:
+        """(compute, memory, communication, overhead) seconds of a non-empty step."""
+        compute, memory, communication = self._dense_parts(
+            num_prefill_tokens + num_decode_tokens, num_sampled, moe_tokens
         )
+        if num_prefill_tokens:
+            # reads the KV the chunks attend to, writes the chunks' own KV
+            t_compute = prefill_attn_pairs * self._attn_s_per_pair
+            t_memory = (prefill_kv_tokens + num_prefill_tokens) * self._kv_s_per_token
+            if t_compute >= t_memory:
+                compute += t_compute
+            else:
+                memory += t_memory
+        if num_decode_tokens:
+            t_compute = decode_kv_tokens * self._attn_s_per_pair
+            t_memory = (decode_kv_tokens + num_decode_tokens) * self._kv_s_per_token
+            if t_compute >= t_memory:
+                compute += t_compute
+            else:
+                memory += t_memory
+        overhead = self._fixed_overhead_s + num_seqs * self._request_overhead_s
+        return compute, memory, communication, overhead
 
 
 def experts_touched(num_experts: int, top_k: int, num_tokens: int) -> float:

@@ -8,6 +8,12 @@ the lowest rank). A dense model's ranks then run independently. A mixture-of-exp
 ranks share their experts, so every MoE layer is a collective across the group: the ranks step
 together, a rank with nothing to do runs a dummy batch, and a step lasts as long as the
 slowest rank's (priced by the caller, which sees every rank's plan).
+
+With ``coalesce``, a lockstep group waits once for a run of steps in which every busy rank's
+batch decodes unchanged and every idle rank stays idle (``engine.decode_run`` for each rank,
+as many steps as the shortest allows); a request reaching any rank ends the run at the step
+in progress for all of them. Otherwise, and whenever a rank's step is not such a step, it
+steps.
 """
 
 from __future__ import annotations
@@ -17,8 +23,11 @@ from collections.abc import Callable, Sequence
 import simpy
 
 from clustersim.catalog.specs import ModelSpec
-from clustersim.engine.instance import Instance
+from clustersim.engine.clock import Clock
+from clustersim.engine.decode_run import DecodeRun, extend_run, plan_decode_run, shrink_run
+from clustersim.engine.instance import FIRST_CHUNK_STEPS, Instance
 from clustersim.engine.request import Request
+from clustersim.engine.run_timer import RunTimer
 from clustersim.engine.scheduler import StepPlan
 from clustersim.errors import ConfigError
 
@@ -60,10 +69,12 @@ class DataParallelGroup:
         name: str,
         ranks: Sequence[Instance],
         price_steps: Callable[[list[StepPlan | None]], float] | None = None,
+        coalesce: bool = False,
     ) -> None:
         """``price_steps`` given: the ranks step together (MoE); it prices one step from every
         rank's plan (None for a rank with nothing scheduled). Otherwise each rank runs its own
-        loop."""
+        loop. ``coalesce``: lockstep runs of decode steps wait once (needs a :class:`Clock`,
+        a ``price_steps`` with ``decode_run`` and ranks scheduling with a decode set)."""
         self.env = env
         self.name = name
         self.ranks = list(ranks)
@@ -72,6 +83,12 @@ class DataParallelGroup:
         self._view = [[0, 0] for _ in self.ranks]
         self._next_publish_s = 0.0
         self._wakeup: simpy.Event | None = None
+        self.coalesce = (coalesce and isinstance(env, Clock)
+                         and hasattr(price_steps, "decode_run")
+                         and all(rank.scheduler.decoding is not None for rank in self.ranks))
+        self._steps: list[DecodeRun | None] = []
+        """Each rank's steps of the run in progress (None: idle)."""
+        self._typical_run = float(FIRST_CHUNK_STEPS)
         self.process = None
         if price_steps is not None:
             for rank in self.ranks:
@@ -149,9 +166,59 @@ class DataParallelGroup:
             if all(plan is None for plan in plans):
                 continue
             start = env.now
+            if self.coalesce:
+                run = self._start_run(plans, start)
+                if run is not None:
+                    yield run.wake
+                    run.release()
+                    self._typical_run += (run.last + 1 - self._typical_run) / 8
+                    for rank in ranks:
+                        rank.end_run()
+                    continue
             yield env.timeout(self.price_steps(plans))
             for rank, plan in zip(ranks, plans, strict=True):
                 if plan is None:
                     rank.record_dummy_step(start, env.now)
                 else:
                     rank.apply(plan, start)
+
+    # -------------------------------------------------------- coalesced runs
+    def _start_run(self, plans: list[StepPlan | None], start_s: float) -> RunTimer | None:
+        """Wait for a run of lockstep steps that starts with ``plans``, if there is one."""
+        first_chunk = max(FIRST_CHUNK_STEPS, int(self._typical_run))
+        steps: list[DecodeRun | None] = []
+        for rank, plan in zip(self.ranks, plans, strict=True):
+            if plan is None:
+                if rank.scheduler.num_unfinished:
+                    return None  # it has requests it could not schedule: not idle
+                steps.append(None)
+                continue
+            rank_steps = plan_decode_run(rank.scheduler, plan, first_chunk)
+            if rank_steps is None:
+                return None
+            steps.append(rank_steps)
+        busy = [s for s in steps if s is not None]
+        num_steps = min(s.num_steps for s in busy)
+        for s in busy:
+            shrink_run(s, num_steps)
+        durations = [self.price_steps(plans), *self._price(steps, 1, num_steps - 1)]
+        run = RunTimer(self.env, start_s, durations, first_chunk,  # type: ignore[arg-type]
+                       self._plan_more)
+        self._steps = steps
+        for rank, rank_steps in zip(self.ranks, steps, strict=True):
+            rank.join_run(run, rank_steps)
+        return run
+
+    def _price(self, steps: list[DecodeRun | None], first: int, num_steps: int) -> list[float]:
+        batches = [None if s is None else (s.batch_size, s.decode_kv_tokens + first * s.batch_size)
+                   for s in steps]
+        return self.price_steps.decode_run(batches, num_steps)  # type: ignore[union-attr]
+
+    def _plan_more(self, first: int, num_steps: int) -> list[float]:
+        """Durations of up to ``num_steps`` more lockstep steps, as many as every busy rank
+        can take."""
+        busy = [s for s in self._steps if s is not None]
+        added = min(extend_run(s, num_steps) for s in busy)
+        for s in busy:
+            shrink_run(s, first + added)
+        return self._price(self._steps, first, added) if added else []

@@ -2,17 +2,44 @@
 
 The process only waits; every decision is made by the :class:`Scheduler` (pure state
 transitions) and every duration by the step-cost function it is given.
+
+With ``coalesce``, a step whose plan starts a run of identical decode steps
+(``engine.decode_run``) waits once for the whole run instead of once per step::
+
+    schedule(0)  [ step 0 | step 1 | ... | step K-1 ]  apply(K-1)  schedule(K) ...
+                 one event at the end of K-1: steps 0..K-2 are applied in bulk, K-1 as usual
+
+Anything from outside that changes the engine's state (a request submitted, a KV pull done,
+producer blocks released, an abort) first ends the run at the step in progress: the steps
+that ended are applied, the one in progress runs to its end as planned, and the change is
+seen by the next ``schedule()``, as in the step-by-step loop. Exact ties with other events
+are kept in order by the :class:`~clustersim.engine.clock.Clock`. Lockstep data-parallel
+ranks take part in their group's runs instead (``engine.data_parallel``). Where coalescing is
+not proven exact it steps: async scheduling, the priority policy (its victims can be any
+running request), a pricer without ``decode_run``, an environment that is not a ``Clock``,
+and every case ``plan_decode_run`` refuses.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import simpy
 
+from clustersim.engine.clock import Clock
+from clustersim.engine.decode_run import (
+    DecodeRun,
+    advance_run,
+    extend_run,
+    finish_run_step,
+    plan_decode_run,
+)
 from clustersim.engine.request import Request, RequestStatus
+from clustersim.engine.run_timer import RunTimer
 from clustersim.engine.scheduler import Scheduler, StepPlan
+from clustersim.engine.steplog import StepLog, StepRecord
+
+__all__ = ["MAX_STALLED_PREEMPTIONS", "Instance", "StepRecord"]
 
 MAX_STALLED_PREEMPTIONS = 64
 """A request preempted this many times in a row without getting further than before is
@@ -20,22 +47,11 @@ thrashing: requests that do not fit the KV cache together keep preempting each o
 vLLM, none would ever finish. The simulation gives it up (rejected with the reason), as a
 client's timeout would."""
 
+FIRST_CHUNK_STEPS = 4
+"""Steps a run plans and prices at first, at least (more if this engine's recent runs were
+longer); each time it gets that far unchanged it plans four times as many more
+(``engine.run_timer``). Only the cost of a run depends on this, not what it computes."""
 
-@dataclass(frozen=True, slots=True)
-class StepRecord:
-    """One row of the engine trace (``steps.csv``)."""
-
-    instance: str
-    step: int
-    start_s: float
-    end_s: float
-    num_decode_tokens: int
-    prefill_chunks: tuple[tuple[str, int], ...]
-    num_scheduled_tokens: int
-    num_running: int
-    num_waiting: int
-    kv_blocks_used: int
-    num_preempted: int
 
 
 class Instance:
@@ -51,8 +67,13 @@ class Instance:
         start_kv_load: Callable[[Request, int], simpy.Event] | None = None,
         poll_interval_s: float = 1e-3,
         run: bool = True,
+        record_steps: bool = True,
+        coalesce: bool = False,
     ) -> None:
-        """``run=False``: no step loop of its own; a :class:`DataParallelGroup` steps it."""
+        """``run=False``: no step loop of its own; a :class:`DataParallelGroup` steps it.
+        ``record_steps=False``: keep only the step totals, not every step. ``coalesce``:
+        wait once for a run of identical decode steps (needs a :class:`Clock` and a pricer
+        with ``decode_run``; see the module docstring)."""
         self.env = env
         self.name = name
         self.scheduler = scheduler
@@ -65,15 +86,26 @@ class Instance:
         """How soon an engine with nothing to run notices a finished pull (no-forward steps)."""
         self.gpus: tuple[str, ...] = ()
         """The GPUs of this instance's tensor-parallel group (set by the cluster)."""
-        self.steps: list[StepRecord] = []
+        self.log = StepLog(name, record_steps)
         self.rejected: list[Request] = []
         self._wakeup: simpy.Event | None = None
         self.waker: Callable[[], None] | None = None
         """Replaces waking this instance's own loop (a group that steps it)."""
+        self.coalesce = (coalesce and isinstance(env, Clock) and run
+                         and scheduler.decoding is not None
+                         and hasattr(price_step, "decode_run"))
+        self._run: RunTimer | None = None
+        """The coalesced run this engine is in (its own, or its lockstep group's)."""
+        self._steps: DecodeRun | None = None
+        """This engine's steps of that run (None: idle in its group's run)."""
+        self._dummies_logged = 0
+        """Idle in a group's run: its dummy steps logged so far."""
+        self._typical_run = float(FIRST_CHUNK_STEPS)
+        """Steps this engine's recent runs lasted (a moving average: the first chunk)."""
         self.process = None
         if run:
             self.process = env.process(self._run_async() if scheduler.config.async_scheduling
-                                       else self._run())
+                                       else self._run_sync())
 
     # ----------------------------------------------------------------- intake
     def refusal(self, request: Request) -> str | None:
@@ -93,17 +125,26 @@ class Instance:
         if reason is not None:
             self.reject(request, reason)
             return
+        if self._run is not None:
+            self._settle(apply=False)
         self.scheduler.add_request(request)
         self._wake()
 
     def release_kv(self, request: Request) -> None:
         """A decode instance finished reading this producer request's blocks: free them."""
+        if self._run is not None:
+            self._settle()
         self.scheduler.release_kv(request)
         self._wake()
 
     def abort(self, request: Request, reason: str) -> None:
         """Drop a request that is queued here (its other half failed elsewhere)."""
+        if self._run is not None:
+            self._settle()
         scheduler = self.scheduler
+        members = scheduler.decoding
+        if members is not None and request in members:
+            members.leave(request)
         if request in scheduler.kv_holding:
             scheduler.kv_holding.remove(request)
         elif request in scheduler.running:
@@ -147,6 +188,8 @@ class Instance:
             )
 
     def _pulled(self, request: Request) -> None:
+        if self._run is not None:
+            self._settle(apply=False)
         request.kv_transfer_done = True
         self._wake()
 
@@ -172,16 +215,113 @@ class Instance:
                 continue
             self.reject_unschedulable()
 
-    def _run(self):
+    def _run_sync(self):
         """Sync scheduling: schedule(N) -> run(N) -> update(N) -> schedule(N+1)."""
         env = self.env
         while True:
             plan = yield from self._next_plan()
             start = env.now
             self._begin(plan)
+            if self.coalesce:
+                run = self._start_run(plan, start)
+                if run is not None:
+                    yield run.wake
+                    run.release()
+                    self.end_run()
+                    continue
             duration = self.price_step(plan)
             yield env.timeout(duration)
             self.apply(plan, start)
+
+    # ------------------------------------------------------- coalesced runs
+    def _start_run(self, plan: StepPlan, start_s: float) -> RunTimer | None:
+        """Wait for a run of decode steps that starts with ``plan``, if there is one."""
+        if plan.kv_loads:
+            return None  # a pull it starts usually lands within the step: one step is cheaper
+        first = max(FIRST_CHUNK_STEPS, int(self._typical_run))
+        steps = plan_decode_run(self.scheduler, plan, first)
+        if steps is None:
+            return None
+        size = steps.batch_size
+        durations = self.price_step.decode_run(  # type: ignore[attr-defined]
+            size, steps.decode_kv_tokens + size, steps.num_steps - 1
+        )
+        durations.insert(0, self.price_step(plan))  # step 0 is any step in which all sample
+        self._steps = steps
+        self._run = RunTimer(self.env, start_s, durations, first,  # type: ignore[arg-type]
+                             self._plan_more)
+        return self._run
+
+    def join_run(self, run: RunTimer, steps: DecodeRun | None) -> None:
+        """This rank takes part in its lockstep group's run (``steps`` None: idle in it)."""
+        self._run, self._steps, self._dummies_logged = run, steps, 0
+
+    def _plan_more(self, first: int, num_steps: int) -> list[float]:
+        """Durations of up to ``num_steps`` more steps of the run, from step ``first``."""
+        steps = self._steps
+        assert steps is not None
+        added = extend_run(steps, num_steps)
+        if not added:
+            return []
+        size = steps.batch_size
+        return self.price_step.decode_run(  # type: ignore[attr-defined]
+            size, steps.decode_kv_tokens + first * size, added
+        )
+
+    def _settle(self, apply: bool = True) -> None:
+        """Something from outside changes this engine now: end the run with the step in
+        progress, and (``apply``) bring its requests and KV blocks up to now. A change that
+        reads neither (a request queued, a pull marked done) leaves that to the run's end."""
+        run, steps = self._run, self._steps
+        assert run is not None
+        step = run.settle()
+        if steps is None:
+            self._log_dummies(run, step)  # an idle rank: its dummy rows read the queues live
+        elif apply:
+            first = steps.num_updated
+            advance_run(self.scheduler, steps, step + 1, step, run.ends_s)
+            self._log_run(run, steps, first, step)
+
+    def _log_run(self, run: RunTimer, steps: DecodeRun, first: int, stop: int) -> None:
+        """Log the run's steps ``first .. stop - 1`` (step 0 with its own plan)."""
+        if stop <= first:
+            return
+        if first == 0:
+            self._record(steps.plan, run.start_s, run.ends_s[0])
+            first = 1
+            if stop == 1:
+                return
+        self.log.add_decodes(run.ends_s[first - 1], run.ends_s[first:stop], steps.batch_size,
+                             steps.plan.num_running, steps.plan.num_waiting,
+                             steps.kv_blocks_used[first:stop])
+
+    def _log_dummies(self, run: RunTimer, stop: int) -> None:
+        """An idle rank of a lockstep group ran the run's steps before ``stop`` on dummy
+        batches (its rows read the queues at each step's end, as the step loop's did)."""
+        for step in range(self._dummies_logged, stop):
+            self.record_dummy_step(run.start_of(step), run.ends_s[step])
+        self._dummies_logged = max(self._dummies_logged, stop)
+
+    def end_run(self) -> None:
+        """The run's last step ended: apply it and the ones before it, hand back finished
+        requests (as ``apply`` does for one step)."""
+        run, steps = self._run, self._steps
+        assert run is not None
+        last = run.last
+        self._run = self._steps = None
+        if steps is None:  # idle rank of a group's run
+            self._log_dummies(run, last + 1)
+            self._dummies_logged = 0
+            return
+        self._typical_run += (last + 1 - self._typical_run) / 8
+        if last == 0:
+            self.apply(steps.plan, run.start_s)
+            return
+        first = steps.num_updated
+        advance_run(self.scheduler, steps, last + 1, last, run.ends_s)
+        finished = finish_run_step(self.scheduler, steps, run.ends_s)
+        self._log_run(run, steps, first, last + 1)
+        self._done(finished)
 
     def _run_async(self):
         """Async scheduling: schedule(N+1) runs before update(N), as vLLM's batch queue does."""
@@ -250,32 +390,21 @@ class Instance:
         self.reject(request, f"needs more KV blocks than the {kv.num_usable_blocks} usable "
                     f"blocks of instance {self.name}")
 
+    @property
+    def steps(self) -> list[StepRecord]:
+        """Every step this engine ran (empty unless it records steps)."""
+        return self.log.records()
+
     def record_dummy_step(self, start_s: float, end_s: float) -> None:
         """A data-parallel rank with nothing scheduled ran the group's step on a dummy batch:
         its GPU was busy, no request advanced (a row with 0 scheduled tokens)."""
         scheduler = self.scheduler
-        self.steps.append(
-            StepRecord(
-                instance=self.name, step=len(self.steps), start_s=start_s, end_s=end_s,
-                num_decode_tokens=0, prefill_chunks=(), num_scheduled_tokens=0,
-                num_running=len(scheduler.running), num_waiting=len(scheduler.waiting),
-                kv_blocks_used=scheduler.kv.num_used_blocks, num_preempted=0,
-            )
-        )
+        self.log.add(start_s, end_s, 0, (), 0, len(scheduler.running), len(scheduler.waiting),
+                     scheduler.kv.num_used_blocks, 0)
 
     def _record(self, plan: StepPlan, start_s: float, end_s: float) -> None:
-        self.steps.append(
-            StepRecord(
-                instance=self.name,
-                step=len(self.steps),
-                start_s=start_s,
-                end_s=end_s,
-                num_decode_tokens=plan.num_decode_tokens,
-                prefill_chunks=tuple((r.request_id, n) for r, n in plan.prefill_chunks),
-                num_scheduled_tokens=plan.num_scheduled_tokens,
-                num_running=plan.num_running,
-                num_waiting=plan.num_waiting,
-                kv_blocks_used=plan.kv_blocks_used,
-                num_preempted=len(plan.preempted),
-            )
-        )
+        log = self.log
+        chunks = (tuple((r.request_id, n) for r, n in plan.prefill_chunks)
+                  if log.record_steps else ())
+        log.add(start_s, end_s, plan.num_decode_tokens, chunks, plan.num_scheduled_tokens,
+                plan.num_running, plan.num_waiting, plan.kv_blocks_used, len(plan.preempted))

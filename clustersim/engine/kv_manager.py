@@ -6,13 +6,20 @@ hit by a prefix lookup until they are popped for reuse::
 
     head (reused first)                                            tail (evicted last)
     [ unhashed freed blocks ... | never-used blocks ... | hashed blocks in LRU order ]
+      _plain (a stack)            _next_fresh.. (a range)  _cached_free (ordered)
 
 A request's blocks are freed in reverse order so its tail blocks are evicted first.
+
+The three parts are kept apart so that nothing here grows with the pool: a fresh instance holds
+no per-block state, and a request without prefix hashes (whose blocks nobody else can share)
+takes and returns its blocks as whole lists, without reference counts. Only blocks of requests
+with prefix hashes are reference-counted, since only they can be hit and shared.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 
 from clustersim.engine.request import Request
 
@@ -39,11 +46,16 @@ class KVCacheManager:
         self.max_model_len = max_model_len
         self.enable_prefix_caching = enable_prefix_caching
         self.num_usable_blocks = num_gpu_blocks - 1
-        self._ref_cnt = [0] * num_gpu_blocks
-        self._block_hash: list[int | None] = [None] * num_gpu_blocks
-        # Insertion-ordered set of free block ids; OrderedDict gives O(1) pop/append at both ends
-        # and O(1) removal when a cached free block is hit.
-        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_gpu_blocks))
+        self._num_free = num_gpu_blocks - 1
+        self._plain: list[int] = []
+        """Freed blocks without a hash; the last one is reused first."""
+        self._next_fresh = 1
+        """Blocks ``_next_fresh .. num_gpu_blocks - 1`` were never handed out."""
+        self._cached_free: OrderedDict[int, None] = OrderedDict()
+        """Free blocks that carry a prefix hash, least recently freed first."""
+        self._ref_cnt: dict[int, int] = {}
+        """References to the blocks of requests with prefix hashes (absent: free)."""
+        self._block_hash: dict[int, int] = {}
         self._hash_to_block: dict[int, int] = {}
         self.req_to_blocks: dict[str, list[int]] = {}
         self._num_cached_blocks: dict[str, int] = {}
@@ -52,15 +64,24 @@ class KVCacheManager:
     @property
     def num_free_blocks(self) -> int:
         """Free blocks, including cached ones no request references (vLLM's ``free``)."""
-        return len(self._free)
+        return self._num_free
 
     @property
     def num_used_blocks(self) -> int:
         """Blocks referenced by at least one request."""
-        return self.num_usable_blocks - len(self._free)
+        return self.num_usable_blocks - self._num_free
 
     def num_blocks_of(self, request_id: str) -> int:
         return len(self.req_to_blocks.get(request_id, ()))
+
+    def shares_blocks(self, request: Request) -> bool:
+        """Whether the request's blocks can be hashed, hit and shared (reference-counted)."""
+        return self.enable_prefix_caching and bool(request.block_hashes)
+
+    def has_uncached_blocks(self, request: Request) -> bool:
+        """Whether a later allocation could still register one of its prefix hashes."""
+        return (self.shares_blocks(request)
+                and self._num_cached_blocks.get(request.request_id, 0) < len(request.block_hashes))
 
     def get_computed_blocks(self, request: Request) -> tuple[list[int], int]:
         """Longest cached prefix of whole blocks, capped so at least one token is recomputed."""
@@ -100,9 +121,9 @@ class KVCacheManager:
         num_held = len(held) if held is not None else 0
         num_evictable_hits = 0
         if hit_blocks:
-            ref_cnt = self._ref_cnt
-            num_evictable_hits = sum(1 for b in hit_blocks if ref_cnt[b] == 0)
-        num_free = len(self._free)
+            cached_free = self._cached_free
+            num_evictable_hits = sum(1 for b in hit_blocks if b in cached_free)
+        num_free = self._num_free
 
         if full_sequence_must_fit:
             full = cdiv(min(request.num_tokens, self.max_model_len), bs)
@@ -127,11 +148,27 @@ class KVCacheManager:
             self._touch(hit_blocks)
             held.extend(hit_blocks)
             self._num_cached_blocks[request.request_id] = len(held)
-        for _ in range(num_new_blocks):
-            held.append(self._pop_free())
+        if num_new_blocks:
+            taken = self._take(num_new_blocks)
+            if self.shares_blocks(request):
+                ref_cnt = self._ref_cnt
+                for block_id in taken:
+                    ref_cnt[block_id] = 1
+            held.extend(taken)
         if not delay_cache_blocks:
             self.cache_blocks(request, min(total, request.num_tokens))
         return True
+
+    def append_blocks(self, requests: Sequence[Request]) -> None:
+        """One more block for each of ``requests``, popped in that order (decodes crossing a
+        block boundary); the caller has checked that they fit."""
+        taken = self._take(len(requests))
+        req_to_blocks = self.req_to_blocks
+        ref_cnt = self._ref_cnt
+        for request, block_id in zip(requests, taken, strict=True):
+            req_to_blocks[request.request_id].append(block_id)
+            if self.enable_prefix_caching and request.block_hashes:
+                ref_cnt[block_id] = 1
 
     def free(self, request: Request) -> None:
         """Drop the request's references; blocks reaching zero return to the free queue."""
@@ -139,32 +176,62 @@ class KVCacheManager:
         self._num_cached_blocks.pop(request.request_id, None)
         if not blocks:
             return
+        if not self.shares_blocks(request):
+            # nobody else references them and none carries a hash: all go to the head
+            self._plain.extend(reversed(blocks))
+            self._num_free += len(blocks)
+            return
         ref_cnt = self._ref_cnt
-        free = self._free
+        block_hash = self._block_hash
+        plain = self._plain
+        num_freed = 0
         for block_id in reversed(blocks):
-            ref_cnt[block_id] -= 1
-            if ref_cnt[block_id] == 0:
-                free[block_id] = None
-                if self._block_hash[block_id] is None:
-                    free.move_to_end(block_id, last=False)  # reuse plain blocks first
+            count = ref_cnt[block_id] - 1
+            if count:
+                ref_cnt[block_id] = count
+                continue
+            del ref_cnt[block_id]
+            num_freed += 1
+            if block_id in block_hash:
+                self._cached_free[block_id] = None  # evicted last, oldest first
+            else:
+                plain.append(block_id)  # reused first
+        self._num_free += num_freed
 
     # ----------------------------------------------------------------- helpers
     def _touch(self, blocks: list[int]) -> None:
         ref_cnt = self._ref_cnt
+        cached_free = self._cached_free
         for block_id in blocks:
-            if ref_cnt[block_id] == 0:
-                del self._free[block_id]
-            ref_cnt[block_id] += 1
+            if block_id in cached_free:
+                del cached_free[block_id]
+                self._num_free -= 1
+                ref_cnt[block_id] = 1
+            else:
+                ref_cnt[block_id] += 1
 
-    def _pop_free(self) -> int:
-        block_id, _ = self._free.popitem(last=False)
-        old_hash = self._block_hash[block_id]
-        if old_hash is not None:  # evict the cached prefix this block carried
+    def _take(self, n: int) -> list[int]:
+        """Pop ``n`` blocks from the head of the free queue, in order, evicting any cached
+        prefix they carry."""
+        plain = self._plain
+        self._num_free -= n
+        if n <= len(plain):
+            taken = plain[-n:]
+            del plain[-n:]
+            taken.reverse()
+            return taken
+        taken = plain[::-1]
+        plain.clear()
+        fresh = min(n - len(taken), self.num_gpu_blocks - self._next_fresh)
+        taken.extend(range(self._next_fresh, self._next_fresh + fresh))
+        self._next_fresh += fresh
+        for _ in range(n - len(taken)):
+            block_id, _ = self._cached_free.popitem(last=False)
+            old_hash = self._block_hash.pop(block_id)
             if self._hash_to_block.get(old_hash) == block_id:
                 del self._hash_to_block[old_hash]
-            self._block_hash[block_id] = None
-        self._ref_cnt[block_id] = 1
-        return block_id
+            taken.append(block_id)
+        return taken
 
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
         """Register the request's newly full prompt blocks under their prefix hashes."""
@@ -186,9 +253,13 @@ class KVCacheManager:
 
     def check_invariants(self) -> None:
         """Free + referenced blocks = usable blocks; used for tests, not on the hot path."""
-        referenced = sum(1 for b in range(1, self.num_gpu_blocks) if self._ref_cnt[b] > 0)
-        if referenced + len(self._free) != self.num_usable_blocks:
+        referenced = {b for blocks in self.req_to_blocks.values() for b in blocks}
+        queued = (len(self._plain) + (self.num_gpu_blocks - self._next_fresh)
+                  + len(self._cached_free))
+        if referenced & (set(self._plain) | set(self._cached_free)):
+            raise AssertionError("KV accounting broken: a referenced block is in the free queue")
+        if queued != self._num_free or len(referenced) + self._num_free != self.num_usable_blocks:
             raise AssertionError(
-                f"KV accounting broken: {referenced} referenced + {len(self._free)} free "
-                f"!= {self.num_usable_blocks} usable"
+                f"KV accounting broken: {len(referenced)} referenced + {self._num_free} free "
+                f"({queued} queued) != {self.num_usable_blocks} usable"
             )

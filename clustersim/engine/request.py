@@ -54,8 +54,14 @@ class Request:
     first_token_s: float | None = None
     finish_s: float | None = None
     reject_reason: str | None = None
-    token_times_s: array = field(default_factory=lambda: array("d"))
-    """End time of every step that produced an output token for this request."""
+    _token_times: array | None = field(default=None, repr=False)
+    token_clock: array | None = field(default=None, repr=False)
+    """Lean run (no kept token times): the end time of every step its engine applied; its
+    tokens are positions in it, the latest run of consecutive ones ``token_run_first ..
+    token_run_last``, earlier runs in ``token_runs_before`` (flat first, last pairs)."""
+    token_run_first: int = -1
+    token_run_last: int = -1
+    token_runs_before: list[int] | None = field(default=None, repr=False)
 
     # Prefill/decode disaggregation (vLLM's NIXL connector, spec §7).
     kv_producer: bool = False
@@ -69,6 +75,41 @@ class Request:
     handoff_bytes: int = 0
     handoff_start_s: float | None = None
     handoff_end_s: float | None = None
+
+    @property
+    def token_times_s(self) -> array:
+        """End time of every step that produced an output token for this request (stays
+        empty in a lean run, which notes its tokens against ``token_clock`` instead)."""
+        if self._token_times is None:
+            self._token_times = array("d")
+        return self._token_times
+
+    def kept_token_times(self) -> array | None:
+        """``token_times_s`` if it was ever used, without creating it."""
+        return self._token_times
+
+    @property
+    def token_streaks(self) -> list[int] | None:
+        """Lean run: every run of consecutive clock positions with a token, flat
+        ``[first, last, first, last, ...]``, oldest first (None before the first token)."""
+        if self.token_run_last < 0:
+            return None
+        return [*(self.token_runs_before or ()), self.token_run_first, self.token_run_last]
+
+    def note_tokens(self, clock: array, first: int, last: int) -> None:
+        """Tokens at positions ``first .. last`` of ``clock`` (a lean run's record)."""
+        if self.token_run_last < 0:
+            self.token_clock = clock
+            self.token_run_first = first
+        elif self.token_run_last == first - 1:
+            self.token_run_last = last
+            return
+        else:
+            if self.token_runs_before is None:
+                self.token_runs_before = []
+            self.token_runs_before += (self.token_run_first, self.token_run_last)
+            self.token_run_first = first
+        self.token_run_last = last
 
     @property
     def num_tokens(self) -> int:

@@ -11,125 +11,44 @@ Like vLLM, ``schedule()`` applies the schedule-time transitions itself (blocks a
 
 from __future__ import annotations
 
-import heapq
+from array import array
 from collections import deque
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 
-from clustersim.cost.roofline import BatchShape
 from clustersim.engine.config import SchedulerConfig
+from clustersim.engine.decode_set import DecodeSet
 from clustersim.engine.kv_manager import KVCacheManager, cdiv
+from clustersim.engine.queues import FCFSQueue, PriorityQueue
 from clustersim.engine.request import Request, RequestStatus
+from clustersim.engine.step_plan import StepPlan
 
-
-class FCFSQueue:
-    """Waiting requests in arrival order; preempted ones go back to the front."""
-
-    def __init__(self) -> None:
-        self._q: deque[Request] = deque()
-
-    def add(self, request: Request) -> None:
-        self._q.append(request)
-
-    def prepend(self, request: Request) -> None:
-        self._q.appendleft(request)
-
-    def peek(self) -> Request:
-        return self._q[0]
-
-    def pop(self) -> Request:
-        return self._q.popleft()
-
-    def remove(self, request: Request) -> None:
-        self._q.remove(request)
-
-    def __len__(self) -> int:
-        return len(self._q)
-
-    def __iter__(self) -> Iterator[Request]:
-        return iter(self._q)
-
-
-class PriorityQueue:
-    """Waiting requests ordered by ``(priority, arrival_s)``; lower is served first."""
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[int, float, int, Request]] = []
-        self._seq = 0
-
-    def add(self, request: Request) -> None:
-        self._seq += 1
-        heapq.heappush(self._heap, (request.priority, request.arrival_s, self._seq, request))
-
-    prepend = add  # vLLM pushes a preempted request back into the heap
-
-    def peek(self) -> Request:
-        return self._heap[0][3]
-
-    def pop(self) -> Request:
-        return heapq.heappop(self._heap)[3]
-
-    def remove(self, request: Request) -> None:
-        self._heap = [entry for entry in self._heap if entry[3] is not request]
-        heapq.heapify(self._heap)
-
-    def __len__(self) -> int:
-        return len(self._heap)
-
-    def __iter__(self) -> Iterator[Request]:
-        return (entry[3] for entry in sorted(self._heap))
-
-
-@dataclass(slots=True)
-class StepPlan:
-    """What one engine step runs: vLLM's ``SchedulerOutput``, reduced to what we simulate."""
-
-    scheduled: list[tuple[Request, int]] = field(default_factory=list)
-    """(request, tokens) in scheduling order."""
-    sampled: list[Request] = field(default_factory=list)
-    """Requests whose step ends with a sampled token (last prompt chunk or a decode)."""
-    preempted: list[Request] = field(default_factory=list)
-    num_scheduled_tokens: int = 0
-    num_decode_tokens: int = 0
-    # Aggregates the cost model prices (see batch_shape()).
-    num_prefill_tokens: int = 0
-    prefill_attn_pairs: float = 0.0
-    prefill_kv_tokens: int = 0
-    decode_kv_tokens: int = 0
-
-    # Queue state right after scheduling, for the engine trace.
-    num_running: int = 0
-    num_waiting: int = 0
-    kv_blocks_used: int = 0
-    prefill_chunks: list[tuple[Request, int]] = field(default_factory=list)
-    """The scheduled entries that are prompt (or recompute) chunks, not decodes."""
-    kv_loads: list[tuple[Request, int]] = field(default_factory=list)
-    """(request, tokens to read): KV pulls this step's execute starts (decode side of P/D);
-    zero tokens only releases the producer's blocks."""
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.scheduled
-
-    def batch_shape(self) -> BatchShape:
-        """What the cost model prices for this step."""
-        return BatchShape(
-            num_prefill_tokens=self.num_prefill_tokens,
-            prefill_attn_pairs=self.prefill_attn_pairs,
-            prefill_kv_tokens=self.prefill_kv_tokens,
-            num_decode_tokens=self.num_decode_tokens,
-            decode_kv_tokens=self.decode_kv_tokens,
-            num_sampled=len(self.sampled),
-            num_seqs=len(self.scheduled),
-        )
+__all__ = ["FCFSQueue", "PriorityQueue", "Scheduler", "StepPlan"]
 
 
 class Scheduler:
     """One instance's queues and the V1 scheduling loop (spec §3)."""
 
-    def __init__(self, config: SchedulerConfig, kv: KVCacheManager) -> None:
+    def __init__(
+        self, config: SchedulerConfig, kv: KVCacheManager, keep_token_times: bool = True,
+        bulk_decodes: bool = False,
+    ) -> None:
+        """``keep_token_times=False`` (a lean run): requests keep no ``token_times_s``; their
+        tokens are noted as positions in :attr:`token_clock` instead. ``bulk_decodes``:
+        requests that decode every step join a :class:`DecodeSet` and are scheduled and
+        updated together (sync FCFS scheduling only; the same steps either way)."""
         self.config = config
         self.kv = kv
+        self.keep_token_times = keep_token_times
+        bulk = bulk_decodes and not config.async_scheduling and config.policy == "fcfs"
+        self.step_clock: array | None = array("d") if bulk or not keep_token_times else None
+        """The end time of every step applied, in order (decode-set members' tokens and a
+        lean run's token records index it)."""
+        self.token_clock: array | None = None if keep_token_times else self.step_clock
+        """Lean run: the clock ``Request.token_streaks`` index."""
+        self.decoding: DecodeSet | None = (
+            DecodeSet(kv, config.max_model_len, self.step_clock, keep_token_times)
+            if bulk else None
+        )
+        """Running requests that decode every step, advanced together (``bulk_decodes``)."""
         self.running: list[Request] = []
         self.waiting: FCFSQueue | PriorityQueue = (
             PriorityQueue() if config.policy == "priority" else FCFSQueue()
@@ -139,6 +58,8 @@ class Scheduler:
         self.kv_held: dict[str, Request] = {}
         """Finished producer requests whose blocks wait to be read by a decode instance."""
         self._watermark_blocks = int(config.watermark * kv.num_gpu_blocks)
+        self._token_budget = config.token_budget
+        self._decode_cap = config.decode_cap
 
     # ------------------------------------------------------------------ queues
     def add_request(self, request: Request) -> None:
@@ -162,8 +83,8 @@ class Scheduler:
         scheduled = plan.scheduled
         kv_blocks = self.kv.req_to_blocks
         block_size = self.kv.block_size
-        budget = cfg.token_budget
-        decode_budget = cfg.decode_cap
+        budget = self._token_budget
+        decode_budget = self._decode_cap
         async_mode = cfg.async_scheduling
         max_model_len = cfg.max_model_len
 
@@ -178,8 +99,21 @@ class Scheduler:
         deferred_decodes: list[Request] = []
         preempted = plan.preempted
 
-        # Phase 1: RUNNING requests in admission order (§3.2).
+        # Phase 1: RUNNING requests in admission order (§3.2), the decode set's members (the
+        # first ones) in bulk when every one of them gets its token and fits its block.
         index = 0
+        members = self.decoding
+        if members is not None and len(members):
+            num_members = len(members)
+            if (num_members <= budget and num_members <= decode_budget
+                    and len(members.takers(members.num_scheduled)) <= self.kv.num_free_blocks):
+                members.schedule()
+                plan.num_bulk = index = num_members
+                plan.num_scheduled_tokens = num_members
+                budget -= num_members
+                decode_budget -= num_members
+            else:
+                members.dissolve()  # the loop below gives each member its own turn
         while index < len(running) and budget > 0:
             request = running[index]
             placeholders = request.num_output_placeholders
@@ -212,7 +146,7 @@ class Scheduler:
             if held is None or len(held) * block_size <= num_computed:
                 allocated, removed_before = self._allocate_running(request, num_new, index, plan)
                 index -= removed_before
-                budget = cfg.token_budget - plan.num_scheduled_tokens  # victims may be refunded
+                budget = self._token_budget - plan.num_scheduled_tokens  # victims refunded
                 if not allocated:
                     if cfg.policy == "priority":
                         continue  # v0.33: self-preempted; try the next running request
@@ -223,23 +157,26 @@ class Scheduler:
             if is_decode:
                 decode_budget -= 1
             index += 1
-        budget = cfg.token_budget - plan.num_scheduled_tokens
+        budget = self._token_budget - plan.num_scheduled_tokens
 
         # Phase 2: WAITING requests, only if nobody was preempted (§3.4).
         num_running_before = len(running)
         if not preempted:
             budget = self._schedule_waiting(plan, budget, threshold)
+        else:
+            plan.waiting_stopped_by = "preempted"
 
         # Decodes held back by the step policy get what is left; they never preempt a request
         # admitted in this very step (that would undo the policy's choice).
-        admitted = frozenset(id(r) for r in running[num_running_before:])
+        admitted = (frozenset(id(r) for r in running[num_running_before:])
+                    if deferred_decodes else frozenset())
         for request in deferred_decodes:
             if budget <= 0:
                 break
             if request.status is not RequestStatus.RUNNING:
                 continue  # preempted meanwhile
             allocated, _ = self._allocate_running(request, 1, len(running), plan, admitted)
-            budget = cfg.token_budget - plan.num_scheduled_tokens
+            budget = self._token_budget - plan.num_scheduled_tokens
             if not allocated:
                 if cfg.policy == "priority":
                     continue
@@ -266,11 +203,14 @@ class Scheduler:
         holding = self.kv_holding
         running = self.running
         blocked: list[Request] = []  # holding requests whose pull is still in flight
+        stopped_by = "budget"
         while budget > 0:
             from_holding = bool(holding)
             if not from_holding and not len(waiting):
+                stopped_by = None
                 break
             if len(running) >= cfg.max_num_seqs:
+                stopped_by = "seats"
                 break  # seat cap counts every running request (§3.4 step 2)
             if from_holding:
                 request = holding[0]
@@ -287,6 +227,7 @@ class Scheduler:
                     elif parked:
                         continue
                     else:
+                        stopped_by = "remote_kv"
                         break
             hit_blocks: list[int] = []
             num_computed = request.num_computed_tokens
@@ -296,9 +237,11 @@ class Scheduler:
             if 0 < threshold < num_new:
                 num_new = threshold
             if not cfg.enable_chunked_prefill and num_new > budget:
+                stopped_by = "whole_prompt"
                 break  # the whole prompt must fit this step; it waits, blocking the queue
             num_new = min(num_new, budget)
             if num_new <= 0:
+                stopped_by = "no_tokens"
                 break
             watermark = self._watermark_blocks if running else 0
             if not kv.allocate_slots(
@@ -309,6 +252,8 @@ class Scheduler:
                 full_sequence_must_fit=cfg.scheduler_reserve_full_isl,
                 watermark_blocks=watermark,
             ):
+                stopped_by = "kv"
+                plan.waiting_head = request
                 break  # head-of-line blocking: no later request is tried
             if from_holding:
                 holding.popleft()
@@ -319,6 +264,7 @@ class Scheduler:
             request.num_computed_tokens = num_computed
             self._record(plan, request, num_new)
             budget -= num_new
+        plan.waiting_stopped_by = stopped_by
         holding.extendleft(reversed(blocked))
         return budget
 
@@ -382,7 +328,9 @@ class Scheduler:
         block_size = kv.block_size
         max_model_len = self.config.max_model_len
         needed = 0
-        for request in self.running:
+        members = self.decoding
+        skip = len(members) if members is not None else 0  # decodes: their block is taken
+        for request in self.running[skip:] if skip else self.running:
             if request.num_computed_tokens < request.num_tokens:
                 full = cdiv(min(request.num_tokens, max_model_len), block_size)
                 needed += max(0, full - kv.num_blocks_of(request.request_id))
@@ -472,6 +420,9 @@ class Scheduler:
                 prefill_tokens += num_new
                 attn_pairs += num_new * context + num_new * (num_new + 1) / 2
                 prefill_kv += context + num_new
+        if plan.num_bulk:  # each member attended to its context and its new token
+            num_decodes += plan.num_bulk
+            decode_kv += self.decoding.sum_computed  # type: ignore[union-attr]
         plan.num_decode_tokens = num_decodes
         plan.decode_kv_tokens = decode_kv
         plan.num_prefill_tokens = prefill_tokens
@@ -484,18 +435,39 @@ class Scheduler:
         async_mode = self.config.async_scheduling
         max_model_len = self.config.max_model_len
         finished: list[Request] = []
+        clock = self.step_clock
+        position = 0
+        if clock is not None:
+            position = len(clock)
+            clock.append(now_s)
+        members = self.decoding
+        if plan.num_bulk:
+            members.num_updated += 1  # type: ignore[union-attr]
+            for request in members.finishing():  # type: ignore[union-attr]
+                members.leave(request)  # type: ignore[union-attr]
+                request.status = RequestStatus.FINISHED
+                request.finish_s = now_s
+                self.kv.free(request)  # in running order, before the others (§2)
+                finished.append(request)
+        keep_times = self.keep_token_times
         for request in plan.sampled:
             if request.status is RequestStatus.FINISHED:
                 continue
             if async_mode:
                 request.num_output_placeholders -= 1
-            request.num_output_tokens += 1
-            request.token_times_s.append(now_s)
+            num_outputs = request.num_output_tokens + 1
+            request.num_output_tokens = num_outputs
+            if keep_times:
+                request.token_times_s.append(now_s)
+            elif request.token_run_last == position - 1 >= 0:
+                request.token_run_last = position  # the common case: the step before too
+            else:
+                request.note_tokens(clock, position, position)  # type: ignore[arg-type]
             if request.first_token_s is None:
                 request.first_token_s = now_s
             if (
-                request.num_output_tokens >= request.max_tokens
-                or request.num_tokens >= max_model_len
+                num_outputs >= request.max_tokens
+                or request.num_prompt_tokens + num_outputs >= max_model_len
             ):
                 was_waiting = request.status is not RequestStatus.RUNNING
                 request.status = RequestStatus.FINISHED
@@ -508,6 +480,33 @@ class Scheduler:
                 if was_waiting:  # async: preempted while its last token was in flight
                     self.waiting.remove(request)
         if finished:
-            done = {id(r) for r in finished}
-            self.running = [r for r in self.running if id(r) not in done]
+            running = self.running
+            for request in finished:
+                if request in running:
+                    running.remove(request)
+        if members is not None:
+            self._join_decodes(members, plan)
         return finished
+
+    def _join_decodes(self, members: DecodeSet, plan: StepPlan) -> None:
+        """Requests right after the decode set that sampled in this step and decode from the
+        next one join it."""
+        running = self.running
+        index = len(members)
+        if index >= len(running):
+            return
+        kv = self.kv
+        sampled = {id(r) for r in plan.sampled}
+        while index < len(running):
+            request = running[index]
+            if (id(request) not in sampled or request.num_output_tokens == 0
+                    or request.num_computed_tokens != request.num_tokens - 1
+                    or kv.has_uncached_blocks(request)):
+                return  # still prefilling (or caching): the ones after it wait behind it
+            members.join(request)
+            index += 1
+
+    def sync_members(self) -> None:
+        """Bring every decode-set member's counters up to date (the set empties)."""
+        if self.decoding is not None:
+            self.decoding.dissolve()

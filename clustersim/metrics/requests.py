@@ -7,11 +7,21 @@
 
 Every verdict of a run (joint attainment, marginal percentiles, means) reads the same
 :class:`RequestTable`, built in one pass over the requests.
+
+A request's token times come in one of two forms: every time kept (``token_times_s``, a full
+run), or, in a lean run, its tokens as runs of consecutive steps of its engine's
+``token_clock`` (the end time of every step the engine applied). :func:`token_gaps` and
+:func:`pooled_gaps` read either, and give the same gaps bit for bit.
 """
 
 from __future__ import annotations
 
+import math
+from array import array
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -29,7 +39,8 @@ class RequestMetrics:
     itl_p99_s: float | None
 
 
-def request_metrics(request: Request) -> RequestMetrics:
+def request_metrics(request: Request, with_itl: bool = True) -> RequestMetrics:
+    """``with_itl=False`` skips the p99 inter-token gap (``itl_p99_s`` None)."""
     if request.status is not RequestStatus.FINISHED or request.first_token_s is None:
         return RequestMetrics(None, None, None, None)
     ttft = request.first_token_s - request.arrival_s
@@ -37,9 +48,29 @@ def request_metrics(request: Request) -> RequestMetrics:
     n = request.num_output_tokens
     tpot = (e2e - ttft) / (n - 1) if n > 1 else None
     itl_p99 = None
-    if n > 1:
-        itl_p99 = float(np.percentile(np.diff(request.token_times_s), 99))
+    if n > 1 and with_itl:
+        itl_p99 = linear_percentile(token_gaps(request), 99)
     return RequestMetrics(ttft, tpot, e2e, itl_p99)
+
+
+def linear_percentile(data: np.ndarray, p: float) -> float:
+    """``float(np.percentile(data, p))`` (method "linear") of a non-empty 1-d float array, bit
+    for bit, from the two order statistics it interpolates between (no full sort)."""
+    n = len(data)
+    virtual = (n - 1) * (p / 100)
+    if virtual >= n - 1:
+        return float(data.max())
+    below = math.floor(virtual)
+    part = np.partition(data, (below, below + 1))
+    return _lerp(float(part[below]), float(part[below + 1]), virtual - below)
+
+
+def _lerp(a: float, b: float, t: float) -> float:
+    """numpy's ``_lerp``: from ``a`` for t < 0.5, back from ``b`` otherwise."""
+    diff = b - a
+    if t >= 0.5:
+        return b - diff * (1 - t)
+    return a + diff * t
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,12 +94,236 @@ class Distribution:
         )
         return cls(float(data.mean()), p50, p90, p95, p99, int(data.size))
 
+    @classmethod
+    def of_counts(cls, values: np.ndarray, counts: np.ndarray) -> Distribution:
+        """The distribution of a multiset: ``values[i]`` occurring ``counts[i]`` times, in any
+        order and with repeats (see :meth:`of_chunks`)."""
+        return cls.of_chunks([lambda: (values, counts)])
+
+    @classmethod
+    def of_chunks(cls, chunks: Sequence[Callable[[], tuple[np.ndarray, np.ndarray]]]
+                  ) -> Distribution:
+        """The distribution of a multiset of non-negative values given in pieces, each a
+        function returning ``(values, counts)`` (called twice, so that no more than one piece
+        is held at a time). Percentiles as ``Distribution.of`` on the expanded sample; the
+        mean is the exact sum rounded once, divided by the count, so any grouping or order of
+        the same multiset gives the same bits.
+
+        The order statistics are found without sorting everything: a first pass counts the
+        values per coarse bucket of their bit pattern (which orders non-negative doubles), a
+        second sorts only the buckets the wanted ranks fall in."""
+        histogram = np.zeros(_NUM_BUCKETS, dtype=np.float64)  # exact counts below 2**53
+        n = 0
+
+        def products():
+            nonlocal n
+            for chunk in chunks:
+                values, counts = _checked(*chunk())
+                if not values.size:
+                    continue
+                n += int(counts.sum())
+                histogram[:] += np.bincount(_bucket(values), weights=counts,
+                                            minlength=_NUM_BUCKETS)
+                for start in range(0, len(values), _TERMS_AT_ONCE):  # bounded Python floats
+                    stop = start + _TERMS_AT_ONCE
+                    yield _exact_terms(values[start:stop], counts[start:stop]).tolist()
+
+        total = math.fsum(chain.from_iterable(products()))
+        if n == 0:
+            return cls(None, None, None, None, None, 0)
+        wanted: dict[int, float] = {}
+        plan = []
+        for p in PERCENTILES:
+            virtual = (n - 1) * (p / 100)
+            if virtual >= n - 1:
+                plan.append((n - 1, None, 0.0))
+                wanted[n - 1] = math.nan
+                continue
+            below = math.floor(virtual)
+            plan.append((below, below + 1, virtual - below))
+            wanted[below] = wanted[below + 1] = math.nan
+        _order_statistics(chunks, np.cumsum(histogram), wanted)
+        quantiles = [wanted[lo] if hi is None else _lerp(wanted[lo], wanted[hi], t)
+                     for lo, hi, t in plan]
+        p50, p90, p95, p99 = quantiles
+        return cls(total / n, p50, p90, p95, p99, n)
+
     def percentile(self, p: int) -> float | None:
         return getattr(self, f"p{p}")
 
     def to_json(self) -> dict[str, float | int | None]:
         return {"mean": self.mean, "p50": self.p50, "p90": self.p90, "p95": self.p95,
                 "p99": self.p99, "count": self.count}
+
+
+_TERMS_AT_ONCE = 1 << 16
+"""Values turned into Python floats for ``math.fsum`` at a time."""
+_BUCKET_BITS = 18
+_FINE_SHIFT = 63 - 2 * _BUCKET_BITS
+"""Order statistics are located in two levels of 2**18 buckets of the values' bit patterns
+(which order non-negative doubles): the top 18 bits, then the next 18."""
+_COARSE_SHIFT = _FINE_SHIFT + _BUCKET_BITS
+_NUM_BUCKETS = 1 << _BUCKET_BITS
+_FINE_MASK = _NUM_BUCKETS - 1
+
+
+def _bucket(values: np.ndarray) -> np.ndarray:
+    return values.view(np.int64) >> _COARSE_SHIFT
+
+
+def _checked(values: Any, counts: Any) -> tuple[np.ndarray, np.ndarray]:
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    counts = np.asarray(counts, dtype=np.int64)
+    keep = counts > 0
+    if not keep.all():
+        values, counts = values[keep], counts[keep]
+    if values.size and not (values >= 0).all():  # also refuses NaN
+        raise ValueError("a multiset of gaps holds only non-negative values")
+    return values, counts
+
+
+def _order_statistics(chunks, cumulative: np.ndarray, wanted: dict[int, float]) -> None:
+    """Fill ``wanted`` (0-based rank -> value of the sorted expanded multiset), given the
+    cumulative counts of the coarse buckets: a pass for the fine buckets inside the coarse
+    ones the ranks fall in, a pass collecting (distinct) values of the fine ones."""
+    coarse: dict[int, list[int]] = {}
+    for rank in wanted:
+        coarse.setdefault(int(np.searchsorted(cumulative, rank, side="right")), []).append(rank)
+    fine_counts = {b: np.zeros(_NUM_BUCKETS) for b in coarse}
+    coarse_keys = np.fromiter(coarse, dtype=np.int64)
+    for chunk in chunks:
+        values, counts = _checked(*chunk())
+        bits = values.view(np.int64)
+        top = bits >> _COARSE_SHIFT
+        for b in coarse_keys[np.isin(coarse_keys, top)]:
+            inside = top == b
+            fine_counts[int(b)] += np.bincount((bits[inside] >> _FINE_SHIFT) & _FINE_MASK,
+                                               weights=counts[inside], minlength=_NUM_BUCKETS)
+    located: dict[int, list[tuple[int, float]]] = {}  # fine key -> (rank, count before it)
+    for b, ranks in coarse.items():
+        within = np.cumsum(fine_counts[b])
+        before = cumulative[b - 1] if b else 0.0
+        for rank in ranks:
+            f = int(np.searchsorted(within, rank - before, side="right"))
+            key = (b << _BUCKET_BITS) | f
+            located.setdefault(key, []).append((rank, before + (within[f - 1] if f else 0.0)))
+    keys = np.fromiter(located, dtype=np.int64)
+    picked: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {k: ([], []) for k in located}
+    for chunk in chunks:
+        values, counts = _checked(*chunk())
+        fine = values.view(np.int64) >> _FINE_SHIFT
+        for key in keys[np.isin(keys, fine)]:
+            inside = fine == key
+            distinct, index = np.unique(values[inside], return_inverse=True)
+            picked[int(key)][0].append(distinct)
+            picked[int(key)][1].append(np.bincount(index, weights=counts[inside]))
+    for key, targets in located.items():
+        values = np.concatenate(picked[key][0])
+        counts = np.concatenate(picked[key][1])
+        order = np.argsort(values, kind="stable")
+        values, within = values[order], np.cumsum(counts[order])
+        for rank, before in targets:
+            wanted[rank] = float(values[np.searchsorted(within, rank - before, side="right")])
+
+
+_SPLIT = 134217729.0  # 2**27 + 1: Veltkamp's split of a double into two 26-bit halves
+_LOW_BITS = (1 << 26) - 1
+
+
+def _exact_terms(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Doubles whose exact sum is ``sum(values * counts)``: every value split into two halves
+    of at most 26 significant bits (and counts of 2**26 or more into two parts), so that
+    every product is exact."""
+    scaled = values * _SPLIT
+    high = scaled - (scaled - values)
+    low = values - high
+    if int(counts.max()) <= _LOW_BITS:
+        weight = counts.astype(float)
+        return np.concatenate((high * weight, low * weight))
+    counts_low = (counts & _LOW_BITS).astype(float)
+    counts_high = (counts - (counts & _LOW_BITS)).astype(float)
+    return np.concatenate((high * counts_low, low * counts_low,
+                           high * counts_high, low * counts_high))
+
+
+def exact_sum(values: np.ndarray, counts: np.ndarray) -> float:
+    """``sum(v * c)`` correctly rounded (``math.fsum`` over exact products)."""
+    values, counts = _checked(values, counts)
+    if not values.size:
+        return 0.0
+    return math.fsum(_exact_terms(values, counts).tolist())
+
+
+# -------------------------------------------------------------- token times
+def token_gaps(request: Request) -> np.ndarray:
+    """Gaps between the request's consecutive output tokens, in order."""
+    kept = request.kept_token_times()
+    if kept:
+        return np.diff(np.asarray(kept))
+    streaks = request.token_streaks
+    if not streaks:
+        return np.empty(0)
+    clock = np.asarray(request.token_clock)
+    return np.diff(np.concatenate([clock[streaks[k]:streaks[k + 1] + 1]
+                                   for k in range(0, len(streaks), 2)]))
+
+
+def pooled_gaps(requests: Iterable[Request]) -> list[Callable[[], tuple[np.ndarray, np.ndarray]]]:
+    """Every gap between consecutive output tokens of the finished requests, as pieces of a
+    multiset (``Distribution.of_chunks``): kept token times give their gaps one by one; a
+    lean run's requests give, per engine clock, how many of them produced tokens in each
+    pair of consecutive steps (a difference array over their runs), plus one gap per break."""
+    singles: list[array] = []
+    odd: list[float] = []
+    by_clock: dict[int, tuple[Any, array, array]] = {}  # typed arrays: a million requests
+    for r in requests:
+        if r.status is not RequestStatus.FINISHED:
+            continue
+        kept = r.kept_token_times()
+        if kept:
+            if len(kept) > 1:
+                singles.append(kept)
+            continue
+        if r.token_run_last < 0:
+            continue
+        entry = by_clock.get(id(r.token_clock))
+        if entry is None:
+            entry = by_clock[id(r.token_clock)] = (r.token_clock, array("q"), array("q"))
+        clock, firsts, lasts = entry
+        if r.token_runs_before:
+            runs = r.token_streaks
+            for k in range(0, len(runs), 2):
+                first, last = runs[k], runs[k + 1]
+                if last > first:
+                    firsts.append(first)
+                    lasts.append(last)
+                if k:
+                    odd.append(clock[first] - clock[runs[k - 1]])
+        elif r.token_run_last > r.token_run_first:
+            firsts.append(r.token_run_first)
+            lasts.append(r.token_run_last)
+    pieces: list[Callable[[], tuple[np.ndarray, np.ndarray]]] = []
+    if singles or odd:
+        values = np.empty(sum(len(t) - 1 for t in singles) + len(odd))
+        start = 0
+        for times in singles:  # each request's gaps, written in place
+            t = np.asarray(times)
+            np.subtract(t[1:], t[:-1], out=values[start:start + len(t) - 1])
+            start += len(t) - 1
+        values[start:] = odd
+        pieces.append(lambda: (values, np.ones(len(values), dtype=np.int64)))
+    for clock, firsts, lasts in by_clock.values():
+        pieces.append(partial(_clock_gaps, clock, firsts, lasts))
+    return pieces
+
+
+def _clock_gaps(clock: Any, firsts: array, lasts: array) -> tuple[np.ndarray, np.ndarray]:
+    """One engine's step gaps and how many runs of tokens span each."""
+    times = np.asarray(clock)
+    cover = np.zeros(len(times), dtype=np.int64)
+    np.add.at(cover, np.frombuffer(firsts, dtype=np.int64), 1)
+    np.add.at(cover, np.frombuffer(lasts, dtype=np.int64), -1)
+    return np.diff(times), np.cumsum(cover)[:-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +342,8 @@ class RequestTable:
     output_tokens: np.ndarray
 
     @classmethod
-    def of(cls, requests: list[Request]) -> RequestTable:
+    def of(cls, requests: list[Request], with_itl: bool = True) -> RequestTable:
+        """``with_itl=False`` leaves ``itl_p99_s`` NaN (it is only read by an ITL limit)."""
         n = len(requests)
         nan = float("nan")
         arrival = np.empty(n)
@@ -98,7 +354,7 @@ class RequestTable:
         for i, r in enumerate(requests):
             arrival[i] = r.arrival_s
             prompt[i] = r.num_prompt_tokens
-            m = request_metrics(r)
+            m = request_metrics(r, with_itl)
             if m.ttft_s is None:
                 continue
             finished[i] = True
@@ -123,7 +379,9 @@ class RequestTable:
 
 
 def itl_samples(requests: list[Request]) -> np.ndarray:
-    """Every gap between consecutive output tokens of the finished requests, pooled."""
-    gaps = [np.diff(r.token_times_s) for r in requests
-            if r.status is RequestStatus.FINISHED and len(r.token_times_s) > 1]
-    return np.concatenate(gaps) if gaps else np.empty(0)
+    """Every gap between consecutive output tokens of the finished requests, expanded (in no
+    particular order); :func:`pooled_gaps` gives the same sample in pieces."""
+    pieces = [piece() for piece in pooled_gaps(requests)]
+    if not pieces:
+        return np.empty(0)
+    return np.concatenate([np.repeat(v, c) for v, c in pieces])

@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING, Any
 from clustersim.cluster.spec import topology_label
 from clustersim.engine.request import RequestStatus
 from clustersim.metrics.goodput import SloVerdict, slo_verdict
-from clustersim.metrics.requests import Distribution, RequestTable, itl_samples
+from clustersim.metrics.requests import Distribution, RequestTable, pooled_gaps
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from clustersim.cluster.system import InstanceInfo
-    from clustersim.engine.instance import StepRecord
     from clustersim.engine.request import Request
+    from clustersim.engine.steplog import StepRecord, StepTotals
     from clustersim.scenario import SLO
     from clustersim.sim import RunResult
 
@@ -144,6 +146,7 @@ class RunSummary:
 
 
 def summarize_run(result: RunResult) -> RunSummary:
+    """The summary of a run, full or lean (``record_steps=False``): both give the same one."""
     scenario = result.scenario
     layout = scenario.layout
     busiest = sorted(result.link_utilization.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -152,6 +155,7 @@ def summarize_run(result: RunResult) -> RunSummary:
         result.steps,
         result.instances,
         scenario.slo,
+        totals=result.step_totals or None,
         scenario=scenario.name,
         seed=scenario.seed,
         model=scenario.model,
@@ -167,30 +171,33 @@ def summarize(
     steps: list[StepRecord],
     engines: list[InstanceInfo],
     slo: SLO | None = None,
+    *,
+    totals: Mapping[str, StepTotals] | None = None,
     **identity: Any,
 ) -> RunSummary:
     """The figures of a run's requests and engine trace; ``identity`` fills the scenario
-    fields (name, seed, model, layout, topology, link utilization)."""
-    table = RequestTable.of(requests)
+    fields (name, seed, model, layout, topology, link utilization).
+
+    The engine trace is read as per-instance :class:`StepTotals`: ``totals`` when the run
+    accumulated them, else summed from ``steps`` (the same numbers either way). Token gaps
+    are read from each request's kept token times or from its engine's step clock
+    (``metrics.requests.pooled_gaps``)."""
+    from clustersim.engine.steplog import StepTotals
+
+    with_itl = slo is not None and slo.itl_s is not None  # only an ITL limit reads it
+    table = RequestTable.of(requests, with_itl=with_itl)
     finished = table.finished
     rejected = Counter(r.reject_reason for r in requests if r.status is RequestStatus.REJECTED)
 
     first_arrival = float(table.arrival_s.min()) if len(table) else 0.0
     last_arrival = float(table.arrival_s.max()) if len(table) else 0.0
     last_finish = max((r.finish_s for r in requests if r.finish_s is not None), default=0.0)
+    if totals is None:
+        totals = StepTotals.of_records(steps)
     end_s = last_finish
-    per_instance: dict[str, list[float]] = {info.name: [0, 0.0, 0.0, 0, 0] for info in engines}
-    for s in steps:  # one pass: steps, busy time, KV block-seconds, peak blocks, preemptions
-        acc = per_instance[s.instance]
-        duration = s.end_s - s.start_s
-        acc[0] += 1
-        acc[1] += duration
-        acc[2] += s.kv_blocks_used * duration
-        if s.kv_blocks_used > acc[3]:
-            acc[3] = s.kv_blocks_used
-        acc[4] += s.num_preempted
-        if s.end_s > end_s:
-            end_s = s.end_s
+    for acc in totals.values():
+        if acc.last_end_s is not None and acc.last_end_s > end_s:
+            end_s = acc.last_end_s
     window = last_arrival - first_arrival
     if window <= 0:
         window = last_finish - first_arrival
@@ -200,6 +207,7 @@ def summarize(
         return amount / window if window > 0 else None
 
     handed_off = [r for r in requests if r.handoff_end_s is not None]
+    empty = StepTotals()
     return RunSummary(
         scenario=identity.get("scenario", ""),
         seed=identity.get("seed", 0),
@@ -221,12 +229,13 @@ def summarize(
         ),
         ttft_s=Distribution.of(table.defined("ttft_s")),
         tpot_s=Distribution.of(table.defined("tpot_s")),
-        itl_s=Distribution.of(itl_samples(requests)),
+        itl_s=Distribution.of_chunks(pooled_gaps(requests)),
         e2e_s=Distribution.of(table.defined("e2e_s")),
         num_preemptions=sum(r.num_preemptions for r in requests),
         num_preempted_requests=sum(1 for r in requests if r.num_preemptions),
         instances=tuple(
-            _instance_summary(info.name, per_instance[info.name], info.num_gpu_blocks - 1, span)
+            _instance_summary(info.name, totals.get(info.name, empty), info.num_gpu_blocks - 1,
+                              span)
             for info in engines
         ),
         handoff_s=(Distribution.of([r.handoff_end_s - r.handoff_start_s for r in handed_off])
@@ -238,16 +247,15 @@ def summarize(
     )
 
 
-def _instance_summary(name: str, acc: list[float], usable_blocks: int,
+def _instance_summary(name: str, acc: StepTotals, usable_blocks: int,
                       span_s: float) -> InstanceSummary:
-    num_steps, busy, kv_time, peak, preemptions = acc
     return InstanceSummary(
         name=name,
-        num_steps=int(num_steps),
-        busy_s=busy,
-        utilization=busy / span_s if span_s > 0 else None,
-        kv_usage_mean=kv_time / (span_s * usable_blocks) if span_s > 0 else None,
-        kv_usage_peak=peak / usable_blocks,
+        num_steps=acc.num_steps,
+        busy_s=acc.busy_s,
+        utilization=acc.busy_s / span_s if span_s > 0 else None,
+        kv_usage_mean=acc.kv_block_s / (span_s * usable_blocks) if span_s > 0 else None,
+        kv_usage_peak=acc.peak_kv_blocks / usable_blocks,
         usable_kv_blocks=usable_blocks,
-        num_preemptions=int(preemptions),
+        num_preemptions=acc.num_preemptions,
     )

@@ -1,0 +1,193 @@
+"""The simulation clock: a SimPy environment whose events can stand in for skipped ones.
+
+A coalesced run of decode steps (``engine.instance``) waits once for many step ends. For the
+run to be exactly the step-by-step loop, every other event must still be processed in the
+same order relative to the step ends it skipped, including events at the very same time.
+SimPy orders events by ``(time, priority, order scheduled)``; the loop schedules the end of
+step ``j`` while it processes the end of step ``j - 1``. So here:
+
+* every event's order key is ``(time scheduled, sequence)``: the same order as SimPy's own
+  counter, since the sequence grows with the clock;
+* a stand-in for the end of step ``j`` carries the key the loop's event would have had
+  (:class:`StepEndOrder`): scheduled at the end of step ``j - 1``, after every event scheduled
+  up to then, and, against another such key from the same moment, in the order of the two
+  steps before (back to the last moment the run was really processed, whose key is real);
+* a step end a run skips has no event at all, and counts as processed after every event at
+  its time. That is wrong only if an event is scheduled at exactly that time later on, or a
+  stand-in of another run already sits there; the clock then tells the run (``on_tie``), which
+  ends at that step and so gives it a stand-in of its own::
+
+      time ->     end 0     end 1     end 2 ... end K-1
+      loop        e0        e1        e2        eK-1        one event per step
+      coalesced   .         .         .         stand-in    one event per run
+      event X at exactly end 1:  the run stops at end 1 (a stand-in there), keys order it
+
+Everything else is plain SimPy.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from heapq import heappush
+from typing import Any, Protocol
+
+import simpy
+from simpy.core import NORMAL, URGENT
+
+
+class StepEndOrder:
+    """The order key of the end of step ``step`` of a run whose steps end at ``ends_s``, as
+    the step loop would have scheduled it: while processing the end of ``step - 1``. The end
+    of ``anchor_step`` (the first step after the run was last really processed) has the real
+    key ``anchor_order``."""
+
+    __slots__ = ("ends_s", "step", "anchor_step", "anchor_order")
+
+    def __init__(self, ends_s: list[float], step: int, anchor_step: int,
+                 anchor_order: tuple) -> None:
+        if step <= anchor_step:
+            raise ValueError("the anchor step's end has a real order key")
+        self.ends_s = ends_s
+        self.step = step
+        self.anchor_step = anchor_step
+        self.anchor_order = anchor_order
+
+    def _compare(self, other: Any) -> int:
+        """-1, 1: whether this key comes before or after ``other`` (never equal)."""
+        ends, step, anchor, real = self.ends_s, self.step, self.anchor_step, self.anchor_order
+        if isinstance(other, StepEndOrder):
+            o_ends, o_step, o_anchor, o_real = (other.ends_s, other.step, other.anchor_step,
+                                                other.anchor_order)
+        else:
+            o_ends, o_step, o_anchor, o_real = None, 0, 0, other
+        while True:
+            # each side: scheduled at ``when``, either a real key or "after all then"
+            mine_real = step == anchor
+            theirs_real = o_ends is None or o_step == o_anchor
+            if mine_real and theirs_real:
+                return -1 if real < o_real else 1
+            when = real[0] if mine_real else ends[step - 1]
+            o_when = o_real[0] if theirs_real else o_ends[o_step - 1]
+            if when != o_when:
+                return -1 if when < o_when else 1
+            if mine_real:
+                return -1  # a real event scheduled then precedes "after every event then"
+            if theirs_real:
+                return 1
+            step -= 1  # both scheduled while processing the step end before: compare those
+            o_step -= 1
+
+    def __lt__(self, other: Any) -> bool:
+        return self._compare(other) < 0
+
+    def __gt__(self, other: Any) -> bool:
+        return self._compare(other) > 0
+
+
+class Coalescer(Protocol):
+    """What the clock calls back: the owner of a run whose skipped step ends it watches."""
+
+    def on_tie(self, time_s: float) -> None:
+        """An event will sit at exactly ``time_s``: if that is a step end the run skips, the run
+        must end there."""
+
+    def watched_times(self) -> Iterable[float]:
+        """The step ends its run still skips."""
+
+
+class Clock(simpy.Environment):
+    """``simpy.Environment`` with order keys, stand-ins at exact times, and tie watching."""
+
+    def __init__(self, initial_time: float = 0) -> None:
+        super().__init__(initial_time)
+        self._watched: Counter[float] = Counter()
+        """Step ends that runs skip, with how many runs skip each (entries in the past are
+        harmless and purged now and then)."""
+        self._purge_at = 4096
+        self._coalescers: dict[Coalescer, None] = {}
+        self._stand_ins: dict[float, int] = {}
+        """Times of live stand-in events, with how many sit at each."""
+        self._num_reserved = 0
+        self._num_stand_ins = 0
+
+    # ---------------------------------------------------------------- events
+    def schedule(self, event: simpy.Event, priority: Any = NORMAL, delay: Any = 0) -> None:
+        now = self._now
+        at = now + delay
+        if at in self._watched:
+            self._tie(at)
+        heappush(self._queue, (at, priority, (now, next(self._eid)), event))
+
+    def order_now(self) -> tuple[float, int]:
+        """The order key of an event scheduled at this moment."""
+        self._num_reserved += 1
+        return (self._now, next(self._eid))
+
+    @property
+    def num_events(self) -> int:
+        """Events scheduled so far (stand-ins included)."""
+        return next(self._eid) - self._num_reserved + self._num_stand_ins
+
+    def schedule_stand_in(self, event: simpy.Event, at_s: float,
+                          order: tuple | StepEndOrder) -> None:
+        """Schedule ``event`` at exactly ``at_s`` with the given order key."""
+        if at_s < self._now:
+            raise ValueError(f"stand-in at {at_s} is in the past (now {self._now})")
+        if at_s in self._watched:
+            self._tie(at_s)
+        self._stand_ins[at_s] = self._stand_ins.get(at_s, 0) + 1
+        self._num_stand_ins += 1
+        heappush(self._queue, (at_s, NORMAL, order, event))
+
+    def stand_in_gone(self, at_s: float) -> None:
+        """A stand-in at ``at_s`` fired or no longer matters."""
+        left = self._stand_ins[at_s] - 1
+        if left:
+            self._stand_ins[at_s] = left
+        else:
+            del self._stand_ins[at_s]
+
+    def fire_now(self, event: simpy.Event) -> None:
+        """Trigger ``event`` so that it is the very next one processed (a process resumed
+        straight from the event being processed, as if it had waited on that one)."""
+        event._ok = True
+        event._value = None
+        heappush(self._queue, (self._now, URGENT, (self._now, next(self._eid)), event))
+
+    # --------------------------------------------------------------- watching
+    def watch(self, owner: Coalescer, times_s: list[float]) -> None:
+        """``owner`` skips the step ends ``times_s``; tell it when an event lands on one."""
+        self._coalescers[owner] = None
+        watched = self._watched
+        watched.update(times_s)
+        if len(watched) > self._purge_at:
+            self._purge()
+        if self._stand_ins and not self._stand_ins.keys().isdisjoint(times_s):
+            for at_s in sorted(self._stand_ins.keys() & set(times_s)):
+                owner.on_tie(at_s)  # a stand-in already there: the keys must order the two
+
+    def unwatch(self, times_s: Iterable[float]) -> None:
+        """Step ends no longer skipped (the run ends before them)."""
+        watched = self._watched
+        for at_s in times_s:
+            left = watched[at_s] - 1
+            if left > 0:
+                watched[at_s] = left
+            else:
+                del watched[at_s]
+
+    def release(self, owner: Coalescer) -> None:
+        """``owner``'s run is over (the step ends it skipped are all in the past)."""
+        del self._coalescers[owner]
+
+    def _tie(self, at_s: float) -> None:
+        for owner in list(self._coalescers):
+            owner.on_tie(at_s)
+
+    def _purge(self) -> None:
+        live: Counter[float] = Counter()
+        for owner in self._coalescers:
+            live.update(owner.watched_times())
+        self._watched = live
+        self._purge_at = 2 * len(live) + 4096

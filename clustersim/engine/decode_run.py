@@ -1,0 +1,215 @@
+"""Coalesced decode steps, the pure part: when the next steps repeat a batch, and their effects.
+
+After ``Scheduler.schedule()`` returns a plan in which every running request is scheduled and
+samples a token (decodes, and prompts whose last chunk runs now), every later step is the
+same batch decoding one token each, for as long as nothing can change it.
+:func:`plan_decode_run` proves that such a run has at least 2 steps (or returns None) and
+plans its first ones, :func:`extend_run` plans more on demand, :func:`advance_run` applies
+the effects of any prefix of its steps (what ``schedule()`` and ``update_from_output()``
+would have done for each) and :func:`finish_run_step` its last one. From step 1 on every
+running request is a member of the scheduler's :class:`DecodeSet` (those that sample in step
+0 join it then), so a step costs the same whatever the batch size.
+
+A run lasts while, for step ``m = 1, 2, ...`` (vllm_scheduler_spec.md section numbers):
+
+* no request finishes before its last step: ``max_tokens`` and ``max_model_len`` are known
+  (2, "Output semantics"); the run may end on the step where the first one finishes, and
+  nobody finishes in step 0;
+* every decode that crosses into a new block gets one (4.2): a request takes a block every
+  ``block_size`` steps, at a fixed phase, and the run stops before the step whose blocks the
+  free pool could not cover, so no allocation fails and nobody is preempted (3.3);
+* no waiting request can be admitted (3.4). What stopped admission in step 0 stops it at
+  every later step: seats do not change, the KV a waiting request needs only grows as decodes
+  take free blocks, and the token budget left after the decodes is the same as step 0's when
+  step 0 scheduled one token per request (otherwise a run is only taken if admission stopped
+  for a reason the budget does not enter). The one exception is a request with prefix hits
+  when the full-prompt reservation is off (its chunk can need fewer blocks after a hit block
+  is evicted): no run then;
+* no block is newly cached: a request that still has prompt hashes to register (hashes past
+  its prompt's full blocks) stops coalescing;
+* sync scheduling only (async schedules step N+1 before N's output: not coalesced here).
+
+Arrivals, finished KV pulls and freed producer blocks are not seen here: the instance ends
+the run at the step in progress when one happens (``engine.instance``).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import accumulate, cycle, islice
+
+from clustersim.engine.request import RequestStatus
+from clustersim.engine.scheduler import Scheduler, StepPlan
+
+BUDGET_FREE_STOPS = frozenset({"seats", "remote_kv"})
+"""Reasons admission stopped (``StepPlan.waiting_stopped_by``) that hold for a whole run."""
+BUDGET_STOPS = frozenset({"budget", "whole_prompt"})
+"""Reasons that hold for a whole run if its steps leave the same budget as step 0."""
+
+
+@dataclass(slots=True, eq=False)
+class DecodeRun:
+    """Steps ``0 .. num_steps - 1``: ``plan``, then the whole running batch decoding. More
+    steps are planned on demand (:func:`extend_run`) up to ``horizon``."""
+
+    plan: StepPlan
+    batch_size: int
+    """Requests decoding in each step from step 1 on (all running ones)."""
+    decode_kv_tokens: int
+    """Sum of their computed tokens after step 0's schedule: step ``m >= 1`` attends to
+    ``decode_kv_tokens + m x batch_size`` tokens."""
+    first_schedule: int
+    """The decode set's schedule count of step 1 (step ``m`` is ``first_schedule + m - 1``)."""
+    takers: list[int]
+    """Per phase ``p < block_size``: requests taking a new block at the schedules numbered
+    ``p (mod block_size)``."""
+    finish_step: int
+    """The first step in which a request finishes."""
+    horizon: int
+    """No step at or past this one is the same batch: ``finish_step + 1``, or earlier if the
+    free blocks would not cover that step's allocations."""
+    free_blocks: int
+    """Free blocks left after the planned steps' allocations."""
+    kv_blocks_used: list[int]
+    """Blocks in use after each planned step's schedule."""
+    num_scheduled: int = 1
+    """Steps whose schedule is applied (step 0's by ``schedule()``)."""
+    num_updated: int = 0
+    """Steps whose output is applied."""
+
+    @property
+    def num_steps(self) -> int:
+        """Steps planned so far."""
+        return len(self.kv_blocks_used)
+
+
+def plan_decode_run(scheduler: Scheduler, plan: StepPlan, num_steps: int) -> DecodeRun | None:
+    """The run that starts with ``plan`` (just scheduled), its first ``num_steps`` (>= 2)
+    steps planned, or fewer if it is shorter; None if the step after ``plan`` is not
+    provably its batch decoding."""
+    config = scheduler.config
+    members = scheduler.decoding
+    running = scheduler.running
+    batch_size = len(running)
+    if (members is None or plan.preempted or not batch_size
+            or plan.num_seqs != batch_size or plan.num_sampled != batch_size
+            or not _admission_stays_shut(scheduler, plan, batch_size)):
+        return None
+    # every running request is scheduled (each once) and samples: members stay, the others
+    # (listed in the plan) join the set after step 0 and all decode from step 1 on
+    kv = scheduler.kv
+    block_size = kv.block_size
+    first_schedule = members.num_scheduled
+    takers = list(members.phase_sizes)
+    finish_step = members.next_finish() - 1
+    decode_kv = members.sum_computed
+    max_model_len = config.max_model_len
+    req_to_blocks = kv.req_to_blocks
+    for request in running[len(members):]:
+        if kv.has_uncached_blocks(request):
+            return None
+        left = (min(request.max_tokens, max_model_len - request.num_prompt_tokens)
+                - request.num_output_tokens)
+        if left - 1 < finish_step:
+            finish_step = left - 1
+        computed = request.num_computed_tokens
+        decode_kv += computed
+        blocks = len(req_to_blocks[request.request_id])
+        takers[(first_schedule + blocks * block_size - computed) % block_size] += 1
+    if finish_step < 1:
+        return None  # somebody finishes in step 0
+    run = DecodeRun(plan, batch_size, decode_kv, first_schedule, takers, finish_step,
+                    finish_step + 1, kv.num_free_blocks, [plan.kv_blocks_used])
+    extend_run(run, num_steps - 1)
+    return run if run.num_steps >= 2 else None
+
+
+def extend_run(run: DecodeRun, num_steps: int) -> int:
+    """Plan up to ``num_steps`` more steps; how many were added (0: the run is complete)."""
+    used = run.kv_blocks_used
+    step = len(used)
+    count = min(run.horizon, step + num_steps) - step
+    if count <= 0:
+        return 0
+    takers = run.takers
+    block_size = len(takers)
+    start = (run.first_schedule - 1 + step) % block_size
+    needs = list(islice(cycle(takers[start:] + takers[:start]), count))
+    taken = list(accumulate(needs))
+    fits = bisect_right(taken, run.free_blocks)
+    if fits < count:
+        run.horizon = step + fits  # that step's allocation could fail: the run ends before it
+        del taken[fits:]
+    if taken:
+        run.free_blocks -= taken[-1]
+        blocks = used[-1]
+        used.extend([blocks + n for n in taken])
+    return len(taken)
+
+
+def shrink_run(run: DecodeRun, num_steps: int) -> None:
+    """Plan only the first ``num_steps`` steps (giving back the later ones' blocks)."""
+    used = run.kv_blocks_used
+    if len(used) > num_steps:
+        run.free_blocks += used[-1] - used[num_steps - 1]
+        del used[num_steps:]
+
+
+def _admission_stays_shut(scheduler: Scheduler, plan: StepPlan, batch_size: int) -> bool:
+    reason = plan.waiting_stopped_by
+    if reason is None or reason in BUDGET_FREE_STOPS:
+        return True  # None: nothing was left to admit (a pull in flight ends the run when done)
+    if reason in BUDGET_STOPS:
+        return plan.num_scheduled_tokens == batch_size  # later steps leave the same budget
+    if reason == "kv":  # a bigger budget only asks for more blocks
+        head = plan.waiting_head
+        return (scheduler.config.scheduler_reserve_full_isl or head is None
+                or head.num_computed_tokens > 0 or not scheduler.kv.shares_blocks(head))
+    return False
+
+
+def advance_run(scheduler: Scheduler, run: DecodeRun, num_scheduled: int, num_updated: int,
+                ends_s: Sequence[float]) -> None:
+    """Apply the schedules of steps ``run.num_scheduled .. num_scheduled - 1`` and the outputs
+    of steps ``run.num_updated .. num_updated - 1`` (ending at ``ends_s[m]``), as the step
+    loop would have. Step 0's output is ``update_from_output`` of its plan (the batch joins
+    the decode set then); the later steps are the set's, in bulk. No output here finishes a
+    request."""
+    members = scheduler.decoding
+    assert members is not None
+    if run.num_updated == 0 and (num_updated > 0 or num_scheduled > 1):
+        finished = scheduler.update_from_output(run.plan, ends_s[0])
+        assert not finished and len(members) == run.batch_size, "step 0 of a run"
+        run.num_updated = 1
+    if num_scheduled > run.num_scheduled:
+        members.schedule(num_scheduled - run.num_scheduled)
+        run.num_scheduled = num_scheduled
+    if num_updated > run.num_updated:
+        finished = members.update(ends_s[run.num_updated:num_updated])
+        assert not finished, "a run's steps before its last finish nobody"
+        run.num_updated = num_updated
+
+
+def finish_run_step(scheduler: Scheduler, run: DecodeRun, ends_s: Sequence[float]) -> list:
+    """Apply the output of the run's last reached step ``run.num_updated`` (>= 1; its
+    schedule is applied): what ``update_from_output`` would do. Returns the requests that
+    finish, in running order."""
+    step = run.num_updated
+    members = scheduler.decoding
+    assert members is not None and step >= 1 and run.num_scheduled == step + 1
+    finished = members.update(ends_s[step:step + 1])
+    run.num_updated = step + 1
+    if finished:
+        assert step == run.finish_step
+        kv = scheduler.kv
+        running = scheduler.running
+        now_s = ends_s[step]
+        for request in finished:  # in running order, as update_from_output frees them
+            members.leave(request)
+            request.status = RequestStatus.FINISHED
+            request.finish_s = now_s
+            kv.free(request)  # a run holds no KV producer: it would finish in step 0
+            running.remove(request)
+    return finished

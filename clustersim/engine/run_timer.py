@@ -1,0 +1,138 @@
+"""The waiting side of a coalesced run: when its steps end, and the one event that ends it.
+
+An engine (or a lockstep data-parallel group) that takes a run of steps in one wait hands the
+steps' durations to a :class:`RunTimer`. The timer holds the end time of every planned step,
+one stand-in event at the end of the last one (ordered as the step loop's own event would
+have been, ``engine.clock``), and grows the run a chunk at a time: when the stand-in fires
+and the run was not cut short, it asks its owner for more steps (``plan_more``) and waits
+again; otherwise it wakes the owner's process (``wake``), which applies the run.
+
+Anything that changes the engine from outside cuts the run at the step in progress
+(:meth:`settle`); an event landing exactly on a skipped step end cuts it there
+(:meth:`on_tie`).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable
+from itertools import accumulate
+
+import simpy
+
+from clustersim.engine.clock import Clock, StepEndOrder
+
+MAX_CHUNK_STEPS = 1024
+"""The most steps a run plans at once; each chunk is four times the one before."""
+
+
+class RunTimer:
+    """End times of a run's steps and the stand-in event at the end of its last one."""
+
+    __slots__ = ("clock", "plan_more", "start_s", "ends_s", "last", "anchor_step",
+                 "anchor_order", "timer", "wake", "truncated", "chunk")
+
+    def __init__(self, clock: Clock, start_s: float, durations: list[float], chunk: int,
+                 plan_more: Callable[[int, int], list[float]]) -> None:
+        """``durations``: of the steps planned first (at least 2); ``plan_more(first, n)``:
+        the durations of up to ``n`` more steps from step ``first`` (fewer or none: the run
+        is complete)."""
+        self.clock = clock
+        self.plan_more = plan_more
+        self.start_s = start_s
+        self.ends_s = list(accumulate(durations, initial=start_s))
+        del self.ends_s[0]  # each step ends at the previous end + its duration, as a timeout
+        self.last = len(self.ends_s) - 1
+        """The step the run ends with, unless it grows."""
+        self.anchor_step = 0
+        self.anchor_order = clock.order_now()
+        """The first step that had not ended at the last moment the run was processed (its
+        start, or a chunk's end), and the order key its end event would have had: the step
+        loop scheduled it at that moment."""
+        self.timer: simpy.Event | None = None
+        self.wake = simpy.Event(clock)
+        """Succeeds when the run is over (its last step ended)."""
+        self.truncated = False
+        self.chunk = 4 * chunk
+        self._set_timer()
+        clock.watch(self, self.ends_s[:-1])  # may end the run at once, at a tie
+
+    def start_of(self, step: int) -> float:
+        return self.start_s if step == 0 else self.ends_s[step - 1]
+
+    def step_in_progress(self, time_s: float) -> int:
+        """The step whose end is the first at or after ``time_s`` (an event at exactly a
+        skipped step end comes before it: see ``engine.clock``)."""
+        return bisect_left(self.ends_s, time_s, self.anchor_step, self.last)
+
+    def settle(self) -> int:
+        """Something changes the engine now: the run ends with the step in progress (no
+        more chunks), which is returned."""
+        step = self.step_in_progress(self.clock.now)
+        if step < self.last:
+            self._truncate(step)
+        self.truncated = True
+        return step
+
+    def release(self) -> None:
+        """The owner applied the run."""
+        self.clock.release(self)
+
+    # ------------------------------------------------- the clock's callbacks
+    def on_tie(self, time_s: float) -> None:
+        """The clock will hold an event at exactly ``time_s``: a skipped step end there gets
+        an event of its own (the run ends with that step), so the two keep their order."""
+        step = self.step_in_progress(time_s)
+        if step < self.last and self.ends_s[step] == time_s:
+            self._truncate(step)
+
+    def watched_times(self) -> list[float]:
+        """The step ends the run still skips."""
+        return self.ends_s[self.anchor_step:self.last]
+
+    # ---------------------------------------------------------------- events
+    def _set_timer(self) -> None:
+        last = self.last
+        order = (self.anchor_order if last == self.anchor_step
+                 else StepEndOrder(self.ends_s, last, self.anchor_step, self.anchor_order))
+        timer = self.timer = simpy.Event(self.clock)
+        timer._ok, timer._value = True, None
+        timer.callbacks.append(self._timer_fired)
+        self.clock.schedule_stand_in(timer, self.ends_s[last], order)
+
+    def _timer_fired(self, timer: simpy.Event) -> None:
+        if timer is not self.timer:
+            return  # the run was cut shorter; this stand-in counted as gone then
+        clock = self.clock
+        clock.stand_in_gone(self.ends_s[self.last])
+        self.timer = None
+        if not self.truncated and self._grow():
+            return
+        clock.fire_now(self.wake)
+
+    def _grow(self) -> bool:
+        """The run got to its planned end unchanged: plan and wait for its next chunk."""
+        first = self.last + 1
+        durations = self.plan_more(first, self.chunk)
+        if not durations:
+            return False
+        ends = self.ends_s
+        ends.extend(accumulate(durations, initial=ends[-1]))
+        del ends[first]  # the accumulation's start, the end of the step that just ended
+        self.last = len(ends) - 1
+        self.anchor_step = first
+        self.anchor_order = self.clock.order_now()
+        self.chunk = min(4 * self.chunk, MAX_CHUNK_STEPS)
+        self._set_timer()
+        self.clock.watch(self, ends[first:self.last])
+        return True
+
+    def _truncate(self, step: int) -> None:
+        """End the run with ``step`` (which has not ended yet)."""
+        assert self.anchor_step <= step < self.last
+        clock = self.clock
+        clock.stand_in_gone(self.ends_s[self.last])
+        clock.unwatch(self.ends_s[step:self.last])
+        self.last = step
+        self.truncated = True
+        self._set_timer()

@@ -1,0 +1,72 @@
+"""What one engine step runs: the scheduler's output, the cost model's and the engine's input."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from clustersim.cost.roofline import BatchShape
+from clustersim.engine.request import Request
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """What one engine step runs: vLLM's ``SchedulerOutput``, reduced to what we simulate."""
+
+    scheduled: list[tuple[Request, int]] = field(default_factory=list)
+    """(request, tokens) in scheduling order, after the ``num_bulk`` members of the decode
+    set, which are not listed."""
+    sampled: list[Request] = field(default_factory=list)
+    """Requests whose step ends with a sampled token (last prompt chunk or a decode), after
+    the ``num_bulk`` decode-set members."""
+    preempted: list[Request] = field(default_factory=list)
+    num_scheduled_tokens: int = 0
+    num_decode_tokens: int = 0
+    # Aggregates the cost model prices (see batch_shape()).
+    num_prefill_tokens: int = 0
+    prefill_attn_pairs: float = 0.0
+    prefill_kv_tokens: int = 0
+    decode_kv_tokens: int = 0
+
+    # Queue state right after scheduling, for the engine trace.
+    num_running: int = 0
+    num_waiting: int = 0
+    kv_blocks_used: int = 0
+    prefill_chunks: list[tuple[Request, int]] = field(default_factory=list)
+    """The scheduled entries that are prompt (or recompute) chunks, not decodes."""
+    kv_loads: list[tuple[Request, int]] = field(default_factory=list)
+    """(request, tokens to read): KV pulls this step's execute starts (decode side of P/D);
+    zero tokens only releases the producer's blocks."""
+    waiting_stopped_by: str | None = None
+    """Why admitting waiting requests stopped: None (nothing left to admit), "seats",
+    "budget", "whole_prompt" (chunked prefill off), "remote_kv" (a pull's blocks do not fit),
+    "kv" (the head's blocks do not fit; ``waiting_head``), "no_tokens", or "preempted" (no
+    admission in a step that preempted)."""
+    waiting_head: Request | None = None
+    """The request admission stopped at, for "kv"."""
+    num_bulk: int = 0
+    """Decode-set members (the first running requests) each decoding one token; they come
+    first in scheduling order and sample."""
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled and not self.num_bulk
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.scheduled) + self.num_bulk
+
+    @property
+    def num_sampled(self) -> int:
+        return len(self.sampled) + self.num_bulk
+
+    def batch_shape(self) -> BatchShape:
+        """What the cost model prices for this step."""
+        return BatchShape(
+            num_prefill_tokens=self.num_prefill_tokens,
+            prefill_attn_pairs=self.prefill_attn_pairs,
+            prefill_kv_tokens=self.prefill_kv_tokens,
+            num_decode_tokens=self.num_decode_tokens,
+            decode_kv_tokens=self.decode_kv_tokens,
+            num_sampled=self.num_sampled,
+            num_seqs=self.num_seqs,
+        )
