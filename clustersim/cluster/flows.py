@@ -33,6 +33,8 @@ from clustersim.cluster.topology import Topology
 Edge = Hashable
 """An edge as the pure core sees it: anything hashable (FlowNetwork uses small ints)."""
 
+RATE_CACHE_SIZE = 4096
+"""Configurations of active paths whose max-min rates a FluidState remembers."""
 DONE_BYTES = 1e-6
 """A sub-flow with at most this many bytes left is finished (float round-off, not data)."""
 
@@ -116,6 +118,9 @@ class FluidState:
         self.now_s = now_s
         self.active: dict[int, Drain] = {}
         """Key -> drain, in insertion (creation) order: the order every tie is broken in."""
+        self._rates: dict[tuple[tuple[Edge, ...], ...], list[float]] = {}
+        """max_min_rates by the active paths in order: a cluster's handoffs meet the same few
+        configurations again and again, and the rates depend on nothing else."""
 
     def advance(self, now_s: float) -> None:
         """Move every active sub-flow's bytes on by ``rate x elapsed``."""
@@ -133,7 +138,12 @@ class FluidState:
     def replan(self) -> float | None:
         """Recompute rates and due times; the delay to the earliest completion (None: idle)."""
         drains = list(self.active.values())
-        rates = max_min_rates([d.edges for d in drains], self.capacity)
+        paths = tuple(d.edges for d in drains)
+        rates = self._rates.get(paths)
+        if rates is None:
+            if len(self._rates) >= RATE_CACHE_SIZE:
+                self._rates.clear()
+            rates = self._rates[paths] = max_min_rates(paths, self.capacity)
         earliest = None
         for drain, rate in zip(drains, rates, strict=True):
             drain.rate = rate
@@ -221,12 +231,15 @@ class TransferRecord:
     start_s: float
     """When the first byte moved (request + the shortest sub-flow latency)."""
     end_s: float
-    ideal_s: float
-    """Duration alone on idle links (its own sub-flows still share what they both cross)."""
+    ideal_s: float | None
+    """Duration alone on idle links (its own sub-flows still share what they both cross);
+    None when the network was asked not to work it out (a lean run)."""
 
     @property
-    def queue_s(self) -> float:
+    def queue_s(self) -> float | None:
         """Time lost to other traffic."""
+        if self.ideal_s is None:
+            return None
         return self.end_s - self.requested_s - self.ideal_s
 
 
@@ -239,7 +252,7 @@ class _Transfer:
     num_bytes: int
     requested_s: float
     start_s: float
-    ideal_s: float
+    ideal_s: float | None
     event: simpy.Event
     num_pending: int
     sub_flows: dict[int, tuple[tuple[int, ...], int]] = field(default_factory=dict)
@@ -252,9 +265,13 @@ class FlowNetwork:
     re-plans and bumps a generation counter, so wake-ups planned before it are ignored.
     """
 
-    def __init__(self, env: simpy.Environment, topology: Topology) -> None:
+    def __init__(self, env: simpy.Environment, topology: Topology,
+                 ideal_times: bool = True) -> None:
+        """``ideal_times=False``: records carry no time alone on idle links (``ideal_s`` None),
+        which costs a fluid replay of every transfer's own sub-flows."""
         self.env = env
         self.topology = topology
+        self.ideal_times = ideal_times
         self.records: list[TransferRecord] = []
         """Finished transfers, in completion order."""
         # edges are numbered in graph order: ints hash fast in the max-min inner loop
@@ -292,7 +309,7 @@ class FlowNetwork:
             latency = path_latency_s + extra_latency_s
             latencies.append(latency)
             subs.append((now + latency, edges, size if edges else 0))
-        ends = drain_alone(subs, self._capacity)
+        ideal_s = (max(drain_alone(subs, self._capacity)) - now) if self.ideal_times else None
         transfer = _Transfer(
             tag=tag,
             src=tuple(src_gpus),
@@ -301,7 +318,7 @@ class FlowNetwork:
             num_bytes=num_bytes,
             requested_s=now,
             start_s=min(start for start, _, _ in subs),
-            ideal_s=max(ends) - now,
+            ideal_s=ideal_s,
             event=self.env.event(),
             num_pending=len(subs),
         )

@@ -255,7 +255,8 @@ class Cluster:
             return None
         from clustersim.cluster.flows import FlowNetwork
 
-        return FlowNetwork(self.env, self.topology)
+        # a lean run reports no transfer's time alone on idle links (transfers.csv does)
+        return FlowNetwork(self.env, self.topology, ideal_times=self.record_steps)
 
     def _build_pools(self) -> None:
         scenario = self.scenario

@@ -102,6 +102,11 @@ def load_spec(
     return parse_topology(_read_yaml(text, str(path)))
 
 
+_BUILT: dict[str, Topology] = {}
+"""Topologies built in this process, by their spec's JSON (see :meth:`Topology.built`)."""
+_BUILT_SIZE = 32
+
+
 # ------------------------------------------------------------------- views
 @dataclass(frozen=True)
 class LinkView:
@@ -147,12 +152,25 @@ class Topology:
         list of those (several node types on the one leaf)."""
         if isinstance(source, ReplicatedNode):
             template = load_spec(source.node, base_dir, where="topology.node")
-            return cls(replicate_node(template, source.count))
+            return cls.built(replicate_node(template, source.count))
         if isinstance(source, list):
             parts = [(load_spec(part.node, base_dir, where=f"topology[{i}].node"), part.count)
                      for i, part in enumerate(source)]
-            return cls(combine_nodes(parts))
-        return cls(load_spec(source, base_dir))
+            return cls.built(combine_nodes(parts))
+        return cls.built(load_spec(source, base_dir))
+
+    @classmethod
+    def built(cls, spec: TopologySpec) -> Topology:
+        """The topology of ``spec``, shared by every run in this process that has the same
+        spec: a planner's simulations rebuild one cluster's graph and paths hundreds of times,
+        and nothing a run does changes them (placement and paths are pure)."""
+        key = spec.model_dump_json()
+        topology = _BUILT.get(key)
+        if topology is None:
+            if len(_BUILT) >= _BUILT_SIZE:
+                _BUILT.pop(next(iter(_BUILT)))
+            topology = _BUILT[key] = cls(spec)
+        return topology
 
     @classmethod
     def from_data(cls, data: Any) -> Topology:

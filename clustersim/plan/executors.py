@@ -33,7 +33,7 @@ def run_job(scenario: Scenario) -> RunSummary | str:
     from clustersim.sim import run_scenario
 
     try:
-        return summarize_run(run_scenario(scenario))
+        return summarize_run(run_scenario(scenario, record_steps=False))
     except ClusterSimError as error:
         return str(error)
 

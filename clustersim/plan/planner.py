@@ -299,9 +299,10 @@ class Planner:
 
     def _measure(self, candidates: list[Candidate], screened: dict[str, Screened],
                  measured: dict[str, CandidateResult]) -> None:
-        """Goodput of each candidate for every seed, the bisections advancing in rounds (one
-        executor batch per round). The first seed starts at the screen's estimate; the others
-        start at its answer with a finer first step (``LOCAL_STEP``)."""
+        """Goodput of each candidate, the bisections advancing in rounds (one executor batch
+        per round). The first seed of every candidate starts at the screen's estimate; then the
+        contenders (see :meth:`_contenders`) get the other seeds, which start at the first
+        one's answer with a finer first step (``LOCAL_STEP``), for their interval."""
         settings = self.plan.search
         searches: dict[tuple[str, int], RateSearch] = {}
         errors: dict[str, str] = {}
@@ -312,10 +313,14 @@ class Planner:
             searches[c.id, 0] = RateSearch(start, settings.tolerance, settings.max_probes)
         by_id = {c.id: c for c in candidates}
         round_no = 0
+        seeded = False
         while True:
-            for c in candidates:  # the other seeds join once the first has its answer
-                first = searches[c.id, 0]
-                if (c.id, 1) not in searches and first.next_rate() is None and c.id not in errors:
+            if not seeded and all(searches[c.id, 0].next_rate() is None or c.id in errors
+                                  for c in candidates):
+                # every first seed has its answer: the contenders get the other seeds
+                seeded = True
+                for c in self._contenders(candidates, searches, errors, measured):
+                    first = searches[c.id, 0]
                     start = first.goodput or first.min_rate
                     for k in range(1, self.num_seeds):
                         searches[c.id, k] = RateSearch(
@@ -343,6 +348,25 @@ class Planner:
                 continue
             runs = [searches[c.id, k] for k in range(self.num_seeds) if (c.id, k) in searches]
             measured[c.id] = self._result(c, s, runs)
+
+    def _contenders(self, candidates: list[Candidate], searches: dict[tuple[str, int], RateSearch],
+                    errors: dict[str, str], measured: dict[str, CandidateResult]
+                    ) -> list[Candidate]:
+        """The candidates whose first-seed goodput ranks within ``search.contenders`` of their
+        layout kind, among these and those measured before, and the scenario's own layout: the
+        ones whose interval can change the answer. The others keep one traffic draw."""
+        keep = self.plan.search.contenders
+        first = {c.id: searches[c.id, 0].goodput for c in candidates if c.id not in errors}
+        pool = {**{r.id: (r.candidate, r.goodput.per_seed_per_s[0]) for r in measured.values()
+                   if r.goodput is not None},
+                **{c.id: (c, first[c.id]) for c in candidates if c.id in first}}
+        chosen: set[str] = set()
+        for layout in {c.layout for c, _ in pool.values()}:
+            ranked = sorted((v for v in pool.values() if v[0].layout == layout and v[1] > 0),
+                            key=lambda v: self._rank_key(v[0], v[1]))
+            chosen |= {c.id for c, _ in ranked[:keep]}
+        return [c for c in candidates if c.id in first and (c.id in chosen or c.baseline)
+                and first[c.id] > 0]
 
     def _result(self, c: Candidate, s: Screened, runs: list[RateSearch]) -> CandidateResult:
         values = [r.goodput for r in runs]

@@ -50,8 +50,12 @@ class SearchSettings(Strict):
         0.02, lt=1.0, description="Goodput bisection stops when (fail - pass) / pass <= this."
     )
     seeds: PositiveInt = Field(
-        3, le=32, description="Independent traffic draws per candidate; goodput is their mean "
+        3, le=32, description="Independent traffic draws per contender; goodput is their mean "
         "with a 95 % t-interval."
+    )
+    contenders: PositiveInt = Field(
+        3, le=64, description="The best candidates of each layout kind on their first traffic "
+        "draw (and the scenario's own layout) get every seed; the others keep one draw."
     )
     simulate_top: PositiveInt = Field(
         4, le=64, description="Best screened candidates of each layout kind that are simulated."
