@@ -222,8 +222,8 @@ def test_plan_cli_writes_the_plan_and_the_ledger(tmp_path):
     [
         ({"plan": None}, "plan: the scenario has no plan: section"),
         ({"plan": {"objective": "min_gpus"}}, "plan: Value error, min_gpus needs target_rate"),
-        ({"plan": {"gpu_budget": 2, "layouts": ["three_pool"]}},
-         "plan.layouts: three_pool layouts cannot be planned yet"),
+        ({"plan": {"gpu_budget": 2, "layouts": ["colocated", "colocated"]}},
+         "plan.layouts: Value error, layouts repeat"),
         ({"plan": {"gpu_budget": 2, "nodes": {"h100-sxm": "a100-8x"}}},
          "plan.nodes.h100-sxm: 'a100-8x' holds a100-80gb-sxm GPUs, not h100-sxm"),
         ({"plan": {"gpu_budget": 0}}, "plan.gpu_budget: Input should be greater than 0"),
@@ -245,3 +245,19 @@ def test_bad_plans_exit_2_with_one_line(tmp_path, change, message):
     assert code == 2, output
     assert output.strip().splitlines()[0].startswith(message.replace("Value error, ", ""))
     assert "Traceback" not in output
+
+
+def test_a_three_pool_plan_routes_each_class_to_its_pool():
+    data = scenario(engine={"max_model_len": 32768}, slo={"ttft_s": 3.0, "tpot_s": 0.05},
+                    plan={"gpu_budget": 3, "layouts": ["three_pool"]})
+    data["workload"] = {"kind": "poisson", "rate_per_s": 10, "num_requests": 200, "classes": [
+        {"name": "long_document_16k", "weight": 0.1},
+        {"name": "decode_baseline", "weight": 0.45},
+        {"name": "short_interactive", "weight": 0.45}]}
+    result = plan(data)
+    (c,) = result.candidates
+    assert c.candidate.label() == ("1P (h100-sxm TP1) + 1D (h100-sxm TP1) + "
+                                   "1 x h100-sxm TP1")
+    assert c.status == "simulated" and result.recommended is c
+    assert c.at_goodput.handoff_s is not None  # the long documents took the split
+    assert result.serve_commands[-1].endswith("behind a load-balancing router")

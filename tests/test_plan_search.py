@@ -148,3 +148,38 @@ def test_nodes_are_filled_first_fit_in_pool_order():
     assert nodes_needed(c, {"h100-sxm": template}) == {"h100-sxm": 2}
     c = family(2, 2).resized({"prefill": 2, "decode": 2})
     assert nodes_needed(c, {"h100-sxm": template}) == {"h100-sxm": 1}
+
+
+def test_a_three_pool_screen_splits_the_traffic_as_the_cluster_routes_it():
+    from clustersim.plan.estimate import Screen
+    from clustersim.scenario import parse_scenario
+
+    scenario = parse_scenario({
+        "name": "t", "model": "llama-3.1-8b", "gpu": "h100-sxm",
+        "workload": {"kind": "poisson", "rate_per_s": 1, "num_requests": 10,
+                     "prompt_tokens": 100, "output_tokens": 100},
+        "slo": {"ttft_s": 1.0},
+    })
+    prompts = np.array([4000, 4000, 256, 256, 256, 1500, 1500, 1500, 1500, 3000])
+    outputs = np.array([64, 64, 512, 512, 512, 128, 128, 128, 128, 1000])
+    dgx = NodeTemplate("dgx-h100", "dgx-h100", "h100-sxm", 8, True, 300e9, 42e9)
+    screen = Screen(scenario, load_model("llama-3.1-8b"), (prompts, outputs), 1.0,
+                    scenario.slo, {"h100-sxm": dgx}, 1.0)
+    classes = screen.classes()
+    # golden S6 with the cluster's thresholds (prompt > 2048, output > 256)
+    assert classes["prefill_heavy"].share == pytest.approx(0.2)
+    assert classes["decode_heavy"].share == pytest.approx(0.3)
+    assert classes["mixed"].share == pytest.approx(0.5)  # both short, or both long
+    assert classes["prefill_heavy"].stats.mean_prompt_tokens == 4000
+    three = Candidate("three_pool", (PoolChoice("prefill", "h100-sxm", 1, 1),
+                                     PoolChoice("decode", "h100-sxm", 1, 1),
+                                     PoolChoice("colocated", "h100-sxm", 1, 1)), None, True)
+    screened = screen(three)
+    assert screened.reason is None and screened.estimate_per_s > 0
+    loads = screen._loads(three)
+    assert loads["prefill"][0] == pytest.approx(0.2)
+    assert loads["decode"][0] == pytest.approx(0.5)  # the split's decodes and decode-heavy
+    assert loads["colocated"][0] == pytest.approx(0.5)
+    # the estimate is what the most loaded pool allows for the whole traffic
+    assert screened.estimate_per_s == pytest.approx(
+        min(rate / share for share, rate, _ in loads.values()))

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from clustersim.catalog import load_gpu
 from clustersim.catalog.specs import ModelSpec
 from clustersim.cost.roofline import CostModel
@@ -33,6 +35,14 @@ MAX_INSTANCES = 4096
 
 
 @dataclass(frozen=True)
+class TrafficClass:
+    """One class of a three-pool layout's traffic: its share of requests and its lengths."""
+
+    share: float
+    stats: TrafficStats
+
+
+@dataclass(frozen=True)
 class Screened:
     """A candidate as the screen sees it: its estimated goodput and what limits it."""
 
@@ -46,16 +56,20 @@ class Screened:
 class Screen:
     """Screens the candidates of one plan: one scenario's model, traffic and SLO."""
 
-    def __init__(self, scenario: Scenario, model: ModelSpec, traffic: TrafficStats, slo: SLO,
-                 templates: dict[str, NodeTemplate], base_rate_per_s: float) -> None:
+    def __init__(self, scenario: Scenario, model: ModelSpec, sample: tuple[np.ndarray, np.ndarray],
+                 arrival_cv: float, slo: SLO, templates: dict[str, NodeTemplate],
+                 base_rate_per_s: float) -> None:
+        """``sample``: (prompt, output) tokens of the scenario's requests."""
         self.scenario = scenario
         self.model = model
-        self.traffic = traffic
+        self.sample = sample
+        self.traffic = TrafficStats.of(*sample, arrival_cv)
         self.slo = slo
         self.templates = templates
         self.base_rate = base_rate_per_s
         self._engines: dict[tuple, Engine | str] = {}
         self._capacities: dict[tuple, Estimate] = {}
+        self._classes: dict[str, TrafficClass | None] | None = None
 
     def engine(self, gpu_id: str, tp: int, candidate: Candidate) -> Engine | str:
         """The pool's engine as the screen prices it, or why it cannot start."""
@@ -83,13 +97,14 @@ class Screen:
         self._engines[key] = result
         return result
 
-    def _capacity(self, kind: str, engine: Engine, servers: int = 1,
+    def _capacity(self, kind: str, engine: Engine, traffic: TrafficStats, servers: int = 1,
                   extra: tuple = ()) -> Estimate:
-        """Requests/s per instance of a pool of ``servers`` instances behind one router."""
-        key = (kind, id(engine), servers, *extra)
+        """Requests/s per instance of a pool of ``servers`` instances behind one router, for
+        ``traffic`` (the whole scenario's, or one class of it in a three-pool layout)."""
+        key = (kind, id(engine), id(traffic), servers, *extra)
         if key not in self._capacities:
             q = self.slo.attainment_target if self.slo.criterion != "mean" else 0.5
-            traffic, slo = self.traffic, self.slo
+            slo = self.slo
             if kind == "colocated":
                 state = lambda lam: colocated_state(  # noqa: E731
                     engine, traffic, slo, q, lam, servers)
@@ -103,34 +118,96 @@ class Screen:
         return self._capacities[key]
 
     def __call__(self, candidate: Candidate) -> Screened:
-        engines = {}
         for pool in candidate.pools:
             engine = self.engine(pool.gpu, pool.tensor_parallel_size, candidate)
             if isinstance(engine, str):
                 return Screened(candidate, 0.0, None, engine)
-            engines[pool.role] = engine
         if not candidate.baseline:
             try:
                 fleet_for(candidate, self.templates)
             except ClusterSimError as error:
                 return Screened(candidate, 0.0, None, error.message)
-        if candidate.layout == "colocated":
-            pool = candidate.pool("colocated")
-            est = self._capacity("colocated", engines["colocated"], pool.instances)
-            return Screened(candidate, pool.instances * est.rate_per_s, est.binding, None)
-        if candidate.layout == "disaggregated":
-            prefill, decode = candidate.pool("prefill"), candidate.pool("decode")
-            d = self._capacity("decode", engines["decode"])
-            handoff_s = self._handoff_estimate_s(candidate)
-            p = self._capacity("prefill", engines["prefill"], prefill.instances,
-                               (handoff_s, d.step_s))
-            p_rate, d_rate = prefill.instances * p.rate_per_s, decode.instances * d.rate_per_s
-            binding = f"prefill {p.binding}" if p_rate <= d_rate else f"decode {d.binding}"
-            return Screened(candidate, min(p_rate, d_rate), binding, None)
-        return Screened(candidate, 0.0, None, "three_pool candidates are not screened yet: "
-                         "plan colocated and disaggregated layouts")
+        loads = self._loads(candidate)
+        limits = {role: pool_rate * candidate.pool(role).instances / share
+                  for role, (share, pool_rate, _) in loads.items() if share > 0}
+        role = min(limits, key=lambda r: (limits[r], r))
+        binding = loads[role][2]
+        if candidate.layout != "colocated":
+            binding = f"{role} {binding}"
+        return Screened(candidate, limits[role], binding, None)
 
-    def _handoff_estimate_s(self, candidate: Candidate) -> float:
+    def _loads(self, candidate: Candidate) -> dict[str, tuple[float, float, str]]:
+        """Per pool: (the share of the traffic it carries, requests/s one of its instances
+        sustains, the limit that stops it). A disaggregated request passes both pools; a
+        three-pool layout routes each class to its path (golden S6, as the cluster does)."""
+        engine = {p.role: self.engine(p.gpu, p.tensor_parallel_size, candidate)
+                  for p in candidate.pools}
+        size = {p.role: p.instances for p in candidate.pools}
+        if candidate.layout == "colocated":
+            est = self._capacity("colocated", engine["colocated"], self.traffic,
+                                 size["colocated"])
+            return {"colocated": (1.0, est.rate_per_s, est.binding)}
+        if candidate.layout == "disaggregated":
+            d = self._capacity("decode", engine["decode"], self.traffic)
+            p = self._capacity("prefill", engine["prefill"], self.traffic, size["prefill"],
+                               (self._handoff_estimate_s(candidate, self.traffic), d.step_s))
+            return {"prefill": (1.0, p.rate_per_s, p.binding),
+                    "decode": (1.0, d.rate_per_s, d.binding)}
+        classes = self.classes()
+        share = {name: t.share if t is not None else 0.0 for name, t in classes.items()}
+        loads: dict[str, tuple[float, float, str]] = {}
+        split, direct, shared = (classes[k] for k in ("prefill_heavy", "decode_heavy",
+                                                      "mixed"))
+        if split is not None:  # prefill-heavy: prefill pool, then the decode pool decodes
+            d = self._capacity("decode", engine["decode"], split.stats)
+            p = self._capacity("prefill", engine["prefill"], split.stats, size["prefill"],
+                               (self._handoff_estimate_s(candidate, split.stats), d.step_s))
+            loads["prefill"] = (share["prefill_heavy"], p.rate_per_s, p.binding)
+        else:
+            loads["prefill"] = (0.0, math.inf, "idle")
+        # the decode pool decodes the split requests and serves the decode-heavy ones whole:
+        # instance time adds up, so its capacity for the mix is the share-weighted harmonic one
+        parts = []
+        if split is not None:
+            parts.append((share["prefill_heavy"], d))
+        if direct is not None:
+            parts.append((share["decode_heavy"], self._capacity(
+                "colocated", engine["decode"], direct.stats, size["decode"])))
+        carried = sum(w for w, _ in parts)
+        if carried > 0:
+            time_per_request = sum(w / carried / est.rate_per_s if est.rate_per_s > 0
+                                   else math.inf for w, est in parts)
+            worst = min(parts, key=lambda part: part[1].rate_per_s)[1]
+            loads["decode"] = (carried, 1 / time_per_request, worst.binding)
+        else:
+            loads["decode"] = (0.0, math.inf, "idle")
+        if shared is not None:
+            c = self._capacity("colocated", engine["colocated"], shared.stats,
+                               size["colocated"])
+            loads["colocated"] = (share["mixed"], c.rate_per_s, c.binding)
+        else:
+            loads["colocated"] = (0.0, math.inf, "idle")
+        return loads
+
+    def classes(self) -> dict[str, TrafficClass | None]:
+        """The traffic split the way a three-pool layout routes it (None: an empty class)."""
+        if self._classes is None:
+            layout = self.scenario.layout
+            long_prompt = layout.long_prompt_tokens if layout is not None else 2048
+            long_output = layout.long_output_tokens if layout is not None else 256
+            prompts, outputs = self.sample
+            is_long_prompt, is_long_output = prompts > long_prompt, outputs > long_output
+            masks = {"prefill_heavy": is_long_prompt & ~is_long_output,
+                     "decode_heavy": is_long_output & ~is_long_prompt}
+            masks["mixed"] = ~(masks["prefill_heavy"] | masks["decode_heavy"])
+            self._classes = {
+                name: TrafficClass(float(mask.mean()), TrafficStats.of(
+                    prompts[mask], outputs[mask], self.traffic.arrival_cv)) if mask.any()
+                else None
+                for name, mask in masks.items()}
+        return self._classes
+
+    def _handoff_estimate_s(self, candidate: Candidate, traffic: TrafficStats) -> float:
         """The median prompt's KV over the link prefill and decode share: one node's fabric
         when the whole candidate fits one node of its type, else the NIC."""
         decode = candidate.pool("decode")
@@ -142,44 +219,31 @@ class Screen:
         bandwidth = template.intra_bytes_per_s if one_node else template.inter_bytes_per_s
         if not bandwidth:
             return math.inf
-        tokens = self.traffic.prompt_at(0.5)
+        tokens = traffic.prompt_at(0.5)
         return tokens * self.model.kv_bytes_per_token(1) / bandwidth
 
     def sized_for(self, family: Candidate, target_per_s: float) -> Candidate:
         """The family at the smallest size the screen expects to reach ``target_per_s`` (each
-        pool sized on its own; a pool's queue shares its instances); the family itself when it
-        cannot run."""
+        pool sized on its own for the share of the traffic it carries; a pool's queue shares
+        its instances); the family itself when it cannot run."""
         if self(family).reason is not None:
             return family
         return family.resized({p.role: self._instances_for(family, p.role, target_per_s)
                                for p in family.pools})
 
     def _instances_for(self, family: Candidate, role: str, target: float) -> int:
-        """Fewest instances of the pool whose screened capacity reaches ``target`` (req/s)."""
-        def total(n: int) -> float:
-            return n * self._pool_rate(family.resized({role: n}), role)
+        """Fewest instances of the pool whose screened capacity carries its share of
+        ``target`` (req/s)."""
+        def carried(n: int) -> tuple[float, float]:
+            share, rate, _ = self._loads(family.resized({role: n}))[role]
+            return share, n * rate
 
-        per = self._pool_rate(family, role)
+        share, per = carried(1)
+        if share <= 0:
+            return 1
         if per <= 0:
             return 1
-        n = min(MAX_INSTANCES, max(1, math.ceil(target / per)))
-        while n > 1 and total(n - 1) >= target:  # pooled queues need fewer than n x one
+        n = min(MAX_INSTANCES, max(1, math.ceil(share * target / per)))
+        while n > 1 and carried(n - 1)[1] >= share * target:  # pooled queues need fewer
             n -= 1
         return n
-
-    def _pool_rate(self, candidate: Candidate, role: str) -> float:
-        """Requests/s one instance of the candidate's pool sustains (the screen's)."""
-        pool = candidate.pool(role)
-        engine = self.engine(pool.gpu, pool.tensor_parallel_size, candidate)
-        if isinstance(engine, str):
-            return 0.0
-        if role == "colocated":
-            return self._capacity("colocated", engine, pool.instances).rate_per_s
-        if role == "decode":
-            return self._capacity("decode", engine).rate_per_s
-        decode = candidate.pool("decode")
-        d_engine = self.engine(decode.gpu, decode.tensor_parallel_size, candidate)
-        first = 0.0 if isinstance(d_engine, str) else self._capacity("decode", d_engine).step_s
-        return self._capacity("prefill", engine, pool.instances,
-                              (self._handoff_estimate_s(candidate), first)).rate_per_s
-

@@ -31,9 +31,6 @@ from clustersim.plan.estimate import Screen, Screened
 from clustersim.plan.executors import Executor
 from clustersim.plan.fleet import NodeTemplate, fleet_for, node_templates
 from clustersim.plan.result import CandidateResult, Goodput, PlanResult, Probe, SplitVerdict
-from clustersim.plan.screen import (
-    TrafficStats,
-)
 from clustersim.plan.space import Candidate, baseline, families, fill_budget, variant
 from clustersim.plan.spec import PlanSpec
 from clustersim.scenario import SLO, Scenario
@@ -75,7 +72,6 @@ class Planner:
         self.model: ModelSpec = load_model(scenario.model, path="model")
         self.base_rate = offered_rate(workload, base_dir=base_dir,
                                       block_size=scenario.engine.block_size)
-        self.traffic = self._traffic_stats()
         self.templates: dict[str, NodeTemplate] = node_templates(self.scenario, self.plan)
         self.prices = self._prices()
         if self.plan.objective == "min_cost":
@@ -86,20 +82,24 @@ class Planner:
                     f"min_cost needs a price for every GPU it may use; none for "
                     f"{', '.join(missing)} (defaults exist for {', '.join(default_prices())})")
         self.num_seeds = self.plan.search.seeds if self._traffic_is_random() else 1
-        self.screen = Screen(self.scenario, self.model, self.traffic, self.slo, self.templates,
-                             self.base_rate)
+        prompts, outputs, arrival_cv = self._traffic_sample()
+        self.screen = Screen(self.scenario, self.model, (prompts, outputs), arrival_cv,
+                             self.slo, self.templates, self.base_rate)
+        self.traffic = self.screen.traffic
         self.num_simulations = 0
         self.num_simulated_requests = 0
 
     # ------------------------------------------------------------- inputs
-    def _traffic_stats(self) -> TrafficStats:
+    def _traffic_sample(self) -> tuple[np.ndarray, np.ndarray, float]:
+        """The scenario's own requests, as the screen reads them: prompt and output tokens,
+        and the burstiness of their arrivals."""
         scenario = self.scenario
         requests = build_requests(scenario.workload, np.random.default_rng(scenario.seed),
                                   block_size=scenario.engine.block_size,
                                   base_dir=scenario.base_dir)
         prompts = np.array([r.num_prompt_tokens for r in requests])
         outputs = np.array([r.max_tokens for r in requests])
-        return TrafficStats.of(prompts, outputs, _arrival_cv(scenario, requests))
+        return prompts, outputs, _arrival_cv(scenario, requests)
 
     def _traffic_is_random(self) -> bool:
         """Whether seeds change the traffic: a trace replay or a list of requests arrives the
@@ -230,18 +230,24 @@ class Planner:
                 if self.plan.objective != "max_goodput_per_gpu":
                     out += [c.resized({"colocated": counts["colocated"] + d}) for d in (-1, 1)]
                 continue
-            p, d = c.pool("prefill"), c.pool("decode")
-            moves = [(1, 0), (-1, 0), (0, 1), (0, -1)]
-            for dp, dd in moves:
-                x, y = counts["prefill"] + dp, counts["decode"] + dd
-                if self.plan.objective == "max_goodput_per_gpu" and budget is not None:
-                    # keep filling the budget: the other pool takes what is left
-                    if dp:
-                        y = (budget - x * p.tensor_parallel_size) // d.tensor_parallel_size
-                    else:
-                        x = (budget - y * d.tensor_parallel_size) // p.tensor_parallel_size
-                if x >= 1 and y >= 1:
-                    out.append(c.resized({"prefill": x, "decode": y}))
+            if self.plan.objective != "max_goodput_per_gpu" or budget is None:
+                out += [c.resized({role: counts[role] + step})
+                        for role in counts for step in (-1, 1)]
+                continue
+            # keep filling the budget: one instance more in a pool, the GPUs it takes out of
+            # another (the neighbouring P:D ratios of a split; of each pair in a three-pool)
+            tps = {p.role: p.tensor_parallel_size for p in c.pools}
+            for grow in counts:
+                for shrink in counts:
+                    if grow == shrink:
+                        continue
+                    moved = dict(counts)
+                    moved[grow] += 1
+                    moved[shrink] -= math.ceil(tps[grow] / tps[shrink])
+                    spare = budget - sum(moved[r] * tps[r] for r in moved)
+                    moved[shrink] += max(0, spare) // tps[shrink]  # refill what is left over
+                    if min(moved.values()) >= 1:
+                        out.append(c.resized(moved))
         return out
 
     def _best(self, results: list[CandidateResult]) -> CandidateResult | None:

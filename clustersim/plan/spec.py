@@ -22,7 +22,6 @@ from pydantic import (
 from clustersim.validation import Strict
 
 LayoutKind = Literal["colocated", "disaggregated", "three_pool"]
-"""three_pool is named so that asking for it gets a clear answer; it is not planned yet."""
 Objective = Literal["max_goodput_per_gpu", "min_gpus", "min_cost"]
 
 
@@ -97,7 +96,10 @@ class PlanSpec(Strict):
     )
     layouts: list[LayoutKind] = Field(
         ["colocated", "disaggregated"], min_length=1,
-        description="Layout kinds to consider (three_pool only for traffic with classes).",
+        description="Layout kinds to consider. three_pool (golden S6): prefill-heavy requests "
+        "take a prefill -> decode split, decode-heavy ones a decode pool, the rest a colocated "
+        "pool, split by the layout's long_prompt_tokens / long_output_tokens (a scenario "
+        "layout sets them, else 2048 / 256).",
     )
     colocated: PoolChoices = Field(default_factory=PoolChoices,
                                    description="Choices for colocated pools.")
@@ -142,7 +144,4 @@ class PlanSpec(Strict):
     def _plannable(cls, layouts: list[str]) -> list[str]:
         if len(set(layouts)) != len(layouts):
             raise ValueError(f"layouts repeat: {layouts}")
-        if "three_pool" in layouts:
-            raise ValueError("three_pool layouts cannot be planned yet (simulate them with "
-                             "`clustersim simulate`); plan colocated and disaggregated")
         return layouts
