@@ -70,6 +70,7 @@ def test_shipped_profile_is_what_calibrate_writes():
 
 def test_shipped_data_carries_licenses():
     for folder in ("fit/vidur", "fit/rtx4090", "fit/rtx-pro-6000", "fit/distserve",
+                   "fit/aiconfigurator",
                    "validation/splitwise",
                    "validation/llmservingsim"):
         assert list((FIT_DIR.parent / folder).glob("LICENSE*")), folder
@@ -108,7 +109,7 @@ def test_calibrated_values_are_plausible():
         assert 0.45 <= p["memory_efficiency"] <= 0.95
         assert p["allreduce_latency_s"] < 1e-4
         assert p["provenance"]["sources"]
-    assert profiles["l40s"]["provenance"] == {"transferred_from": "rtx4090"}
+    assert profiles["l40s"]["provenance"]["transferred_from"] == "rtx4090"
     # the RTX PRO 6000 has its own GEMM, attention and PCIe all-reduce fit
     pro = profiles["rtx-pro-6000-server"]
     assert pro["provenance"]["sources"] == ["rtx-pro-6000/dense.csv",
@@ -121,7 +122,8 @@ def test_calibrated_values_are_plausible():
     assert pro["provenance"]["attention"]["num_rows"] >= 50
     # the Workstation Edition borrows it, all-reduce fit included (the same PCIe Gen5 x16 link)
     work = profiles["rtx-pro-6000"]
-    assert work["provenance"] == {"transferred_from": "rtx-pro-6000-server"}
+    assert work["provenance"] == {"transferred_from": "rtx-pro-6000-server",
+                                  "fp8_transferred_from": "l40s"}
     assert work["allreduce_latency_s"] == pro["allreduce_latency_s"]
     assert "allreduce_latency_s" not in profiles["l40s"]
 

@@ -28,6 +28,7 @@ GPU_IDS = [
 # Published (or reference-computed) parameter counts, in billions.
 PUBLISHED_PARAMS_B = {
     "qwen2.5-7b-instruct": 7.616,
+    "qwen2.5-7b-instruct-awq": 7.616,  # the same model, stored 4-bit
     "llama-3.1-8b": 8.030,
     "llama-3.1-70b": 70.554,
     "llama-2-7b": 6.738,

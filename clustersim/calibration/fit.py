@@ -17,11 +17,22 @@ What is fitted, and on what (all kernel-level measurements, no end-to-end servin
   ``t = alpha + 2(n-1)/n x bytes / busbw``, least squares per worker count. Where the samples
   also hold all-gathers and reduce-scatters (the RTX PRO 6000's), those get their own latency
   and bus bandwidth (data-parallel MoE layers and the TP logits gather use them).
+- ``fp8_gemm`` (the FP8 W8A8 GEMM's ``eff_c``, ``eff_m``, ``t_half`` at the FP8 peak): NVIDIA
+  aiconfigurator's measured vLLM 0.24 FP8 GEMMs (per-tensor scales, CUTLASS scaled_mm with
+  dynamic per-token activation quantization) on H100 SXM and L40S, the same saturating
+  roofline and grid search, weights at one byte, activations read as FP8 and written 16-bit,
+  on shapes at least ``FP8_MIN_WIDTH`` wide (1024-wide ones run FP8 slower than BF16 at every
+  M there: a fixed cost the roofline cannot hold). The same table's BF16 rows get the same
+  fit for reference only (provenance ``bf16_same_table``: the FP8/BF16 ratio on like-for-like
+  data); the shipped 16-bit efficiencies stay Vidur's. The table's block-scaled FP8 rows are
+  not fitted (a ~60 us floor at M <= 16 the roofline fits with rms log error 0.79): block
+  checkpoints are priced with the per-tensor fit.
 - Per-step, per-layer and per-request CPU overhead: not in any kernel profile. They stay the
   BLIS fit on H100 vLLM traces (126 us/step, 32.1 us/layer, 4.4 us/request; public, see
   hardware_and_roofline.md section 3.5), recorded as such in the provenance.
 
-GPUs without measurements take the fit of the nearest measured GPU (``TRANSFERS``); the
+GPUs without measurements take the fit of the nearest measured GPU (``TRANSFERS``, and
+``FP8_TRANSFERS`` for the FP8 fits: the RTX 4090 borrows the L40S's, the other Ada card); the
 profile says so. DistServe's fitted vLLM step model is a cross-check only (``distserve_check``).
 """
 
@@ -71,6 +82,23 @@ TRANSFERS = {
     "rtx-pro-6000": "rtx-pro-6000-server",
 }
 """GPU -> the measured GPU whose efficiencies it borrows (same vendor generation or class)."""
+FP8_TABLES = {"h100-sxm": "gemm_h100_sxm.csv", "l40s": "gemm_l40s.csv"}
+"""GPUs with measured FP8 GEMMs -> their aiconfigurator table under ``fit/aiconfigurator``."""
+FP8_TRANSFERS = {
+    "h100-pcie": "h100-sxm",
+    "h200": "h100-sxm",
+    "b200": "h100-sxm",
+    "rtx4090": "l40s",
+    "rtx-pro-6000-server": "l40s",
+    "rtx-pro-6000": "l40s",
+}
+"""GPU with FP8 tensor cores -> the measured GPU whose FP8 fit it borrows (Hopper from the
+H100 SXM; the GDDR cards from the L40S, the RTX 4090 sharing its Ada sm_89)."""
+_FP8_BYTES = 1
+_FP8_HALVES = (0.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0)
+FP8_MIN_WIDTH = 2048
+"""Narrowest n and k of the aiconfigurator rows the FP8 fit reads."""
+_AIC_FP8_KERNEL = "CutlassFP8ScaledMMLinearKernel"
 _MIN_ATTN_CHUNK = 256
 _LINK_FIELDS = ("link_efficiency", "allreduce_latency_s", "allgather_latency_s",
                 "allgather_link_efficiency", "reduce_scatter_latency_s",
@@ -90,8 +118,11 @@ class GemmRows:
     time_s: np.ndarray
 
 
-def fit_gemm(rows: GemmRows, peak_flops: float, bytes_per_s: float) -> dict[str, float]:
-    """Grid-search ``(eff_c, eff_m, t_half)`` minimising the squared log error of the roofline."""
+def fit_gemm(rows: GemmRows, peak_flops: float, bytes_per_s: float,
+             halves: tuple[float, ...] = (0.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0),
+             ) -> dict[str, float]:
+    """Grid-search ``(eff_c, eff_m, t_half)`` minimising the squared log error of the roofline
+    over ``halves`` (the FP8 tables saturate later than the 16-bit ones: a longer grid)."""
     best = (np.inf, 0.0, 0.0, 0.0)
     effs = np.linspace(0.30, 1.0, 71)
     # log-spaced token counts only (1, 2, 3, 4, 6, 8, 12, ...): every regime, few rows
@@ -99,7 +130,7 @@ def fit_gemm(rows: GemmRows, peak_flops: float, bytes_per_s: float) -> dict[str,
     rows = GemmRows(*(getattr(rows, f)[keep] for f in GemmRows.__annotations__))
     log_t = np.log(rows.time_s)
     mem = rows.bytes / bytes_per_s  # at eff_m = 1
-    for half in (0.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0):
+    for half in halves:
         comp = (rows.tokens + half) * rows.flops_per_token / peak_flops  # at eff_c = 1
         # pred[i, j, row] = max(comp / eff_c[i], mem / eff_m[j])
         pred = np.maximum(comp[None, None, :] / effs[:, None, None],
@@ -268,7 +299,68 @@ def calibrate(read: Reader = pd.read_csv) -> dict[str, dict]:
 
     profiles["rtx4090"] = _calibrate_rtx4090(read)
     profiles["rtx-pro-6000-server"] = _calibrate_rtx_pro_6000(read)
-    return _assemble(profiles)
+    return _with_fp8(_assemble(profiles), {gpu_id: calibrate_fp8(gpu_id, read)
+                                           for gpu_id in FP8_TABLES})
+
+
+def _aic_gemm_rows(frame: pd.DataFrame, dtype: str) -> GemmRows:
+    """One aiconfigurator GEMM dtype's rows; 16-bit rows read and write 2 bytes per element,
+    FP8 rows read one-byte weights and activations and write 16-bit outputs."""
+    sub = frame[frame.gemm_dtype == dtype]
+    m, n, k = (sub[c].to_numpy(dtype=float) for c in ("m", "n", "k"))
+    if dtype == "bfloat16":
+        return _gemm_rows(m, k, n, sub.latency.to_numpy() * 1e-3)
+    return GemmRows(tokens=m, flops_per_token=2.0 * k * n,
+                    bytes=k * n * _FP8_BYTES + m * (k * _FP8_BYTES + n * _BF16_BYTES),
+                    time_s=sub.latency.to_numpy() * 1e-3)
+
+
+def calibrate_fp8(gpu_id: str, read: Reader = pd.read_csv) -> dict:
+    """The FP8 GEMM fit of a GPU aiconfigurator measured, and the same table's BF16 rows fitted
+    alike for reference."""
+    gpu = load_gpu(gpu_id, profile="default")
+    assert gpu.fp8_dense_tflops is not None
+    path = FIT_DIR / "aiconfigurator" / FP8_TABLES[gpu_id]
+    frame = read(path)
+    frame = frame[(frame.n >= FP8_MIN_WIDTH) & (frame.k >= FP8_MIN_WIDTH)]
+    fp8 = fit_gemm(_aic_gemm_rows(frame, "fp8"), gpu.fp8_dense_tflops * 1e12,
+                   gpu.mem_bytes_per_s, _FP8_HALVES)
+    bf16 = fit_gemm(_aic_gemm_rows(frame, "bfloat16"), gpu.peak_flops, gpu.mem_bytes_per_s,
+                    _FP8_HALVES)
+    return {"fp8_gemm": {**fp8, "kernel": _AIC_FP8_KERNEL, "min_width": FP8_MIN_WIDTH},
+            "bf16_same_table": bf16, "sources": [path]}
+
+
+def _with_fp8(out: dict[str, dict], fits: dict[str, dict]) -> dict[str, dict]:
+    """Profiles with the FP8 GEMM fits of the measured GPUs, lent to ``FP8_TRANSFERS``."""
+    def entry(fit: dict, label: str) -> dict:
+        return {"compute_efficiency": fit["compute_efficiency"],
+                "compute_half_tokens": fit["compute_half_tokens"],
+                "memory_efficiency": fit["memory_efficiency"], "calibration": label}
+
+    result = {}
+    for gpu_id, profile in out.items():
+        donor = gpu_id if gpu_id in fits else FP8_TRANSFERS.get(gpu_id)
+        if donor is None:
+            result[gpu_id] = profile
+            continue
+        label = f"{FIT_ID}:{donor}" if donor == gpu_id else f"{FIT_ID}:{donor}->{gpu_id}"
+        values = {k: v for k, v in profile.items() if k not in ("calibration", "provenance")}
+        provenance = dict(profile["provenance"])
+        if donor == gpu_id:
+            provenance["fp8"] = {
+                **{k: v for k, v in fits[donor].items() if k != "sources"},
+                "sources": [str(p.relative_to(FIT_DIR)) for p in fits[donor]["sources"]],
+            }
+        else:
+            provenance["fp8_transferred_from"] = donor
+        result[gpu_id] = {
+            **values,
+            "fp8_gemm": entry(fits[donor]["fp8_gemm"], label),
+            "calibration": profile["calibration"],
+            "provenance": provenance,
+        }
+    return result
 
 
 def _calibrate_rtx_pro_6000(read: Reader) -> dict:

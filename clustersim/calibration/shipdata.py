@@ -1,8 +1,10 @@
 """Rebuild ``clustersim/data/calibration/`` from the reference data folder (maintainers only).
 
 ``python -m clustersim.calibration.shipdata ../shared/data`` copies the small files verbatim and
-cuts the large Vidur tables down to the columns and rows the fits read (median times only);
-the README beside the data says which is which. Nothing here runs at calibration time.
+cuts the large Vidur tables down to the columns and rows the fits read (median times only), and
+NVIDIA aiconfigurator's GEMM parquet tables down to a CSV of the shapes the FP8 fit reads
+(reading parquet needs ``pip install -e '.[maintainer]'``: pyarrow); the README beside the data
+says which is which. Nothing here runs at calibration time.
 """
 
 from __future__ import annotations
@@ -31,6 +33,15 @@ _VIDUR_MODELS = {
     "a100": ("Llama-2-7b-hf", "Llama-2-70b-hf", "Meta-Llama-3-8B"),
     "h100": ("Llama-2-7b-hf", "Llama-2-70b-hf"),
 }
+_AIC_GPUS = {"h100_sxm": "h100_sxm", "l40s": "l40s"}
+"""aiconfigurator system folder -> shipped file stem."""
+AIC_DTYPES = ("bfloat16", "fp8")
+AIC_WIDTHS = (1024, 2048, 3584, 4096, 7168, 8192, 16384)
+"""n and k kept from aiconfigurator's GEMM grid: the TP shards of 7B-70B models' layers (the
+grid's 32-65,536 reaches far past them)."""
+AIC_TOKENS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 48, 64, 96, 128, 192, 256, 512, 768, 1024, 1536,
+              2048, 3072, 4096, 8192, 16384, 32768)
+"""m kept: the grid's powers of two and three times a power of two (every regime, few rows)."""
 _LLMSS_RUNS = (
     "RTX4090_Llama-3.1-8B",
     "RTXPRO6000_Llama-3.1-8B",
@@ -76,6 +87,8 @@ def ship(shared: Path, out: Path = DATA_DIR) -> None:
     for name in ("profiler-a100-80g.vllm.json", "LICENSE.DistServe-Apache-2.0.txt"):
         shutil.copy(shared / "distserve" / name, fit / "distserve" / name)
 
+    ship_aiconfigurator(shared / "aiconfigurator", fit / "aiconfigurator")
+
     (val / "splitwise").mkdir(parents=True, exist_ok=True)
     for name in ("perf_model.csv", "LICENSE.splitwise-sim.txt"):
         shutil.copy(shared / "splitwise" / name, val / "splitwise" / name)
@@ -84,6 +97,25 @@ def ship(shared: Path, out: Path = DATA_DIR) -> None:
         for name in ("vllm_requests.jsonl", "vllm_meta.json", "vllm_timeseries.csv"):
             shutil.copy(shared / "llmservingsim" / run / name, val / "llmservingsim" / run / name)
     shutil.copy(shared / "llmservingsim" / "LICENSE.LLMServingSim-MIT.txt", val / "llmservingsim")
+
+
+def ship_aiconfigurator(source: Path, out: Path) -> None:
+    """``gemm_<gpu>.csv``: the rows of aiconfigurator's vLLM GEMM table (bf16, fp8 per-tensor)
+    at ``AIC_WIDTHS`` x ``AIC_WIDTHS`` x ``AIC_TOKENS``, columns ``gemm_dtype, m, n,
+    k, latency`` (ms per call, as measured), sorted; the kernel each dtype ran is in the
+    calibration README."""
+    out.mkdir(parents=True, exist_ok=True)
+    for folder, stem in _AIC_GPUS.items():
+        (table,) = sorted((source / "systems" / "data" / folder / "gemm" / "vllm").glob(
+            "*/gemm_perf.parquet"))
+        frame = pd.read_parquet(table)  # needs pyarrow: pip install -e '.[maintainer]'
+        keep = (frame.gemm_dtype.isin(AIC_DTYPES) & frame.n.isin(AIC_WIDTHS)
+                & frame.k.isin(AIC_WIDTHS) & frame.m.isin(AIC_TOKENS))
+        frame = frame.loc[keep, ["gemm_dtype", "m", "n", "k", "latency"]]
+        frame = frame.sort_values(["gemm_dtype", "n", "k", "m"])
+        _write_csv(frame, out / f"gemm_{stem}.csv")
+    license_file = out / "LICENSE.aiconfigurator-Apache-2.0.txt"
+    license_file.write_bytes((source / license_file.name).read_bytes())
 
 
 def _write_csv(frame: pd.DataFrame, path: Path) -> None:

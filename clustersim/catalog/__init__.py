@@ -26,6 +26,7 @@ import yaml
 from pydantic import ValidationError
 
 from clustersim.catalog.hf_config import model_from_hf_config
+from clustersim.catalog.quantization import quantization_from_hf
 from clustersim.catalog.specs import GpuSpec, LinkSpec, ModelSpec
 from clustersim.errors import CatalogError, ConfigError
 
@@ -60,6 +61,8 @@ PROFILE_FIELDS = (
     "reduce_scatter_latency_s",
     "reduce_scatter_link_efficiency",
     "non_torch_memory_bytes",
+    "fp8_gemm",
+    "weight_only_compute_ratio",
     "calibration",
 )
 """GpuSpec fields a profile may set; ``link_efficiency`` sets ``link.efficiency``."""
@@ -100,7 +103,10 @@ def _load_gpu(gpu_id: str, path: str, profile: str) -> GpuSpec:
 def profile_entry(gpu: GpuSpec) -> dict[str, Any]:
     """The profile entry that reproduces ``gpu``'s priced fields (``apply_profile``'s inverse
     over the catalog entry), link efficiency included."""
-    return {**{k: getattr(gpu, k) for k in PROFILE_FIELDS}, "link_efficiency": gpu.link.efficiency}
+    values = {k: getattr(gpu, k) for k in PROFILE_FIELDS}
+    # nested fits (FP8 GEMMs) as plain mappings, the form a profile file holds
+    values = {k: v.model_dump() if hasattr(v, "model_dump") else v for k, v in values.items()}
+    return {**values, "link_efficiency": gpu.link.efficiency}
 
 
 def apply_profile(gpu: GpuSpec, entry: dict[str, Any], *, where: str = "profile") -> GpuSpec:
@@ -189,7 +195,19 @@ def _gpus() -> dict[str, GpuSpec]:
 @lru_cache(maxsize=1)
 def _models() -> dict[str, ModelSpec]:
     entries = _read_table(_MODELS_FILE, "models")
-    return {mid: _validate(ModelSpec, _MODELS_FILE, mid, e) for mid, e in entries.items()}
+    return {mid: _validate(ModelSpec, _MODELS_FILE, mid, _with_quantization(mid, e))
+            for mid, e in entries.items()}
+
+
+def _with_quantization(model_id: str, entry: Any) -> Any:
+    """A catalog entry's ``quantization_config`` (copied from the checkpoint's config.json)
+    read as a HuggingFace config's is."""
+    if not isinstance(entry, dict) or "quantization_config" not in entry:
+        return entry
+    entry = dict(entry)
+    raw = {"quantization_config": entry.pop("quantization_config")}
+    spec = quantization_from_hf(raw, f"{_MODELS_FILE}:{model_id}")
+    return {**entry, "quantization": None if spec is None else spec.model_dump()}
 
 
 def _read_table(file_name: str, key: str) -> dict[str, Any]:

@@ -3,7 +3,10 @@
 Dense decoder-only transformers and mixture-of-experts models whose every layer routes to
 top-k of E gated experts (Mixtral, Qwen3-MoE) are modelled; shared experts, dense layers between
 MoE layers, multi-head latent attention (DeepSeek) and other layouts are refused with an
-``InputError`` rather than priced wrongly.
+``InputError`` rather than priced wrongly. A quantized checkpoint's ``quantization_config``
+(AWQ, GPTQ, FP8, compressed-tensors, ModelOpt) is read into the spec's ``quantization``, from
+the top level first and then ``text_config``, as vLLM's ``ModelConfig._verify_quantization``
+looks for it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from clustersim.catalog.quantization import quantization_from_hf
 from clustersim.catalog.specs import ModelSpec
 from clustersim.errors import InputError
 
@@ -98,6 +102,7 @@ def model_from_hf_config(path: Path) -> ModelSpec:
         "norm": "layernorm" if is_opt else "rmsnorm",
         "learned_position_rows": max_pos + _OPT_POSITION_OFFSET if is_opt else 0,
         **_moe_fields(config, where),
+        "quantization": quantization_from_hf(raw, where) or quantization_from_hf(config, where),
         "source": f"HuggingFace config {where}",
     }
     try:

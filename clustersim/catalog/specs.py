@@ -21,12 +21,15 @@ from pydantic import (
     model_validator,
 )
 
+from clustersim.catalog.quantization import QuantizationSpec
 from clustersim.errors import ConfigError
 
 GIGA = 1e9
 TERA = 1e12
 
 DType = Literal["bfloat16", "float16"]
+KvCacheDType = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
+"""vLLM's ``--kv-cache-dtype`` (vllm/config/cache.py ``CacheDType``; ``fp8`` means E4M3)."""
 
 DTYPE_BYTES: dict[str, int] = {
     "float32": 4,
@@ -36,6 +39,9 @@ DTYPE_BYTES: dict[str, int] = {
     "float8_e5m2": 1,
 }
 """Bytes per element of the dtypes weights and KV caches are stored in."""
+
+KV_CACHE_DTYPE_BYTES: dict[str, int] = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+"""Bytes per KV element of each ``kv_cache_dtype`` but ``auto`` (the model's dtype)."""
 
 Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
 
@@ -60,6 +66,18 @@ class LinkSpec(_Spec):
         return self.bw_gb_per_s_per_dir * GIGA * self.efficiency
 
 
+class GemmFit(_Spec):
+    """The saturating GEMM roofline of one kernel family, fitted on its own measurements:
+    ``max((M + compute_half_tokens) x FLOPs / (compute_efficiency x peak), bytes /
+    (memory_efficiency x bandwidth))``."""
+
+    compute_efficiency: Fraction
+    compute_half_tokens: NonNegativeFloat
+    memory_efficiency: Fraction
+    calibration: str = Field(description="The fit it came from ('fit-v1:l40s', or "
+                             "'fit-v1:l40s->rtx4090' where borrowed).")
+
+
 class GpuSpec(_Spec):
     """One accelerator: datasheet peaks, links, and the default efficiencies that price work."""
 
@@ -69,6 +87,16 @@ class GpuSpec(_Spec):
         description="Dense BF16/FP16 tensor peak with FP32 accumulate (what PyTorch GEMMs use)."
     )
     fp8_dense_tflops: PositiveFloat | None = Field(description="None where there is no FP8.")
+    int8_dense_tops: PositiveFloat | None = Field(
+        None, description="Dense INT8 tensor peak (TOPS); None where not in the catalog.")
+    fp4_dense_tflops: PositiveFloat | None = Field(
+        None, description="Dense FP4 tensor peak; None where there is no FP4 tensor core.")
+    platform: Literal["cuda", "rocm"] = Field(
+        "cuda", description="vLLM's platform: which quantization methods it accepts at all.")
+    compute_capability: str | None = Field(
+        None, pattern=r"^[0-9]+\.[0-9]$",
+        description="What vLLM's get_device_capability() reports, 'major.minor' (8.9 = Ada); "
+        "each quantization method has a minimum. None: unknown, quantization refused.")
     mem_capacity_bytes: PositiveInt = Field(description="Device memory the framework can see.")
     mem_bw_gb_per_s: PositiveFloat
     link: LinkSpec = Field(description="The fastest intra-node path for TP collectives.")
@@ -81,6 +109,12 @@ class GpuSpec(_Spec):
         "GEMMs run at ``compute_efficiency x tokens / (tokens + compute_half_tokens)``.",
     )
     attention_efficiency: Fraction = Field(description="Attention-kernel MFU.")
+    fp8_gemm: GemmFit | None = Field(
+        None, description="FP8 W8A8 GEMMs at the FP8 peak (fitted on per-tensor-scale kernels, "
+        "used for block-scaled ones too); None: the 16-bit efficiencies at the FP8 peak.")
+    weight_only_compute_ratio: Fraction = Field(
+        1.0, description="Throughput of a weight-only (W4A16, W8A16) Marlin GEMM where it is "
+        "compute-bound, relative to the 16-bit GEMM: the cost of dequantizing in registers.")
     memory_efficiency: Fraction = Field(description="Achieved / peak HBM bandwidth.")
     per_step_overhead_s: NonNegativeFloat = Field(description="Scheduler + launch cost per step.")
     per_layer_overhead_s: NonNegativeFloat = Field(description="Kernel launches per layer.")
@@ -106,6 +140,14 @@ class GpuSpec(_Spec):
     @property
     def peak_flops(self) -> float:
         return self.bf16_dense_tflops * TERA
+
+    @property
+    def capability(self) -> int | None:
+        """``compute_capability`` as vLLM's ``DeviceCapability.to_int()``: 8.9 -> 89."""
+        if self.compute_capability is None:
+            return None
+        major, minor = self.compute_capability.split(".")
+        return int(major) * 10 + int(minor)
 
     @property
     def mem_bytes_per_s(self) -> float:
@@ -180,6 +222,11 @@ class ModelSpec(_Spec):
     moe_intermediate_size: NonNegativeInt = Field(
         0, description="Intermediate width of one expert (Mixtral: its intermediate_size)."
     )
+    quantization: QuantizationSpec | None = Field(
+        None, description="How the linear layers are stored (the config's quantization_config, "
+        "or what the engine's --quantization makes of it); None: in dtype.")
+    kv_cache_dtype: KvCacheDType = Field(
+        "auto", description="KV cache element type the engine stores; auto: dtype.")
     source: str
 
     @model_validator(mode="after")
@@ -233,9 +280,14 @@ class ModelSpec(_Spec):
         """KV heads each TP rank stores; vLLM replicates them when there are fewer than ``tp``."""
         return max(1, self.num_key_value_heads // tp)
 
+    @property
+    def kv_dtype_bytes(self) -> int:
+        """Bytes of one cached K or V element: ``kv_cache_dtype``'s, or ``dtype``'s for auto."""
+        return KV_CACHE_DTYPE_BYTES.get(self.kv_cache_dtype, self.dtype_bytes)
+
     def kv_bytes_per_token(self, tp: int = 1, kv_dtype_bytes: int | None = None) -> int:
         """K and V bytes one token occupies on one TP rank, over all layers."""
-        elem = self.dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
+        elem = self.kv_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
         return 2 * self.num_layers * self.kv_heads_per_gpu(tp) * self.head_dim * elem
 
     @property
@@ -291,9 +343,51 @@ class ModelSpec(_Spec):
             norms += 2 * self.head_dim
         return qkv + o + mlp + norms
 
+    def linear_shapes(self) -> tuple[tuple[int, int, int], ...]:
+        """``(in, out, count)`` of every linear layer a quantization method quantizes, counted
+        over all layers: q/k/v and o projections, the MLP (every expert's, for MoE), and the LM
+        head when the checkpoint quantizes it. The router, embeddings, norms and biases stay in
+        ``dtype``."""
+        h, layers = self.hidden_size, self.num_layers
+        gate_up = self.mlp_matrices - 1
+        shapes = [(h, self.q_size + 2 * self.kv_size, layers), (self.q_size, h, layers)]
+        if self.is_moe:
+            f, count = self.moe_intermediate_size, layers * self.num_experts
+        else:
+            f, count = self.intermediate_size, layers
+        shapes += [(h, gate_up * f, count), (f, h, count)]
+        if self.quantization is not None and self.quantization.lm_head:
+            shapes.append((h, self.vocab_size, 1))
+        return tuple(shapes)
+
     @property
-    def weight_bytes(self) -> int:
-        return self.num_params * self.dtype_bytes
+    def weight_bytes(self) -> float:
+        """Bytes of every weight as stored: quantized layers in their format, the rest in
+        ``dtype``."""
+        if self.quantization is None:
+            return self.num_params * self.dtype_bytes
+        return self._stored_bytes(self.num_params, self.linear_shapes())
+
+    @property
+    def expert_weight_bytes(self) -> float:
+        """Bytes of every routed expert of every layer, as stored (0 for a dense model)."""
+        if self.quantization is None:
+            return self.num_layers * self.num_experts * self.expert_params * self.dtype_bytes
+        if not self.is_moe:
+            return 0
+        f, h = self.moe_intermediate_size, self.hidden_size
+        count = self.num_layers * self.num_experts
+        shapes = ((h, (self.mlp_matrices - 1) * f, count), (f, h, count))
+        return self._stored_bytes(count * self.expert_params, shapes)
+
+    def _stored_bytes(self, num_params: int, quantized: tuple[tuple[int, int, int], ...]) -> float:
+        """``num_params`` weights of which the ``quantized`` layers are in the quantized
+        format and the rest in ``dtype``."""
+        assert self.quantization is not None
+        q = self.quantization
+        plain = num_params - sum(k * n * count for k, n, count in quantized)
+        return plain * self.dtype_bytes + sum(q.weight_bytes(k, n) * count
+                                              for k, n, count in quantized)
 
     def check_tp(self, tp: int) -> None:
         """Raise ``ConfigError`` unless vLLM could shard this model ``tp`` ways."""

@@ -27,6 +27,7 @@ from clustersim.catalog import load_gpu
 from clustersim.catalog.specs import GpuSpec, ModelSpec
 from clustersim.cluster.router import InstanceLoad, Router
 from clustersim.cluster.spec import LayoutSpec, PoolSpec
+from clustersim.cost.kernels import gemm_kernel
 from clustersim.cost.roofline import BatchShape, CostModel
 from clustersim.engine.data_parallel import DataParallelGroup, check_group
 from clustersim.engine.defaults import EngineSetup, resolve_engine
@@ -63,6 +64,13 @@ class InstanceInfo:
     calibration: str = "default"
     """The GPU profile that priced its steps (a catalog fit id, '+few-shot' when adjusted to a
     user's measurements); docs/validation.md says how far each is trusted."""
+    quantization: str | None = None
+    """vLLM's quantization method the engine runs (awq_marlin, fp8, ...); None: 16-bit."""
+    kv_cache_dtype: str = "auto"
+    """vLLM's --kv-cache-dtype of the engine."""
+    gemm_kernel: str = ""
+    """The kernel that priced its linear layers, its peak and the fit it used
+    (``clustersim.cost.kernels``)."""
 
 
 class FixedPricer:
@@ -221,6 +229,8 @@ class Cluster:
         self.instances: dict[str, list[Any]] = {"colocated": [], "prefill": [], "decode": []}
         """Per role: an :class:`Instance`, or a :class:`DataParallelGroup` of them."""
         self.infos: list[InstanceInfo] = []
+        self._served: dict[str, ModelSpec] = {}
+        """Instance name -> the model as its engine serves it (quantization, KV dtype)."""
         self._build_pools()
         self.routers = {
             role: Router(spec.kind, [InstanceLoad(i.name) for i in self.instances[role]], rng)
@@ -287,6 +297,7 @@ class Cluster:
                 ]
                 for _, pool, _, tp in pools
             }
+        kv_dtypes: dict[str, tuple[str, str]] = {}  # role -> (kv_cache_dtype, field)
         for i, pool, gpu, tp in pools:
             where = f"layout.pools[{i}]." if explicit else ""
             settings = _merged_engine(scenario.engine, pool.engine)
@@ -302,6 +313,7 @@ class Cluster:
                 setup = resolve_engine(settings, self.model, gpu, tp, dp)
             except ClusterSimError as error:
                 raise type(error)(f"{where}{error.path}", error.message) from None
+            self._check_kv_dtype(pool, settings, where, kv_dtypes)
             if dp > 1 and self.model.is_moe and settings.async_scheduling:
                 raise ConfigError(
                     f"{where}engine.async_scheduling",
@@ -312,6 +324,25 @@ class Cluster:
                     self._add_instance(pool, gpu, tp, setup, j, group)
                 else:
                     self._add_group(pool, gpu, tp, setup, j, group)
+
+    @staticmethod
+    def _check_kv_dtype(pool: PoolSpec, settings: EngineSettings, where: str,
+                        seen: dict[str, tuple[str, str]]) -> None:
+        """Prefill and decode pools must cache KV alike: the handoff copies blocks as they are,
+        and vLLM's NIXL handshake compares ``cache_dtype`` (``compute_nixl_compatibility_hash``,
+        vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py)."""
+        if pool.role == "colocated":
+            return
+        field = f"{where}engine.kv_cache_dtype"
+        seen.setdefault(pool.role, (settings.kv_cache_dtype, field))
+        other = seen.get("decode" if pool.role == "prefill" else "prefill")
+        if other is not None and other[0] != settings.kv_cache_dtype:
+            raise ConfigError(
+                field,
+                f"{settings.kv_cache_dtype} on the {pool.role} pool but {other[0]} at "
+                f"{other[1]}: the KV handoff moves blocks as they are stored, and vLLM's NIXL "
+                "connector refuses peers whose cache_dtype differs; set one kv_cache_dtype",
+            )
 
     def _check_parallel(
         self, pool: PoolSpec, gpu: GpuSpec, tp: int, where: str
@@ -353,8 +384,8 @@ class Cluster:
             default=wanted,  # no such node: placement says so
         )
 
-    def _cost_model(self, gpu: GpuSpec, tp: int, group: list[str], dp: int = 1,
-                    ep: bool = False) -> CostModel | None:
+    def _cost_model(self, model: ModelSpec, gpu: GpuSpec, tp: int, group: list[str],
+                    dp: int = 1, ep: bool = False) -> CostModel | None:
         if isinstance(self.scenario.cost, FixedCost):
             return None
         link: dict[str, Any] = {}
@@ -370,7 +401,7 @@ class Cluster:
             if self.topology is not None:
                 catalog = min(self.topology.tp_group_link(group).bytes_per_s, catalog)
             link["dp_link_bytes_per_s"] = catalog
-        return CostModel(self.model, gpu, tp, expert_parallel=ep, **link)
+        return CostModel(model, gpu, tp, expert_parallel=ep, **link)
 
     def _add_group(
         self, pool: PoolSpec, gpu: GpuSpec, tp: int, setup: EngineSetup, index: int,
@@ -379,7 +410,7 @@ class Cluster:
         """A data-parallel instance: ``dp`` ranks of ``tp`` GPUs behind vLLM's balancer."""
         dp, ep = self._parallel[pool.name]
         lockstep = self.model.is_moe
-        cost_model = self._cost_model(gpu, tp, group, dp, ep)
+        cost_model = self._cost_model(setup.model, gpu, tp, group, dp, ep)
         position = len(self.instances["colocated"])
         ranks = [
             self._make_instance(
@@ -403,7 +434,7 @@ class Cluster:
         position = len(self.instances[role])
         instance = self._make_instance(
             pool, gpu, tp, setup, f"{pool.name}-{index}", group, position,
-            self._cost_model(gpu, tp, group, 1, ep),
+            self._cost_model(setup.model, gpu, tp, group, 1, ep),
         )
         self.instances[role].append(instance)
 
@@ -441,6 +472,7 @@ class Cluster:
             coalesce=self.coalesce,
         )
         instance.gpus = tuple(group)
+        self._served[name] = setup.model
         self.infos.append(
             InstanceInfo(
                 name=instance.name,
@@ -456,6 +488,10 @@ class Cluster:
                 max_model_len=config.max_model_len,
                 data_parallel_size=self._parallel[pool.name][0],
                 calibration=gpu.calibration,
+                quantization=None if setup.model.quantization is None
+                else setup.model.quantization.method,
+                kv_cache_dtype=setup.model.kv_cache_dtype,
+                gemm_kernel=gemm_kernel(setup.model.quantization, gpu).describe,
             )
         )
         return instance
@@ -569,7 +605,7 @@ class Cluster:
             if handoff.producer.status is RequestStatus.REJECTED:
                 return  # the decode side has dropped the request
         tp = len(decode.gpus)
-        num_bytes = num_tokens * self.model.kv_bytes_per_token(tp) * tp
+        num_bytes = num_tokens * self._served[decode.name].kv_bytes_per_token(tp) * tp
         pair = (handoff.prefill_index, decode_index)
         extra = 0.0
         if pair not in self._paired:

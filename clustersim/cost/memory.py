@@ -6,6 +6,12 @@ Per GPU::
     available  = requested - weights / tp - activation peak - non-torch reserve
     num_blocks = available // bytes_per_block
 
+Weights count as stored (4-bit AWQ codes plus their scales, FP8 bytes, ...; see
+``ModelSpec.weight_bytes``), and a block holds ``block_size`` tokens' K and V in the engine's
+``kv_cache_dtype``: vllm/v1/kv_cache_interface.py ``AttentionSpec.real_page_size_bytes`` is
+2 x block_size x heads x head_dim x the cache dtype's size per layer, so fp8 (one byte per
+element) halves a BF16 block and doubles the blocks that fit.
+
 vLLM measures the activation peak and the non-torch memory by profiling a dummy forward of
 ``max_num_batched_tokens`` tokens; here the first is estimated from the layer shapes and the
 second is a per-GPU catalog constant (``non_torch_memory_bytes``, to be calibrated).
@@ -112,9 +118,10 @@ def kv_budget(
 
 
 def weight_bytes_per_gpu(model: ModelSpec, tp: int, dp: int = 1) -> float:
-    """Weights on one GPU: everything sharded ``tp`` ways, except a MoE model's experts, which
-    data-parallel ranks share: ``dp x tp`` ways."""
-    experts = model.num_layers * model.num_experts * model.expert_params * model.dtype_bytes
+    """Weights on one GPU, as stored (a quantized model's codes, scales and zero points):
+    everything sharded ``tp`` ways, except a MoE model's experts, which data-parallel ranks
+    share: ``dp x tp`` ways."""
+    experts = model.expert_weight_bytes
     return (model.weight_bytes - experts) / tp + experts / (tp * dp)
 
 

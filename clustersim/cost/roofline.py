@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from clustersim.catalog.specs import GpuSpec, ModelSpec
+from clustersim.cost.kernels import GemmKernel, gemm_kernel
 
 # FLOPs per multiply-accumulate.
 _FLOPS_PER_MAC = 2
@@ -157,7 +158,11 @@ class CostModel:
         "_logits_s_per_row",
         "_fixed_overhead_s",
         "_request_overhead_s",
-        "_half_tokens",
+        "kernel",
+        "_lm_head_half",
+        "_gemms_large",
+        "_dequant_rows",
+        "_dequant_s",
         "_num_experts",
         "_top_k",
         "_expert_gemms",
@@ -201,29 +206,50 @@ class CostModel:
         kv_out = model.kv_heads_per_gpu(tp) * d
         f_shard = f / tp
         up_out = (model.mlp_matrices - 1) * f_shard  # gate+up (gated) or fc1 (plain)
+        # the kernel every quantized linear layer runs (clustersim.cost.kernels); the MoE
+        # router and, unless the checkpoint quantizes it, the LM head stay 16-bit
+        self.kernel = kernel = gemm_kernel(model.quantization, gpu)
+        sixteen = kernel if model.quantization is None else gemm_kernel(None, gpu)
 
         # seconds per FLOP / per byte, pre-inverted so the hot path only multiplies
-        s_per_gemm_flop = 1.0 / (gpu.compute_efficiency * gpu.peak_flops)
         s_per_attn_flop = 1.0 / (gpu.attention_efficiency * gpu.peak_flops)
         s_per_byte = 1.0 / (gpu.memory_efficiency * gpu.mem_bytes_per_s)
 
         # (in, out) features of each layer GEMM on one rank
+        router: tuple[tuple[float, float], ...] = ()
         mlp_shapes: tuple[tuple[float, float], ...]
         expert_shapes: tuple[tuple[float, float], ...]
         moe_gpus = dp * tp
         if model.is_moe:
-            mlp_shapes = ((h, model.num_experts),)  # the router
+            router = ((h, model.num_experts),)
+            mlp_shapes = ()
             f_expert = model.moe_intermediate_size / (1 if expert_parallel else moe_gpus)
             expert_shapes = ((h, (model.mlp_matrices - 1) * f_expert), (f_expert, h))
         else:
             mlp_shapes = ((h, up_out), (f_shard, h))
             expert_shapes = ()
         shapes = ((h, q_out + 2 * kv_out), (q_out, h), *mlp_shapes)
-        # per GEMM, summed over layers: (compute s per token, weight-read s, activation s per token)
-        self._gemms = _layer_gemms(shapes, layers, e, s_per_gemm_flop, s_per_byte)
+        # per GEMM, summed over layers: (compute s per token, weight-read s, activation s per
+        # token, half-saturation tokens)
+        self._gemms = (*_layer_gemms(shapes, layers, e, kernel, gpu),
+                       *_layer_gemms(router, layers, e, sixteen, gpu))
         # the same per expert: (compute s per routed row, weight-read s per expert touched,
-        # activation s per routed row)
-        self._expert_gemms = _layer_gemms(expert_shapes, layers, e, s_per_gemm_flop, s_per_byte)
+        # activation s per routed row, half-saturation rows)
+        self._expert_gemms = _layer_gemms(expert_shapes, layers, e, kernel, gpu)
+        # kernels that dequantize the whole weight from dequant_rows tokens on, then run a
+        # 16-bit GEMM (legacy AWQ / GPTQ): the dequantization reads the codes and writes 16
+        # bits per weight, a memory-bound op of its own
+        self._dequant_rows = kernel.dequant_rows
+        if kernel.dequant_rows < float("inf"):
+            assert kernel.weight is not None
+            self._gemms_large = (*_layer_gemms(shapes, layers, e, sixteen, gpu),
+                                 *_layer_gemms(router, layers, e, sixteen, gpu))
+            dequant_bytes = sum(kernel.weight.weight_bytes(k, n) + k * n * e for k, n in shapes)
+            self._dequant_s = layers * dequant_bytes / (kernel.fit.memory_efficiency
+                                                        * gpu.mem_bytes_per_s)
+        else:
+            self._gemms_large = self._gemms
+            self._dequant_s = 0.0
         self._num_experts = model.num_experts
         self._top_k = model.num_experts_per_tok
         # the fraction of the routed rows and touched experts one GPU works on
@@ -242,9 +268,9 @@ class CostModel:
         else:
             self._gather_fixed_s = self._gather_s_per_token = 0.0
         vocab_shard = model.vocab_size / tp
-        self._lm_head_s_per_row = _FLOPS_PER_MAC * h * vocab_shard * s_per_gemm_flop
-        self._lm_head_weight_s = h * vocab_shard * e * s_per_byte
-        self._lm_head_act_s_per_row = (h + vocab_shard) * e * s_per_byte
+        lm_head_kernel = kernel if model.quantization and model.quantization.lm_head else sixteen
+        ((self._lm_head_s_per_row, self._lm_head_weight_s, self._lm_head_act_s_per_row,
+          self._lm_head_half),) = _layer_gemms(((h, vocab_shard),), 1, e, lm_head_kernel, gpu)
 
         # attention: FLOPs per query-key pair over this rank's query heads; K and V of one token
         self._attn_s_per_pair = (
@@ -273,9 +299,6 @@ class CostModel:
             self._logits_fixed_s = self._logits_s_per_row = 0.0
         self._fixed_overhead_s = gpu.per_step_overhead_s + layers * gpu.per_layer_overhead_s
         self._request_overhead_s = gpu.per_request_overhead_s
-        # GEMM efficiency saturates with M: eff x M / (M + half), so compute time is
-        # (M + half) x FLOPs per row / (eff x peak) -- a fixed M-independent part per GEMM
-        self._half_tokens = gpu.compute_half_tokens
         self._decode_parts: dict[tuple[int, int | None], tuple[float, float, float, float]] = {}
         """(compute, memory, communication, overhead) of a pure-decode batch by (size, MoE
         tokens), all but its attention: what a run of decode steps shares."""
@@ -358,10 +381,15 @@ class CostModel:
                      moe_tokens: int | None) -> tuple[float, float, float]:
         """(compute, memory, communication) seconds of every op but attention, in the order
         ``step_time`` adds them: the layer GEMMs, the experts, the LM head."""
-        compute = memory = 0.0
-        half_tokens = self._half_tokens
-        for flop_s, weight_s, act_s in self._gemms:
-            t_compute = (tokens + half_tokens) * flop_s
+        compute = 0.0
+        if tokens >= self._dequant_rows:
+            gemms, memory = self._gemms_large, self._dequant_s
+        else:
+            gemms, memory = self._gemms, 0.0
+        for flop_s, weight_s, act_s, half in gemms:
+            # GEMM efficiency saturates with M: eff x M / (M + half), so compute time is
+            # (M + half) x FLOPs per row / (eff x peak) -- a fixed M-independent part per GEMM
+            t_compute = (tokens + half) * flop_s
             t_memory = weight_s + tokens * act_s
             if t_compute >= t_memory:
                 compute += t_compute
@@ -375,9 +403,9 @@ class CostModel:
             touched = experts_touched(self._num_experts, self._top_k, moe) * share
             if self._dp > 1:
                 communication += self._gather_fixed_s + moe * self._gather_s_per_token
-            for flop_s, weight_s, act_s in self._expert_gemms:
+            for flop_s, weight_s, act_s, half in self._expert_gemms:
                 # touched experts of routed / touched rows each: (rows + half) x FLOPs per row
-                t_compute = (routed + touched * half_tokens) * flop_s
+                t_compute = (routed + touched * half) * flop_s
                 t_memory = touched * weight_s + routed * act_s
                 if t_compute >= t_memory:
                     compute += t_compute
@@ -385,7 +413,7 @@ class CostModel:
                     memory += t_memory
         if rows:
             communication += self._logits_fixed_s + rows * self._logits_s_per_row
-            t_compute = (rows + half_tokens) * self._lm_head_s_per_row
+            t_compute = (rows + self._lm_head_half) * self._lm_head_s_per_row
             t_memory = self._lm_head_weight_s + rows * self._lm_head_act_s_per_row
             if t_compute >= t_memory:
                 compute += t_compute
@@ -431,16 +459,23 @@ def _layer_gemms(
     shapes: Iterable[tuple[float, float]],
     layers: int,
     dtype_bytes: int,
-    s_per_flop: float,
-    s_per_byte: float,
-) -> tuple[tuple[float, float, float], ...]:
+    kernel: GemmKernel,
+    gpu: GpuSpec,
+) -> tuple[tuple[float, float, float, float], ...]:
     """Per (in, out) GEMM, summed over layers: (compute s per row, weight-read s, activation s
-    per row)."""
+    per row, half-saturation rows) on ``kernel``: its peak, efficiencies and stored weights."""
+    fit = kernel.fit
+    s_per_flop = 1.0 / (fit.compute_efficiency * kernel.peak_flops * kernel.compute_ratio)
+    s_per_byte = 1.0 / (fit.memory_efficiency * gpu.mem_bytes_per_s)
+    quant, a = kernel.weight, kernel.activation_bytes
     return tuple(
         (
             layers * _FLOPS_PER_MAC * k * n * s_per_flop,
-            layers * k * n * dtype_bytes * s_per_byte,
-            layers * (k + n) * dtype_bytes * s_per_byte,
+            layers * k * n * dtype_bytes * s_per_byte if quant is None
+            else layers * quant.weight_bytes(k, n) * s_per_byte,
+            layers * (k + n) * dtype_bytes * s_per_byte if a is None
+            else layers * (k * a + n * dtype_bytes) * s_per_byte,
+            fit.compute_half_tokens,
         )
         for k, n in shapes
     )

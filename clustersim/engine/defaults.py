@@ -2,7 +2,9 @@
 
 ``vllm serve`` picks the batch defaults by device memory (``EngineArgs.get_batch_defaults``,
 spec §5.3), then refuses configurations it cannot run (``SchedulerConfig.verify_max_model_len``,
-spec §5.1) and KV caches too small for one ``max_model_len`` request (spec §6).
+spec §5.1), quantization methods the GPU or the checkpoint cannot take
+(``clustersim.engine.quantization``) and KV caches too small for one ``max_model_len`` request
+(spec §6).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from clustersim.catalog.specs import GpuSpec, ModelSpec
 from clustersim.cost.memory import num_gpu_blocks
 from clustersim.engine.config import SchedulerConfig
 from clustersim.engine.kv_manager import cdiv
+from clustersim.engine.quantization import served_model
 from clustersim.engine.settings import EngineSettings
 from clustersim.errors import ConfigError
 
@@ -36,10 +39,13 @@ def batch_defaults(gpu: GpuSpec) -> tuple[int, int]:
 
 @dataclass(frozen=True, slots=True)
 class EngineSetup:
-    """An instance's resolved scheduler settings and KV size."""
+    """An instance's resolved scheduler settings, KV size and the model as it serves it."""
 
     scheduler: SchedulerConfig
     num_gpu_blocks: int
+    model: ModelSpec
+    """The model with the quantization and KV cache dtype the engine runs (its weights, KV
+    bytes and GEMM kernels follow them); the input model itself when both are 16-bit."""
 
 
 def resolve_engine(
@@ -47,6 +53,7 @@ def resolve_engine(
 ) -> EngineSetup:
     """Fill vLLM's defaults, run its start-up checks, and size the KV cache (per rank of a
     ``dp``-way data-parallel group: a MoE model's experts are shared across the group)."""
+    model = served_model(model, gpu, settings.quantization, settings.kv_cache_dtype)
     max_model_len = settings.max_model_len or model.max_position_embeddings
     if max_model_len > model.max_position_embeddings:
         raise ConfigError(
@@ -144,4 +151,4 @@ def resolve_engine(
         prefill_reserve_fraction=settings.prefill_reserve_fraction,
         decode_reserve_tokens=settings.decode_reserve_tokens,
     )
-    return EngineSetup(scheduler=scheduler, num_gpu_blocks=blocks)
+    return EngineSetup(scheduler=scheduler, num_gpu_blocks=blocks, model=model)

@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt
 
+from clustersim.catalog.quantization import QuantMethod
+from clustersim.catalog.specs import KvCacheDType
 from clustersim.validation import Strict
 
 
@@ -74,3 +76,10 @@ class EngineSettings(Strict):
     decode_reserve_tokens: NonNegativeInt = Field(
         1, description="balanced: decode tokens served before prompt chunks."
     )
+    quantization: QuantMethod | None = Field(
+        None, description="vLLM's --quantization: fp8 (online from a 16-bit checkpoint, or an "
+        "FP8 checkpoint), awq / awq_marlin, gptq / gptq_marlin, compressed-tensors, modelopt, "
+        "modelopt_fp4; default: what the model's quantization_config says (16-bit if none).")
+    kv_cache_dtype: KvCacheDType = Field(
+        "auto", description="vLLM's --kv-cache-dtype: auto (the model's dtype) or fp8 "
+        "(= fp8_e4m3), fp8_e5m2: one byte per cached element.")

@@ -89,7 +89,7 @@ class Screen:
             probe = variant(scenario, candidate, None).engine
             setup = resolve_engine(probe, self.model, gpu, tp)
             config = setup.scheduler
-            result = Engine(CostModel(self.model, gpu, tp), config.max_num_batched_tokens,
+            result = Engine(CostModel(setup.model, gpu, tp), config.max_num_batched_tokens,
                             config.max_num_seqs, (setup.num_gpu_blocks - 1) * config.block_size,
                             config.enable_chunked_prefill)
         except ClusterSimError as error:
@@ -220,7 +220,8 @@ class Screen:
         if not bandwidth:
             return math.inf
         tokens = traffic.prompt_at(0.5)
-        return tokens * self.model.kv_bytes_per_token(1) / bandwidth
+        kv = self.model.model_copy(update={"kv_cache_dtype": self.scenario.engine.kv_cache_dtype})
+        return tokens * kv.kv_bytes_per_token(1) / bandwidth
 
     def sized_for(self, family: Candidate, target_per_s: float) -> Candidate:
         """The family at the smallest size the screen expects to reach ``target_per_s`` (each
