@@ -86,17 +86,15 @@ class QuantizationSpec(BaseModel):
         return codes + num_scales * (self.scale_bytes + zeros)
 
     def describe(self) -> str:
-        """``awq_marlin W4A16 g128`` and the like."""
-        a = "A16" if self.weight_only else f"A{self.activation_bits}"
+        """``awq_marlin W4A16 g128``, ``fp8 W8A8 FP8`` and the like."""
         if self.weight_block_size is not None:
             grouping = f" block {self.weight_block_size[0]}x{self.weight_block_size[1]}"
         elif self.group_size > 0:
             grouping = f" g{self.group_size}"
         else:
             grouping = ""
-        kind = "FP" if self.weight_type == "float" else "W"
-        weights = f"FP{self.weight_bits}" if kind == "FP" else f"W{self.weight_bits}"
-        return f"{self.method} {weights}{a}{grouping}"
+        kind = f" FP{self.weight_bits}" if self.weight_type == "float" else ""
+        return f"{self.method} W{self.weight_bits}A{self.activation_bits}{kind}{grouping}"
 
 
 def online_fp8() -> QuantizationSpec:

@@ -110,8 +110,11 @@ def _few_shot(out, gpu_id, model_id, tp, prefill, decode, from_requests, budget,
                          "measurement is one step)")
     if len(prefill) + len(decode) > MAX_POINTS:
         raise InputError("--prefill/--decode", f"at most {MAX_POINTS} measurements")
+    from clustersim.engine.quantization import served_model
+
     gpu = load_gpu(gpu_id, path="--gpu")
-    spec = load_model(model_id, path="--model")
+    # a quantized checkpoint measured as vLLM serves it by default on this GPU (awq_marlin, ...)
+    spec = served_model(load_model(model_id, path="--model"), gpu, where="--model")
     if (dp > 1 or expert_parallel) and not spec.is_moe:
         raise InputError("--dp", f"{spec.id} is dense: --dp/--expert-parallel describe MoE "
                          "deployments (dense data-parallel ranks are independent engines)")

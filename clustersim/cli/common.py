@@ -75,7 +75,12 @@ def describe_layout(name: str, model: str, instances: list[Any]) -> str:
     for info in instances:
         pools.setdefault(info.pool, []).append(info)
     def engine(info: Any) -> str:
-        return (f"{info.gpu} TP{info.tensor_parallel_size}, max_num_batched_tokens "
+        precision = ""  # named only where the engine is not plain 16-bit
+        if getattr(info, "quantization", None) is not None:
+            precision += f", {info.quantization}"
+        if getattr(info, "kv_cache_dtype", "auto") != "auto":
+            precision += f", {info.kv_cache_dtype} KV"
+        return (f"{info.gpu} TP{info.tensor_parallel_size}{precision}, max_num_batched_tokens "
                 f"{info.max_num_batched_tokens}, max_num_seqs {info.max_num_seqs}, "
                 f"{info.num_gpu_blocks} KV blocks")
 

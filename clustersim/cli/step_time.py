@@ -31,16 +31,31 @@ def step_time_cmd(
     decode_batch: Annotated[
         int | None, typer.Option(min=1, help="Number of decoding requests.")
     ] = None,
+    quantization: Annotated[str | None, typer.Option(
+        help="vLLM's --quantization (fp8, awq, awq_marlin, gptq, gptq_marlin, "
+        "compressed-tensors, modelopt, modelopt_fp4); default: the model's own config.")] = None,
+    kv_cache_dtype: Annotated[str, typer.Option(
+        help="vLLM's --kv-cache-dtype: auto, fp8, fp8_e4m3 or fp8_e5m2.")] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Price one engine step with the roofline cost model."""
     from clustersim.catalog import load_gpu, load_model
+    from clustersim.catalog.quantization import QUANT_METHODS
+    from clustersim.catalog.specs import KV_CACHE_DTYPE_BYTES
     from clustersim.cost.roofline import BatchShape, CostModel
+    from clustersim.engine.quantization import served_model
 
     if (prefill_tokens is None) == (decode_batch is None):
         raise ClusterSimError("step-time", "give exactly one of --prefill-tokens or --decode-batch")
-    spec_model = load_model(model)
+    if quantization is not None and quantization not in QUANT_METHODS:
+        raise ClusterSimError("--quantization", f"unknown method {quantization!r}; known: "
+                              f"{', '.join(QUANT_METHODS)}")
+    if kv_cache_dtype != "auto" and kv_cache_dtype not in KV_CACHE_DTYPE_BYTES:
+        raise ClusterSimError("--kv-cache-dtype", f"unknown {kv_cache_dtype!r}; known: auto, "
+                              f"{', '.join(KV_CACHE_DTYPE_BYTES)}")
     spec_gpu = load_gpu(gpu)
+    spec_model = served_model(load_model(model), spec_gpu, quantization, kv_cache_dtype,
+                              where="--quantization")
     if (dp > 1 or expert_parallel) and not spec_model.is_moe:
         raise ClusterSimError("--dp", f"{spec_model.id} is dense: --dp/--expert-parallel "
                               "price MoE layers shared by data-parallel ranks")
@@ -59,9 +74,9 @@ def step_time_cmd(
         batch = BatchShape.from_chunks([(prefill_tokens, context, True)])
         shape = {"prefill_tokens": prefill_tokens, "context": context}
     tokens = batch.num_prefill_tokens + batch.num_decode_tokens
-    cost = CostModel(spec_model, spec_gpu, tp, dp=dp, expert_parallel=expert_parallel).step_time(
-        batch, dp * tokens
-    )
+    cost_model = CostModel(spec_model, spec_gpu, tp, dp=dp, expert_parallel=expert_parallel)
+    cost = cost_model.step_time(batch, dp * tokens)
+    quant = spec_model.quantization
     result = {
         "model": spec_model.id,
         "gpu": spec_gpu.id,
@@ -69,6 +84,9 @@ def step_time_cmd(
         "dp": dp,
         "expert_parallel": expert_parallel,
         **shape,
+        "quantization": None if quant is None else quant.method,
+        "kv_cache_dtype": spec_model.kv_cache_dtype,
+        "gemm_kernel": cost_model.kernel.describe,
         "time_s": cost.time_s,
         "compute_s": cost.compute_s,
         "memory_s": cost.memory_s,
@@ -84,6 +102,11 @@ def step_time_cmd(
         f"{spec_model.id} on {spec_gpu.id} TP{tp}{group}, "
         + ", ".join(f"{k} {v}" for k, v in shape.items())
     )
+    if quant is not None or spec_model.kv_cache_dtype != "auto":
+        weights = "16-bit" if quant is None else quant.describe()
+        typer.echo(f"weights {weights} ({spec_model.weight_bytes / 1e9:,.2f} GB), GEMMs "
+                   f"{cost_model.kernel.describe}, KV cache {spec_model.kv_cache_dtype} "
+                   f"({spec_model.kv_bytes_per_token(tp):,} B per token per GPU)")
     typer.echo(
         f"step time {cost.time_s * 1e3:.3f} ms = compute-bound {cost.compute_s * 1e3:.3f} + "
         f"memory-bound {cost.memory_s * 1e3:.3f} + communication "

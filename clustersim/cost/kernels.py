@@ -21,8 +21,8 @@ Which one vLLM picks, as its quantization methods pick it:
 - FP8 (``fp8``, ``compressed-tensors`` W8A8-FP8): native W8A8 from compute capability 8.9
   and on ROCm; below 8.9 vLLM keeps the FP8 weights and runs Marlin W8A16
   (``Fp8LinearMethod.use_marlin = not current_platform.has_device_capability(89)``, fp8.py).
-- ``modelopt_fp4`` (NVFP4): native W4A4 where the catalog has an FP4 peak (Blackwell), else
-  Marlin FP4 weight-only (``ModelOptNvFp4LinearMethod``: flashinfer/cutlass, else marlin).
+- ``modelopt_fp4`` (NVFP4): native W4A4 from compute capability 10.0 (Blackwell), else Marlin
+  FP4 weight-only (``ModelOptNvFp4LinearMethod``: flashinfer/cutlass, else marlin).
 - ``awq_marlin``, ``gptq_marlin``, compressed-tensors W4A16/W8A16: Marlin.
 - ``awq``: vLLM's ``AWQLinearMethod.apply`` runs ``awq_gemm`` below 256 rows and
   ``awq_dequantize`` + a 16-bit matmul from 256 (awq.py); ``gptq``: exllama's q_gemm below
@@ -41,6 +41,7 @@ from clustersim.catalog.quantization import QuantizationSpec
 from clustersim.catalog.specs import TERA, GemmFit, GpuSpec
 
 _NATIVE_FP8_CAPABILITY = 89
+_NATIVE_FP4_CAPABILITY = 100
 _NEVER = float("inf")
 _FP4_BYTES = 0.5
 AWQ_DEQUANT_ROWS = 256
@@ -101,7 +102,9 @@ def gemm_kernel(quant: QuantizationSpec | None, gpu: GpuSpec) -> GemmKernel:
             return GemmKernel("w8a8_fp8", gpu.fp8_dense_tflops * TERA, fp8_fit, 1.0, quant, 1)
         return _weight_only("marlin", quant, gpu, bf16)
     if quant.activation_bits == 4:  # NVFP4 W4A4
-        if gpu.fp4_dense_tflops is not None:
+        if (gpu.capability or 0) >= _NATIVE_FP4_CAPABILITY:
+            if gpu.fp4_dense_tflops is None:
+                raise ValueError(f"{gpu.id} has no FP4 peak in the catalog")
             return GemmKernel("w4a4_fp4", gpu.fp4_dense_tflops * TERA, fp8_fit, 1.0, quant,
                               _FP4_BYTES)
         return _weight_only("marlin", quant, gpu, bf16)

@@ -55,19 +55,20 @@ _HALF_ONLY = {"awq", "gptq"}
 """Methods whose ``get_supported_act_dtypes()`` is [torch.half] only (the legacy AWQ and GPTQ
 kernels); the Marlin, FP8 and compressed-tensors ones take bfloat16 too."""
 ROCM_METHODS = ("awq", "gptq", "fp8", "compressed-tensors")
+NATIVE_FP4_CAPABILITY = 100
+"""ModelOptNvFp4LinearMethod runs FlashInfer/CUTLASS FP4 GEMMs on Blackwell (``cutlass_fp4_
+supported``) and Marlin weight-only FP4 elsewhere."""
 """The priced methods in vllm/platforms/rocm.py ``RocmPlatform.supported_quantization``."""
 
 
 def served_model(
     model: ModelSpec, gpu: GpuSpec, quantization: str | None = None,
-    kv_cache_dtype: str = "auto", *, path: str = "engine",
+    kv_cache_dtype: str = "auto", *, where: str = "engine.quantization",
 ) -> ModelSpec:
     """``model`` as an engine on ``gpu`` with ``--quantization quantization`` and
     ``--kv-cache-dtype kv_cache_dtype`` serves it: its ``quantization`` the method vLLM picks
-    (module docstring), its ``kv_cache_dtype`` the engine's. ``ConfigError`` at
-    ``path.quantization`` where vLLM refuses. The model comes back unchanged when nothing is
-    quantized."""
-    where = f"{path}.quantization"
+    (module docstring), its ``kv_cache_dtype`` the engine's. ``ConfigError`` at ``where``
+    where vLLM refuses. The model comes back unchanged when nothing is quantized."""
     spec = _resolve_method(model, gpu, quantization, where)
     if spec is not None:
         _check_platform(spec, model, gpu, where)
@@ -88,8 +89,9 @@ def _resolve_method(model: ModelSpec, gpu: GpuSpec, user: str | None,
             where,
             f"{user}: {model.id} is a {model.dtype} checkpoint without a quantization_config, "
             f"and only fp8 quantizes while loading; vLLM stops with 'Cannot find the config "
-            f"file for {user}'. Serve a {user} checkpoint instead (a catalog variant such as "
-            "qwen2.5-7b-instruct-awq, or a config.json with its quantization_config)",
+            f"file for {user}'. Serve a checkpoint quantized with {user} instead (a catalog "
+            "variant such as qwen2.5-7b-instruct-awq, or a config.json with its "
+            "quantization_config)",
         )
     method = _override(checkpoint, gpu, user)
     if user is not None and user != method:
@@ -122,6 +124,21 @@ def _override(checkpoint: QuantizationSpec, gpu: GpuSpec, user: str | None) -> s
     return marlin if convertible and user in (None, marlin) else method
 
 
+def _check_peak(spec: QuantizationSpec, gpu: GpuSpec, where: str) -> None:
+    """A native low-precision GEMM needs its tensor-core peak in the catalog to be priced."""
+    capability = gpu.capability or 0
+    if spec.activation_bits == 8 and spec.activation_type == "int":
+        peak, name = gpu.int8_dense_tops, "INT8"
+    elif spec.activation_bits == 4 and capability >= NATIVE_FP4_CAPABILITY:
+        peak, name = gpu.fp4_dense_tflops, "FP4"
+    else:
+        return
+    if peak is None:
+        raise ConfigError(where, f"{spec.method}: vLLM runs {name} GEMMs on {gpu.id} "
+                          f"(compute capability {gpu.compute_capability}) and the catalog has "
+                          f"no {name} peak for it to price them (gpus.yaml)")
+
+
 def _check_platform(spec: QuantizationSpec, model: ModelSpec, gpu: GpuSpec, where: str) -> None:
     method = spec.method
     if gpu.platform == "rocm" and method not in ROCM_METHODS:
@@ -144,6 +161,7 @@ def _check_platform(spec: QuantizationSpec, model: ModelSpec, gpu: GpuSpec, wher
             f"not supported for the current GPU. Minimum capability: {need}. Current "
             f"capability: {gpu.capability}.'",
         )
+    _check_peak(spec, gpu, where)
     if method in _HALF_ONLY and model.dtype != "float16":
         raise ConfigError(
             where,

@@ -44,6 +44,8 @@ def engine_settings(scenario: Scenario, varied: tuple[str, ...] = ()) -> Table:
         value = getattr(engine, name)
         if name in varied:
             shown = "per candidate (candidates table)"
+        elif value is None and name == "quantization":
+            shown = "the checkpoint's quantization_config (16-bit without one)"
         elif value is None:
             shown = "vLLM's default for the GPU (engines table)"
         else:
@@ -71,9 +73,14 @@ def calibration(runs: list[RunResult], folder: Path) -> list[Block]:
     shipped catalog records them, and where the end-to-end validation is."""
     profiles = load_profiles()
     seen: dict[str, str] = {}
+    precision: dict[str, dict[str, None]] = {}  # GPU -> how its engines ran, in order seen
     for run in runs:
         for info in run.instances:
             seen.setdefault(info.gpu, info.calibration)
+            weights = info.quantization or "16-bit"
+            precision.setdefault(info.gpu, {})[
+                f"weights {weights}, KV cache {info.kv_cache_dtype}, linear layers priced "
+                f"as {info.gemm_kernel}"] = None
     items = []
     for gpu, profile in sorted(seen.items()):
         entry = profiles.get(gpu, {})
@@ -90,6 +97,12 @@ def calibration(runs: list[RunResult], folder: Path) -> list[Block]:
             parts.append(f"; CPU overheads: {provenance['overheads']}")
         if profile == "default":
             parts.append("; uncalibrated catalog values")
+        fp8 = provenance.get("fp8", {}).get("fp8_gemm")
+        if fp8:
+            parts.append(f"; FP8 GEMM fit rms log error {fp8['rms_log_error']:.3f} over "
+                         f"{fp8['num_rows']:,} aiconfigurator measurements")
+        for line in precision.get(gpu, {}):
+            parts.append(f"; {line}")
         items.append(tuple(parts))
     return [
         Bullets.of(*items),
