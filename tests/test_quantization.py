@@ -473,9 +473,15 @@ def test_simulated_engines_name_their_quantization(tmp_path):
     from tests.helpers import run_cli
 
     scenario = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart_awq.yaml"
-    code, output = run_cli("simulate", str(scenario), "--out", str(tmp_path))
+    code, output = run_cli("simulate", str(scenario), "--out", str(tmp_path),
+                           "--report", str(tmp_path / "report"))
     assert code == 0, output
     assert output.startswith("quickstart-awq: qwen2.5-7b-instruct-awq on rtx4090 TP1, awq, ")
+    # the report's assumptions name the setting and the kernel that priced the layers
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "| quantization | awq | scenario |" in report
+    assert ("weights awq, KV cache auto, linear layers priced as dequant at 165.2 TFLOPS "
+            "(fit-v1:rtx4090)") in report
     (engine,) = json.loads((tmp_path / "summary.json").read_text())["engine"]
     assert (engine["quantization"], engine["kv_cache_dtype"]) == ("awq", "auto")
     assert engine["gemm_kernel"] == "dequant at 165.2 TFLOPS (fit-v1:rtx4090)"

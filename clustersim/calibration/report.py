@@ -107,6 +107,35 @@ def profile_rows() -> list[list[str]]:
     return rows
 
 
+def fp8_rows() -> list[list[str]]:
+    """One row per GPU with an FP8 GEMM fit: its values, and the measured fit's errors and the
+    same table's BF16 fit (or the GPU it borrows from)."""
+    from clustersim.catalog import load_profiles
+
+    rows = []
+    for gpu_id, p in load_profiles().items():
+        fit = p.get("fp8_gemm")
+        if fit is None:
+            continue
+        own = p["provenance"].get("fp8", {})
+        measured, bf16 = own.get("fp8_gemm"), own.get("bf16_same_table")
+        rows.append([
+            gpu_id, f"{fit['compute_efficiency']:.2f}", f"{fit['compute_half_tokens']:.0f}",
+            f"{fit['memory_efficiency']:.2f}",
+            "-" if measured is None else f"{measured['rms_log_error']:.3f}",
+            "-" if measured is None else f"{measured['num_rows']:,}",
+            "-" if bf16 is None else (f"{bf16['compute_efficiency']:.2f} / "
+                                      f"{bf16['memory_efficiency']:.2f} / "
+                                      f"{bf16['rms_log_error']:.3f}"),
+            fit["calibration"],
+        ])
+    return rows
+
+
+FP8_HEADER = ["GPU", "FP8 eff_c", "t_half (tokens)", "FP8 eff_m", "rms log error", "rows",
+              "same-table BF16 eff_c / eff_m / rms", "calibration"]
+
+
 PROFILE_HEADER = ["GPU", "eff_c", "t_half (tokens)", "eff_m", "eff_attn", "all-reduce α (µs)",
                   "link eff", "all-gather α (µs) / eff", "reduce-scatter α (µs) / eff",
                   "calibration"]
@@ -216,6 +245,7 @@ def render_markdown(splitwise: Sequence[GroupScore], runs: Sequence[RunScore]) -
         **zero_shot_summary(runs),
         **tp_check_summary(),
         profiles=markdown_table(PROFILE_HEADER, profile_rows()),
+        fp8=markdown_table(FP8_HEADER, fp8_rows()),
         rule=FEW_SHOT_RULE,
         zero=markdown_table(SPLITWISE_HEADER, splitwise_rows(splitwise, "zero-shot")),
         few=markdown_table(SPLITWISE_HEADER, splitwise_rows(splitwise, "few-shot")),
@@ -258,6 +288,25 @@ efficiency serves every GEMM size: it is the best fit over 1-4096 tokens, so it 
 batch-1 weight read lower than the largest single GEMMs reach (H100: 63 % vs 84 % of peak).
 Reproduce: `clustersim calibrate` rewrites the profile; `clustersim validate --write-docs
 docs/validation.md` rewrites this page (a few seconds each).
+
+### Quantized GEMMs
+
+FP8 W8A8 GEMMs are priced at the FP8 peak with their own fit, on NVIDIA aiconfigurator's
+measured vLLM 0.24 FP8 GEMMs (per-tensor CUTLASS scaled_mm with dynamic activation scales;
+shapes at least 2,048 wide, where the 1,024-wide ones run slower than BF16 at every size), the
+same saturating roofline as the 16-bit fit; the same table's BF16 rows, fitted alike, show the
+FP8/BF16 ratio on like-for-like data (the shipped BF16 efficiencies stay Vidur's). GPUs without
+measurements borrow (the RTX 4090 the L40S's, both Ada):
+
+{fp8}
+
+No FP8 or 4-bit serving run is among the validation data, so nothing on this page scores a
+quantized price end to end. The 4-bit (AWQ, GPTQ) and FP8-on-Ampere kernels have no measured
+table here at all: they are the roofline of the bytes they stream (codes, scales, zero points)
+at the 16-bit fit's memory efficiency, with their compute at the 16-bit peak slowed by one cited
+ratio, `weight_only_compute_ratio` = 0.82 (gpus.yaml, published values 0.60-0.90); INT8 W8A8
+borrows the FP8 fit at the INT8 peak, NVFP4 on Blackwell the FP8 fit at the FP4 peak. Read
+those prices as estimates within tens of percent.
 
 This page scores that model on **validation data it never saw** (a test checks that the
 calibration opens no validation file): Splitwise's measured DGX-A100/H100 prefill and per-token
