@@ -510,3 +510,18 @@ def test_a_plan_deploys_the_quantized_checkpoint():
     assert "--quantization awq --kv-cache-dtype fp8" in line
     (engine,) = result.recommended.at_goodput.engines
     assert (engine.quantization, engine.kv_cache_dtype) == ("awq", "fp8")
+
+
+def test_the_catalog_says_what_each_gpu_supports():
+    from clustersim.catalog import gpu_ids
+
+    for gpu_id in gpu_ids():
+        gpu = load_gpu(gpu_id)
+        assert gpu.capability is not None, gpu_id
+        if gpu.platform == "cuda" and gpu.capability >= 89:  # FP8 tensor cores
+            assert gpu.fp8_dense_tflops is not None, gpu_id
+            assert gpu.fp8_gemm is not None, gpu_id  # measured or borrowed, never unfitted
+        if gpu.capability < 89:
+            assert gpu.fp8_dense_tflops is None, gpu_id
+    assert load_gpu("mi300x").platform == "rocm"
+    assert load_gpu("rtx4090").fp8_gemm.calibration == "fit-v1:l40s->rtx4090"

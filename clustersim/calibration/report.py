@@ -132,6 +132,37 @@ def fp8_rows() -> list[list[str]]:
     return rows
 
 
+TRT_LLM_FP8_TTFT_MS = {
+    # (model, GPU, TP, prompt tokens): TTFT at batch 1, FP8, TensorRT-LLM v0.5/v0.6.1
+    ("llama-2-7b", "h100-sxm", 1, 128): 7, ("llama-2-7b", "h100-sxm", 1, 2048): 36,
+    ("llama-2-7b", "l40s", 1, 128): 14, ("llama-2-7b", "l40s", 1, 2048): 73,
+    ("llama-2-70b", "h100-sxm", 4, 128): 26, ("llama-2-70b", "h100-sxm", 4, 2048): 109,
+}
+"""NVIDIA/TensorRT-LLM@138f96d4:docs/source/performance.md (confirmed in TensorRT-LLM issue
+281), as hardware_and_roofline.md section 5.1 quotes it: another engine, a cross-check only."""
+
+
+def fp8_crosscheck_rows() -> list[list[str]]:
+    """clustersim's FP8 prefill step (``--quantization fp8``) beside TensorRT-LLM's published
+    batch-1 FP8 TTFT on the same shapes."""
+    from clustersim.catalog import load_gpu, load_model
+    from clustersim.cost.roofline import BatchShape, CostModel
+    from clustersim.engine.quantization import served_model
+
+    rows = []
+    for (model_id, gpu_id, tp, tokens), ttft_ms in TRT_LLM_FP8_TTFT_MS.items():
+        gpu = load_gpu(gpu_id)
+        model = served_model(load_model(model_id), gpu, "fp8")
+        ours_ms = CostModel(model, gpu, tp).step_time(
+            BatchShape.from_chunks([(tokens, 0, True)])).time_s * 1e3
+        rows.append([model_id, f"{gpu_id} TP{tp}", f"{tokens:,}", f"{ttft_ms}",
+                     f"{ours_ms:.1f}", f"{(ours_ms - ttft_ms) / ttft_ms:+.0%}"])
+    return rows
+
+
+FP8_CROSSCHECK_HEADER = ["model", "GPU", "prompt tokens", "TensorRT-LLM FP8 TTFT (ms)",
+                         "clustersim FP8 prefill step (ms)", "difference"]
+
 FP8_HEADER = ["GPU", "FP8 eff_c", "t_half (tokens)", "FP8 eff_m", "rms log error", "rows",
               "same-table BF16 eff_c / eff_m / rms", "calibration"]
 
@@ -246,6 +277,7 @@ def render_markdown(splitwise: Sequence[GroupScore], runs: Sequence[RunScore]) -
         **tp_check_summary(),
         profiles=markdown_table(PROFILE_HEADER, profile_rows()),
         fp8=markdown_table(FP8_HEADER, fp8_rows()),
+        fp8_check=markdown_table(FP8_CROSSCHECK_HEADER, fp8_crosscheck_rows()),
         rule=FEW_SHOT_RULE,
         zero=markdown_table(SPLITWISE_HEADER, splitwise_rows(splitwise, "zero-shot")),
         few=markdown_table(SPLITWISE_HEADER, splitwise_rows(splitwise, "few-shot")),
@@ -301,7 +333,12 @@ measurements borrow (the RTX 4090 the L40S's, both Ada):
 {fp8}
 
 No FP8 or 4-bit serving run is among the validation data, so nothing on this page scores a
-quantized price end to end. The 4-bit (AWQ, GPTQ) and FP8-on-Ampere kernels have no measured
+quantized price end to end. A cross-check against another engine: TensorRT-LLM's published
+batch-1 FP8 time to first token (v0.5/v0.6.1, hardware_and_roofline.md section 5.1) beside the
+FP8 prefill step clustersim prices for the same prompt (vLLM's kernels, not TensorRT-LLM's):
+
+{fp8_check}
+ The 4-bit (AWQ, GPTQ) and FP8-on-Ampere kernels have no measured
 table here at all: they are the roofline of the bytes they stream (codes, scales, zero points)
 at the 16-bit fit's memory efficiency, with their compute at the 16-bit peak slowed by one cited
 ratio, `weight_only_compute_ratio` = 0.82 (gpus.yaml, published values 0.60-0.90); INT8 W8A8

@@ -491,7 +491,8 @@ class Cluster:
                 quantization=None if setup.model.quantization is None
                 else setup.model.quantization.method,
                 kv_cache_dtype=setup.model.kv_cache_dtype,
-                gemm_kernel=gemm_kernel(setup.model.quantization, gpu).describe,
+                gemm_kernel="fixed step time" if isinstance(self.scenario.cost, FixedCost)
+                else gemm_kernel(setup.model.quantization, gpu).describe,
             )
         )
         return instance

@@ -38,8 +38,12 @@ outputs after them, ``(dp-1)/dp x T x h`` elements each way over the group's lin
 pad their batches to the largest rank's token count (as vLLM does with CUDA graphs), so
 ``T = dp x`` the largest rank's tokens.
 
-GEMM weights are read once per step whatever the batch; activations in and out are read and
-written once per op. Attention reads the KV its tokens attend to and writes the new tokens' KV,
+GEMM weights are read once per step whatever the batch, as stored; activations in and out are
+read and written once per op. A quantized model's linear layers run the kernel vLLM picks on the
+GPU (``clustersim.cost.kernels``: native FP8/INT8/FP4 GEMMs at their peak and fit, or
+weight-only kernels streaming 4- or 8-bit weights into 16-bit math); the router and the LM head
+stay 16-bit unless the checkpoint quantizes the LM head. Attention reads the KV its tokens
+attend to and writes the new tokens' KV (in the engine's ``kv_cache_dtype``),
 ``max(1, n_kv // tp)`` heads per rank: GQA enters only there and in the K/V projections.
 Elementwise ops (norms, rotary, SiLU) and the embedding gather are left out: they are small
 next to the GEMMs and partly fused in vLLM.
