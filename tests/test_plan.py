@@ -261,3 +261,16 @@ def test_a_three_pool_plan_routes_each_class_to_its_pool():
     assert c.status == "simulated" and result.recommended is c
     assert c.at_goodput.handoff_s is not None  # the long documents took the split
     assert result.serve_commands[-1].endswith("behind a load-balancing router")
+
+
+def test_quantization_is_a_search_axis_and_reaches_the_serve_line():
+    result = plan(scenario(plan={"gpu_budget": 2, "layouts": ["colocated"],
+                                 "quantization": [None, "fp8"],
+                                 "kv_cache_dtype": ["auto", "fp8"]}))
+    labels = {c.candidate.label() for c in result.candidates}
+    assert labels == {"2 x h100-sxm TP1", "2 x h100-sxm TP1, fp8", "2 x h100-sxm TP1, fp8 KV",
+                      "2 x h100-sxm TP1, fp8, fp8 KV"}
+    best = result.recommended.candidate
+    assert (best.quantization, best.kv_cache_dtype) == ("fp8", "fp8")  # fewer bytes per step
+    line = result.serve_commands[0]
+    assert "--quantization fp8" in line and "--kv-cache-dtype fp8" in line

@@ -185,10 +185,10 @@ def serve_commands(rec: CandidateResult | None, model: ModelSpec,
                 f"--max-num-seqs {info.max_num_seqs}",
                 f"--max-model-len {info.max_model_len}",
                 f"--gpu-memory-utilization {scenario.engine.gpu_memory_utilization:g}"]
-        if scenario.engine.quantization is not None:
-            args.append(f"--quantization {scenario.engine.quantization}")
-        if scenario.engine.kv_cache_dtype != "auto":
-            args.append(f"--kv-cache-dtype {scenario.engine.kv_cache_dtype}")
+        if rec.candidate.quantization is not None:
+            args.append(f"--quantization {rec.candidate.quantization}")
+        if rec.candidate.kv_cache_dtype != "auto":
+            args.append(f"--kv-cache-dtype {rec.candidate.kv_cache_dtype}")
         if not rec.candidate.enable_chunked_prefill:
             args.append("--no-enable-chunked-prefill")
         if not scenario.engine.enable_prefix_caching:

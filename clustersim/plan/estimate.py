@@ -73,7 +73,8 @@ class Screen:
 
     def engine(self, gpu_id: str, tp: int, candidate: Candidate) -> Engine | str:
         """The pool's engine as the screen prices it, or why it cannot start."""
-        key = (gpu_id, tp, candidate.max_num_batched_tokens, candidate.enable_chunked_prefill)
+        key = (gpu_id, tp, candidate.max_num_batched_tokens, candidate.enable_chunked_prefill,
+               candidate.quantization, candidate.kv_cache_dtype)
         if key in self._engines:
             return self._engines[key]
         scenario = self.scenario

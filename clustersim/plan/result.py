@@ -107,6 +107,8 @@ class CandidateResult:
             "pd_ratio": c.pd_ratio,
             "max_num_batched_tokens": c.max_num_batched_tokens,
             "enable_chunked_prefill": c.enable_chunked_prefill,
+            "quantization": c.quantization,
+            "kv_cache_dtype": c.kv_cache_dtype,
             "baseline": c.baseline,
             "screen_per_s": self.screen_per_s,
             "screen_binding": self.screen_binding,

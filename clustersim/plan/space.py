@@ -66,6 +66,9 @@ class Candidate:
     enable_chunked_prefill: bool
     baseline: bool = False
     """The scenario's own layout, simulated as written."""
+    quantization: str | None = None
+    """vLLM's --quantization for every pool (None: the checkpoint's own)."""
+    kv_cache_dtype: str = "auto"
 
     @property
     def num_gpus(self) -> int:
@@ -85,14 +88,15 @@ class Candidate:
     def family(self) -> tuple:
         """Everything but the instance counts: candidates of one family differ in size only."""
         return (self.layout, tuple(p.family() for p in self.pools), self.max_num_batched_tokens,
-                self.enable_chunked_prefill, self.baseline)
+                self.enable_chunked_prefill, self.baseline, self.quantization, self.kv_cache_dtype)
 
     def resized(self, counts: dict[str, int]) -> Candidate:
         pools = tuple(
             PoolChoice(p.role, p.gpu, p.tensor_parallel_size, counts.get(p.role, p.instances))
             for p in self.pools)
         return Candidate(self.layout, pools, self.max_num_batched_tokens,
-                         self.enable_chunked_prefill)
+                         self.enable_chunked_prefill, quantization=self.quantization,
+                         kv_cache_dtype=self.kv_cache_dtype)
 
     @property
     def pd_ratio(self) -> str | None:
@@ -109,7 +113,11 @@ class Candidate:
         budget = "default" if self.max_num_batched_tokens is None else self.max_num_batched_tokens
         chunk = "chunked" if self.enable_chunked_prefill else "unchunked"
         prefix = "baseline/" if self.baseline else ""
-        return f"{prefix}{self.layout}/{pools}/mnbt-{budget}/{chunk}"
+        precision = "".join(
+            f"/{name}-{value}" for name, value in (("q", self.quantization),
+                                                   ("kv", self.kv_cache_dtype))
+            if value not in (None, "auto"))
+        return f"{prefix}{self.layout}/{pools}/mnbt-{budget}/{chunk}{precision}"
 
     def label(self) -> str:
         """How an infra review writes it: '8 x h100-sxm TP2, mnbt 8192' or
@@ -119,6 +127,10 @@ class Candidate:
             text += f", mnbt {self.max_num_batched_tokens}"
         if not self.enable_chunked_prefill:
             text += ", no chunking"
+        if self.quantization is not None and not self.baseline:
+            text += f", {self.quantization}"
+        if self.kv_cache_dtype != "auto" and not self.baseline:
+            text += f", {self.kv_cache_dtype} KV"
         return f"{text} (scenario's layout)" if self.baseline else text
 
 
@@ -129,10 +141,15 @@ def pool_options(plan: PlanSpec, scenario: Scenario, role: str) -> tuple[list[st
     return gpus, tps
 
 
-def engine_options(plan: PlanSpec, scenario: Scenario) -> list[tuple[int | None, bool]]:
+def engine_options(plan: PlanSpec, scenario: Scenario
+                   ) -> list[tuple[int | None, bool, str | None, str]]:
+    """(max_num_batched_tokens, enable_chunked_prefill, quantization, kv_cache_dtype) to try;
+    each the scenario's own when the plan does not vary it."""
     budgets: list[int | None] = list(plan.max_num_batched_tokens or [None])
     chunked = plan.enable_chunked_prefill or [scenario.engine.enable_chunked_prefill]
-    return list(itertools.product(budgets, chunked))
+    quantization = plan.quantization or [scenario.engine.quantization]
+    kv = plan.kv_cache_dtype or [scenario.engine.kv_cache_dtype]
+    return list(itertools.product(budgets, chunked, quantization, kv))
 
 
 def families(plan: PlanSpec, scenario: Scenario) -> list[Candidate]:
@@ -147,8 +164,9 @@ def families(plan: PlanSpec, scenario: Scenario) -> list[Candidate]:
             for role in roles
         ]
         for pools in itertools.product(*per_role):
-            for budget, chunked in engine_options(plan, scenario):
-                out.append(Candidate(layout, tuple(pools), budget, chunked))
+            for budget, chunked, quantization, kv in engine_options(plan, scenario):
+                out.append(Candidate(layout, tuple(pools), budget, chunked,
+                                     quantization=quantization, kv_cache_dtype=kv))
     return out
 
 
@@ -195,7 +213,9 @@ def baseline(scenario: Scenario) -> Candidate | None:
                    p.tensor_parallel_size or scenario.tensor_parallel_size, p.instances)
         for p in layout.pools)
     return Candidate(layout.kind, pools, scenario.engine.max_num_batched_tokens,
-                     scenario.engine.enable_chunked_prefill, baseline=True)
+                     scenario.engine.enable_chunked_prefill, baseline=True,
+                     quantization=scenario.engine.quantization,
+                     kv_cache_dtype=scenario.engine.kv_cache_dtype)
 
 
 def variant(scenario: Scenario, candidate: Candidate, topology: object) -> Scenario:
@@ -203,7 +223,9 @@ def variant(scenario: Scenario, candidate: Candidate, topology: object) -> Scena
     scenario's own layout and topology for the baseline)."""
     if candidate.baseline:
         return scenario
-    engine_update: dict[str, object] = {"enable_chunked_prefill": candidate.enable_chunked_prefill}
+    engine_update: dict[str, object] = {"enable_chunked_prefill": candidate.enable_chunked_prefill,
+                                        "quantization": candidate.quantization,
+                                        "kv_cache_dtype": candidate.kv_cache_dtype}
     if candidate.max_num_batched_tokens is not None:
         engine_update["max_num_batched_tokens"] = candidate.max_num_batched_tokens
     settings = scenario.engine.model_dump(exclude_unset=True) | engine_update

@@ -19,6 +19,8 @@ from pydantic import (
     model_validator,
 )
 
+from clustersim.catalog.quantization import QuantMethod
+from clustersim.catalog.specs import KvCacheDType
 from clustersim.validation import Strict
 
 LayoutKind = Literal["colocated", "disaggregated", "three_pool"]
@@ -113,6 +115,15 @@ class PlanSpec(Strict):
     )
     enable_chunked_prefill: list[bool] | None = Field(
         None, min_length=1, description="Chunked prefill on and/or off; default the scenario's."
+    )
+    quantization: list[QuantMethod | None] | None = Field(
+        None, min_length=1,
+        description="vLLM --quantization values to try (null: the checkpoint's own, 16-bit for "
+        "a plain one), e.g. [null, fp8]; default the scenario's engine value.",
+    )
+    kv_cache_dtype: list[KvCacheDType] | None = Field(
+        None, min_length=1, description="KV cache dtypes to try, e.g. [auto, fp8]; default the "
+        "scenario's.",
     )
     nodes: dict[str, str] = Field(
         default_factory=dict,
