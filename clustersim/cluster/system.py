@@ -1,17 +1,14 @@
-"""A cluster of engine instances: pools placed on a topology, routers, and the P/D handoff.
+"""A cluster of engine instances: pools placed on a topology, and the routers in front.
 
 The request paths (spec §7.2, §8)::
 
     colocated      client -> router -> instance (prefill + decode)
-    disaggregated  client -> proxy -> prefill instance (max_tokens=1, keeps its blocks)
-                          -> proxy -> decode instance (pulls the KV, recomputes 1 token, decodes)
-    sglang         client -> router -> prefill and decode instance at once; decode allocates
-                          early, prefill pushes when done
+    disaggregated  client -> the KV connector's path (``cluster.connectors``: vLLM's NIXL
+                   pull through a proxy, or SGLang's push with early allocation)
     three_pool     prefill-heavy -> the disaggregated path; decode-heavy -> a decode instance;
                    mixed -> the colocated pool
 
-The client's request object travels to the instance that produces its tokens; a prefill
-instance works on a copy, so every per-request timestamp is what the client saw.
+The cluster routes; the handoff between a prefill and a decode instance is its connector's.
 """
 
 from __future__ import annotations
@@ -25,6 +22,7 @@ import simpy
 
 from clustersim.catalog import load_gpu
 from clustersim.catalog.specs import GpuSpec, ModelSpec
+from clustersim.cluster.connectors import CONNECTORS, KVConnector
 from clustersim.cluster.router import InstanceLoad, Router
 from clustersim.cluster.spec import LayoutSpec, PoolSpec
 from clustersim.cost.roofline import BatchShape, CostModel
@@ -32,7 +30,7 @@ from clustersim.engine.data_parallel import DataParallelGroup, check_group
 from clustersim.engine.defaults import EngineSetup, resolve_engine
 from clustersim.engine.instance import Instance
 from clustersim.engine.kv_manager import KVCacheManager
-from clustersim.engine.request import Request, RequestStatus
+from clustersim.engine.request import Request
 from clustersim.engine.scheduler import Scheduler, StepPlan
 from clustersim.engine.settings import EngineSettings
 from clustersim.errors import ClusterSimError, ConfigError
@@ -178,19 +176,6 @@ def _merged_engine(base: EngineSettings, override: EngineSettings | None) -> Eng
     return EngineSettings(**fields)
 
 
-@dataclass(slots=True)
-class _Handoff:
-    """A request on the disaggregated path: its prefill copy and where each half runs."""
-
-    client: Request
-    producer: Request
-    prefill_index: int
-    decode_index: int | None = None
-    prefill_done: simpy.Event | None = None
-    """sglang only: fires when the prefill copy finished (the push may start)."""
-    producer_sent: bool = False
-
-
 class Cluster:
     """Builds the instances of a scenario and moves requests through them."""
 
@@ -231,9 +216,11 @@ class Cluster:
             )
             if self.instances[role]
         }
-        self._handoffs: dict[int, _Handoff] = {}  # id(producer copy or client) -> handoff
         self._route_of: dict[int, tuple[str, int]] = {}  # id(client) -> (role, index)
-        self._paired: set[tuple[int, int]] = set()
+        self.connector: KVConnector | None = (
+            CONNECTORS[self.kv_transfer.connector](self) if self.instances["prefill"] else None
+        )
+        """The prefill -> decode handoff (layouts with a prefill pool)."""
 
     # ------------------------------------------------------------------ build
     def _load_topology(self):
@@ -431,7 +418,8 @@ class Cluster:
                 role, position, request
             ),
             start_kv_load=(
-                lambda request, tokens, position=position: self._pull(position, request, tokens)
+                lambda request, tokens, position=position: self.connector.load(
+                    position, request, tokens)
             )
             if role == "decode"
             else None,
@@ -467,7 +455,7 @@ class Cluster:
         if kind == "colocated":
             self._send("colocated", request)
         elif kind == "disaggregated":
-            self._to_prefill(request)
+            self.connector.start(request)
         else:
             self._three_pool(request)
 
@@ -477,171 +465,43 @@ class Cluster:
         long_prompt = request.num_prompt_tokens > self.layout.long_prompt_tokens
         long_output = request.max_tokens > self.layout.long_output_tokens
         if long_prompt and not long_output:
-            self._to_prefill(request)
+            self.connector.start(request)
         elif long_output and not long_prompt:
             self._send("decode", request)
         else:
             self._send("colocated", request)
 
-    def _send(self, role: str, request: Request) -> None:
-        """Route a request to an instance that will produce all its tokens."""
+    def choose(self, role: str, request: Request) -> int:
+        """The instance of ``role`` its router picks for ``request``, counted as sent there."""
         router = self.routers[role]
         index = router.choose(request)
         router.sent(index, request)
-        instance = self.instances[role][index]
+        return index
+
+    def place(self, role: str, request: Request) -> int:
+        """:meth:`choose`, for an instance that will produce the request's tokens: its
+        router gets it back when the request is done."""
+        index = self.choose(role, request)
         self._route_of[id(request)] = (role, index)
+        return index
+
+    def _send(self, role: str, request: Request) -> None:
+        """Route a request to an instance that will produce all its tokens."""
+        instance = self.instances[role][self.place(role, request)]
         request.prefill_instance = request.decode_instance = instance.name
         instance.submit(request)  # a data-parallel group names the rank it picks
-
-    def _to_prefill(self, request: Request) -> None:
-        router = self.routers["prefill"]
-        index = router.choose(request)
-        router.sent(index, request)
-        instance = self.instances["prefill"][index]
-        producer = Request(
-            request.request_id,
-            self.env.now,
-            request.num_prompt_tokens,
-            1,  # the proxy asks the prefill instance for one token (max_tokens=1)
-            priority=request.priority,
-            block_hashes=request.block_hashes,
-            kv_producer=True,
-        )
-        handoff = _Handoff(client=request, producer=producer, prefill_index=index)
-        self._handoffs[id(producer)] = handoff
-        self._handoffs[id(request)] = handoff
-        request.prefill_instance = instance.name
-        if self.kv_transfer.connector == "sglang":
-            # The router contacts both sides. The prefill side holds the request in its
-            # bootstrap queue until the decode side has allocated the KV (early allocation),
-            # so a prefill never holds blocks for a decode that has no room for them.
-            reason = instance.refusal(producer)
-            if reason is not None:
-                instance.reject(producer, reason)
-                return
-            handoff.prefill_done = self.env.event()
-            self._to_decode(handoff)
-        else:
-            handoff.producer_sent = True
-            instance.submit(producer)
-
-    def _to_decode(self, handoff: _Handoff) -> None:
-        router = self.routers["decode"]
-        client = handoff.client
-        index = router.choose(client)
-        router.sent(index, client)
-        handoff.decode_index = index
-        instance = self.instances["decode"][index]
-        self._route_of[id(client)] = ("decode", index)
-        client.decode_instance = instance.name
-        client.do_remote_prefill = True
-        instance.submit(client)
-
-    def _proxy_to_decode(self, handoff: _Handoff):
-        if self.kv_transfer.proxy_latency_s > 0:
-            yield self.env.timeout(self.kv_transfer.proxy_latency_s)
-        self._to_decode(handoff)
-
-    # --------------------------------------------------------------- handoff
-    def _pull(self, decode_index: int, client: Request, num_tokens: int) -> simpy.Event:
-        """The decode instance starts reading a prompt's KV from its prefill instance."""
-        done = self.env.event()
-        self.env.process(self._transfer(decode_index, client, num_tokens, done))
-        return done
-
-    def _transfer(self, decode_index: int, client: Request, num_tokens: int, done: simpy.Event):
-        handoff = self._handoffs[id(client)]
-        prefill = self.instances["prefill"][handoff.prefill_index]
-        decode = self.instances["decode"][decode_index]
-        if num_tokens == 0:  # nothing to read (local prefix hit): the producer may free now
-            if handoff.producer_sent:
-                prefill.release_kv(handoff.producer)
-            else:  # sglang: the prefill never started; take it back from the prefill router
-                self.routers["prefill"].returned(handoff.prefill_index, client)
-                self._handoffs.pop(id(handoff.producer), None)
-            done.succeed()
-            return
-        if handoff.prefill_done is not None:
-            if not handoff.producer_sent:
-                handoff.producer_sent = True
-                prefill.submit(handoff.producer)  # decode has allocated: prefill may start
-            yield handoff.prefill_done
-            if handoff.producer.status is RequestStatus.REJECTED:
-                return  # the decode side has dropped the request
-        tp = len(decode.gpus)
-        num_bytes = num_tokens * self.model.kv_bytes_per_token(tp) * tp
-        pair = (handoff.prefill_index, decode_index)
-        extra = 0.0
-        if pair not in self._paired:
-            self._paired.add(pair)
-            extra = self.kv_transfer.handshake_s
-        yield self.flows.transfer(
-            client.request_id, list(prefill.gpus), list(decode.gpus), num_bytes, extra
-        )
-        prefill.release_kv(handoff.producer)
-        client.handoff_bytes = num_bytes
-        client.handoff_start_s = handoff.producer.finish_s
-        client.handoff_end_s = self.env.now
-        done.succeed()
 
     # ------------------------------------------------------------ completion
     def _done(self, role: str, index: int, request: Request) -> None:
         if request.kv_producer:
-            self._prefill_done(index, request)
+            self.connector.producer_done(index, request)
             return
         route = self._route_of.pop(id(request), None)
         if route is not None:
             self.routers[route[0]].returned(route[1], request)
-        handoff = self._handoffs.pop(id(request), None)
-        if handoff is not None and request.status is RequestStatus.REJECTED:
-            # rejected on the decode side: the prefill copy's blocks will never be read
-            prefill = self.instances["prefill"][handoff.prefill_index]
-            if not handoff.producer_sent:  # sglang: the prefill never started
-                self.routers["prefill"].returned(handoff.prefill_index, request)
-                self._handoffs.pop(id(handoff.producer), None)
-            elif handoff.producer.status is RequestStatus.FINISHED:
-                prefill.release_kv(handoff.producer)
+        if self.connector is not None:
+            self.connector.consumer_done(request)
         self.on_done(request)
-
-    def _prefill_done(self, index: int, producer: Request) -> None:
-        handoff = self._handoffs.pop(id(producer))
-        client = handoff.client
-        self.routers["prefill"].returned(index, client)
-        client.num_preemptions += producer.num_preemptions
-        reason = f"prefill: {producer.reject_reason}"
-        if producer.status is RequestStatus.REJECTED and handoff.decode_index is not None:
-            # sglang: the decode side already holds blocks for it; take it back there
-            handoff.prefill_done.succeed()
-            self.instances["decode"][handoff.decode_index].abort(client, reason)
-            return
-        if producer.status is RequestStatus.REJECTED:
-            self._handoffs.pop(id(client), None)
-            client.status = RequestStatus.REJECTED
-            client.reject_reason = reason
-            client.finish_s = self.env.now
-            self.on_done(client)
-            return
-        prefill = self.instances["prefill"][index]
-        if producer.request_id not in prefill.scheduler.kv_held and prefill.scheduler.offers_blocks(
-            producer
-        ):
-            # async scheduling preempted it while its only token was in flight: the token
-            # arrived but the blocks are gone, so the prompt is prefilled again
-            self._rerun_prefill(index, handoff)
-            return
-        if handoff.prefill_done is not None:
-            handoff.prefill_done.succeed()
-            return
-        self.env.process(self._proxy_to_decode(handoff))
-
-    def _rerun_prefill(self, index: int, handoff: _Handoff) -> None:
-        old = handoff.producer
-        producer = Request(old.request_id, self.env.now, old.num_prompt_tokens, 1,
-                           priority=old.priority, block_hashes=old.block_hashes, kv_producer=True)
-        handoff.producer = producer
-        self._handoffs[id(producer)] = handoff
-        self.routers["prefill"].sent(index, handoff.client)
-        self.instances["prefill"][index].submit(producer)
 
     # ---------------------------------------------------------------- results
     def all_instances(self) -> list[Instance]:
