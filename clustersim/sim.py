@@ -39,6 +39,8 @@ class RunResult:
     """False: a lean run."""
     num_events: int = 0
     """SimPy events the run scheduled."""
+    faults: Any = None
+    """clustersim.cluster.faults.FaultLog: what each failure did (None: no ``faults:``)."""
 
 
 def run_scenario(
@@ -92,4 +94,14 @@ def run_scenario(
         link_utilization=(
             flows.link_utilization(end_s - first_arrival) if flows is not None else {}
         ),
+        faults=_fault_log(cluster),
     )
+
+
+def _fault_log(cluster: Cluster):
+    if cluster.faults is None:
+        return None
+    log = cluster.faults.log
+    if cluster.flows is not None:
+        log.num_rerouted = cluster.flows.num_rerouted
+    return log

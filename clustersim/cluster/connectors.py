@@ -19,6 +19,21 @@ The two connectors differ in who is contacted when::
 
 The client's request object travels to the decode instance, which produces its tokens; the
 prefill instance works on a copy, so every per-request timestamp is what the client saw.
+
+Failures (``cluster.faults``) reach a handoff in three ways, each handled here::
+
+    prefill instance dies  prompts it was computing (or, sglang, still had in its bootstrap
+                           queue) lose their clients' attempts; prompts it had finished can no
+                           longer be read: their pulls fail
+    decode instance dies   its clients are lost; their producers' blocks are freed (or, sglang,
+                           their queued prefills dropped) and their transfers stopped
+    a KV load fails        its source died, a failed link left no path, or the transfer drew
+                           a failure: nixl follows kv_load_failure_policy (recompute: prefill
+                           the prompt on the decode instance; fail: the attempt is lost, as
+                           vLLM's FINISHED_ERROR reaches the client); sglang fails it
+
+The producer's blocks are freed as soon as its reader is gone (vLLM's prefill side would
+hold them until ``VLLM_NIXL_ABORT_REQUEST_TIMEOUT``).
 """
 
 from __future__ import annotations
@@ -28,6 +43,7 @@ from typing import TYPE_CHECKING
 
 import simpy
 
+from clustersim.cluster.flows import TransferFailed
 from clustersim.engine.request import Request, RequestStatus
 
 if TYPE_CHECKING:
@@ -47,6 +63,17 @@ class Handoff:
     producer_sent: bool = False
     """The prefill copy was submitted to its instance (sglang holds it back until the decode
     side has allocated)."""
+    transfer: simpy.Event | None = None
+    """The KV transfer under way (``FlowNetwork.transfer``'s event)."""
+    kv_read: bool = False
+    """The decode side has what it needs: the KV arrived, nothing had to be read, or the
+    load failed and was dealt with."""
+    source_lost: str | None = None
+    """The prefill instance holding the finished prompt's KV failed (the failure's label):
+    reading it fails."""
+    orphaned: bool = False
+    """sglang: the client was lost while its prompt was running on the prefill side; the
+    prefill finishes it and lets it go (a running step's output cannot be taken back)."""
 
 
 def producer_copy(client: Request, arrival_s: float) -> Request:
@@ -85,6 +112,9 @@ class KVConnector:
         """The request enters the disaggregated path: its prompt goes to a prefill instance."""
         cluster = self.cluster
         index = cluster.choose("prefill", client)
+        if index is None:
+            cluster.lose(client, cluster.faults.down_cause("prefill"))  # type: ignore[union-attr]
+            return
         instance = cluster.instances["prefill"][index]
         producer = producer_copy(client, self.env.now)
         handoff = Handoff(client=client, producer=producer, prefill_index=index)
@@ -101,6 +131,10 @@ class KVConnector:
         cluster = self.cluster
         client = handoff.client
         index = cluster.place("decode", client)
+        if index is None:
+            self.client_lost(client)
+            cluster.lose(client, cluster.faults.down_cause("decode"))  # type: ignore[union-attr]
+            return
         handoff.decode_index = index
         instance = cluster.instances["decode"][index]
         client.decode_instance = instance.name
@@ -112,21 +146,35 @@ class KVConnector:
         """The decode instance starts reading a prompt's KV from its prefill instance; the
         event fires when the KV is resident."""
         done = self.env.event()
-        self.env.process(self._transfer(decode_index, client, num_tokens, done))
+        handoff = self._handoffs[id(client)]
+        self.env.process(self._transfer(decode_index, handoff, num_tokens, done))
         return done
 
-    def _transfer(self, decode_index: int, client: Request, num_tokens: int, done: simpy.Event):
+    def _live(self, handoff: Handoff) -> bool:
+        """The handoff is still this client's current one (no failure dropped it)."""
+        return self._handoffs.get(id(handoff.client)) is handoff
+
+    def _transfer(self, decode_index: int, handoff: Handoff, num_tokens: int,
+                  done: simpy.Event):
         cluster = self.cluster
-        handoff = self._handoffs[id(client)]
+        client = handoff.client
+        if not self._live(handoff):
+            return  # lost to a failure before the read began
         prefill = cluster.instances["prefill"][handoff.prefill_index]
         decode = cluster.instances["decode"][decode_index]
         if num_tokens == 0:  # nothing to read (local prefix hit): the producer may free now
             self._nothing_to_read(handoff, prefill)
+            handoff.kv_read = True
             done.succeed()
             return
         ready = yield from self._before_transfer(handoff, prefill)
-        if not ready:
+        if not ready or not self._live(handoff):
             return  # the decode side has dropped the request
+        faults = cluster.faults
+        if handoff.source_lost is not None:
+            self._load_failed(handoff, handoff.source_lost)
+            return
+        drawn = faults.transfer_fails() if faults is not None else None
         tp = len(decode.gpus)
         num_bytes = num_tokens * cluster.model.kv_bytes_per_token(tp) * tp
         pair = (handoff.prefill_index, decode_index)
@@ -134,10 +182,24 @@ class KVConnector:
         if pair not in self._paired:
             self._paired.add(pair)
             extra = self.spec.handshake_s
-        yield cluster.flows.transfer(
+        handoff.transfer = cluster.flows.transfer(
             client.request_id, list(prefill.gpus), list(decode.gpus), num_bytes, extra
         )
+        try:
+            yield handoff.transfer
+        except TransferFailed as error:
+            handoff.transfer = None
+            if self._live(handoff):
+                self._load_failed(handoff, error.cause)
+            return
+        handoff.transfer = None
+        if not self._live(handoff):
+            return  # its reader failed at the very moment the bytes arrived
+        if drawn is not None:  # the bytes moved, the read reports an error at its end
+            self._load_failed(handoff, drawn)
+            return
         prefill.release_kv(handoff.producer)
+        handoff.kv_read = True
         client.handoff_bytes = num_bytes
         client.handoff_start_s = handoff.producer.finish_s
         client.handoff_end_s = self.env.now
@@ -158,6 +220,9 @@ class KVConnector:
         handoff = self._handoffs.pop(id(producer))
         client = handoff.client
         cluster.routers["prefill"].returned(index, client)
+        if handoff.orphaned:  # its client is gone: nobody will read its blocks
+            cluster.instances["prefill"][index].release_kv(producer)
+            return
         client.num_preemptions += producer.num_preemptions
         if producer.status is RequestStatus.REJECTED:
             self._producer_rejected(handoff, f"prefill: {producer.reject_reason}")
@@ -183,6 +248,79 @@ class KVConnector:
 
     def _producer_finished(self, handoff: Handoff) -> None:
         raise NotImplementedError
+
+    # -------------------------------------------------------------- faults
+    recomputes_failed_loads = False
+    """Whether a failed KV load is recomputed on the decode side (else the attempt fails)."""
+
+    def _load_failed(self, handoff: Handoff, cause: str) -> None:
+        """Reading the prompt's KV failed (``cause``: the failure to blame)."""
+        cluster = self.cluster
+        client = handoff.client
+        tally = cluster.faults.tally(cause)  # type: ignore[union-attr]
+        tally.num_kv_load_failures += 1
+        prefill = cluster.instances["prefill"][handoff.prefill_index]
+        prefill.release_kv(handoff.producer)  # its reader gives up (a no-op if it died)
+        handoff.kv_read = True
+        decode = cluster.instances["decode"][handoff.decode_index]
+        if self.recomputes_failed_loads:
+            tally.num_recomputed += 1
+            decode.recompute_remote_load(client)
+            return
+        self._handoffs.pop(id(client), None)
+        decode.remove(client)
+        cluster.lose(client, cause)
+
+    def prefill_failed(self, index: int, cause: str) -> None:
+        """Prefill instance ``index`` died: what it was computing is lost with its clients'
+        attempts; what it had computed and not yet handed over cannot be read."""
+        cluster = self.cluster
+        hit = list({id(h): h for h in self._handoffs.values()
+                    if h.prefill_index == index and not h.kv_read}.values())
+        for handoff in hit:
+            client = handoff.client
+            if handoff.orphaned:  # its client was lost already
+                cluster.routers["prefill"].returned(index, client)
+                self._handoffs.pop(id(handoff.producer), None)
+                continue
+            if handoff.producer.status is RequestStatus.FINISHED:
+                handoff.source_lost = cause
+                if handoff.transfer is not None:  # the read under way breaks off
+                    cluster.flows.cancel(handoff.transfer)
+                    handoff.transfer = None
+                    self._load_failed(handoff, cause)
+                continue  # a read not begun yet fails when it begins
+            cluster.routers["prefill"].returned(index, client)
+            self._handoffs.pop(id(handoff.producer), None)
+            self._handoffs.pop(id(client), None)
+            if handoff.decode_index is not None:  # sglang: the decode side had allocated
+                cluster.instances["decode"][handoff.decode_index].remove(client)
+            cluster.lose(client, cause)
+
+    def client_lost(self, client: Request) -> None:
+        """A failure lost ``client`` on the decode side (or before it got there): stop its
+        transfer and let its producer go."""
+        handoff = self._handoffs.pop(id(client), None)
+        if handoff is None:
+            return
+        cluster = self.cluster
+        if handoff.transfer is not None:
+            cluster.flows.cancel(handoff.transfer)
+            handoff.transfer = None
+        producer = handoff.producer
+        prefill = cluster.instances["prefill"][handoff.prefill_index]
+        if producer.status is RequestStatus.FINISHED:
+            if not handoff.kv_read:
+                prefill.release_kv(producer)
+            return
+        # sglang: the prefill is queued or running there, or still in the bootstrap queue
+        if producer.status is RequestStatus.RUNNING:
+            handoff.orphaned = True  # it may be in the step under way: it finishes first
+            return
+        self._handoffs.pop(id(producer), None)
+        if handoff.producer_sent:
+            prefill.remove(producer)
+        cluster.routers["prefill"].returned(handoff.prefill_index, client)
 
     def _rerun_prefill(self, index: int, handoff: Handoff) -> None:
         old = handoff.producer
@@ -214,6 +352,10 @@ class NixlConnector(KVConnector):
 
     name = "nixl"
 
+    def __init__(self, cluster: Cluster) -> None:
+        super().__init__(cluster)
+        self.recomputes_failed_loads = self.spec.kv_load_failure_policy == "recompute"
+
     def _started(self, handoff: Handoff, prefill) -> None:
         handoff.producer_sent = True
         prefill.submit(handoff.producer)
@@ -224,7 +366,8 @@ class NixlConnector(KVConnector):
     def _proxy_to_decode(self, handoff: Handoff):
         if self.spec.proxy_latency_s > 0:
             yield self.env.timeout(self.spec.proxy_latency_s)
-        self._to_decode(handoff)
+        if self._live(handoff):
+            self._to_decode(handoff)
 
 
 class SGLangConnector(KVConnector):
@@ -234,6 +377,7 @@ class SGLangConnector(KVConnector):
     prefill pushes the KV when it is done."""
 
     name = "sglang"
+    # a failed push fails the request (SGLang has no recompute path for it)
 
     def _started(self, handoff: Handoff, prefill) -> None:
         producer = handoff.producer

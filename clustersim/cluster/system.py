@@ -23,6 +23,7 @@ import simpy
 from clustersim.catalog import load_gpu
 from clustersim.catalog.specs import GpuSpec, ModelSpec
 from clustersim.cluster.connectors import CONNECTORS, KVConnector
+from clustersim.cluster.faults import Faults
 from clustersim.cluster.router import InstanceLoad, Router
 from clustersim.cluster.spec import LayoutSpec, PoolSpec
 from clustersim.cost.roofline import BatchShape, CostModel
@@ -30,7 +31,7 @@ from clustersim.engine.data_parallel import DataParallelGroup, check_group
 from clustersim.engine.defaults import EngineSetup, resolve_engine
 from clustersim.engine.instance import Instance
 from clustersim.engine.kv_manager import KVCacheManager
-from clustersim.engine.request import Request
+from clustersim.engine.request import Request, RequestStatus
 from clustersim.engine.scheduler import Scheduler, StepPlan
 from clustersim.engine.settings import EngineSettings
 from clustersim.errors import ClusterSimError, ConfigError
@@ -206,6 +207,7 @@ class Cluster:
         self.instances: dict[str, list[Any]] = {"colocated": [], "prefill": [], "decode": []}
         """Per role: an :class:`Instance`, or a :class:`DataParallelGroup` of them."""
         self.infos: list[InstanceInfo] = []
+        self._fresh_scheduler: dict[str, Callable[[], Scheduler]] = {}
         self._build_pools()
         self.routers = {
             role: Router(spec.kind, [InstanceLoad(i.name) for i in self.instances[role]], rng)
@@ -221,6 +223,11 @@ class Cluster:
             CONNECTORS[self.kv_transfer.connector](self) if self.instances["prefill"] else None
         )
         """The prefill -> decode handoff (layouts with a prefill pool)."""
+        self.faults: Faults | None = (
+            Faults(self, scenario.faults, scenario.seed) if scenario.faults is not None
+            else None
+        )
+        """The failures of this run (``cluster.faults``), and what they did."""
 
     # ------------------------------------------------------------------ build
     def _load_topology(self):
@@ -401,18 +408,23 @@ class Cluster:
         config = replace(
             setup.scheduler, kv_full_blocks_only=self.kv_transfer.vllm_compat == "0.10"
         )
-        kv = KVCacheManager(
-            setup.num_gpu_blocks,
-            config.block_size,
-            config.max_model_len,
-            enable_prefix_caching=config.enable_prefix_caching,
-        )
+
+        def fresh_scheduler() -> Scheduler:
+            kv = KVCacheManager(
+                setup.num_gpu_blocks,
+                config.block_size,
+                config.max_model_len,
+                enable_prefix_caching=config.enable_prefix_caching,
+            )
+            return Scheduler(config, kv, keep_token_times=self.record_steps,
+                             bulk_decodes=self.coalesce)
+
+        self._fresh_scheduler[name] = fresh_scheduler  # an engine restarts empty
         role = pool.role
         instance = Instance(
             self.env,
             name,
-            Scheduler(config, kv, keep_token_times=self.record_steps,
-                      bulk_decodes=self.coalesce),
+            fresh_scheduler(),
             make_pricer(cost_model, self.scenario.cost) if run else _group_steps_it,
             on_done=lambda request, role=role, position=position: self._done(
                 role, position, request
@@ -471,25 +483,89 @@ class Cluster:
         else:
             self._send("colocated", request)
 
-    def choose(self, role: str, request: Request) -> int:
-        """The instance of ``role`` its router picks for ``request``, counted as sent there."""
+    def choose(self, role: str, request: Request) -> int | None:
+        """The instance of ``role`` its router picks for ``request``, counted as sent there
+        (None: every one of them is down)."""
         router = self.routers[role]
         index = router.choose(request)
-        router.sent(index, request)
+        if index is not None:
+            router.sent(index, request)
         return index
 
-    def place(self, role: str, request: Request) -> int:
+    def place(self, role: str, request: Request) -> int | None:
         """:meth:`choose`, for an instance that will produce the request's tokens: its
         router gets it back when the request is done."""
         index = self.choose(role, request)
-        self._route_of[id(request)] = (role, index)
+        if index is not None:
+            self._route_of[id(request)] = (role, index)
         return index
 
     def _send(self, role: str, request: Request) -> None:
         """Route a request to an instance that will produce all its tokens."""
-        instance = self.instances[role][self.place(role, request)]
+        index = self.place(role, request)
+        if index is None:
+            self.lose(request, self.faults.down_cause(role))  # type: ignore[union-attr]
+            return
+        instance = self.instances[role][index]
         request.prefill_instance = request.decode_instance = instance.name
         instance.submit(request)  # a data-parallel group names the rank it picks
+
+    # ----------------------------------------------------------------- faults
+    def keyed_instances(self) -> list[tuple[tuple[str, int], Any]]:
+        """Every instance (a data-parallel group as one) with its (role, index)."""
+        return [((role, i), instance) for role in ("colocated", "prefill", "decode")
+                for i, instance in enumerate(self.instances[role])]
+
+    def fail_instance(self, key: tuple[str, int], cause: str) -> None:
+        """The instance dies now: routers stop choosing it and everything it held is lost
+        (the prompts a prefill instance was computing or keeping take their clients' attempts
+        with them, or make their pulls fail: ``cluster.connectors``)."""
+        role, index = key
+        self.routers[role].set_down(index, True)
+        lost = self.instances[role][index].fail()
+        if role == "prefill":
+            self.connector.prefill_failed(index, cause)  # type: ignore[union-attr]
+            return
+        for request in lost:
+            if self.connector is not None:
+                self.connector.client_lost(request)
+            self.lose(request, cause)
+
+    def restore_instance(self, key: tuple[str, int]) -> None:
+        """The instance is repaired: it restarts empty and its router chooses it again."""
+        role, index = key
+        instance = self.instances[role][index]
+        if isinstance(instance, DataParallelGroup):
+            instance.restart([self._fresh_scheduler[r.name]() for r in instance.ranks])
+        else:
+            instance.restart(self._fresh_scheduler[instance.name]())
+        self.routers[role].set_down(index, False)
+
+    def lose(self, request: Request, cause: str) -> None:
+        """A failure lost this attempt of ``request`` (every trace of it is gone from the
+        instances): its client sends it again after a delay, or it ends rejected."""
+        faults = self.faults
+        assert faults is not None, "requests are lost only to faults"
+        route = self._route_of.pop(id(request), None)
+        if route is not None:
+            self.routers[route[0]].returned(route[1], request)
+        tally = faults.tally(cause)
+        tally.num_lost += 1
+        client = faults.spec.client
+        now = self.env.now
+        if request.num_retries < client.max_retries:
+            tally.num_retried += 1
+            delay = client.delay_s(request.num_retries + 1)
+            request.retry(now + delay)
+            timer = self.env.timeout(delay)
+            timer.callbacks.append(lambda _event: self.submit(request))
+            return
+        tally.num_failed += 1
+        tries = f" (sent {request.num_retries + 1} times)" if request.num_retries else ""
+        request.status = RequestStatus.REJECTED
+        request.reject_reason = f"lost: {cause}{tries}"
+        request.finish_s = now
+        self.on_done(request)
 
     # ------------------------------------------------------------ completion
     def _done(self, role: str, index: int, request: Request) -> None:
