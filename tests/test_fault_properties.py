@@ -23,7 +23,7 @@ def fault_sections(draw, instances: list[str], links: list[tuple[str, str]]):
         kind = draw(st.sampled_from(["instance", "link"] if links else ["instance"]))
         event = {"kind": kind, "at_s": draw(st.sampled_from([0.0, 0.02, 0.05, 0.1, 0.3]))}
         if kind == "instance":
-            event["instance"] = draw(st.sampled_from(instances))
+            event["name"] = draw(st.sampled_from(instances))
         else:
             event["between"] = list(draw(st.sampled_from(links)))
         if draw(st.booleans()):

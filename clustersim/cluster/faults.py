@@ -118,24 +118,23 @@ class Faults:
         when = f"at {event.at_s:g} s"
         if isinstance(event, InstanceFault):
             keys = {i.name: key for key, i in cluster.keyed_instances()}
-            if event.instance not in keys:
-                raise ConfigError(f"{where}.instance", f"no instance {event.instance!r}; "
+            if event.name not in keys:
+                raise ConfigError(f"{where}.name", f"no instance {event.name!r}; "
                                   f"instances: {', '.join(keys)}")
-            return _Target(f"instance {event.instance} failed {when}", (keys[event.instance],),
-                           ())
+            return _Target(f"instance {event.name} failed {when}", (keys[event.name],), ())
         topology = cluster.topology
         if topology is None:
             raise ConfigError(f"{where}.kind", f"a {event.kind} failure needs a topology: "
                               "nodes and links are the topology's (e.g. topology: dgx-h100)")
         if isinstance(event, NodeFault):
             nodes = topology.node_names()
-            if event.node not in nodes:
-                raise ConfigError(f"{where}.node", f"no node {event.node!r}; nodes: "
+            if event.name not in nodes:
+                raise ConfigError(f"{where}.name", f"no node {event.name!r}; nodes: "
                                   f"{', '.join(nodes)}")
             hit = tuple(key for key, i in cluster.keyed_instances()
-                        if any(topology.node_of(g) == event.node for g in i.gpus))
-            edges = {e for v in topology.node_vertices(event.node) for e in topology.edges_of(v)}
-            return _Target(f"node {event.node} failed {when}", hit,
+                        if any(topology.node_of(g) == event.name for g in i.gpus))
+            edges = {e for v in topology.node_vertices(event.name) for e in topology.edges_of(v)}
+            return _Target(f"node {event.name} failed {when}", hit,
                            tuple(e for e in topology.graph.edges if e in edges))
         assert isinstance(event, LinkFault)
         a, b = self._cable(event, where)
@@ -144,10 +143,10 @@ class Faults:
 
     def _cable(self, event: LinkFault, where: str) -> tuple[str, str]:
         graph = self.cluster.topology.graph
-        if event.link is not None:
-            u, sep, v = event.link.partition(">")
+        if event.id is not None:
+            u, sep, v = event.id.partition(">")
             if not sep or not graph.has_edge(u, v):
-                raise ConfigError(f"{where}.link", f"no link {event.link!r} in the topology "
+                raise ConfigError(f"{where}.id", f"no link {event.id!r} in the topology "
                                   "(ids are 'u>v', as in summary.json's link_utilization)")
             return u, v
         u, v = event.between

@@ -4,9 +4,9 @@
 
     faults:
       events:
-        - {kind: instance, instance: decode-1, at_s: 30, repair_after_s: 60}
-        - {kind: node, node: node1, at_s: 45}              # every instance with a GPU there
-        - {kind: link, link: "leaf0>spine0", at_s: 10}     # a topology link id (both directions)
+        - {kind: instance, name: decode-1, at_s: 30, repair_after_s: 60}
+        - {kind: node, name: node1, at_s: 45}              # every instance with a GPU there
+        - {kind: link, id: "leaf0>spine0", at_s: 10}       # a topology link id (both directions)
         - {kind: link, between: [node0/nic0, leaf0], at_s: 10, repair_after_s: 5}
       kv_transfer_failure_probability: 0.01                # each KV transfer, independently
       client: {max_retries: 2, retry_delay_s: 0.5}         # openai-python's defaults
@@ -41,7 +41,7 @@ class InstanceFault(_Timed):
     queueing are lost to their clients, its KV cache with them."""
 
     kind: Literal["instance"]
-    instance: str = Field(
+    name: str = Field(
         description="The instance's name, as in summary.json (pool name - index, e.g. "
         "decode-1); a data-parallel instance fails with all its ranks."
     )
@@ -51,7 +51,7 @@ class NodeFault(_Timed):
     """A server goes down: every instance with a GPU on it, and every cable of the server."""
 
     kind: Literal["node"]
-    node: str = Field(description="A node of the topology (node0, node1, ...).")
+    name: str = Field(description="A node of the topology (node0, node1, ...).")
 
 
 class LinkFault(_Timed):
@@ -60,7 +60,7 @@ class LinkFault(_Timed):
     with its instance."""
 
     kind: Literal["link"]
-    link: str | None = Field(
+    id: str | None = Field(
         None, description="A topology link id, 'u>v' as in summary.json's link_utilization."
     )
     between: tuple[str, str] | None = Field(
@@ -69,8 +69,8 @@ class LinkFault(_Timed):
 
     @model_validator(mode="after")
     def _one_way_to_name_it(self) -> LinkFault:
-        if (self.link is None) == (self.between is None):
-            raise ValueError("name the cable by exactly one of link or between")
+        if (self.id is None) == (self.between is None):
+            raise ValueError("name the cable by exactly one of id or between")
         return self
 
 
