@@ -313,3 +313,26 @@ def test_the_summary_counts_faults_and_reads_the_slo_before_and_after_the_first(
     windows = f["timeline"]
     assert sum(w["num_requests"] for w in windows) == 4
     assert windows[0]["attainment"] == 0.5 and windows[-1]["attainment"] == 1.0
+
+
+def test_the_run_report_shows_the_faults_and_the_slo_over_time(tmp_path):
+    import json
+
+    data = two_instances({"events": [{**MAIN_0_AT_1_05, "repair_after_s": 1.0}],
+                          "client": {"max_retries": 1, "retry_delay_s": 0.5}})
+    data["slo"] = {"ttft_s": 1.0, "tpot_s": 0.2}
+    path = write_scenario(tmp_path, data)
+    code, output = run_cli("simulate", str(path), "--out", str(tmp_path / "out"), "--report",
+                           str(tmp_path / "report"))
+    assert code == 0, output
+    assert "faults: 1 attempts lost, 1 requests retried (1 retries), 0 failed" in output
+    assert "instance main-0 failed at 1.05 s, back at 2.05 s: 1 lost, 1 retried" in output
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    report = (tmp_path / "report" / "report.md").read_text()
+    section = report.split("## Faults")[1].split("## Figures")[0]
+    f = summary["faults"]
+    assert f"{f['num_lost']} attempts lost, {f['num_retried_requests']} requests retried" in section
+    assert "| instance main-0 failed at 1.05 s | 2.05 | 1 | 1 | 0 | 0 | 0 |" in section
+    assert (tmp_path / "report" / "fig02-slo-over-time-1.png").exists()
+    header = (tmp_path / "out" / "requests.csv").read_text().splitlines()[0]
+    assert header.endswith(",handoff_end_s,retries")
