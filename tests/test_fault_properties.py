@@ -17,13 +17,17 @@ EXPLICIT = {"kind": "explicit", "requests": [
 
 
 @st.composite
-def fault_sections(draw, instances: list[str], links: list[tuple[str, str]]):
+def fault_sections(draw, instances: list[str], links: list[tuple[str, str]],
+                   nodes: list[str] = ()):
     events = []
+    kinds = ["instance"] + (["link"] if links else []) + (["node"] if nodes else [])
     for _ in range(draw(st.integers(0, 3))):
-        kind = draw(st.sampled_from(["instance", "link"] if links else ["instance"]))
+        kind = draw(st.sampled_from(kinds))
         event = {"kind": kind, "at_s": draw(st.sampled_from([0.0, 0.02, 0.05, 0.1, 0.3]))}
         if kind == "instance":
             event["name"] = draw(st.sampled_from(instances))
+        elif kind == "node":
+            event["name"] = draw(st.sampled_from(nodes))
         else:
             event["between"] = list(draw(st.sampled_from(links)))
         if draw(st.booleans()):
@@ -41,9 +45,11 @@ def pd_names(layout: dict) -> list[str]:
     return [f"{p['name']}-{i}" for p in layout["pools"] for i in range(p.get("instances", 1))]
 
 
-# a GPU's NVLink port and its PCIe link to its NIC: no other path in one DGX H100
+# prefill on node0, decode on node1 of two DGX H100: a GPU's NVLink port, its PCIe link to
+# its NIC, its NIC's cable to the leaf (no other path for any of them)
 DGX_LINKS = [("node0/gpu0", "node0/nvswitch"), ("node0/gpu1", "node0/nvswitch"),
-             ("node0/gpu2", "node0/nvswitch"), ("node0/gpu0", "node0/nic0")]
+             ("node1/gpu0", "node1/nvswitch"), ("node0/gpu0", "node0/nic0"),
+             ("node0/nic1", "leaf0"), ("node1/nic0", "leaf0")]
 
 
 def ended_with_reasons(cluster, done, objects) -> None:
@@ -76,13 +82,16 @@ def pd_fault_cases(draw):
     requests, engine, layout = draw(cases())
     layout["kv_transfer"]["kv_load_failure_policy"] = draw(st.sampled_from(["fail",
                                                                            "recompute"]))
-    faults = draw(fault_sections(pd_names(layout), DGX_LINKS))
+    for pool in layout["pools"]:
+        pool["nodes"] = ["node1"] if pool["role"] == "decode" else ["node0"]
+    faults = draw(fault_sections(pd_names(layout), DGX_LINKS, ["node0", "node1"]))
     return requests, engine, layout, faults
 
 
 def _pd(case, step_s: float = 0.01) -> dict:
     _, engine, layout, faults = case
-    return {"name": "prop", "model": "llama-3.1-8b", "gpu": "h100-sxm", "topology": "dgx-h100",
+    return {"name": "prop", "model": "llama-3.1-8b", "gpu": "h100-sxm",
+            "topology": "dgx-h100-x2",
             "engine": engine, "layout": layout, "cost": {"kind": "fixed", "step_time_s": step_s},
             "workload": EXPLICIT, "faults": faults}
 

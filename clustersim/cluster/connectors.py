@@ -71,9 +71,6 @@ class Handoff:
     source_lost: str | None = None
     """The prefill instance holding the finished prompt's KV failed (the failure's label):
     reading it fails."""
-    orphaned: bool = False
-    """sglang: the client was lost while its prompt was running on the prefill side; the
-    prefill finishes it and lets it go (a running step's output cannot be taken back)."""
 
 
 def producer_copy(client: Request, arrival_s: float) -> Request:
@@ -146,7 +143,11 @@ class KVConnector:
         """The decode instance starts reading a prompt's KV from its prefill instance; the
         event fires when the KV is resident."""
         done = self.env.event()
-        handoff = self._handoffs[id(client)]
+        handoff = self._handoffs.get(id(client))
+        if handoff is None or handoff.kv_read:
+            # async scheduling planned this read before a failure dropped the request (or
+            # sent it to prefill locally): nothing is read, the event never fires
+            return done
         self.env.process(self._transfer(decode_index, handoff, num_tokens, done))
         return done
 
@@ -220,9 +221,6 @@ class KVConnector:
         handoff = self._handoffs.pop(id(producer))
         client = handoff.client
         cluster.routers["prefill"].returned(index, client)
-        if handoff.orphaned:  # its client is gone: nobody will read its blocks
-            cluster.instances["prefill"][index].release_kv(producer)
-            return
         client.num_preemptions += producer.num_preemptions
         if producer.status is RequestStatus.REJECTED:
             self._producer_rejected(handoff, f"prefill: {producer.reject_reason}")
@@ -254,7 +252,10 @@ class KVConnector:
     """Whether a failed KV load is recomputed on the decode side (else the attempt fails)."""
 
     def _load_failed(self, handoff: Handoff, cause: str) -> None:
-        """Reading the prompt's KV failed (``cause``: the failure to blame)."""
+        """Reading the prompt's KV failed (``cause``: the failure to blame). Once: a node or
+        a link failing can break the read and kill its source at the same moment."""
+        if handoff.kv_read:
+            return
         cluster = self.cluster
         client = handoff.client
         tally = cluster.faults.tally(cause)  # type: ignore[union-attr]
@@ -279,10 +280,6 @@ class KVConnector:
                     if h.prefill_index == index and not h.kv_read}.values())
         for handoff in hit:
             client = handoff.client
-            if handoff.orphaned:  # its client was lost already
-                cluster.routers["prefill"].returned(index, client)
-                self._handoffs.pop(id(handoff.producer), None)
-                continue
             if handoff.producer.status is RequestStatus.FINISHED:
                 handoff.source_lost = cause
                 if handoff.transfer is not None:  # the read under way breaks off
@@ -314,9 +311,6 @@ class KVConnector:
                 prefill.release_kv(producer)
             return
         # sglang: the prefill is queued or running there, or still in the bootstrap queue
-        if producer.status is RequestStatus.RUNNING:
-            handoff.orphaned = True  # it may be in the step under way: it finishes first
-            return
         self._handoffs.pop(id(producer), None)
         if handoff.producer_sent:
             prefill.remove(producer)

@@ -60,6 +60,10 @@ class Scheduler:
         self._watermark_blocks = int(config.watermark * kv.num_gpu_blocks)
         self._token_budget = config.token_budget
         self._decode_cap = config.decode_cap
+        self._num_plans = 0
+        self._removed: dict[int, int] = {}
+        """id(request) -> plans scheduled before it was removed (:meth:`remove`): those may
+        still be in flight, and their output for it is dropped."""
 
     # ------------------------------------------------------------------ queues
     def add_request(self, request: Request) -> None:
@@ -78,7 +82,10 @@ class Scheduler:
 
     def remove(self, request: Request) -> None:
         """Take an unfinished request out of whichever queue holds it and free its blocks
-        (it was aborted, or its other half failed)."""
+        (it was aborted, or its other half failed). A step already planned with it (the one
+        under way, and async scheduling's next) gives it nothing when its output is
+        applied, as vLLM skips a request that was aborted while the model ran it."""
+        self._removed[id(request)] = self._num_plans
         members = self.decoding
         if members is not None and request in members:
             members.leave(request)
@@ -112,7 +119,8 @@ class Scheduler:
     def schedule(self) -> StepPlan:
         """Decide this step's tokens per request (spec §3.1-§3.5)."""
         cfg = self.config
-        plan = StepPlan()
+        plan = StepPlan(seq=self._num_plans)
+        self._num_plans += 1
         scheduled = plan.scheduled
         kv_blocks = self.kv.req_to_blocks
         block_size = self.kv.block_size
@@ -483,9 +491,12 @@ class Scheduler:
                 self.kv.free(request)  # in running order, before the others (§2)
                 finished.append(request)
         keep_times = self.keep_token_times
+        removed = self._removed
         for request in plan.sampled:
             if request.status is RequestStatus.FINISHED:
                 continue
+            if removed and removed.get(id(request), -1) > plan.seq:
+                continue  # removed while this step ran: its output is dropped
             if async_mode:
                 request.num_output_placeholders -= 1
             num_outputs = request.num_output_tokens + 1

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from clustersim.metrics.run import DEFINITIONS
+from clustersim.metrics.run import DEFINITIONS, FAULT_DEFINITIONS
 from clustersim.report import fmt
 from clustersim.report.document import Bullets, Pre, Span, Table, Text
 
@@ -167,7 +167,14 @@ def definitions() -> list[Text | Bullets]:
             "GPUs",
             "cost per 1M output tokens = GPUs x price per GPU-hour / output tokens per hour x "
             "1e6, at the run at goodput; prices are inputs, listed with their sources",
+            "N+1 = the recommendation at the rate and seed of its run at goodput, an instance "
+            "or a node lost a third of the way into the arrivals for the rest of the run; it "
+            "holds when the SLO is met over the whole run and over the requests that arrived "
+            "from the failure on; a spare's cost per 1M output tokens is over the "
+            "recommendation's output at goodput",
         ),
+        Text.of("And for runs with failures (", Span("FAULT_DEFINITIONS", "code"), "):"),
+        Bullets.of(*(part.strip() for part in FAULT_DEFINITIONS.split(";"))),
     ]
 
 
