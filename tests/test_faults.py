@@ -336,3 +336,13 @@ def test_the_run_report_shows_the_faults_and_the_slo_over_time(tmp_path):
     assert (tmp_path / "report" / "fig02-slo-over-time-1.png").exists()
     header = (tmp_path / "out" / "requests.csv").read_text().splitlines()[0]
     assert header.endswith(",handoff_end_s,retries")
+
+
+def test_a_failure_after_the_last_request_moves_nothing():
+    late = two_instances({"events": [{**MAIN_0_AT_1_05, "at_s": 1000.0}]})
+    plain = two_instances({})
+    del plain["faults"]
+    a, b = run(late), run(plain)
+    assert a.end_s == b.end_s < 1000
+    assert summarize_run(a).makespan_s == summarize_run(b).makespan_s
+    assert a.faults.tallies == {}  # it never happened

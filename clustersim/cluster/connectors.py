@@ -317,9 +317,7 @@ class KVConnector:
         cluster.routers["prefill"].returned(handoff.prefill_index, client)
 
     def _rerun_prefill(self, index: int, handoff: Handoff) -> None:
-        old = handoff.producer
-        producer = Request(old.request_id, self.env.now, old.num_prompt_tokens, 1,
-                           priority=old.priority, block_hashes=old.block_hashes, kv_producer=True)
+        producer = producer_copy(handoff.client, self.env.now)
         handoff.producer = producer
         self._handoffs[id(producer)] = handoff
         self.cluster.routers["prefill"].sent(index, handoff.client)

@@ -42,8 +42,8 @@ class InstanceFault(_Timed):
 
     kind: Literal["instance"]
     name: str = Field(
-        description="The instance's name, as in summary.json (pool name - index, e.g. "
-        "decode-1); a data-parallel instance fails with all its ranks."
+        description="The instance's name: its pool's name and index (decode-1, main-0); a "
+        "data-parallel instance (ranks main-0.dp0, main-0.dp1, ...) fails with all its ranks."
     )
 
 
