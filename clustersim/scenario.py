@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import Field, PositiveFloat, PositiveInt, PrivateAttr, model_validator
 
+from clustersim.cluster.faults_spec import FaultsSpec
 from clustersim.cluster.spec import LayoutSpec, TopologyRef
 from clustersim.engine.settings import EngineSettings
 from clustersim.errors import InputError
@@ -97,6 +98,11 @@ class Scenario(Strict):
     )
     layout: LayoutSpec | None = Field(
         None, description="Pools of instances and their routers; default one colocated instance."
+    )
+    faults: FaultsSpec | None = Field(
+        None,
+        description="Instances, nodes or links that fail during the run, KV transfers that "
+        "fail at random, and whether clients retry what a failure lost.",
     )
     plan: PlanSpec | None = Field(
         None, description="What `clustersim plan` optimises and over which deployments "

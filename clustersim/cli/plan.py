@@ -13,7 +13,13 @@ import typer
 
 from clustersim.cli.common import default_report_dir, make_out_dir, ms, user_errors
 from clustersim.errors import ClusterSimError
-from clustersim.plan.result import LEDGER_COLUMNS, CandidateResult, PlanResult, ledger_rows
+from clustersim.plan.result import (
+    LEDGER_COLUMNS,
+    CandidateResult,
+    NPlusOne,
+    PlanResult,
+    ledger_rows,
+)
 
 if TYPE_CHECKING:
     from clustersim.plan.planner import Planner
@@ -37,6 +43,9 @@ def plan_cmd(
         "--report", help="Folder for the SLO report (report.md with its figures, report.html); "
         "default reports/<scenario>-<YYYYmmdd-HHMMSS>.")] = None,
     no_report: Annotated[bool, typer.Option("--no-report", help="Write no report.")] = False,
+    n_plus_one: Annotated[bool, typer.Option(
+        "--n-plus-one/--no-n-plus-one", help="Check the recommendation at goodput with one "
+        "instance and one node lost (a few more simulations).")] = True,
 ) -> None:
     """Find the deployment that meets the SLO best: colocated or disaggregated, GPUs and TP per
     pool, the P:D ratio and max_num_batched_tokens, with goodput intervals and costs."""
@@ -53,7 +62,7 @@ def plan_cmd(
     started = time.perf_counter()
     try:
         with _progress(enabled=not as_json) as progress:
-            planner = Planner(spec, pool, progress)
+            planner = Planner(spec, pool, progress, n_plus_one=n_plus_one)
             result = planner.run()
     finally:
         pool.close()
@@ -184,6 +193,8 @@ def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
             typer.echo(f"golden S7 at {verdict.rate_per_s:,.2f} req/s: {keep}{note}")
             for reason in verdict.reasons:
                 typer.echo(f"  - {reason}")
+        if result.n_plus_one is not None:
+            print_n_plus_one(result.n_plus_one, result)
     typer.echo("")
     shown = [c for c in result.candidates if c.goodput is not None][:12]
     if shown:
@@ -213,6 +224,22 @@ def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
             typer.echo(f"  {line}")
     if result.bench_command:
         typer.echo(f"check it on real GPUs:\n  {result.bench_command}")
+
+
+def print_n_plus_one(n1: NPlusOne, result: PlanResult) -> None:
+    from clustersim.plan.answer import loss_line
+
+    rec = result.recommended
+    assert rec is not None and rec.at_goodput is not None and rec.at_goodput.slo is not None
+    target = rec.at_goodput.slo.slo.attainment_target
+    verdict = "holds" if n1.holds else "FAILS"
+    typer.echo(f"N+1 at {n1.rate_per_s:,.2f} req/s (a failure a third into the run, for the "
+               f"rest of it; clients retry {n1.max_retries}x): {verdict}")
+    for check in (n1.instance, n1.node):
+        if check is not None:
+            typer.echo(f"  {loss_line(check, target)}")
+    for note in n1.notes:
+        typer.echo(f"  {note}")
 
 
 def _print_choice(title: str, r: CandidateResult) -> None:

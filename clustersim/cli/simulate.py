@@ -80,3 +80,24 @@ def print_summary(summary: RunSummary, header: str) -> None:
         slo = summary.slo
         terms = ", ".join(f"{k} <= {v}" for k, v in slo.limits().items())
         typer.echo(f"SLO attainment ({terms}): {slo.attainment:.1%}")
+    if summary.faults is not None:
+        print_faults(summary)
+
+
+def print_faults(summary: RunSummary) -> None:
+    f = summary.faults
+    assert f is not None
+    typer.echo(
+        f"faults: {f.num_lost} attempts lost, {f.num_retried_requests} requests retried "
+        f"({f.num_retries} retries), {f.num_failed} failed; {f.num_kv_load_failures} KV loads "
+        f"failed ({f.num_recomputed} recomputed), {f.num_rerouted} KV flows rerouted")
+    for impact in f.faults:
+        back = "" if impact.repair_s is None else f", back at {impact.repair_s:g} s"
+        typer.echo(f"  {impact.fault}{back}: {impact.num_lost} lost, {impact.num_retried} "
+                   f"retried, {impact.num_failed} failed, {impact.num_kv_load_failures} KV "
+                   f"loads failed")
+    if f.first_fault_s is not None and summary.slo is not None:
+        before = "-" if f.attainment_before is None else f"{f.attainment_before:.1%}"
+        after = "-" if f.after is None else f"{f.after.attainment:.1%}"
+        typer.echo(f"  SLO attainment of requests arriving before the first failure {before}, "
+                   f"from it on {after}")

@@ -99,6 +99,13 @@ class KVTransferSpec(Strict):
     poll_interval_s: PositiveFloat = Field(
         1e-3, description="How soon an idle decode engine notices a finished pull."
     )
+    kv_load_failure_policy: Literal["recompute", "fail"] = Field(
+        "fail",
+        description="vLLM's kv_load_failure_policy (nixl connector), what the decode side does "
+        "when reading a prompt's KV fails: fail ends the request with an error (its client "
+        "may retry it; vLLM's default since PR #34896), recompute prefills the prompt on the "
+        "decode instance. SGLang's push always fails the request.",
+    )
 
 
 class LayoutSpec(Strict):
