@@ -1,4 +1,4 @@
-"""N+1 in the planner: the recommendation at its goodput rate with one instance and one node
+"""N+1 in the planner: the recommendation at its operating rate with one instance and one node
 lost, in plan.json, on the command line and in the report."""
 
 from __future__ import annotations
@@ -24,7 +24,10 @@ def test_the_plan_checks_its_recommendation_with_one_instance_and_one_node_lost(
     result = Planner(parse_scenario(small_plan()), SerialExecutor()).run()
     rec, n1 = result.recommended, result.n_plus_one
     assert rec is not None and n1 is not None
-    assert n1.candidate == rec.id and n1.rate_per_s == rec.at_goodput_rate_per_s
+    # no target rate: the scenario's own traffic (10 req/s), below the goodput
+    assert n1.candidate == rec.id and n1.rate_per_s == 10.0
+    assert n1.rate_basis == "the scenario's own traffic"
+    assert rec.at_goodput_rate_per_s > 10.0
     roles = {p.role for p in rec.candidate.pools}
     tried = {c.lost for c in n1.tried if c.kind == "instance"}
     assert tried == {f"{role}-0" for role in roles}  # each role's first instance
@@ -62,3 +65,17 @@ def test_plan_prints_the_n_plus_one_verdict_and_writes_it(tmp_path):
 def test_without_n_plus_one_the_plan_runs_no_fault(tmp_path):
     result = Planner(parse_scenario(small_plan()), SerialExecutor(), n_plus_one=False).run()
     assert result.n_plus_one is None and result.to_json()["n_plus_one"] is None
+
+
+def test_n_plus_one_runs_at_the_target_rate_and_at_most_at_goodput():
+    data = small_plan()
+    data["plan"].update({"objective": "min_gpus", "target_rate_per_s": 12.0})
+    result = Planner(parse_scenario(data), SerialExecutor()).run()
+    assert result.n_plus_one.rate_per_s == 12.0
+    assert result.n_plus_one.rate_basis == "the target rate"
+    busy = small_plan()
+    busy["workload"]["rate_per_s"] = 500.0  # the scenario's own traffic is beyond goodput
+    result = Planner(parse_scenario(busy), SerialExecutor()).run()
+    n1 = result.n_plus_one
+    assert n1.rate_per_s == result.recommended.at_goodput_rate_per_s
+    assert n1.rate_basis.startswith("goodput")

@@ -233,8 +233,8 @@ def print_n_plus_one(n1: NPlusOne, result: PlanResult) -> None:
     assert rec is not None and rec.at_goodput is not None and rec.at_goodput.slo is not None
     target = rec.at_goodput.slo.slo.attainment_target
     verdict = "holds" if n1.holds else "FAILS"
-    typer.echo(f"N+1 at {n1.rate_per_s:,.2f} req/s (a failure a third into the run, for the "
-               f"rest of it; clients retry {n1.max_retries}x): {verdict}")
+    typer.echo(f"N+1 at {n1.rate_per_s:,.2f} req/s ({n1.rate_basis}; a failure a third into "
+               f"the run, for the rest of it; clients retry {n1.max_retries}x): {verdict}")
     for check in (n1.instance, n1.node):
         if check is not None:
             typer.echo(f"  {loss_line(check, target)}")
@@ -246,7 +246,7 @@ def _print_choice(title: str, r: CandidateResult) -> None:
     c, g = r.candidate, r.goodput
     assert g is not None
     interval = (f" (95% CI {g.low_per_s:,.2f}-{g.high_per_s:,.2f})"
-                if len(g.per_seed_per_s) > 1 else " (one traffic draw: deterministic replay)")
+                if len(g.per_seed_per_s) > 1 else " (one traffic draw)")
     typer.echo(f"{title}: {c.label()} on {c.num_gpus} GPU{'s' if c.num_gpus != 1 else ''}")
     typer.echo(f"  goodput {g.mean_per_s:,.2f} req/s{interval}, {r.goodput_per_gpu:,.3f} req/s "
                "per GPU")

@@ -271,7 +271,8 @@ def n_plus_one_sentence(n1: NPlusOne) -> str:
     if not parts:
         return "N+1 could not be checked (" + "; ".join(n1.notes) + ")."
     headroom = "has N+1 headroom" if n1.holds else "has no N+1 headroom"
-    text = f"At {n1.rate_per_s:,.2f} req/s the recommendation {headroom}: " + "; ".join(parts)
+    text = (f"At {n1.rate_per_s:,.2f} req/s ({n1.rate_basis}) the recommendation {headroom}: "
+            + "; ".join(parts))
     spares = [c for c in (n1.instance, n1.node) if c is not None and not c.holds
               and c.spare_cost_per_hour is not None]
     if spares:

@@ -1,9 +1,11 @@
-"""N+1: the recommendation at its goodput rate, with one instance and with one node lost.
+"""N+1: the recommendation at its operating rate, with one instance and with one node lost.
 
-A capacity review asks whether the plan survives the loss of one part. The planner reruns
-its recommendation at the very rate and seed of its run at goodput, with a failure a third of
-the way through the arrivals that lasts for the rest of the run, the clients retrying what it
-lost (the scenario's ``faults.client``, else openai-python's defaults)::
+A capacity review asks whether the plan survives the loss of one part at the load it is meant
+to carry. The planner reruns its recommendation at that rate (the plan's target, else the
+scenario's own traffic, at most goodput: at goodput any loss breaks the SLO, the deployment
+being sized to its edge) with the seed of its run at goodput, a failure a third of the way
+through the arrivals lasting for the rest of the run, and the clients retrying what it lost
+(the scenario's ``faults.client``, else openai-python's defaults)::
 
     instance   each role's first instance (a split: one prefill and one decode; colocated:
                one), the worst of them kept: the one whose loss leaves the lowest attainment

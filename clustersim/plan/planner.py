@@ -486,12 +486,20 @@ class Planner:
         )
 
     def _n_plus_one(self, rec: CandidateResult) -> NPlusOne | None:
-        """The recommendation at its goodput run's rate and seed, losing each role's first
-        instance, and the busiest node, a third into the run for the rest of it."""
+        """The recommendation at its operating rate, losing each role's first instance, and
+        the busiest node, a third into the run for the rest of it. The operating rate is the
+        plan's target, else the scenario's own traffic, at most the goodput (at goodput itself
+        any loss breaks the SLO: the deployment is sized to the edge of it)."""
         at = rec.at_goodput
         if at is None or rec.at_goodput_rate_per_s is None:
             return None
-        rate = rec.at_goodput_rate_per_s
+        goodput = rec.at_goodput_rate_per_s
+        if self.plan.target_rate_per_s is not None:
+            rate, basis = self.plan.target_rate_per_s, "the target rate"
+        else:
+            rate, basis = self.base_rate, "the scenario's own traffic"
+        if rate > goodput:
+            rate, basis = goodput, "goodput (the operating rate is above it)"
         base = self._job(rec.candidate, at.seed - self.scenario.seed, rate)
         targets, notes = n_plus_one.targets(base, self.model)
         at_s = n_plus_one.fault_time(base, at.window_s)
@@ -509,7 +517,7 @@ class Planner:
                 continue
             checks.append(n_plus_one.read_check(target, at_s, outcome, prices, tokens))
         return NPlusOne(
-            candidate=rec.id, rate_per_s=rate, max_retries=client.max_retries,
+            candidate=rec.id, rate_per_s=rate, rate_basis=basis, max_retries=client.max_retries,
             instance=n_plus_one.worst([c for c in checks if c.kind == "instance"]),
             node=n_plus_one.worst([c for c in checks if c.kind == "node"]),
             tried=tuple(checks), notes=tuple(notes))

@@ -189,7 +189,9 @@ class NPlusOne:
 
     candidate: str
     rate_per_s: float
-    """The offered rate (the recommendation's run at goodput)."""
+    """The offered rate of the checks: the operating point, at most goodput."""
+    rate_basis: str
+    """Where that rate comes from: the target rate, the scenario's own traffic, or goodput."""
     max_retries: int
     """How many times clients retry a lost request in these runs."""
     instance: LossCheck | None
@@ -207,6 +209,7 @@ class NPlusOne:
 
     def to_json(self) -> dict[str, Any]:
         return {"candidate": self.candidate, "rate_per_s": self.rate_per_s,
+                "rate_basis": self.rate_basis,
                 "max_retries": self.max_retries, "holds": self.holds,
                 "instance": None if self.instance is None else self.instance.to_json(),
                 "node": None if self.node is None else self.node.to_json(),

@@ -167,8 +167,10 @@ def definitions() -> list[Text | Bullets]:
             "GPUs",
             "cost per 1M output tokens = GPUs x price per GPU-hour / output tokens per hour x "
             "1e6, at the run at goodput; prices are inputs, listed with their sources",
-            "N+1 = the recommendation at the rate and seed of its run at goodput, an instance "
-            "or a node lost a third of the way into the arrivals for the rest of the run; it "
+            "N+1 = the recommendation at its operating rate (the plan's target, else the "
+            "scenario's own traffic, at most goodput) and the seed of its run at goodput, an "
+            "instance or a node lost a third of the way into the arrivals for the rest of the "
+            "run; it "
             "holds when the SLO is met over the whole run and over the requests that arrived "
             "from the failure on; a spare's cost per 1M output tokens is over the "
             "recommendation's output at goodput",

@@ -170,8 +170,8 @@ def n_plus_one(result: PlanResult, slo) -> list[Block]:
         for c in n1.tried)
     verdict = ("holds its SLO" if n1.holds else "does not hold its SLO")
     out: list[Block] = [
-        Text.of(f"The recommendation at {fmt.rate(n1.rate_per_s)} req/s (its run at goodput: "
-                "the same rate and seed), with one part lost a third of the way into the "
+        Text.of(f"The recommendation at {fmt.rate(n1.rate_per_s)} req/s ({n1.rate_basis}; the "
+                "seed of its run at goodput), with one part lost a third of the way into the "
                 "arrivals for the rest of the run, its clients retrying each lost request up "
                 f"to {n1.max_retries} times: it {verdict} with N+1. Each role's first instance "
                 "is lost in turn (the worst counts), and the node whose loss takes down the "
