@@ -8,16 +8,16 @@ are errors that the CLI prints as ``path: message`` lines with exit code 2.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-import yaml
 from pydantic import Field, PositiveFloat, PositiveInt, PrivateAttr, model_validator
 
 from clustersim.cluster.spec import LayoutSpec, TopologyRef
 from clustersim.engine.settings import EngineSettings
 from clustersim.errors import InputError
+from clustersim.inputs import load_yaml
 from clustersim.plan.spec import PlanSpec
-from clustersim.validation import Strict, validate
+from clustersim.validation import Strict, kind_union, validate
 from clustersim.workload.spec import Workload
 
 
@@ -35,7 +35,7 @@ class FixedCost(Strict):
     step_time_s: PositiveFloat
 
 
-Cost = Annotated[RooflineCost | FixedCost, Field(discriminator="kind")]
+Cost = kind_union(RooflineCost, FixedCost)
 
 
 # --------------------------------------------------------------- scenario
@@ -117,19 +117,9 @@ def parse_scenario(data: Any) -> Scenario:
 
 def load_scenario(path: str | Path) -> Scenario:
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise InputError(str(path), f"cannot read scenario: {error.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(error, "problem", None) or str(error)
-        raise InputError(where, f"invalid YAML: {problem}") from None
+    data = load_yaml(path, "scenario")
     if not isinstance(data, dict):
-        raise InputError(str(path), "a scenario must be a YAML mapping")
+        raise InputError(str(path), "a scenario must be a YAML mapping of fields")
     scenario = parse_scenario(data)
     scenario._base_dir = path.resolve().parent
     return scenario

@@ -507,7 +507,7 @@ _GOOD = [_record(0.0, 0.05, 1.05, prompt=3000), _record(2.0, 2.02, 3.02),
         ([None, None], "expected a JSON object"),
         ([{**r, "input_toks": True} for r in _GOOD], "['input_toks'] must be finite numbers"),
         ([{**r, "first_token_ts": float("nan")} for r in _GOOD],
-         "['first_token_ts'] must be finite numbers"),  # was "need two requests ..."
+         "invalid JSON: NaN is not a number JSON allows"),  # was "need two requests ..."
         ([{**r, "input_toks": 100.5} for r in _GOOD], "input_toks must be a whole number"),
         ([{**r, "input_toks": 0} for r in _GOOD], "input_toks must be a whole number >= 1"),
         ([{**r, "output_toks": 0} for r in _GOOD], "output_toks must be a whole number >= 1"),
@@ -538,12 +538,16 @@ def test_records_that_decode_one_token_each_name_the_file(tmp_path):
 def test_unreadable_records_are_one_line(tmp_path):
     binary = tmp_path / "r.bin"
     binary.write_bytes(b"\xff\xfe\x00garbage")
-    for path, message in ((binary, "not UTF-8 text"), (tmp_path, "Is a directory"),
-                          (_jsonl(tmp_path, [], "empty.jsonl"), "need at least two")):
+    for path, where, message in (
+        (binary, f"{binary}:1", "not UTF-8 text: byte 0xff at column 1"),
+        (tmp_path, str(tmp_path), "is a folder, not a records file"),
+        (_jsonl(tmp_path, [], "empty.jsonl"), f"{tmp_path / 'empty.jsonl'}:1", "empty file"),
+        (_jsonl(tmp_path, [{}], "one.jsonl"), f"{tmp_path / 'one.jsonl'}:1", "missing numeric"),
+    ):
         code, output = run_cli(*FEW_SHOT, "--from-requests", str(path),
                                "--out", str(tmp_path / "p.yaml"))
         assert code == 2
-        one_line_error(output, str(path))
+        one_line_error(output, where)
         assert message in output
 
 

@@ -21,7 +21,6 @@ Three measurements come out:
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -29,6 +28,7 @@ import numpy as np
 
 from clustersim.cost.roofline import BatchShape
 from clustersim.errors import InputError
+from clustersim.inputs import MAX_TRACE_BYTES, parse_json, read_text
 
 _FIELDS = ("input_toks", "output_toks", "queued_ts", "first_token_ts", "last_token_ts")
 Measurement = tuple[list[BatchShape], float]
@@ -38,20 +38,15 @@ def read_records(path: Path, max_tokens: int | None = None) -> list[dict]:
     """The records of a JSON-lines file or a ``vllm bench serve`` result, checked for the fields
     this module uses: finite numbers, whole token counts >= 1 (at most ``max_tokens`` a
     request), ``queued_ts < first_token_ts <= last_token_ts``."""
+    text = read_text(path, "records", max_bytes=MAX_TRACE_BYTES)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(str(path), f"cannot read records: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise InputError(str(path), "cannot read records: not UTF-8 text") from None
-    try:
-        whole = json.loads(text)
-    except json.JSONDecodeError:
-        whole = None
+        whole = parse_json(text, str(path))
+    except InputError:
+        whole = None  # JSON lines, read one by one below
     if isinstance(whole, dict) and "ttfts" in whole:
         records = _bench_serve_records(path, whole, max_tokens)
     else:
-        records = _json_lines(path, text.splitlines(), max_tokens)
+        records = _json_lines(path, text.split("\n"), max_tokens)
     if len(records) < 2:
         raise InputError(str(path), "need at least two request records")
     return records
@@ -107,10 +102,7 @@ def _json_lines(path: Path, lines: list[str], max_tokens: int | None) -> list[di
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}:{number}", f"not JSON: {exc.msg}") from None
+        record = parse_json(line, str(path), line=number)
         if not isinstance(record, dict):
             raise InputError(f"{path}:{number}", "expected a JSON object, one request a line")
         missing = [f for f in _FIELDS if f not in record]

@@ -8,7 +8,6 @@ MoE layers, multi-head latent attention (DeepSeek) and other layouts are refused
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from pydantic import ValidationError
 
 from clustersim.catalog.specs import ModelSpec
 from clustersim.errors import InputError
+from clustersim.inputs import parse_json, read_text
 
 # OPTLearnedPositionalEmbedding keeps 2 rows ahead of position 0 (a fairseq legacy).
 _OPT_POSITION_OFFSET = 2
@@ -44,12 +44,7 @@ def model_from_hf_config(path: Path) -> ModelSpec:
     if path.is_dir():
         path = path / "config.json"
     where = str(path)
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(where, f"cannot read model config: {exc.strerror or exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{where}:{exc.lineno}", f"not valid JSON: {exc.msg}") from exc
+    raw = parse_json(read_text(path, "model config"), where)
     if not isinstance(raw, dict):
         raise InputError(where, "a model config must be a JSON object")
     # multimodal configs nest the language model under text_config

@@ -13,6 +13,7 @@ import typer
 from typer.core import TyperGroup
 
 from clustersim.errors import ClusterSimError
+from clustersim.validation import shown_lines
 
 # Click's UsageError, from whichever copy of Click this Typer uses (newer ones vendor it)
 _UsageError: type[Exception] = typer.BadParameter.__base__
@@ -51,11 +52,20 @@ def user_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except ClusterSimError as error:
-            for line in getattr(error, "lines", None) or [str(error)]:
-                typer.echo(line, err=True)
+            for line in shown_lines(error):
+                typer.echo(_clipped(line), err=True)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+MAX_LINE_CHARS = 1000
+"""Longest error line printed: a message quoting a huge value is cut, not echoed whole."""
+
+
+def _clipped(line: str) -> str:
+    line = " ".join(line.split("\n"))
+    return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 3] + "..."
 
 
 def ms(value: float | None) -> str:

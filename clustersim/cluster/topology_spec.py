@@ -13,7 +13,7 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_
 from clustersim.catalog import load_gpu
 from clustersim.cluster.spec import MAX_NUM_NODES
 from clustersim.errors import CatalogError, ConfigError
-from clustersim.validation import Strict, ValidationFailed, validate
+from clustersim.validation import Strict, ValidationFailed, kind_union, validate
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
 """Node and switch names become parts of vertex ids (``node0/gpu3``) and paths (``a>b``)."""
@@ -74,9 +74,7 @@ class NvlinkBridgePairs(Strict):
     link: str = Field(description="The bridge (a key of links), e.g. nvlink4_bridge.")
 
 
-GpuFabric = Annotated[
-    NvSwitchFabric | PcieFabric | NvlinkBridgePairs, Field(discriminator="kind")
-]
+GpuFabric = kind_union(NvSwitchFabric, PcieFabric, NvlinkBridgePairs)
 
 
 class Nics(Strict):

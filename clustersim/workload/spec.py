@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from clustersim.validation import Strict
+from clustersim.validation import Strict, kind_union
 
 
 # ------------------------------------------------------------------ one length
@@ -71,7 +71,7 @@ class LognormalLength(Strict):
 
 
 LengthDist = Annotated[
-    Annotated[FixedLength | UniformLength | LognormalLength, Field(discriminator="kind")],
+    kind_union(FixedLength, UniformLength, LognormalLength),
     BeforeValidator(_int_as_fixed),
 ]
 """A token-length distribution; a plain integer means ``{kind: fixed, value: n}``."""
@@ -238,11 +238,10 @@ class ClosedLoopArrivals(Strict):
     )
 
 
-Arrivals = Annotated[
-    PoissonArrivals | GammaArrivals | ConstantArrivals | OnOffArrivals | RateCurveArrivals
-    | ClosedLoopArrivals,
-    Field(discriminator="kind"),
-]
+Arrivals = kind_union(
+    PoissonArrivals, GammaArrivals, ConstantArrivals, OnOffArrivals, RateCurveArrivals,
+    ClosedLoopArrivals,
+)
 
 
 # ------------------------------------------------------------ joint lengths
@@ -276,9 +275,7 @@ class EmpiricalLengths(TraceSource):
     )
 
 
-Lengths = Annotated[
-    IndependentLengths | MixtureLengths | EmpiricalLengths, Field(discriminator="kind")
-]
+Lengths = kind_union(IndependentLengths, MixtureLengths, EmpiricalLengths)
 
 
 # ----------------------------------------------------------------- workloads
@@ -410,7 +407,4 @@ class ReplayWorkload(TraceSource):
         return end
 
 
-Workload = Annotated[
-    ExplicitWorkload | PoissonWorkload | SyntheticWorkload | ReplayWorkload,
-    Field(discriminator="kind"),
-]
+Workload = kind_union(ExplicitWorkload, PoissonWorkload, SyntheticWorkload, ReplayWorkload)
