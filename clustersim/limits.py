@@ -41,6 +41,9 @@ steps would round away next to arrival times of hours."""
 MAX_STEP_TIME_S = 3600.0
 """Longest fixed step time: an hour; vLLM's slowest steps take seconds."""
 
+MIN_RATE_PER_S = 1e-8
+"""Lowest positive arrival rate: one request in MAX_TIME_S."""
+
 MAX_RATE_PER_S = 1e7
 """Highest arrival rate: ten million requests per second, the most requests one run holds
 arriving in one second."""
@@ -48,9 +51,33 @@ arriving in one second."""
 MAX_GPUS_PER_NODE = 72
 """Most GPUs in one server of a topology: the largest NVLink domain sold (GB200 NVL72)."""
 
-MAX_NUM_GPUS = 65_536
+MAX_NUM_GPUS = 16_384
 """Most GPUs a scenario may place (instances x data-parallel ranks x tensor-parallel GPUs, over
-every pool): 1,024 nodes of 64 GPUs. Each gets its own engine state and graph vertex."""
+every pool): as many as the largest clusters in use (Llama 3 was trained on 16K H100s). Each
+instance gets its own engine state, placed before the run starts."""
+
+MAX_NUM_NODES = 1024
+"""Most servers a topology may have (its graph and paths are built before the run)."""
+
+MAX_MODEL_WIDTH = 1 << 20
+"""Widest model dimension (hidden size, MLP or expert width, head size, head count): 20 times
+the widest model published (Llama 3.1 405B: MLP width 53,248)."""
+
+MAX_NUM_LAYERS = 1024
+"""Most decoder layers: eight times the deepest model published (Llama 3.1 405B: 126)."""
+
+MAX_VOCAB_SIZE = 1 << 24
+"""Largest vocabulary: 64 times the largest in use (Gemma's 256K tokens)."""
+
+MAX_NUM_EXPERTS = 1 << 16
+"""Most routed experts per layer: 256 times DeepSeek-V3's 256."""
+
+MAX_OVERHEAD_S = 60.0
+"""Longest fixed cost one step, layer, request or collective may add in a GPU profile: a
+minute; measured ones are microseconds to milliseconds."""
+
+MAX_CHOICES = 64
+"""Most values in one list of a plan's choices: every list multiplies the candidates."""
 
 MAX_SEED = 2**63 - 1
 """numpy's generators take any non-negative integer as a seed; clustersim keeps seeds within
@@ -111,8 +138,9 @@ Seconds = Annotated[NonNegativeFloat, Within(high=MAX_TIME_S, reason=TIME_REASON
 """A time or duration in seconds, 0 allowed."""
 PositiveSeconds = Annotated[PositiveFloat, Within(high=MAX_TIME_S, reason=TIME_REASON, unit="s")]
 Rate = Annotated[PositiveFloat, Within(
-    high=MAX_RATE_PER_S, unit="/s",
-    reason="ten million requests per second is the most requests one run holds, in one second")]
+    low=MIN_RATE_PER_S, high=MAX_RATE_PER_S, unit="/s",
+    reason="from one request in the longest run (3 years) to the most requests one run holds "
+    "in one second")]
 """A positive rate, requests per second."""
 NonNegativeRate = Annotated[NonNegativeFloat, Within(
     high=MAX_RATE_PER_S, unit="/s",
@@ -121,3 +149,8 @@ NumRequests = Annotated[PositiveInt, Within(
     high=MAX_NUM_REQUESTS, reason="a run holds every request in memory (about 1 KB each)")]
 Count = Annotated[int, Within(low=-MAX_COUNT - 1, high=MAX_COUNT, reason="int32, as vLLM takes "
                               "it")]
+GPUS_REASON = "as many as the largest clusters in use hold (Llama 3 trained on 16K H100s)"
+TensorParallelSize = Annotated[PositiveInt, Within(
+    high=MAX_GPUS_PER_NODE, reason="tensor parallelism stays inside one NVLink domain, and the "
+    "largest sold has 72 GPUs (GB200 NVL72)")]
+DataParallelSize = Annotated[PositiveInt, Within(high=MAX_NUM_GPUS, reason=GPUS_REASON)]

@@ -29,7 +29,11 @@ import numpy as np
 from clustersim.cost.roofline import BatchShape
 from clustersim.errors import InputError
 from clustersim.inputs import MAX_TRACE_BYTES, parse_json, read_text
+from clustersim.limits import MAX_TIME_S
 
+MAX_RECORDS = 4096
+"""Most request records read: the measurements compare every pair of requests (n^2 values);
+a ``vllm bench serve`` run has hundreds to a few thousand."""
 _FIELDS = ("input_toks", "output_toks", "queued_ts", "first_token_ts", "last_token_ts")
 Measurement = tuple[list[BatchShape], float]
 
@@ -67,6 +71,9 @@ def _bench_serve_records(path: Path, result: dict, max_tokens: int | None) -> li
                 if "start_times" in missing else " (run it with --save-detailed)")
         raise InputError(str(path), f"vllm bench serve result without {missing}{hint}")
     count = len(result["ttfts"])
+    if count > MAX_RECORDS:
+        raise InputError(str(path), f"{count:,} requests; at most {MAX_RECORDS:,} (every pair "
+                         "of requests is compared)")
     lengths = {k: len(result[k]) for k in _BENCH_LISTS}
     if any(n != count for n in lengths.values()):
         raise InputError(str(path), f"per-request lists differ in length: {lengths}")
@@ -102,6 +109,9 @@ def _json_lines(path: Path, lines: list[str], max_tokens: int | None) -> list[di
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
+        if len(records) == MAX_RECORDS:
+            raise InputError(f"{path}:{number}", f"more than {MAX_RECORDS:,} records (every "
+                             "pair of requests is compared)")
         record = parse_json(line, str(path), line=number)
         if not isinstance(record, dict):
             raise InputError(f"{path}:{number}", "expected a JSON object, one request a line")
@@ -137,6 +147,9 @@ def _checked(
     if last < first:
         raise InputError(where, f"{name['last_token_ts']} {last} is before "
                          f"{name['first_token_ts']} {first}")
+    if not last - queued <= MAX_TIME_S:
+        raise InputError(where, f"{name['last_token_ts']} is more than {MAX_TIME_S:g} s after "
+                         f"{name['queued_ts']}: one request cannot take that long")
     tokens = int(record["input_toks"]) + int(record["output_toks"])
     if max_tokens is not None and tokens > max_tokens:
         raise InputError(where, f"{tokens:,} tokens ({name['input_toks']} + "

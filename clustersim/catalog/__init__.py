@@ -208,5 +208,6 @@ def _validate(spec: type[_SpecT], file_name: str, entry_id: str, entry: Any) -> 
         return spec.model_validate({**entry, "id": entry_id})
     except ValidationError as exc:
         first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
-        raise CatalogError(f"{file_name}:{entry_id}.{field}", first["msg"]) from exc
+        field = "".join(f".{part}" for part in first["loc"])
+        message = first["msg"].removeprefix("Value error, ")
+        raise CatalogError(f"{file_name}:{entry_id}{field}", message) from None

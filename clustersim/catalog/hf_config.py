@@ -99,8 +99,13 @@ def model_from_hf_config(path: Path) -> ModelSpec:
         return ModelSpec.model_validate(fields)
     except ValidationError as exc:
         first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
-        raise InputError(where, f"{field}: {first['msg']} (got {first.get('input')!r})") from exc
+        message = first["msg"].removeprefix("Value error, ")
+        if first["loc"]:
+            got = repr(first.get("input"))
+            got = got if len(got) <= 40 else got[:37] + "..."
+            field = ".".join(str(part) for part in first["loc"])
+            message = f"{field}: {message} (got {got})"
+        raise InputError(where, message) from None
 
 
 def _moe_fields(config: dict[str, Any], where: str) -> dict[str, Any]:

@@ -26,7 +26,7 @@ import pandas as pd
 
 from clustersim.errors import InputError
 from clustersim.inputs import MAX_TRACE_BYTES, parse_json, read_text
-from clustersim.limits import MAX_NUM_REQUESTS
+from clustersim.limits import MAX_NUM_REQUESTS, MAX_TIME_S, MAX_TOKENS, TIME_REASON, TOKENS_REASON
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,46 +338,76 @@ def _check_present(name: str, rows: _Rows, column: str) -> None:
         raise _bad(name, rows, int(missing[0]), f"{column} is missing")
 
 
-def _tokens(name: str, rows: _Rows, column: str) -> np.ndarray:
+def _numbers(name: str, rows: _Rows, column: str) -> np.ndarray:
+    """A column as floats; a JSON value that is not a number or text is refused (``true``
+    would otherwise count as 1, a list as missing)."""
     _check_present(name, rows, column)
     raw = rows.values[column]
-    numbers = pd.to_numeric(pd.Series(raw, dtype=object), errors="coerce").to_numpy(float)
-    bad = np.flatnonzero(~np.isfinite(numbers) | (numbers != np.round(numbers)))
+    for i, value in enumerate(raw):
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise _bad(name, rows, i, f"{column} must be a number, got {_short(value)}")
+    return pd.to_numeric(pd.Series(raw, dtype=object), errors="coerce").to_numpy(float)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _tokens(name: str, rows: _Rows, column: str) -> np.ndarray:
+    raw = rows.values[column]
+    numbers = _numbers(name, rows, column)
+    with np.errstate(invalid="ignore"):
+        bad = np.flatnonzero(np.isnan(numbers) | (np.isfinite(numbers)
+                                                  & (numbers != np.round(numbers))))
     if bad.size:
         i = int(bad[0])
-        raise _bad(name, rows, i, f"{column} {raw[i]!r} is not a whole number of tokens")
+        raise _bad(name, rows, i, f"{column} {_short(raw[i])} is not a whole number of tokens")
     negative = np.flatnonzero(numbers < 0)
     if negative.size:
         i = int(negative[0])
-        raise _bad(name, rows, i, f"{column} is negative ({raw[i]})")
+        raise _bad(name, rows, i, f"{column} is negative ({str(raw[i])[:40]})")
+    # checked before the cast: a float above 2^63 would wrap to a negative int64
+    huge = np.flatnonzero(numbers > MAX_TOKENS)
+    if huge.size:
+        i = int(huge[0])
+        raise _bad(name, rows, i, f"{column} {_short(raw[i])} is more than {MAX_TOKENS:,} "
+                   f"tokens ({TOKENS_REASON})")
     return numbers.astype(np.int64)
 
 
 def _times_s(name: str, rows: _Rows, column: str, unit: str) -> np.ndarray:
     _check_present(name, rows, column)
     raw = rows.values[column]
-    series = pd.Series(raw, dtype=object)
     if unit == "datetime":
+        series = pd.Series(raw, dtype=object)
         stamps = pd.to_datetime(series.astype(str), format="ISO8601", errors="coerce", utc=True)
         ok = stamps.notna().to_numpy()
-        ns = stamps.to_numpy(dtype="datetime64[ns]").astype(np.int64)
+        # float nanoseconds: the int64 difference of dates 300 years apart would wrap
+        numbers = stamps.to_numpy(dtype="datetime64[ns]").astype(np.int64).astype(float)
+        scale = 1e-9
     else:
-        numbers = pd.to_numeric(series, errors="coerce").to_numpy(float)
+        numbers = _numbers(name, rows, column)
         ok = np.isfinite(numbers)
+        scale = TIME_UNITS_S[unit]
     bad = np.flatnonzero(~ok)
     if bad.size:
         i = int(bad[0])
         kind = "an ISO 8601 time" if unit == "datetime" else f"a number ({unit})"
-        raise _bad(name, rows, i, f"{column} {raw[i]!r} is not {kind}")
-    if unit == "datetime":
-        times = (ns - ns[0]) / 1e9
-    else:
-        times = (numbers - numbers[0]) * TIME_UNITS_S[unit]
-    backwards = np.flatnonzero(np.diff(times) < 0)
+        raise _bad(name, rows, i, f"{column} {_short(raw[i])} is not {kind}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        times = (numbers - numbers[0]) * scale
+        steps = np.diff(times)
+    backwards = np.flatnonzero(steps < 0)
     if backwards.size:
         i = int(backwards[0]) + 1
-        raise _bad(name, rows, i, f"{column} {raw[i]!r} is earlier than the previous row's "
-                   f"{raw[i - 1]!r}: rows must be in arrival order")
+        raise _bad(name, rows, i, f"{column} {_short(raw[i])} is earlier than the previous "
+                   f"row's {_short(raw[i - 1])}: rows must be in arrival order")
+    late = np.flatnonzero(~(times <= MAX_TIME_S))
+    if late.size:
+        i = int(late[0])
+        raise _bad(name, rows, i, f"{column} {_short(raw[i])} is more than {MAX_TIME_S:g} s "
+                   f"after the first request ({TIME_REASON})")
     return times
 
 
