@@ -463,11 +463,12 @@ def test_calibrate_out_that_cannot_be_written_is_one_line(tmp_path):
     code, output = run_cli("calibrate", "--out", str(tmp_path))
     assert code == 2
     one_line_error(output, str(tmp_path))
-    # a folder that does not exist yet is made
+    # a folder that does not exist is not made: the file goes where --out says or nowhere
     out = tmp_path / "new" / "p.yaml"
     code, output = run_cli(*FEW_SHOT, "--prefill", "128=0.01", "--out", str(out))
-    assert code == 0, output
-    assert out.is_file()
+    assert code == 2
+    one_line_error(output, str(out))
+    assert f"no folder {tmp_path / 'new'}" in output and not (tmp_path / "new").exists()
 
 
 def test_few_shot_profile_is_keyed_by_the_catalog_gpu_id(tmp_path):

@@ -216,7 +216,8 @@ def test_validate_refuses_an_unwritable_docs_path_before_scoring(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     for page, message in ((tmp_path, "cannot write: Is a directory"),
-                          (blocker / "validation.md", "cannot write: File exists")):
+                          (blocker / "validation.md",
+                           f"cannot write: {blocker} is a file, not a folder")):
         code, output = run_cli("validate", "--write-docs", str(page))
         assert code == 2
         lines = output.strip().splitlines()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from clustersim.cli.common import default_report_dir, make_out_dir, ms, user_errors
+from clustersim.cli.common import default_report_dir, make_out_dir, ms, user_errors, writing
 from clustersim.errors import ClusterSimError
 from clustersim.plan.result import LEDGER_COLUMNS, CandidateResult, PlanResult, ledger_rows
 
@@ -58,7 +58,8 @@ def plan_cmd(
     finally:
         pool.close()
     wall_s = time.perf_counter() - started
-    write_plan(result, folder)
+    with writing(folder):
+        write_plan(result, folder)
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=2))
     else:
@@ -67,7 +68,9 @@ def plan_cmd(
     if report_dir is not None:
         from clustersim.report import write_plan_report
 
-        files = write_plan_report(result, spec, full_runs(planner, result), report_dir)
+        runs = full_runs(planner, result)
+        with writing(report_dir):
+            files = write_plan_report(result, spec, runs, report_dir)
         typer.echo(files.describe(), err=as_json)
 
 
