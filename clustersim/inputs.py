@@ -214,10 +214,19 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"duplicate key {key!r}")
+        result[key] = value
+    return result
+
+
 def parse_json(text: str, where: str, *, line: int | None = None) -> Any:
     """One JSON value; ``line`` is the file line of a JSON-lines record (errors say it)."""
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as error:
         at = f"{where}:{line if line is not None else error.lineno}"
         raise InputError(at, f"invalid JSON: {error.msg}") from None

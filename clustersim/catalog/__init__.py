@@ -135,7 +135,7 @@ def load_profiles(profile: str = "calibrated") -> dict[str, dict[str, Any]]:
         name = CALIBRATED_FILE
     else:
         path = Path(profile).expanduser()
-        if not path.is_file() and not path.is_dir():
+        if not path.exists():
             raise ConfigError(profile, "no such profile file; give 'calibrated', 'default' or "
                               "a profile YAML written by `clustersim calibrate`")
         data, name = load_yaml(path, "profile", where=profile), profile

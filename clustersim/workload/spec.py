@@ -118,7 +118,7 @@ class LengthClass(Strict):
         if not isinstance(data, dict) or "prompt_tokens" in data or "output_tokens" in data:
             return data
         name = data.get("name")
-        if name not in SOURCE_CLASSES:
+        if not isinstance(name, str) or name not in SOURCE_CLASSES:
             raise ValueError(
                 f"class {name!r} needs prompt_tokens and output_tokens "
                 f"(classes with default lengths: {', '.join(SOURCE_CLASSES)})"
