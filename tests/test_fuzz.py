@@ -65,3 +65,23 @@ def test_run_outputs_catch_non_finite_numbers_and_broken_invariants(tmp_path: Pa
     assert any("9 tokens over the budget 8" in p for p in problems)
     assert any("2 running over max_num_seqs 1" in p for p in problems)
     assert any("3 KV blocks used of 2" in p for p in problems)
+
+
+def test_the_worker_stops_a_run_at_its_time_and_memory_limits(tmp_path: Path):
+    import os
+
+    from tests.fuzz.runner import MEMORY, TIMEOUT, Worker, classify
+    from tests.fuzz.strategies import Case
+
+    os.mkfifo(tmp_path / "fifo")  # nobody writes it: reading it waits for ever
+    (tmp_path / "s.yaml").write_text("name: x\n")
+    worker = Worker(hash_seed=1)
+    try:
+        answer = worker.run(tmp_path, ["trace", "stats", "fifo"], timeout_s=1.0)
+        assert answer["timed_out"] and 1.0 <= answer["wall_s"] < 5.0
+        case = Case("test", ("trace", "stats", "fifo"))
+        assert classify(case, tmp_path, answer)[0] == TIMEOUT
+        answer = worker.run(tmp_path, ["simulate", "s.yaml"], memory_bytes=64 << 20)
+        assert classify(Case("test", ("simulate", "s.yaml")), tmp_path, answer)[0] == MEMORY
+    finally:
+        worker.close()

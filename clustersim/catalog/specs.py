@@ -49,7 +49,9 @@ DTYPE_BYTES: dict[str, int] = {
 }
 """Bytes per element of the dtypes weights and KV caches are stored in."""
 
-Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
+Fraction = Annotated[float, Field(gt=0.0, le=1.0), Within(
+    low=1e-3, reason="a kernel or link measured at under 0.1% of its datasheet peak is a "
+    "broken measurement, and it would price steps at hours")]
 Overhead = Annotated[NonNegativeFloat, Within(
     high=MAX_OVERHEAD_S, unit="s", reason="measured overheads are microseconds to milliseconds")]
 """A fixed cost in seconds that a GPU profile adds per step, layer, request or collective."""

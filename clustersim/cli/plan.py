@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -46,6 +47,10 @@ def plan_cmd(
 
     if report is not None and no_report:
         raise ClusterSimError("--no-report", "cannot be given with --report")
+    most = 4 * (os.cpu_count() or 1)
+    if workers is not None and workers > most:
+        raise ClusterSimError("--workers", f"{workers:,} is more than {most} (4 per core of "
+                              "this machine): each worker is a process holding a simulation")
     spec = load_scenario(scenario)
     folder = make_out_dir(out or Path("runs/plan") / spec.name)
     report_dir = None if no_report else make_out_dir(report or default_report_dir(spec.name))

@@ -29,7 +29,9 @@ class LinkKind(Strict):
         description="Theoretical bandwidth in each direction (GB/s = 1e9 B/s); the two "
         "directions are independent."
     )
-    efficiency: float = Field(
+    efficiency: Annotated[float, Within(
+        low=1e-3, reason="a link measured at under 0.1% of its datasheet rate is a broken "
+        "measurement")] = Field(
         gt=0.0,
         le=1.0,
         description="Achieved / theoretical for large transfers; a flow alone on the link "

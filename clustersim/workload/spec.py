@@ -171,6 +171,10 @@ class TraceSource(Strict):
 
 
 # ---------------------------------------------------------------- arrivals
+MAX_CURVE_POINTS = 100_000
+"""Most points of a rate curve."""
+
+
 class PoissonArrivals(Strict):
     """Exponential gaps: the memoryless open-loop client (`vllm bench serve --request-rate`)."""
 
@@ -226,6 +230,9 @@ class RateCurveArrivals(Strict):
 
     @model_validator(mode="after")
     def _shape(self) -> RateCurveArrivals:
+        if len(self.points) > MAX_CURVE_POINTS:
+            raise ValueError(f"{len(self.points):,} points, more than {MAX_CURVE_POINTS:,} (a "
+                             "day at one point a second)")
         times = [t for t, _ in self.points]
         if times[0] != 0:
             raise ValueError(f"the first point must be at time 0, not {times[0]}")

@@ -167,9 +167,9 @@ def _trace_text(trace: str | os.PathLike, base_dir: str | os.PathLike | None, na
         with resources.as_file(resource) as path:
             return read_text(path, "trace", max_bytes=MAX_TRACE_BYTES, where=name)
     path = Path(resolve_trace_path(trace, base_dir))
-    if not path.is_file():
+    if path.is_dir() or not path.exists():  # a pipe (`<(zcat t.gz)`) is read like a file
         shipped = ", ".join(SHIPPED_TRACES)
-        reason = "not a file" if path.exists() else "no such file"
+        reason = "a folder, not a file" if path.exists() else "no such file"
         raise InputError(name, f"{reason}, and not a shipped trace ({shipped})")
     return read_text(path, "trace", max_bytes=MAX_TRACE_BYTES, where=name)
 

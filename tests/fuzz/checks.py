@@ -16,7 +16,8 @@ MAX_LINES = 11
 _MORE = re.compile(r"^\.\.\. and [\d,]+ more problems$")
 _INTERNALS = ("instance of", "Unable to extract tag", "Input tag", "function-after",
               "function-before", "function-wrap", "discriminator", "Traceback", "pydantic",
-              "[type=", "model_attributes_type", "For further information")
+              "[type=", "model_attributes_type", "For further information", "Warning:",
+              "warnings.warn")
 """Words of pydantic and Python internals that a user's error message must not show."""
 _EPS_S = 1e-9
 """Times in requests.csv are printed to the nanosecond."""
@@ -163,6 +164,8 @@ def outputs_of(argv: list[str], folder: Path, stdout: str) -> list[str]:
         return []  # help or the version, printed instead of running
     if command == "simulate":
         return run_outputs(folder / _option(argv, "--out", "runs/latest"))
+    if command == "plan":
+        return finite_json(folder / _option(argv, "--out", "out") / "plan.json")[1]
     if command == "compare":
         out = folder / _option(argv, "--out", "runs/compare")
         return run_outputs(out / "colocated") + run_outputs(out / "disaggregated")

@@ -65,10 +65,12 @@ class Worker:
             [sys.executable, "-m", "tests.fuzz.worker"], cwd=ROOT, env=env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
 
-    def run(self, folder: Path, argv: Iterable[str]) -> dict[str, Any]:
+    def run(self, folder: Path, argv: Iterable[str], *, timeout_s: float = TIMEOUT_S,
+            memory_bytes: int = MEMORY_BYTES) -> dict[str, Any]:
+        """Run ``clustersim ARGV`` in ``folder`` under the limits; the worker's answer."""
         assert self._process.stdin is not None and self._process.stdout is not None
-        request = {"dir": str(folder), "argv": list(argv), "timeout_s": TIMEOUT_S,
-                   "memory_bytes": MEMORY_BYTES}
+        request = {"dir": str(folder), "argv": list(argv), "timeout_s": timeout_s,
+                   "memory_bytes": memory_bytes}
         self._process.stdin.write(json.dumps(request) + "\n")
         self._process.stdin.flush()
         line = self._process.stdout.readline()

@@ -278,9 +278,12 @@ def all_kinds() -> tuple[str, ...]:
 def scenario_fields(draw: st.DrawFn) -> Case:
     name = draw(st.sampled_from([n for n, _ in shipped_scenarios()]))
     doc = draw(mutated_doc(scenario_doc(name), list(all_kinds())))
-    command = draw(st.sampled_from(["simulate"] * 9 + ["compare"]))
-    return _scenario_case("scenario fields", dump_yaml(doc),
-                          (command, "s.yaml", "--out", "out"))
+    command = draw(st.sampled_from(["simulate"] * 16 + ["compare"] * 2 + ["report"]
+                                   + ["compare-report"]))
+    argv = (command.split("-")[0].replace("report", "simulate"), "s.yaml", "--out", "out")
+    if command.endswith("report"):
+        argv += ("--report", "rep")
+    return _scenario_case("scenario fields", dump_yaml(doc), argv)
 
 
 @st.composite
@@ -290,6 +293,24 @@ def scenario_bytes(draw: st.DrawFn) -> Case:
         return Case("scenario bytes", ("simulate", "s.yaml", "--out", "out"),
                     (("s.yaml/", b""),))
     return _scenario_case("scenario bytes", draw(damaged_text(text.encode())))
+
+
+TINY_SEARCH = {"seeds": 1, "min_requests": 20, "min_duration_s": 0, "simulate_top": 1,
+               "max_probes": 4, "neighbours": False, "contenders": 1}
+"""A plan's search kept to a few simulations (a full search of a shipped scenario takes
+minutes, as it should)."""
+
+
+@st.composite
+def plan_sections(draw: st.DrawFn) -> Case:
+    """A shipped scenario's ``plan:`` mutated (its search kept tiny), planned serially."""
+    names = [n for n, _ in shipped_scenarios() if "plan" in scenario_doc(n)]
+    doc = scenario_doc(draw(st.sampled_from(names)))
+    plan = {k: v for k, v in doc["plan"].items() if k != "search"}
+    plan["gpu_budget"] = min(plan.get("gpu_budget") or 4, 8)
+    doc["plan"] = {**draw(mutated_doc(plan, [])), "search": TINY_SEARCH}
+    argv = ("plan", "s.yaml", "--executor", "serial", "--no-report", "--out", "out")
+    return _scenario_case("plan sections", dump_yaml(doc), argv)
 
 
 # ------------------------------------------------------------ JSON schema
@@ -903,11 +924,12 @@ def cli_cases(draw: st.DrawFn) -> Case:
 
 # ------------------------------------------------------------------- mix
 SOURCES: list[tuple[str, int, st.SearchStrategy[Case]]] = [
-    ("scenario fields", 26, scenario_fields()),
+    ("scenario fields", 24, scenario_fields()),
+    ("plan sections", 4, plan_sections()),
     ("scenario bytes", 10, scenario_bytes()),
     ("schema, broken", 10, schema_scenario(0.04)),
     ("schema, valid space", 10, schema_scenario(0.0)),
-    ("traces", 18, trace_cases()),
+    ("traces", 16, trace_cases()),
     ("topologies", 5, topology_cases()),
     ("GPU profiles", 4, profile_cases()),
     ("HF configs", 4, hf_config_cases()),
