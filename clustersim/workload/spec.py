@@ -433,7 +433,9 @@ class ReplayWorkload(TraceSource):
     max_num_requests: NumRequests | None = Field(
         None, description="Replay at most this many requests (the first ones in the window)."
     )
-    rate_multiplier: PositiveFloat = Field(
+    rate_multiplier: Annotated[PositiveFloat, Within(
+        low=1e-6, high=1e6, reason="a replay is sped up or slowed down at most a million "
+        "times")] = Field(
         1.0, description="Speed-up of the replay: gaps are divided by it (2 = twice the rate)."
     )
     spread_ties: bool = Field(

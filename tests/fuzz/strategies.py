@@ -1,13 +1,15 @@
 """Hypothesis strategies that draw fuzz cases: a ``clustersim`` command line and the files it
 reads, as a new user and a hostile one would write them.
 
-Ten sources, each a row of the campaign's table:
+Eleven sources, each a row of the campaign's table:
 
 - **scenario fields**: a shipped scenario (its traffic cut to at most 40 requests so a run
   takes well under a second) with one to three of: a key deleted, a value replaced by an odd
   one (extreme or non-finite numbers, wrong types, odd strings and paths, containers), an
   unknown key, another or an unknown ``kind:``, deep nesting, thousands of unknown keys, a
-  number just past its limit;
+  number just past its limit; run by ``simulate`` or ``compare``, now and then with a report;
+- **plan sections**: a shipped ``plan:`` mutated the same way (its search kept to a few
+  simulations), run by ``plan``;
 - **scenario bytes**: the same files damaged as text: a line duplicated (a key given twice) or
   dropped, non-UTF-8 or control bytes, truncation, a byte-order mark, CRLF, tabs, a second
   document, an alias bomb, 1,000-deep nesting, an empty file, a folder in its place;
