@@ -46,6 +46,7 @@ from clustersim.scenario import SLO, Scenario
 from clustersim.workload import build_requests, resolve_paths
 from clustersim.workload.scale import offered_rate, scale_rate
 from clustersim.workload.spec import (
+    BenchmarkWorkload,
     ClosedLoopArrivals,
     GammaArrivals,
     PoissonWorkload,
@@ -118,7 +119,7 @@ class Planner:
         same way every time (and routers that draw nothing stay as they are), so one seed says
         all there is."""
         workload = self.scenario.workload
-        if isinstance(workload, PoissonWorkload | SyntheticWorkload):
+        if isinstance(workload, PoissonWorkload | SyntheticWorkload | BenchmarkWorkload):
             return True
         layout = self.scenario.layout
         routers = ((layout.router, layout.prefill_router, layout.decode_router)

@@ -8,6 +8,8 @@ reproducible from the scenario's seed. Four kinds::
     synthetic  arrivals:  poisson | gamma | constant | on_off | rate_curve | closed_loop
                lengths:   independent | mixture | empirical
     replay     a trace file's arrivals and lengths (Azure, Mooncake, Vidur, vLLM, BurstGPT, ...)
+    benchmark  `vllm bench serve`: warm-ups, then requests dispatched at a rate through a
+               semaphore of max_concurrency (the client's own queue)
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pydantic import (
     BeforeValidator,
     Field,
     NonNegativeFloat,
+    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     ValidationInfo,
@@ -410,7 +413,37 @@ class ReplayWorkload(TraceSource):
         return end
 
 
+def _inf_rate(value: Any) -> Any:
+    return float("inf") if value in ("inf", "Infinity", "infinity") else value
+
+
+class BenchmarkWorkload(Strict):
+    """The client of ``vllm bench serve`` (vllm/benchmarks/serve.py, ``benchmark``): the
+    ``num_warmups`` warm-up requests first, then ``num_prompts`` requests dispatched by the
+    rate process, each waiting for one of ``max_concurrency`` slots before it is sent.
+
+    Only the main requests are measured, and from their send (after the slot wait), as the
+    tool measures them; the wait itself is each request's client queue time."""
+
+    kind: Literal["benchmark"]
+    num_prompts: PositiveInt = Field(description="vLLM --num-prompts: measured requests.")
+    max_concurrency: PositiveInt | None = Field(
+        None, description="vLLM --max-concurrency: most requests in flight; null: no limit "
+        "(every dispatched request is sent at once).")
+    request_rate: Annotated[PositiveFloat, BeforeValidator(_inf_rate)] = Field(
+        float("inf"), description="vLLM --request-rate, requests/s; inf (the default): every "
+        "request is dispatched at the start and only the semaphore paces them.")
+    burstiness: PositiveFloat = Field(
+        1.0, description="vLLM --burstiness: the gamma shape of the dispatch gaps (1 = "
+        "Poisson, < 1 burstier, > 1 more even); only with a finite request_rate.")
+    num_warmups: NonNegativeInt = Field(
+        0, description="vLLM --num-warmups: copies of the first request sent before the "
+        "measured run (at most max_concurrency at a time), all finished before it starts.")
+    lengths: Lengths = Field(description="Prompt and output lengths of the requests.")
+    start_s: NonNegativeFloat = Field(0.0, description="When the client starts.")
+
+
 Workload = Annotated[
-    ExplicitWorkload | PoissonWorkload | SyntheticWorkload | ReplayWorkload,
+    ExplicitWorkload | PoissonWorkload | SyntheticWorkload | ReplayWorkload | BenchmarkWorkload,
     Field(discriminator="kind"),
 ]
