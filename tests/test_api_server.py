@@ -111,3 +111,44 @@ def test_jitter_breaks_the_lockstep_of_equal_clients_and_none_keeps_it():
     sends, batches = rounds(base.api_server)
     assert sends > 250
     assert sum(b == 8 for b in batches) < len(batches) / 2
+
+
+def test_closed_loop_users_with_equal_lengths_drift_apart_only_with_jitter():
+    """Eight closed-loop users, equal prompts and answers, no think time: every round goes out
+    at one instant and is prefilled in one step unless the API server's times vary."""
+    def rounds(api: dict | None) -> tuple[int, list[int]]:
+        data = scenario(cost=FIXED, workload={
+            "kind": "synthetic", "num_requests": 160,
+            "arrivals": {"kind": "closed_loop", "num_users": 8},
+            "lengths": {"kind": "independent", "prompt_tokens": 64, "output_tokens": 6}})
+        if api is not None:
+            data["api_server"] = api
+        result = run_scenario(parse_scenario(data))
+        batches = [len(s.prefill_chunks) for s in result.steps if s.prefill_chunks]
+        return len({r.arrival_s for r in result.requests}), batches
+
+    measured = {"request_s": 0.004, "output_s": 0.001}
+    for api in (None, {**measured, "jitter_cv": 0.0}):
+        sends, batches = rounds(api)
+        assert sends == 20 and batches == [8] * 20  # 160 requests in 20 rounds of 8
+    sends, batches = rounds({**measured, "jitter_cv": 0.1})
+    assert sends == 160 - 7  # after the first round (all at 0), every send at its own time
+    assert max(batches) < 8
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("request_s", -0.1, "greater than or equal to 0"),
+    ("jitter_cv", 11, "less than or equal to 10"),
+    ("prompt_token_s", "fast", "valid number"),
+    ("output_s", 61, "less than or equal to 60"),
+    ("startup_s", 1.0, "Extra inputs are not permitted"),
+])
+def test_bad_api_server_values_are_one_line_each_and_exit_2(tmp_path, field, value, says):
+    from tests.helpers import run_cli, write_scenario
+
+    data = scenario(api_server={field: value})
+    code, output = run_cli("simulate", str(write_scenario(tmp_path, data)), "--out",
+                           str(tmp_path / "out"))
+    assert code == 2
+    (line,) = output.strip().splitlines()
+    assert line.startswith(f"api_server.{field}: ") and says in line

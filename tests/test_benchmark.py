@@ -148,3 +148,45 @@ def test_an_open_loop_benchmark_lists_its_requests_ahead():
     assert requests[-1].arrival_s == pytest.approx(15.0)
     with pytest.raises(ValueError, match="use build_workload"):
         build_requests(bench(max_concurrency=3).workload, np.random.default_rng(0))
+
+
+# ------------------------------------------------------------------ scenario
+def test_the_shipped_benchmark_scenario_runs_from_the_cli(tmp_path):
+    from pathlib import Path
+
+    from tests.helpers import run_cli
+
+    path = Path(__file__).resolve().parents[1] / "scenarios" / "bench_rtx4090_mistral7b.yaml"
+    code, output = run_cli("simulate", str(path), "--out", str(tmp_path))
+    assert code == 0, output
+    assert "benchmark (vllm bench serve: max concurrency 16, request rate inf" in output
+    assert "300 completed, 0 failed" in output
+    assert "peak concurrent requests 16" in output
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("max_concurrency", 0, "greater than 0"),
+    ("num_prompts", 20_000_000, "less than or equal to 10000000"),
+    ("request_rate", 1e9, "outside 1e-08..1e+07"),
+    ("request_rate", "fast", "valid number"),
+    ("burstiness", 0.0, "greater than 0"),
+    ("burstiness", 1e-5, "outside 0.001..1000"),
+    ("num_warmups", -1, "greater than or equal to 0"),
+    ("think_time_s", 1.0, "Extra inputs are not permitted"),
+])
+def test_bad_benchmark_values_are_one_line_each_and_exit_2(tmp_path, field, value, says):
+    from tests.helpers import run_cli, write_scenario
+
+    data = scenario(workload={"kind": "benchmark", "num_prompts": 5, "lengths": EQUAL,
+                              field: value})
+    code, output = run_cli("simulate", str(write_scenario(tmp_path, data)), "--out",
+                           str(tmp_path / "out"))
+    assert code == 2
+    (line,) = output.strip().splitlines()
+    assert line.startswith(f"workload.{field}: ") and says in line, line
+
+
+def test_infinite_burstiness_spaces_dispatches_evenly():
+    spec = bench(request_rate=4.0, burstiness="inf").workload
+    requests = build_requests(spec, np.random.default_rng(0))
+    assert np.diff([r.arrival_s for r in requests]) == pytest.approx(np.full(59, 0.25))

@@ -41,19 +41,23 @@ class ApiServerSpec(Strict):
     sent, as before; ``api_server: {}`` takes the measured defaults."""
 
     request_s: NonNegativeFloat = Field(
-        0.012, description="Before the engine sees a request: HTTP, request parsing, chat "
+        0.012, le=60.0,
+        description="Before the engine sees a request: HTTP, request parsing, chat "
         "template, input processing. Default 12 ms: vLLM PR #21139 measured 12-15 ms of "
         "preprocessing per request (96 requests in flight).")
     prompt_token_s: NonNegativeFloat = Field(
-        1.0e-5, description="Tokenization, per prompt token. Default 10 us: HF tokenizers "
+        1.0e-5, le=0.01,
+        description="Tokenization, per prompt token. Default 10 us: HF tokenizers "
         "encoding 131-token prompts took 1.3-2.8 ms, 10-21 us a token "
         "(tenstorrent/tt-inference-server issue #2173).")
     output_s: NonNegativeFloat = Field(
-        3.0e-5, description="From the engine's token to the client's: detokenization and the "
+        3.0e-5, le=60.0,
+        description="From the engine's token to the client's: detokenization and the "
         "streamed chunk, per token. Default 30 us: incremental detokenization of 8 x 128 "
         "tokens took 0.03 s (vLLM PR #121).")
     jitter_cv: NonNegativeFloat = Field(
-        0.1, description="Coefficient of variation of each request's times (lognormal "
+        0.1, le=10.0,
+        description="Coefficient of variation of each request's times (lognormal "
         "factor of mean 1); 0: every request takes exactly the times above. Default 0.1: "
         "PR #21139's 12.4-14.3 ms per request (CV 0.08) and #2173's warm repeats of one "
         "prompt, 1.32-1.72 ms (CV 0.13).")

@@ -6,13 +6,26 @@ Fields left unset take vLLM's defaults for the GPU (``vllm serve``, spec §5.3);
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, NonNegativeInt, PositiveInt
+from pydantic import AfterValidator, Field, NonNegativeInt, PositiveInt
 
 from clustersim.catalog.quantization import QuantMethod
 from clustersim.catalog.specs import KvCacheDType
 from clustersim.validation import Strict
+
+
+def _vllm_version(value: str) -> str:
+    """``major.minor`` or ``major.minor.patch``, numbers only."""
+    parts = value.split(".")
+    if not (2 <= len(parts) <= 3 and all(p.isdigit() and len(p) <= 3 for p in parts)):
+        raise ValueError(f"{value!r} is not a vLLM release number: give major.minor, e.g. 0.19 "
+                         "or 0.21.1")
+    return value
+
+
+VllmVersion = Annotated[str, AfterValidator(_vllm_version)]
+"""A vLLM release as ``0.19`` or ``0.19.1``."""
 
 
 class EngineSettings(Strict):
@@ -55,6 +68,12 @@ class EngineSettings(Strict):
     gpu_memory_utilization: float = Field(
         0.92, gt=0.0, le=1.0, description="Share of GPU memory vLLM may use (v0.33: 0.92)."
     )
+    vllm_version: VllmVersion = Field(
+        "0.33",
+        description="The vLLM release whose start-up memory profile sizes the KV cache "
+        "(major.minor, e.g. 0.19): from 0.21 on it also subtracts its CUDA-graph estimate "
+        "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, on by default since v0.21.0); earlier ones "
+        "do not. Default 0.33, the release the scheduler follows.")
     num_gpu_blocks_override: int | None = Field(
         None, ge=2, description="Use exactly this many KV blocks (block 0 is reserved)."
     )

@@ -14,9 +14,11 @@ reproducible from the scenario's seed. Four kinds::
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BeforeValidator,
     Field,
     NonNegativeFloat,
@@ -417,6 +419,24 @@ def _inf_rate(value: Any) -> Any:
     return float("inf") if value in ("inf", "Infinity", "infinity") else value
 
 
+def _finite_within(low: float, high: float, reason: str) -> Any:
+    """A check that a finite value lies in [low, high] (inf passes: vLLM's own word)."""
+    def check(value: float) -> float:
+        if math.isfinite(value) and not low <= value <= high:
+            raise ValueError(f"{value:g} is outside {low:g}..{high:g} (or inf): {reason}")
+        return value
+    return AfterValidator(check)
+
+
+_MAX_BENCH_REQUESTS = 10_000_000  # a run holds every request in memory (about 1 KB each)
+_BENCH_COUNT = Field(le=_MAX_BENCH_REQUESTS)
+BenchmarkRate = Annotated[PositiveFloat, BeforeValidator(_inf_rate), _finite_within(
+    1e-8, 1e7, "from one request in 3 years to ten million a second")]
+Burstiness = Annotated[PositiveFloat, BeforeValidator(_inf_rate), _finite_within(
+    1e-3, 1e3, "gamma shapes below 0.001 put every request at one instant, above 1000 they "
+    "are evenly spaced already (inf: exactly even)")]
+
+
 class BenchmarkWorkload(Strict):
     """The client of ``vllm bench serve`` (vllm/benchmarks/serve.py, ``benchmark``): the
     ``num_warmups`` warm-up requests first, then ``num_prompts`` requests dispatched by the
@@ -426,21 +446,23 @@ class BenchmarkWorkload(Strict):
     tool measures them; the wait itself is each request's client queue time."""
 
     kind: Literal["benchmark"]
-    num_prompts: PositiveInt = Field(description="vLLM --num-prompts: measured requests.")
-    max_concurrency: PositiveInt | None = Field(
+    num_prompts: Annotated[PositiveInt, _BENCH_COUNT] = Field(
+        description="vLLM --num-prompts: measured requests.")
+    max_concurrency: Annotated[PositiveInt, _BENCH_COUNT] | None = Field(
         None, description="vLLM --max-concurrency: most requests in flight; null: no limit "
         "(every dispatched request is sent at once).")
-    request_rate: Annotated[PositiveFloat, BeforeValidator(_inf_rate)] = Field(
+    request_rate: BenchmarkRate = Field(
         float("inf"), description="vLLM --request-rate, requests/s; inf (the default): every "
         "request is dispatched at the start and only the semaphore paces them.")
-    burstiness: PositiveFloat = Field(
+    burstiness: Burstiness = Field(
         1.0, description="vLLM --burstiness: the gamma shape of the dispatch gaps (1 = "
-        "Poisson, < 1 burstier, > 1 more even); only with a finite request_rate.")
-    num_warmups: NonNegativeInt = Field(
+        "Poisson, < 1 burstier, > 1 more even, inf: evenly spaced); only with a finite "
+        "request_rate.")
+    num_warmups: Annotated[NonNegativeInt, _BENCH_COUNT] = Field(
         0, description="vLLM --num-warmups: copies of the first request sent before the "
         "measured run (at most max_concurrency at a time), all finished before it starts.")
     lengths: Lengths = Field(description="Prompt and output lengths of the requests.")
-    start_s: NonNegativeFloat = Field(0.0, description="When the client starts.")
+    start_s: NonNegativeFloat = Field(0.0, le=1e8, description="When the client starts.")
 
 
 Workload = Annotated[
