@@ -43,14 +43,14 @@ def run(concurrency: int, api_server: dict | None) -> tuple[float, ...]:
 
 
 def main() -> None:
-    names = ("req/s", "output tok/s", "TTFT mean", "TTFT p50", "TTFT p99")
-    print(f"{'C':>3}  {'':<14}" + "".join(f"{n:>14}" for n in names))
+    names = ("req/s", "output tok/s", "TTFT mean ms", "TTFT p50 ms", "TTFT p99 ms")
+    print(f"{'C':>3}  {'':<14}" + "".join(f"{n:>19}" for n in names))
     for concurrency, published in PUBLISHED.items():
-        print(f"{concurrency:>3}  {'published':<14}" + "".join(f"{v:>14,.2f}" for v in published))
+        print(f"{concurrency:>3}  {'published':<14}" + "".join(f"{v:>19,.2f}" for v in published))
         for label, api_server in VARIANTS.items():
             ours = run(concurrency, api_server)
-            cells = "".join(f"{v:>8,.2f} {(v - p) / p:+4.0%}" for v, p in zip(ours, published,
-                                                                              strict=True))
+            cells = "".join(f"{v:>12,.2f} {(v - p) / p:>+6.0%}"
+                            for v, p in zip(ours, published, strict=True))
             print(f"{'':>3}  {label:<14}{cells}")
 
 
