@@ -68,12 +68,6 @@ class EngineSettings(Strict):
     gpu_memory_utilization: float = Field(
         0.92, gt=0.0, le=1.0, description="Share of GPU memory vLLM may use (v0.33: 0.92)."
     )
-    vllm_version: VllmVersion = Field(
-        "0.33",
-        description="The vLLM release whose start-up memory profile sizes the KV cache "
-        "(major.minor, e.g. 0.19): from 0.21 on it also subtracts its CUDA-graph estimate "
-        "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, on by default since v0.21.0); earlier ones "
-        "do not. Default 0.33, the release the scheduler follows.")
     num_gpu_blocks_override: int | None = Field(
         None, ge=2, description="Use exactly this many KV blocks (block 0 is reserved)."
     )
@@ -102,3 +96,10 @@ class EngineSettings(Strict):
     kv_cache_dtype: KvCacheDType = Field(
         "auto", description="vLLM's --kv-cache-dtype: auto (the model's dtype) or fp8 "
         "(= fp8_e4m3), fp8_e5m2: one byte per cached element.")
+    vllm_version: VllmVersion = Field(
+        "0.33",
+        description="The vLLM release whose start-up memory profile sizes the KV cache "
+        "(major.minor, e.g. 0.19): from 0.21 on it also subtracts its CUDA-graph estimate "
+        "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, on by default since v0.21.0); earlier ones "
+        "do not. Default 0.33, the release the scheduler follows. It switches nothing else: "
+        "gpu_memory_utilization keeps its default of 0.92 (0.9 before v0.25: set it).")
