@@ -190,3 +190,16 @@ def test_infinite_burstiness_spaces_dispatches_evenly():
     spec = bench(request_rate=4.0, burstiness="inf").workload
     requests = build_requests(spec, np.random.default_rng(0))
     assert np.diff([r.arrival_s for r in requests]) == pytest.approx(np.full(59, 0.25))
+
+
+def test_every_new_field_is_documented():
+    from clustersim.cluster.api_server import ApiServerSpec
+    from clustersim.engine.settings import EngineSettings
+    from clustersim.workload.spec import BenchmarkWorkload
+
+    fields = {**{f"api_server.{k}": v for k, v in ApiServerSpec.model_fields.items()},
+              **{f"workload.{k}": v for k, v in BenchmarkWorkload.model_fields.items()
+                 if k != "kind"},
+              "engine.vllm_version": EngineSettings.model_fields["vllm_version"]}
+    undocumented = [name for name, info in fields.items() if not info.description]
+    assert not undocumented
