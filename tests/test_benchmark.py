@@ -203,3 +203,17 @@ def test_every_new_field_is_documented():
               "engine.vllm_version": EngineSettings.model_fields["vllm_version"]}
     undocumented = [name for name, info in fields.items() if not info.description]
     assert not undocumented
+
+
+def test_the_schema_and_the_summary_stay_strict_json_with_infinite_settings(tmp_path):
+    import json
+
+    from clustersim.scenario import Scenario
+
+    json.dumps(Scenario.model_json_schema(), allow_nan=False)  # no Infinity default
+    files = simulate(tmp_path, scenario(cost=FIXED, workload={
+        "kind": "benchmark", "num_prompts": 6, "request_rate": 50.0, "burstiness": "inf",
+        "lengths": EQUAL}))
+    bench_json = files["summary"]["benchmark"]
+    assert (bench_json["request_rate"], bench_json["burstiness"]) == (50.0, "inf")
+    json.dumps(files["summary"], allow_nan=False)

@@ -49,7 +49,7 @@ class BenchmarkSummary:
         return {
             "max_concurrency": self.max_concurrency,
             "request_rate": "inf" if math.isinf(self.request_rate) else self.request_rate,
-            "burstiness": self.burstiness,
+            "burstiness": "inf" if math.isinf(self.burstiness) else self.burstiness,
             "num_warmups": self.num_warmups,
             "duration_s": self.duration_s,
             "completed": self.completed,

@@ -452,8 +452,9 @@ class BenchmarkWorkload(Strict):
         None, description="vLLM --max-concurrency: most requests in flight; null: no limit "
         "(every dispatched request is sent at once).")
     request_rate: BenchmarkRate = Field(
-        float("inf"), description="vLLM --request-rate, requests/s; inf (the default): every "
-        "request is dispatched at the start and only the semaphore paces them.")
+        default_factory=lambda: math.inf,  # (a factory: the JSON schema gets no Infinity)
+        description="vLLM --request-rate, requests/s; inf (the default): every request is "
+        "dispatched at the start and only the semaphore paces them.")
     burstiness: Burstiness = Field(
         1.0, description="vLLM --burstiness: the gamma shape of the dispatch gaps (1 = "
         "Poisson, < 1 burstier, > 1 more even, inf: evenly spaced); only with a finite "
