@@ -318,7 +318,8 @@ all-reduce costs `α + 2(n-1)/n x bytes / (link efficiency x link bandwidth)`, a
 and efficiency where measured (else the all-reduce's; its α is charged once whatever n). One memory
 efficiency serves every GEMM size: it is the best fit over 1-4096 tokens, so it prices a
 batch-1 weight read lower than the largest single GEMMs reach (H100: 63 % vs 84 % of peak).
-Reproduce: `clustersim calibrate` rewrites the profile; `clustersim validate --write-docs
+Reproduce: `clustersim calibrate --out clustersim/catalog/calibrated.yaml` rewrites the
+profile; `clustersim validate --write-docs
 docs/validation.md` rewrites this page (a few seconds each).
 
 ### Quantized GEMMs

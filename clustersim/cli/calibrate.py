@@ -23,8 +23,9 @@ _DECODE_HELP = "A measured decode step: BATCH@CONTEXT=SECONDS (BATCH decodes at 
 def calibrate_cmd(
     out: Annotated[
         Path | None,
-        typer.Option(help="Profile file to write; default: the catalog's calibrated.yaml "
-                     "(shipped fit) -- required with measurements."),
+        typer.Option(help="Profile file to write (required; its folder must exist). The "
+                     "shipped fit is clustersim/catalog/calibrated.yaml: name it to refresh "
+                     "it in a checkout."),
     ] = None,
     gpu: Annotated[str | None, typer.Option(help="GPU of the measurements (few-shot).")] = None,
     model: Annotated[str | None, typer.Option(help="Model of the measurements.")] = None,
@@ -65,9 +66,13 @@ def calibrate_cmd(
         raise InputError(given[0], "describes measurements: goes with --prefill/--decode or "
                          "--from-requests")
     from clustersim.calibration.fit import calibrate, distserve_check
-    from clustersim.calibration.profile import CATALOG_PROFILE, write_profiles
+    from clustersim.calibration.profile import write_profiles
 
-    path = out or CATALOG_PROFILE
+    if out is None:
+        raise InputError("--out", "give the profile file to write; calibrate writes nowhere "
+                         "else (the shipped fit: --out clustersim/catalog/calibrated.yaml in a "
+                         "checkout)")
+    path = out
     _write(path)  # an unwritable --out fails before the fit
     profiles = calibrate()
     _write(path, lambda: write_profiles(profiles, path))
@@ -188,12 +193,19 @@ def _split(text: str, flag: str, form: str) -> tuple[list[int], float]:
 
 
 def _write(path: Path, write: Callable[[], object] | None = None) -> None:
-    """Make ``path``'s folder and run ``write``, which writes ``path`` (None: only check that
-    ``path`` is not a folder); a failure is one ``path: message`` line."""
+    """Run ``write``, which writes ``path`` (None: only check that ``path`` could be written);
+    a failure is one ``path: message`` line. No folder is made: a file goes only where the
+    user said, into a folder that exists."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        parent = path.parent
+        if parent.exists() and not parent.is_dir():
+            raise FileExistsError(errno.EEXIST, f"{parent} is a file, not a folder")
+        if not parent.is_dir():
+            raise FileNotFoundError(errno.ENOENT, f"no folder {parent}")
         if path.is_dir():
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
         if write is not None:
             write()
     except OSError as error:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from clustersim.cli.common import default_report_dir, make_out_dir, ms, user_errors
+from clustersim.cli.common import default_report_dir, make_out_dir, ms, user_errors, writing
 from clustersim.errors import ClusterSimError
 from clustersim.plan.result import (
     LEDGER_COLUMNS,
@@ -55,6 +56,10 @@ def plan_cmd(
 
     if report is not None and no_report:
         raise ClusterSimError("--no-report", "cannot be given with --report")
+    most = 4 * (os.cpu_count() or 1)
+    if workers is not None and workers > most:
+        raise ClusterSimError("--workers", f"{workers:,} is more than {most} (4 per core of "
+                              "this machine): each worker is a process holding a simulation")
     spec = load_scenario(scenario)
     folder = make_out_dir(out or Path("runs/plan") / spec.name)
     report_dir = None if no_report else make_out_dir(report or default_report_dir(spec.name))
@@ -67,7 +72,8 @@ def plan_cmd(
     finally:
         pool.close()
     wall_s = time.perf_counter() - started
-    write_plan(result, folder)
+    with writing(folder):
+        write_plan(result, folder)
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=2))
     else:
@@ -76,7 +82,9 @@ def plan_cmd(
     if report_dir is not None:
         from clustersim.report import write_plan_report
 
-        files = write_plan_report(result, spec, full_runs(planner, result), report_dir)
+        runs = full_runs(planner, result)
+        with writing(report_dir):
+            files = write_plan_report(result, spec, runs, report_dir)
         typer.echo(files.describe(), err=as_json)
 
 

@@ -13,6 +13,7 @@ from clustersim.cli.common import (
     make_out_dir,
     ms,
     user_errors,
+    writing,
 )
 from clustersim.metrics import RunSummary
 
@@ -34,8 +35,10 @@ def simulate_cmd(
 
     spec = load_scenario(scenario)
     report_dir = None if report is None else make_out_dir(report)
+    folder = make_out_dir(out)
     result = run_scenario(spec)
-    summary = write_run(result, make_out_dir(out))
+    with writing(folder):
+        summary = write_run(result, folder)
     print_summary(summary, describe_layout(spec.name, spec.model, result.instances))
     typer.echo(describe_calibration(result.instances))
     files = "requests.csv, steps.csv, " + ("transfers.csv, " if result.transfers else "")
@@ -43,7 +46,8 @@ def simulate_cmd(
     if report_dir is not None:
         from clustersim.report import write_simulate_report
 
-        typer.echo(write_simulate_report(result, summary, report_dir).describe())
+        with writing(report_dir):
+            typer.echo(write_simulate_report(result, summary, report_dir).describe())
 
 
 def print_summary(summary: RunSummary, header: str) -> None:

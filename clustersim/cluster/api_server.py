@@ -24,15 +24,26 @@ slowing down when its event loop streams many requests.
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import numpy as np
 from pydantic import Field, NonNegativeFloat
 
 from clustersim.engine.request import Request
+from clustersim.limits import MAX_OVERHEAD_S, Within
 from clustersim.validation import Strict
 
 API_SERVER_RNG_STREAM = 3
 """Jitter draws from ``default_rng([seed, 3])`` (routers use stream 1, faults 2)."""
+
+
+ServerSeconds = Annotated[NonNegativeFloat, Within(
+    high=MAX_OVERHEAD_S, unit="s", reason="a minute per request; measured ones are milliseconds")]
+TokenSeconds = Annotated[NonNegativeFloat, Within(
+    high=0.01, unit="s", reason="10 ms a token, 500 times the slowest tokenizer measured")]
+JitterCv = Annotated[NonNegativeFloat, Within(
+    high=10.0, reason="a lognormal factor of CV 10 puts nearly all of the time in a few "
+    "requests already")]
 
 
 class ApiServerSpec(Strict):
@@ -40,23 +51,23 @@ class ApiServerSpec(Strict):
     section out (or setting every time to 0) is an engine reached the instant a request is
     sent, as before; ``api_server: {}`` takes the measured defaults."""
 
-    request_s: NonNegativeFloat = Field(
-        0.012, le=60.0,
+    request_s: ServerSeconds = Field(
+        0.012,
         description="Before the engine sees a request: HTTP, request parsing, chat "
         "template, input processing. Default 12 ms: vLLM PR #21139 measured 12-15 ms of "
         "preprocessing per request (96 requests in flight).")
-    prompt_token_s: NonNegativeFloat = Field(
-        1.0e-5, le=0.01,
+    prompt_token_s: TokenSeconds = Field(
+        1.0e-5,
         description="Tokenization, per prompt token. Default 10 us: HF tokenizers "
         "encoding 131-token prompts took 1.3-2.8 ms, 10-21 us a token "
         "(tenstorrent/tt-inference-server issue #2173).")
-    output_s: NonNegativeFloat = Field(
-        3.0e-5, le=60.0,
+    output_s: ServerSeconds = Field(
+        3.0e-5,
         description="From the engine's token to the client's: detokenization and the "
         "streamed chunk, per token. Default 30 us: incremental detokenization of 8 x 128 "
         "tokens took 0.03 s (vLLM PR #121).")
-    jitter_cv: NonNegativeFloat = Field(
-        0.1, le=10.0,
+    jitter_cv: JitterCv = Field(
+        0.1,
         description="Coefficient of variation of each request's times (lognormal "
         "factor of mean 1); 0: every request takes exactly the times above. Default 0.1: "
         "PR #21139's 12.4-14.3 ms per request (CV 0.08) and #2173's warm repeats of one "

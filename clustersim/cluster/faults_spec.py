@@ -17,14 +17,12 @@ does to requests, links and transfers is described there.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import Field, NonNegativeInt, model_validator
 
-from clustersim.validation import Strict
-
-Seconds = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
-PositiveSeconds = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
+from clustersim.limits import PositiveSeconds, Seconds
+from clustersim.validation import Strict, kind_union
 
 
 class _Timed(Strict):
@@ -74,7 +72,7 @@ class LinkFault(_Timed):
         return self
 
 
-Fault = Annotated[InstanceFault | NodeFault | LinkFault, Field(discriminator="kind")]
+Fault = kind_union(InstanceFault, NodeFault, LinkFault)
 
 
 class ClientRetries(Strict):

@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
-import yaml
 
 from clustersim.cluster.spec import ReplicatedNode
 from clustersim.cluster.topology_spec import (
@@ -49,6 +48,7 @@ from clustersim.cluster.topology_spec import (
     replicate_node,
 )
 from clustersim.errors import ConfigError, InputError
+from clustersim.inputs import load_yaml, parse_yaml
 
 GIGA = 1e9
 _PS_PER_US = 1_000_000  # latencies are summed as integer picoseconds: exact ties, stable paths
@@ -63,16 +63,9 @@ def shipped_topologies() -> list[str]:
     return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
-def _read_yaml(text: str, where: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        at = f"{where}:{mark.line + 1}" if mark is not None else where
-        problem = getattr(error, "problem", None) or str(error)
-        raise InputError(at, f"invalid YAML: {problem}") from None
+def _mapping(data: Any, where: str) -> dict[str, Any]:
     if not isinstance(data, dict):
-        raise InputError(where, "a topology must be a YAML mapping")
+        raise InputError(where, "a topology must be a YAML mapping of fields")
     return data
 
 
@@ -84,8 +77,9 @@ def load_spec(
     shipped = shipped_topologies()
     if name_or_path in shipped:
         resource = resources.files(__package__).joinpath(_SHIPPED, f"{name_or_path}.yaml")
+        where = f"{name_or_path}.yaml"
         text = resource.read_text(encoding="utf-8")
-        return parse_topology(_read_yaml(text, f"{name_or_path}.yaml"))
+        return parse_topology(_mapping(parse_yaml(text, where), where))
     path = Path(name_or_path).expanduser()
     if not path.is_absolute() and base_dir is not None:
         path = Path(base_dir) / path
@@ -95,11 +89,7 @@ def load_spec(
             f"{name_or_path!r} is neither a shipped topology ({', '.join(shipped)}) "
             "nor a topology file",
         )
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise InputError(str(path), f"cannot read topology: {error.strerror}") from None
-    return parse_topology(_read_yaml(text, str(path)))
+    return parse_topology(_mapping(load_yaml(path, "topology"), str(path)))
 
 
 _BUILT: dict[str, Topology] = {}

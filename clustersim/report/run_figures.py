@@ -175,7 +175,7 @@ def kv_and_queue(label: str, run: RunResult, summary: RunSummary,
         bottom.set_xlabel("simulated time (s)")
         top.set_title(f"{label}: KV cache per instance")
         bottom.set_title("waiting queue per instance (requests not yet scheduled)")
-        if legend:
+        if legend and names:  # (no engine stepped: no line to name)
             top.legend(loc="upper left", fontsize=7, ncols=min(len(names), 4))
         else:
             for r, color in colors.items():

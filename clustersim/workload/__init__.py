@@ -14,6 +14,7 @@ import numpy as np
 
 from clustersim.engine.request import Request
 from clustersim.errors import ConfigError
+from clustersim.limits import MAX_TIME_S, TIME_REASON
 from clustersim.workload.arrivals import arrival_times
 from clustersim.workload.benchmark import dispatch_offsets, warmup_requests
 from clustersim.workload.classify import REQUEST_CLASSES, RequestClass, classify_request
@@ -140,10 +141,9 @@ def build_requests(
     """
     if isinstance(workload, ExplicitWorkload):
         return _explicit(workload)
-    if isinstance(workload, PoissonWorkload):
-        workload = _as_synthetic(workload)
     if isinstance(workload, ReplayWorkload):
-        return replay_requests(workload, _table(workload, base_dir), block_size)
+        requests = replay_requests(workload, _table(workload, base_dir), block_size)
+        return _in_time(requests, "workload.rate_multiplier")
     if isinstance(workload, BenchmarkWorkload):
         if workload.max_concurrency is not None:
             raise ValueError("a fixed-concurrency benchmark's send times are set during the "
@@ -153,10 +153,23 @@ def build_requests(
         source = _benchmark(workload, rng, block_size, base_dir)
         for request, offset in zip(source.requests, source.offsets_s, strict=True):
             request.arrival_s = workload.start_s + offset
-        return source.requests
+        return _in_time(source.requests, "workload.request_rate")
+    where = "workload.rate_per_s" if isinstance(workload, PoissonWorkload) else "workload.arrivals"
+    if isinstance(workload, PoissonWorkload):
+        workload = _as_synthetic(workload)
     if isinstance(workload.arrivals, ClosedLoopArrivals):
         raise ValueError("closed-loop arrival times are set during the run: use build_workload")
-    return _synthetic(workload, rng, base_dir)
+    return _in_time(_synthetic(workload, rng, base_dir), where)
+
+
+def _in_time(requests: list[Request], where: str) -> list[Request]:
+    """``requests`` (sorted by arrival), unless the last one arrives past ``MAX_TIME_S``."""
+    last_s = requests[-1].arrival_s if requests else 0.0
+    if not last_s <= MAX_TIME_S:
+        raise ConfigError(where, f"the last request would arrive at {last_s:g} s, past "
+                          f"{MAX_TIME_S:g} s ({TIME_REASON}): raise the rate or send fewer "
+                          "requests")
+    return requests
 
 
 def build_workload(

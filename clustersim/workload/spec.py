@@ -21,16 +21,29 @@ from pydantic import (
     AfterValidator,
     BeforeValidator,
     Field,
-    NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
-    PositiveInt,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from clustersim.validation import Strict
+from clustersim.limits import (
+    MAX_NUM_REQUESTS,
+    MAX_RATE_PER_S,
+    MAX_TOKENS,
+    MIN_RATE_PER_S,
+    TOKENS_REASON,
+    Count,
+    NonNegativeRate,
+    NumRequests,
+    PositiveSeconds,
+    Rate,
+    Seconds,
+    Tokens,
+    Within,
+)
+from clustersim.validation import Strict, kind_union
 
 
 # ------------------------------------------------------------------ one length
@@ -42,15 +55,15 @@ def _int_as_fixed(value: Any) -> Any:
 
 class FixedLength(Strict):
     kind: Literal["fixed"]
-    value: PositiveInt = Field(description="Every request has this many tokens.")
+    value: Tokens = Field(description="Every request has this many tokens.")
 
 
 class UniformLength(Strict):
     """Integers drawn uniformly from [low, high]."""
 
     kind: Literal["uniform"]
-    low: PositiveInt = Field(description="Shortest length, tokens.")
-    high: PositiveInt = Field(description="Longest length, tokens (inclusive).")
+    low: Tokens = Field(description="Shortest length, tokens.")
+    high: Tokens = Field(description="Longest length, tokens (inclusive).")
 
     @model_validator(mode="after")
     def _ordered(self) -> UniformLength:
@@ -63,10 +76,14 @@ class LognormalLength(Strict):
     """A lognormal with the given mean and coefficient of variation, rounded, then clipped."""
 
     kind: Literal["lognormal"]
-    mean: PositiveFloat = Field(description="Mean length in tokens (before rounding/clipping).")
-    cv: PositiveFloat = Field(description="Standard deviation / mean (before clipping).")
-    low: PositiveInt = Field(1, description="Shorter draws are raised to this.")
-    high: PositiveInt | None = Field(None, description="Longer draws are cut to this.")
+    mean: Annotated[PositiveFloat, Within(high=MAX_TOKENS, reason=TOKENS_REASON)] = Field(
+        description="Mean length in tokens (before rounding/clipping).")
+    cv: Annotated[PositiveFloat, Within(
+        high=100.0, reason="beyond it nearly every draw is clipped to low or high")] = Field(
+        description="Standard deviation / mean (before clipping).")
+    low: Tokens = Field(1, description="Shorter draws are raised to this.")
+    high: Tokens | None = Field(None, description="Longer draws are cut to this (default "
+                                f"{MAX_TOKENS:,}).")
 
     @model_validator(mode="after")
     def _ordered(self) -> LognormalLength:
@@ -76,7 +93,7 @@ class LognormalLength(Strict):
 
 
 LengthDist = Annotated[
-    Annotated[FixedLength | UniformLength | LognormalLength, Field(discriminator="kind")],
+    kind_union(FixedLength, UniformLength, LognormalLength),
     BeforeValidator(_int_as_fixed),
 ]
 """A token-length distribution; a plain integer means ``{kind: fixed, value: n}``."""
@@ -108,7 +125,7 @@ class LengthClass(Strict):
         if not isinstance(data, dict) or "prompt_tokens" in data or "output_tokens" in data:
             return data
         name = data.get("name")
-        if name not in SOURCE_CLASSES:
+        if not isinstance(name, str) or name not in SOURCE_CLASSES:
             raise ValueError(
                 f"class {name!r} needs prompt_tokens and output_tokens "
                 f"(classes with default lengths: {', '.join(SOURCE_CLASSES)})"
@@ -133,6 +150,7 @@ class TraceSource(Strict):
     """Where a trace comes from and how to read it (shared by ``replay`` and ``empirical``)."""
 
     trace: str = Field(
+        min_length=1,
         description="A shipped trace's name (`clustersim trace list`: azure-conv-2023, "
         "azure-code-2023, mooncake-conversation) or a file path; a relative path is relative "
         "to the scenario's folder. A .gz file is decompressed."
@@ -160,43 +178,50 @@ class TraceSource(Strict):
 
 
 # ---------------------------------------------------------------- arrivals
+MAX_CURVE_POINTS = 100_000
+"""Most points of a rate curve."""
+
+
 class PoissonArrivals(Strict):
     """Exponential gaps: the memoryless open-loop client (`vllm bench serve --request-rate`)."""
 
     kind: Literal["poisson"]
-    rate_per_s: PositiveFloat = Field(description="Mean arrival rate, requests per second.")
+    rate_per_s: Rate = Field(description="Mean arrival rate, requests per second.")
 
 
 class GammaArrivals(Strict):
     """Gamma-distributed gaps with mean 1/rate; cv > 1 is burstier than Poisson (cv = 1)."""
 
     kind: Literal["gamma"]
-    rate_per_s: PositiveFloat = Field(description="Mean arrival rate, requests per second.")
-    cv: PositiveFloat = Field(description="Coefficient of variation of the gaps (burstiness).")
+    rate_per_s: Rate = Field(description="Mean arrival rate, requests per second.")
+    cv: Annotated[PositiveFloat, Within(
+        low=1e-3, high=100.0, reason="gaps with a smaller cv are constant (kind: constant); "
+        "with a larger one nearly every gap is 0")] = Field(
+        description="Coefficient of variation of the gaps (burstiness).")
 
 
 class ConstantArrivals(Strict):
     """One request every 1/rate seconds."""
 
     kind: Literal["constant"]
-    rate_per_s: PositiveFloat = Field(description="Requests per second, evenly spaced.")
+    rate_per_s: Rate = Field(description="Requests per second, evenly spaced.")
 
 
 class OnOffArrivals(Strict):
     """Bursts: Poisson at on_rate_per_s for on_s, then at off_rate_per_s for off_s, repeated."""
 
     kind: Literal["on_off"]
-    on_rate_per_s: PositiveFloat = Field(description="Rate during each burst, requests/s.")
-    on_s: PositiveFloat = Field(description="Length of each burst.")
-    off_s: PositiveFloat = Field(description="Length of each pause between bursts.")
-    off_rate_per_s: NonNegativeFloat = Field(0.0, description="Rate during the pauses.")
+    on_rate_per_s: Rate = Field(description="Rate during each burst, requests/s.")
+    on_s: PositiveSeconds = Field(description="Length of each burst.")
+    off_s: PositiveSeconds = Field(description="Length of each pause between bursts.")
+    off_rate_per_s: NonNegativeRate = Field(0.0, description="Rate during the pauses.")
 
 
 class RateCurveArrivals(Strict):
     """Poisson arrivals whose rate follows a curve over time (e.g. a diurnal day)."""
 
     kind: Literal["rate_curve"]
-    points: list[tuple[NonNegativeFloat, NonNegativeFloat]] = Field(
+    points: list[tuple[Seconds, NonNegativeRate]] = Field(
         min_length=1,
         description="[time_s, rate_per_s] pairs from time 0, times increasing; after the last "
         "point the rate stays at its value (or the curve repeats, with period_s).",
@@ -205,13 +230,16 @@ class RateCurveArrivals(Strict):
         "linear", description="linear: the rate ramps between points; step: it holds until the "
         "next point."
     )
-    period_s: PositiveFloat | None = Field(
+    period_s: PositiveSeconds | None = Field(
         None, description="Repeat the curve with this period (> the last point's time); the "
         "last point leads back to the first."
     )
 
     @model_validator(mode="after")
     def _shape(self) -> RateCurveArrivals:
+        if len(self.points) > MAX_CURVE_POINTS:
+            raise ValueError(f"{len(self.points):,} points, more than {MAX_CURVE_POINTS:,} (a "
+                             "day at one point a second)")
         times = [t for t, _ in self.points]
         if times[0] != 0:
             raise ValueError(f"the first point must be at time 0, not {times[0]}")
@@ -237,17 +265,16 @@ class ClosedLoopArrivals(Strict):
     as `vllm bench serve --max-concurrency N` and most vendor tables measure."""
 
     kind: Literal["closed_loop"]
-    num_users: PositiveInt = Field(description="Concurrent users = most requests in flight.")
-    think_time_s: NonNegativeFloat = Field(
+    num_users: NumRequests = Field(description="Concurrent users = most requests in flight.")
+    think_time_s: Seconds = Field(
         0.0, description="Pause between a user's answer and its next request."
     )
 
 
-Arrivals = Annotated[
-    PoissonArrivals | GammaArrivals | ConstantArrivals | OnOffArrivals | RateCurveArrivals
-    | ClosedLoopArrivals,
-    Field(discriminator="kind"),
-]
+Arrivals = kind_union(
+    PoissonArrivals, GammaArrivals, ConstantArrivals, OnOffArrivals, RateCurveArrivals,
+    ClosedLoopArrivals,
+)
 
 
 # ------------------------------------------------------------ joint lengths
@@ -275,27 +302,25 @@ class EmpiricalLengths(TraceSource):
         "random", description="random: rows drawn with replacement; in_order: rows in file "
         "order, starting over after the last."
     )
-    max_total_tokens: PositiveInt | None = Field(
+    max_total_tokens: Tokens | None = Field(
         None, description="Drop rows whose prompt + output exceed this (a model's context, as "
         "DistServe's ShareGPT preparation does for OPT's 2,048 positions)."
     )
 
 
-Lengths = Annotated[
-    IndependentLengths | MixtureLengths | EmpiricalLengths, Field(discriminator="kind")
-]
+Lengths = kind_union(IndependentLengths, MixtureLengths, EmpiricalLengths)
 
 
 # ----------------------------------------------------------------- workloads
 class ExplicitRequest(Strict):
     id: str
-    arrival_s: NonNegativeFloat
-    prompt_tokens: PositiveInt
-    output_tokens: PositiveInt
+    arrival_s: Seconds
+    prompt_tokens: Tokens
+    output_tokens: Tokens
     block_hashes: list[int] | None = Field(
         None, description="Prefix-cache keys of the prompt's full blocks, first block first."
     )
-    priority: int = Field(0, description="Lower is served first under policy: priority.")
+    priority: Count = Field(0, description="Lower is served first under policy: priority.")
 
     @field_validator("id", mode="before")
     @classmethod
@@ -307,7 +332,7 @@ class ExplicitWorkload(Strict):
     """Requests listed one by one."""
 
     kind: Literal["explicit"]
-    requests: list[ExplicitRequest] = Field(min_length=1)
+    requests: list[ExplicitRequest] = Field(min_length=1, max_length=MAX_NUM_REQUESTS)
 
     @field_validator("requests")
     @classmethod
@@ -328,9 +353,9 @@ class PoissonWorkload(Strict):
     """
 
     kind: Literal["poisson"]
-    rate_per_s: PositiveFloat = Field(description="Mean arrival rate, requests per second.")
-    num_requests: PositiveInt = Field(description="How many requests.")
-    start_s: NonNegativeFloat = Field(0.0, description="Arrivals begin one gap after this.")
+    rate_per_s: Rate = Field(description="Mean arrival rate, requests per second.")
+    num_requests: NumRequests = Field(description="How many requests.")
+    start_s: Seconds = Field(0.0, description="Arrivals begin one gap after this.")
     prompt_tokens: LengthDist | None = Field(None, description="Prompt length (without classes).")
     output_tokens: LengthDist | None = Field(None, description="Output length (without classes).")
     classes: list[LengthClass] | None = Field(
@@ -353,14 +378,14 @@ class SyntheticWorkload(Strict):
     kind: Literal["synthetic"]
     arrivals: Arrivals = Field(description="When requests arrive (a kind: and its fields).")
     lengths: Lengths = Field(description="How long their prompts and outputs are.")
-    num_requests: PositiveInt | None = Field(
+    num_requests: NumRequests | None = Field(
         None, description="How many requests (required for closed_loop)."
     )
-    duration_s: PositiveFloat | None = Field(
+    duration_s: PositiveSeconds | None = Field(
         None, description="Open loop: only requests arriving within this long after start_s; "
         "with num_requests, whichever ends first."
     )
-    start_s: NonNegativeFloat = Field(
+    start_s: Seconds = Field(
         0.0, description="When traffic starts: closed-loop users send their first requests "
         "then; open-loop arrivals begin one gap after it."
     )
@@ -381,24 +406,43 @@ class SyntheticWorkload(Strict):
         ):
             raise ValueError("the rate curve ends at rate 0, so traffic stops there: "
                              "give duration_s")
+        if self.num_requests is None and self.duration_s is not None:
+            expected = _peak_rate(arrivals) * self.duration_s
+            if expected > MAX_NUM_REQUESTS:
+                raise ValueError(
+                    f"duration_s {self.duration_s:g} s at up to {_peak_rate(arrivals):g} "
+                    f"requests/s brings up to {expected:,.0f} requests, more than "
+                    f"{MAX_NUM_REQUESTS:,} (a run holds every request in memory): shorten it "
+                    "or give num_requests too")
         return self
+
+
+def _peak_rate(arrivals: Any) -> float:
+    """The highest rate an open-loop arrival process reaches, requests/s."""
+    if isinstance(arrivals, OnOffArrivals):
+        return max(arrivals.on_rate_per_s, arrivals.off_rate_per_s)
+    if isinstance(arrivals, RateCurveArrivals):
+        return max(rate for _, rate in arrivals.points)
+    return arrivals.rate_per_s
 
 
 class ReplayWorkload(TraceSource):
     """Replay a trace's arrivals and lengths (and Mooncake's prefix-block hashes)."""
 
     kind: Literal["replay"]
-    window_start_s: NonNegativeFloat = Field(
+    window_start_s: Seconds = Field(
         0.0, description="Replay from this time of the trace (seconds after its first request); "
         "that moment becomes simulated time 0."
     )
-    window_end_s: PositiveFloat | None = Field(
+    window_end_s: PositiveSeconds | None = Field(
         None, description="Replay requests before this time of the trace (default: to the end)."
     )
-    max_num_requests: PositiveInt | None = Field(
+    max_num_requests: NumRequests | None = Field(
         None, description="Replay at most this many requests (the first ones in the window)."
     )
-    rate_multiplier: PositiveFloat = Field(
+    rate_multiplier: Annotated[PositiveFloat, Within(
+        low=1e-6, high=1e6, reason="a replay is sped up or slowed down at most a million "
+        "times")] = Field(
         1.0, description="Speed-up of the replay: gaps are divided by it (2 = twice the rate)."
     )
     spread_ties: bool = Field(
@@ -428,10 +472,11 @@ def _finite_within(low: float, high: float, reason: str) -> Any:
     return AfterValidator(check)
 
 
-_MAX_BENCH_REQUESTS = 10_000_000  # a run holds every request in memory (about 1 KB each)
-_BENCH_COUNT = Field(le=_MAX_BENCH_REQUESTS)
+NumWarmups = Annotated[NonNegativeInt, Within(
+    high=MAX_NUM_REQUESTS, reason="a run holds every request in memory (about 1 KB each)")]
 BenchmarkRate = Annotated[PositiveFloat, BeforeValidator(_inf_rate), _finite_within(
-    1e-8, 1e7, "from one request in 3 years to ten million a second")]
+    MIN_RATE_PER_S, MAX_RATE_PER_S, "from one request in the longest run (3 years) to the most "
+    "requests one run holds in one second")]
 Burstiness = Annotated[PositiveFloat, BeforeValidator(_inf_rate), _finite_within(
     1e-3, 1e3, "gamma shapes below 0.001 put every request at one instant, above 1000 they "
     "are evenly spaced already (inf: exactly even)")]
@@ -446,27 +491,26 @@ class BenchmarkWorkload(Strict):
     tool measures them; the wait itself is each request's client queue time."""
 
     kind: Literal["benchmark"]
-    num_prompts: Annotated[PositiveInt, _BENCH_COUNT] = Field(
+    num_prompts: NumRequests = Field(
         description="vLLM --num-prompts: measured requests.")
-    max_concurrency: Annotated[PositiveInt, _BENCH_COUNT] | None = Field(
+    max_concurrency: NumRequests | None = Field(
         None, description="vLLM --max-concurrency: most requests in flight; null: no limit "
         "(every dispatched request is sent at once).")
     request_rate: BenchmarkRate = Field(
         default_factory=lambda: math.inf,  # (a factory: the JSON schema gets no Infinity)
+        allow_inf_nan=True,  # inf is vLLM's word for "all at once"; NaN fails gt=0
         description="vLLM --request-rate, requests/s; inf (the default): every request is "
         "dispatched at the start and only the semaphore paces them.")
     burstiness: Burstiness = Field(
-        1.0, description="vLLM --burstiness: the gamma shape of the dispatch gaps (1 = "
-        "Poisson, < 1 burstier, > 1 more even, inf: evenly spaced); only with a finite "
-        "request_rate.")
-    num_warmups: Annotated[NonNegativeInt, _BENCH_COUNT] = Field(
+        1.0, allow_inf_nan=True,
+        description="vLLM --burstiness: the gamma shape of the dispatch gaps (1 = Poisson, "
+        "< 1 burstier, > 1 more even, inf: evenly spaced); only with a finite request_rate.")
+    num_warmups: NumWarmups = Field(
         0, description="vLLM --num-warmups: copies of the first request sent before the "
         "measured run (at most max_concurrency at a time), all finished before it starts.")
     lengths: Lengths = Field(description="Prompt and output lengths of the requests.")
-    start_s: NonNegativeFloat = Field(0.0, le=1e8, description="When the client starts.")
+    start_s: Seconds = Field(0.0, description="When the client starts.")
 
 
-Workload = Annotated[
-    ExplicitWorkload | PoissonWorkload | SyntheticWorkload | ReplayWorkload | BenchmarkWorkload,
-    Field(discriminator="kind"),
-]
+Workload = kind_union(ExplicitWorkload, PoissonWorkload, SyntheticWorkload, ReplayWorkload,
+                      BenchmarkWorkload)
