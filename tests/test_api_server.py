@@ -12,7 +12,7 @@ import yaml
 from clustersim.output import write_run
 from clustersim.scenario import load_scenario, parse_scenario
 from clustersim.sim import run_scenario
-from tests.helpers import explicit, scenario
+from tests.helpers import explicit, run_cli, scenario, write_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((ROOT / "scenarios").glob("*.yaml"))
@@ -144,8 +144,6 @@ def test_closed_loop_users_with_equal_lengths_drift_apart_only_with_jitter():
     ("startup_s", 1.0, "Extra inputs are not permitted"),
 ])
 def test_bad_api_server_values_are_one_line_each_and_exit_2(tmp_path, field, value, says):
-    from tests.helpers import run_cli, write_scenario
-
     data = scenario(api_server={field: value})
     code, output = run_cli("simulate", str(write_scenario(tmp_path, data)), "--out",
                            str(tmp_path / "out"))

@@ -3,19 +3,24 @@ figures it reports."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from clustersim.cluster.api_server import ApiServerSpec
+from clustersim.engine.settings import EngineSettings
 from clustersim.metrics import summarize_run
 from clustersim.metrics.benchmark import peak_concurrency
-from clustersim.scenario import parse_scenario
+from clustersim.scenario import Scenario, parse_scenario
 from clustersim.sim import run_scenario
 from clustersim.validation import ValidationFailed
 from clustersim.workload import build_requests
 from clustersim.workload.benchmark import WARMUP_PREFIX, dispatch_offsets
-from tests.helpers import scenario, simulate
+from clustersim.workload.spec import BenchmarkWorkload
+from tests.helpers import run_cli, scenario, simulate, write_scenario
 
 FIXED = {"kind": "fixed", "step_time_s": 0.01}
 EQUAL = {"kind": "independent", "prompt_tokens": 64, "output_tokens": 20}
@@ -152,10 +157,6 @@ def test_an_open_loop_benchmark_lists_its_requests_ahead():
 
 # ------------------------------------------------------------------ scenario
 def test_the_shipped_benchmark_scenario_runs_from_the_cli(tmp_path):
-    from pathlib import Path
-
-    from tests.helpers import run_cli
-
     path = Path(__file__).resolve().parents[1] / "scenarios" / "bench_rtx4090_mistral7b.yaml"
     code, output = run_cli("simulate", str(path), "--out", str(tmp_path))
     assert code == 0, output
@@ -175,8 +176,6 @@ def test_the_shipped_benchmark_scenario_runs_from_the_cli(tmp_path):
     ("think_time_s", 1.0, "Extra inputs are not permitted"),
 ])
 def test_bad_benchmark_values_are_one_line_each_and_exit_2(tmp_path, field, value, says):
-    from tests.helpers import run_cli, write_scenario
-
     data = scenario(workload={"kind": "benchmark", "num_prompts": 5, "lengths": EQUAL,
                               field: value})
     code, output = run_cli("simulate", str(write_scenario(tmp_path, data)), "--out",
@@ -193,10 +192,6 @@ def test_infinite_burstiness_spaces_dispatches_evenly():
 
 
 def test_every_new_field_is_documented():
-    from clustersim.cluster.api_server import ApiServerSpec
-    from clustersim.engine.settings import EngineSettings
-    from clustersim.workload.spec import BenchmarkWorkload
-
     fields = {**{f"api_server.{k}": v for k, v in ApiServerSpec.model_fields.items()},
               **{f"workload.{k}": v for k, v in BenchmarkWorkload.model_fields.items()
                  if k != "kind"},
@@ -206,10 +201,6 @@ def test_every_new_field_is_documented():
 
 
 def test_the_schema_and_the_summary_stay_strict_json_with_infinite_settings(tmp_path):
-    import json
-
-    from clustersim.scenario import Scenario
-
     json.dumps(Scenario.model_json_schema(), allow_nan=False)  # no Infinity default
     files = simulate(tmp_path, scenario(cost=FIXED, workload={
         "kind": "benchmark", "num_prompts": 6, "request_rate": 50.0, "burstiness": "inf",
