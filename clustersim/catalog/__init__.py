@@ -10,7 +10,8 @@
 ``load_gpu`` returns the datasheet entry of ``gpus.yaml`` with a calibrated profile merged in:
 by default ``calibrated.yaml`` (written by ``clustersim calibrate``; efficiencies, overheads and
 all-reduce cost fitted on kernel profiles), ``profile="default"`` for the uncalibrated guesses,
-or a path to a profile YAML file of the same format (a user's few-shot fit). A GPU id may
+``"vidur"`` or ``"aiconfigurator"`` for one fit set on every GPU (the shipped profile picks one
+per GPU), or a path to a profile YAML file of the same format (a user's few-shot fit). A GPU id may
 carry its profile after an ``@`` (``rtx-pro-6000@mine.yaml``, ``h100-sxm@default``), so a
 scenario's ``gpu:`` field can pick one.
 """
@@ -47,21 +48,34 @@ _GPUS_FILE = "gpus.yaml"
 _MODELS_FILE = "models.yaml"
 _PRICES_FILE = "prices.yaml"
 CALIBRATED_FILE = "calibrated.yaml"
+FIT_SET_FILES = {"vidur": "calibrated_vidur.yaml",
+                 "aiconfigurator": "calibrated_aiconfigurator.yaml"}
+"""Named profiles beside the shipped one: every GPU on one fit set (``clustersim calibrate``
+writes them; ``validate`` scores both). The shipped ``calibrated.yaml`` takes each GPU from one
+of them."""
 PROFILE_FIELDS = (
     "compute_efficiency",
     "compute_half_tokens",
+    "gemm_floor_s",
     "attention_efficiency",
+    "attention_half_keys",
+    "attention_floor_s",
+    "decode_attention_memory_efficiency",
+    "decode_attention_half_tokens",
     "memory_efficiency",
     "per_step_overhead_s",
     "per_layer_overhead_s",
     "per_request_overhead_s",
     "allreduce_latency_s",
+    "custom_allreduce_latency_s",
+    "custom_allreduce_link_efficiency",
     "allgather_latency_s",
     "allgather_link_efficiency",
     "reduce_scatter_latency_s",
     "reduce_scatter_link_efficiency",
     "non_torch_memory_bytes",
     "fp8_gemm",
+    "moe_gemm",
     "weight_only_compute_ratio",
     "calibration",
 )
@@ -127,12 +141,14 @@ def apply_profile(gpu: GpuSpec, entry: dict[str, Any], *, where: str = "profile"
 
 @lru_cache(maxsize=16)
 def load_profiles(profile: str = "calibrated") -> dict[str, dict[str, Any]]:
-    """``{gpu_id: entry}`` of a profile: ``calibrated`` (shipped) or a YAML file's path."""
-    if profile == "calibrated":
-        file = resources.files(__package__).joinpath(CALIBRATED_FILE)
+    """``{gpu_id: entry}`` of a profile: ``calibrated`` (shipped), a fit set's name
+    (``FIT_SET_FILES``: ``vidur``, ``aiconfigurator``) or a YAML file's path."""
+    if profile == "calibrated" or profile in FIT_SET_FILES:
+        name = FIT_SET_FILES.get(profile, CALIBRATED_FILE)
+        file = resources.files(__package__).joinpath(name)
         if not file.is_file():  # before the first `clustersim calibrate`
             return {}
-        text, name = file.read_text(encoding="utf-8"), CALIBRATED_FILE
+        text = file.read_text(encoding="utf-8")
     else:
         try:
             text, name = Path(profile).expanduser().read_text(encoding="utf-8"), profile

@@ -24,7 +24,8 @@ def calibrate_cmd(
     out: Annotated[
         Path | None,
         typer.Option(help="Profile file to write; default: the catalog's calibrated.yaml "
-                     "(shipped fit) -- required with measurements."),
+                     "(shipped fit) and its two fit sets beside it -- required with "
+                     "measurements."),
     ] = None,
     gpu: Annotated[str | None, typer.Option(help="GPU of the measurements (few-shot).")] = None,
     model: Annotated[str | None, typer.Option(help="Model of the measurements.")] = None,
@@ -64,29 +65,44 @@ def calibrate_cmd(
     if given:
         raise InputError(given[0], "describes measurements: goes with --prefill/--decode or "
                          "--from-requests")
-    from clustersim.calibration.fit import calibrate, distserve_check
-    from clustersim.calibration.profile import CATALOG_PROFILE, write_profiles
+    from clustersim.calibration.fit import distserve_check
+    from clustersim.calibration.fitsets import SETS, calibrate_sets, shipped_profiles
+    from clustersim.calibration.profile import (
+        CATALOG_PROFILE,
+        FIT_SET_PROFILES,
+        SHIPPED_FIT_ID,
+        write_profiles,
+    )
 
     path = out or CATALOG_PROFILE
-    _write(path)  # an unwritable --out fails before the fit
-    profiles = calibrate()
-    _write(path, lambda: write_profiles(profiles, path))
-    typer.echo(f"{'gpu':<16}{'eff_c':>7}{'t_half':>8}{'eff_m':>7}{'eff_att':>9}"
-               f"{'ar_alpha_us':>13}{'link_eff':>10}  calibration")
-    for gpu_id, p in profiles.items():
-        alpha = p.get("allreduce_latency_s")
+    # with --out only the shipped profile is written, there; the fit sets go beside the catalog
+    targets = {"shipped": path} if out else {"shipped": path, **FIT_SET_PROFILES}
+    for target in targets.values():
+        _write(target)  # an unwritable path fails before the fit
+    sets = calibrate_sets()
+    shipped = shipped_profiles(sets)
+    for name, target in targets.items():
+        profiles = shipped if name == "shipped" else sets[name]
+        fit_id = SHIPPED_FIT_ID if name == "shipped" else SETS[name]
+        _write(target, lambda t=target, p=profiles, f=fit_id: write_profiles(p, t, f))
+    typer.echo(f"{'gpu':<21}{'eff_c':>6}{'t_half':>7}{'eff_m':>6}{'floor_us':>9}{'eff_att':>8}"
+               f"{'K_half':>7}{'ar_alpha_us':>12}{'car_alpha_us':>13}  calibration (shipped)")
+    for gpu_id, p in shipped.items():
+        alpha, custom = p.get("allreduce_latency_s"), p.get("custom_allreduce_latency_s")
         typer.echo(
-            f"{gpu_id:<16}{p['compute_efficiency']:>7.2f}{p['compute_half_tokens']:>8.0f}"
-            f"{p['memory_efficiency']:>7.2f}{p['attention_efficiency']:>9.2f}"
-            f"{'-' if alpha is None else f'{alpha * 1e6:.1f}':>13}"
-            f"{p.get('link_efficiency', '-')!s:>10}  {p['calibration']}"
+            f"{gpu_id:<21}{p['compute_efficiency']:>6.2f}{p['compute_half_tokens']:>7.0f}"
+            f"{p['memory_efficiency']:>6.2f}{p.get('gemm_floor_s', 0.0) * 1e6:>9.2f}"
+            f"{p['attention_efficiency']:>8.2f}{p.get('attention_half_keys', 0.0):>7.0f}"
+            f"{'-' if alpha is None else f'{alpha * 1e6:.1f}':>12}"
+            f"{'-' if custom is None else f'{custom * 1e6:.1f}':>13}  {p['calibration']}"
         )
     typer.echo("cross-check, DistServe's 2023-vLLM A100 decode step (batch 1, context 512) vs "
                "ours: the gap is that stack's per-step overhead")
-    for row in distserve_check(profiles):
+    for row in distserve_check(shipped):
         typer.echo(f"  {row['model']} TP{row['tp']}: DistServe {row['distserve_ms']:.1f} ms, "
                    f"calibrated model {row['ours_ms']:.1f} ms")
-    typer.echo(f"wrote {path}")
+    for target in targets.values():
+        typer.echo(f"wrote {target}")
 
 
 _FIT_WARN = 0.10
@@ -207,17 +223,17 @@ def validate_cmd(
         Path | None, typer.Option(help="Also write the Markdown page (docs/validation.md).")
     ] = None,
 ) -> None:
-    """Score the calibrated model on the validation data only and print the error tables."""
+    """Score both fit sets (fit-v1 on Vidur's tables, fit-v2 on aiconfigurator's) on the
+    validation data only and print the error tables."""
+    from clustersim.calibration.comparison import validate_fits
     from clustersim.calibration.report import render_markdown, render_text
-    from clustersim.calibration.splitwise import validate_splitwise
-    from clustersim.calibration.vllm_runs import validate_vllm_runs
 
     if write_docs is not None:
         _write(write_docs)  # an unwritable path fails before the scoring
-    splitwise, runs = validate_splitwise(), validate_vllm_runs()
+    validation = validate_fits()
     if write_docs is not None:
-        page = render_markdown(splitwise, runs)
+        page = render_markdown(validation)
         _write(write_docs, lambda: write_docs.write_text(page, encoding="utf-8"))
-    typer.echo(render_text(splitwise, runs))
+    typer.echo(render_text(validation))
     if write_docs is not None:
         typer.echo(f"\nwrote {write_docs}")
