@@ -29,10 +29,12 @@ def _time(value: float | None) -> str:
     return "" if value is None else f"{value:.9f}"
 
 
-def write_requests_csv(path: Path, requests: list[Request]) -> None:
+def write_requests_csv(path: Path, requests: list[Request], retries: bool = False) -> None:
+    """``retries``: a last column with the times each request was sent again after a
+    failure lost it (runs with ``faults:``)."""
     with path.open("w", newline="") as f:
         writer = csv.writer(f, lineterminator="\n")
-        writer.writerow(REQUEST_COLUMNS)
+        writer.writerow(REQUEST_COLUMNS + (("retries",) if retries else ()))
         for r in requests:
             m = request_metrics(r, with_itl=False)  # not a column
             writer.writerow((
@@ -40,7 +42,7 @@ def write_requests_csv(path: Path, requests: list[Request]) -> None:
                 _time(m.ttft_s), _time(m.tpot_s), _time(m.e2e_s), r.num_prompt_tokens,
                 r.num_output_tokens, r.num_preemptions, r.outcome, r.prefill_instance or "",
                 r.decode_instance or "", r.handoff_bytes or "", _time(r.handoff_start_s),
-                _time(r.handoff_end_s),
+                _time(r.handoff_end_s), *((r.num_retries,) if retries else ()),
             ))
 
 
@@ -84,7 +86,8 @@ def write_summary_json(path: Path, summary: RunSummary) -> None:
 def write_run(result: RunResult, out: Path) -> RunSummary:
     """Write requests.csv, steps.csv, summary.json (and transfers.csv when KV moved)."""
     summary = summarize_run(result)
-    write_requests_csv(out / "requests.csv", result.requests)
+    write_requests_csv(out / "requests.csv", result.requests,
+                       retries=result.scenario.faults is not None)
     write_steps_csv(out / "steps.csv", result.steps)
     if result.transfers:
         write_transfers_csv(out / "transfers.csv", result.transfers)

@@ -10,14 +10,26 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import Field, PositiveFloat, PositiveInt, PrivateAttr, model_validator
+from pydantic import Field, PositiveFloat, PrivateAttr, model_validator
 
+from clustersim.cluster.faults_spec import FaultsSpec
 from clustersim.cluster.spec import LayoutSpec, TopologyRef
 from clustersim.engine.settings import EngineSettings
-from clustersim.errors import InputError
+from clustersim.errors import ConfigError, InputError
+from clustersim.inputs import load_yaml
+from clustersim.limits import (
+    GPUS_REASON,
+    MAX_NUM_GPUS,
+    MAX_SEED,
+    MAX_STEP_TIME_S,
+    MIN_STEP_TIME_S,
+    DataParallelSize,
+    PositiveSeconds,
+    TensorParallelSize,
+    Within,
+)
 from clustersim.plan.spec import PlanSpec
-from clustersim.validation import Strict, validate
+from clustersim.validation import Strict, kind_union, validate
 from clustersim.workload.spec import Workload
 
 
@@ -32,10 +44,12 @@ class FixedCost(Strict):
     """Every step takes the same time: for step-counting exercises and engine-trace checks."""
 
     kind: Literal["fixed"]
-    step_time_s: PositiveFloat
+    step_time_s: Annotated[PositiveFloat, Within(
+        low=MIN_STEP_TIME_S, high=MAX_STEP_TIME_S, unit="s",
+        reason="a GPU runs one engine step in microseconds to seconds")]
 
 
-Cost = Annotated[RooflineCost | FixedCost, Field(discriminator="kind")]
+Cost = kind_union(RooflineCost, FixedCost)
 
 
 # --------------------------------------------------------------- scenario
@@ -47,11 +61,11 @@ class SLO(Strict):
     also reads the same requests marginally and by means; ``criterion`` picks the verdict.
     """
 
-    ttft_s: PositiveFloat | None = Field(None, description="Time to first token limit.")
-    tpot_s: PositiveFloat | None = Field(
+    ttft_s: PositiveSeconds | None = Field(None, description="Time to first token limit.")
+    tpot_s: PositiveSeconds | None = Field(
         None, description="Time per output token limit: (E2E - TTFT) / (output tokens - 1)."
     )
-    itl_s: PositiveFloat | None = Field(None, description="Bound on each request's p99 ITL.")
+    itl_s: PositiveSeconds | None = Field(None, description="Bound on each request's p99 ITL.")
     attainment_target: float = Field(
         0.9, gt=0.0, le=1.0, description="Share of requests that must meet the limits."
     )
@@ -73,11 +87,13 @@ class SLO(Strict):
 class Scenario(Strict):
     name: str
     description: str | None = None
-    seed: int = 0
+    seed: Annotated[int, Within(
+        low=0, high=MAX_SEED, reason="numpy's generators take non-negative seeds, and "
+        "clustersim keeps them within int64")] = 0
     model: str = Field(description="Catalog model id or a path to a HuggingFace config.json.")
     gpu: str = Field(description="Catalog GPU id.")
-    tensor_parallel_size: PositiveInt = 1
-    data_parallel_size: PositiveInt = Field(
+    tensor_parallel_size: TensorParallelSize = 1
+    data_parallel_size: DataParallelSize = Field(
         1,
         description="vLLM --data-parallel-size: engine ranks per instance behind its internal "
         "load balancer; a MoE model's ranks step together and share the experts.",
@@ -98,11 +114,34 @@ class Scenario(Strict):
     layout: LayoutSpec | None = Field(
         None, description="Pools of instances and their routers; default one colocated instance."
     )
+    faults: FaultsSpec | None = Field(
+        None,
+        description="Instances, nodes or links that fail during the run, KV transfers that "
+        "fail at random, and whether clients retry what a failure lost.",
+    )
     plan: PlanSpec | None = Field(
         None, description="What `clustersim plan` optimises and over which deployments "
         "(ignored by simulate and compare)."
     )
     _base_dir: Path | None = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _gpus_within_limit(self) -> Scenario:
+        pools = self.layout.pools if self.layout is not None else []
+        per_pool = [(f"layout.pools[{i}].instances", pool.instances
+                     * (pool.tensor_parallel_size or self.tensor_parallel_size)
+                     * (pool.data_parallel_size or self.data_parallel_size))
+                    for i, pool in enumerate(pools)]
+        if not per_pool:
+            per_pool = [("data_parallel_size", self.tensor_parallel_size
+                         * self.data_parallel_size)]
+        total = sum(n for _, n in per_pool)
+        if total > MAX_NUM_GPUS:
+            where = max(per_pool, key=lambda item: item[1])[0]
+            raise ConfigError(where, f"{total:,} GPUs in all (instances x data-parallel ranks "
+                              f"x tensor-parallel GPUs), more than {MAX_NUM_GPUS:,}: "
+                              f"{GPUS_REASON}")
+        return self
 
     @property
     def base_dir(self) -> Path | None:
@@ -117,19 +156,9 @@ def parse_scenario(data: Any) -> Scenario:
 
 def load_scenario(path: str | Path) -> Scenario:
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise InputError(str(path), f"cannot read scenario: {error.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(error, "problem", None) or str(error)
-        raise InputError(where, f"invalid YAML: {problem}") from None
+    data = load_yaml(path, "scenario")
     if not isinstance(data, dict):
-        raise InputError(str(path), "a scenario must be a YAML mapping")
+        raise InputError(str(path), "a scenario must be a YAML mapping of fields")
     scenario = parse_scenario(data)
     scenario._base_dir = path.resolve().parent
     return scenario

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from simpy.core import StopSimulation
 
 from clustersim.catalog import load_model
 from clustersim.cluster.system import Cluster, InstanceInfo
@@ -39,6 +40,8 @@ class RunResult:
     """False: a lean run."""
     num_events: int = 0
     """SimPy events the run scheduled."""
+    faults: Any = None
+    """clustersim.cluster.faults.FaultLog: what each failure did (None: no ``faults:``)."""
 
 
 def run_scenario(
@@ -61,7 +64,10 @@ def run_scenario(
     )
 
     env = Clock()
-    cluster = Cluster(env, scenario, model, router_rng, on_done=source.on_done,
+    on_done = source.on_done
+    if scenario.faults is not None:  # a failure or repair after the last request is moot
+        on_done = _stop_when_all_done(env, source.on_done, len(source.requests))
+    cluster = Cluster(env, scenario, model, router_rng, on_done=on_done,
                       record_steps=record_steps, coalesce=coalesce)
     env.process(source.run(env, cluster.submit))
     env.run()
@@ -92,4 +98,31 @@ def run_scenario(
         link_utilization=(
             flows.link_utilization(end_s - first_arrival) if flows is not None else {}
         ),
+        faults=_fault_log(cluster),
     )
+
+
+def _stop_when_all_done(env: Clock, on_done, num_requests: int):
+    """``on_done``, and the run stops once every request is done: failures scheduled after
+    that would only move the clock on."""
+    left = num_requests
+
+    def done(request: Request) -> None:
+        nonlocal left
+        on_done(request)
+        left -= 1
+        if left == 0:
+            stop = env.event()
+            stop.callbacks.append(StopSimulation.callback)
+            stop.succeed()
+
+    return done
+
+
+def _fault_log(cluster: Cluster):
+    if cluster.faults is None:
+        return None
+    log = cluster.faults.log
+    if cluster.flows is not None:
+        log.num_rerouted = cluster.flows.num_rerouted
+    return log

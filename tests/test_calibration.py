@@ -465,11 +465,12 @@ def test_calibrate_out_that_cannot_be_written_is_one_line(tmp_path):
     code, output = run_cli("calibrate", "--out", str(tmp_path))
     assert code == 2
     one_line_error(output, str(tmp_path))
-    # a folder that does not exist yet is made
+    # a folder that does not exist is not made: the file goes where --out says or nowhere
     out = tmp_path / "new" / "p.yaml"
     code, output = run_cli(*FEW_SHOT, "--prefill", "128=0.01", "--out", str(out))
-    assert code == 0, output
-    assert out.is_file()
+    assert code == 2
+    one_line_error(output, str(out))
+    assert f"no folder {tmp_path / 'new'}" in output and not (tmp_path / "new").exists()
 
 
 def test_few_shot_profile_is_keyed_by_the_catalog_gpu_id(tmp_path):
@@ -509,7 +510,7 @@ _GOOD = [_record(0.0, 0.05, 1.05, prompt=3000), _record(2.0, 2.02, 3.02),
         ([None, None], "expected a JSON object"),
         ([{**r, "input_toks": True} for r in _GOOD], "['input_toks'] must be finite numbers"),
         ([{**r, "first_token_ts": float("nan")} for r in _GOOD],
-         "['first_token_ts'] must be finite numbers"),  # was "need two requests ..."
+         "invalid JSON: NaN is not a number JSON allows"),  # was "need two requests ..."
         ([{**r, "input_toks": 100.5} for r in _GOOD], "input_toks must be a whole number"),
         ([{**r, "input_toks": 0} for r in _GOOD], "input_toks must be a whole number >= 1"),
         ([{**r, "output_toks": 0} for r in _GOOD], "output_toks must be a whole number >= 1"),
@@ -540,12 +541,16 @@ def test_records_that_decode_one_token_each_name_the_file(tmp_path):
 def test_unreadable_records_are_one_line(tmp_path):
     binary = tmp_path / "r.bin"
     binary.write_bytes(b"\xff\xfe\x00garbage")
-    for path, message in ((binary, "not UTF-8 text"), (tmp_path, "Is a directory"),
-                          (_jsonl(tmp_path, [], "empty.jsonl"), "need at least two")):
+    for path, where, message in (
+        (binary, f"{binary}:1", "not UTF-8 text: byte 0xff at column 1"),
+        (tmp_path, str(tmp_path), "is a folder, not a records file"),
+        (_jsonl(tmp_path, [], "empty.jsonl"), f"{tmp_path / 'empty.jsonl'}:1", "empty file"),
+        (_jsonl(tmp_path, [{}], "one.jsonl"), f"{tmp_path / 'one.jsonl'}:1", "missing numeric"),
+    ):
         code, output = run_cli(*FEW_SHOT, "--from-requests", str(path),
                                "--out", str(tmp_path / "p.yaml"))
         assert code == 2
-        one_line_error(output, str(path))
+        one_line_error(output, where)
         assert message in output
 
 

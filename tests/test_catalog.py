@@ -257,7 +257,7 @@ def test_hf_config_explicit_head_dim_and_float32(tmp_path):
 def test_hf_config_not_json(tmp_path):
     file = tmp_path / "config.json"
     file.write_text('{"hidden_size": 4096,\n oops}', encoding="utf-8")
-    with pytest.raises(InputError, match="not valid JSON") as excinfo:
+    with pytest.raises(InputError, match="invalid JSON: Expecting property name") as excinfo:
         load_model(str(file))
     assert excinfo.value.path == f"{file}:2"
 

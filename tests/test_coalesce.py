@@ -181,6 +181,28 @@ SCENARIOS = {
                             for i in range(40)]),
     ),
     **{f"golden-{name}": _golden(name) for name in GOLDEN},
+    # faults: engines die mid-run (coalesced runs cut at the step in progress) and come back
+    "pd-decode-failure": _shipped("pd_decode_failure"),
+    "pd-kv-link-failure": {**_shipped("pd_kv_link_failure"),
+                           "topology": str(ROOT / "topologies" / "dgx-h100-x2-spine.yaml")},
+    "moe-dp-ep-failure": {**_shipped("moe_dp_ep_h100", window_end_s=630), "faults": {
+        "events": [{"kind": "instance", "name": "main-0", "at_s": 1.5, "repair_after_s": 1.0}],
+        "client": {"max_retries": 1, "retry_delay_s": 0.25}}},
+    "three-pool-sglang-faults": {
+        "name": "three-pool-faults", "seed": 5, "model": "llama-3.1-8b", "gpu": "h100-sxm",
+        "topology": "dgx-h100", "engine": {"max_model_len": 16384},
+        "layout": {"kind": "three_pool", "kv_transfer": {"connector": "sglang"}, "pools": [
+            {"name": "p", "role": "prefill", "instances": 2},
+            {"name": "d", "role": "decode", "instances": 2},
+            {"name": "s", "role": "colocated", "instances": 2}]},
+        "workload": {"kind": "replay", "trace": "azure-code-2023", "window_start_s": 0,
+                     "window_end_s": 120, "rate_multiplier": 8.0},
+        "faults": {"events": [
+            {"kind": "instance", "name": "p-1", "at_s": 2.0, "repair_after_s": 4.0},
+            {"kind": "instance", "name": "d-0", "at_s": 5.0, "repair_after_s": 2.0},
+            {"kind": "instance", "name": "s-1", "at_s": 4.0}],
+            "kv_transfer_failure_probability": 0.2, "client": {"max_retries": 1}},
+    },
 }
 
 
@@ -227,6 +249,11 @@ def test_the_scenarios_exercise_what_they_are_named_for():
     assert prefilled < sum(r.num_prompt_tokens for r in cached.requests)  # prefix hits
     assert _run("pd-azure-conv").transfers
     assert any("." in s.instance for s in _run("moe-dp-ep").steps)  # data-parallel ranks
+    for name in ("pd-decode-failure", "moe-dp-ep-failure", "three-pool-sglang-faults"):
+        tallies = _run(name).faults.tallies.values()
+        assert sum(t.num_lost for t in tallies) and sum(t.num_retried for t in tallies), name
+    linked = _run("pd-kv-link-failure").faults
+    assert linked.num_rerouted and sum(t.num_recomputed for t in linked.tallies.values())
 
 
 def test_coalescing_advances_many_steps_per_event():

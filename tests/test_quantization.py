@@ -525,3 +525,23 @@ def test_the_catalog_says_what_each_gpu_supports():
             assert gpu.fp8_dense_tflops is None, gpu_id
     assert load_gpu("mi300x").platform == "rocm"
     assert load_gpu("rtx4090").fp8_gemm.calibration == "fit-v1:l40s->rtx4090"
+
+
+def test_an_fp8_kv_cache_hands_over_half_the_bytes():
+    from pathlib import Path
+
+    import yaml
+
+    from clustersim.scenario import parse_scenario
+    from clustersim.sim import run_scenario
+
+    root = Path(__file__).resolve().parents[1]
+    base = yaml.safe_load((root / "scenarios" / "pd_azure_conv_dgx.yaml").read_text())
+    base["workload"]["window_end_s"] = 640
+    moved = {}
+    for kv in ("auto", "fp8"):
+        data = {**base, "engine": {**base["engine"], "kv_cache_dtype": kv}}
+        result = run_scenario(parse_scenario(data))
+        moved[kv] = sum(t.bytes for t in result.transfers)
+        assert moved[kv] == sum(r.handoff_bytes for r in result.requests)
+    assert moved["fp8"] * 2 == moved["auto"]

@@ -18,7 +18,7 @@ def yaml_blocks() -> list[dict]:
 
 
 def test_readme_scenario_and_layout_examples_validate():
-    plan, scenario, layout = yaml_blocks()
+    plan, scenario, layout, _ = yaml_blocks()
     parsed = parse_scenario(scenario)
     assert parsed.workload.kind == "replay"
     split = parse_scenario({**scenario, **layout})
@@ -39,3 +39,12 @@ def test_readme_quick_start_runs_the_plan():
     block = re.search(r"## Quick start.*?```bash\n(.*?)```", text, re.S).group(1)
     assert block.splitlines() == ["pip install -e . && clustersim plan scenarios/quickstart.yaml",
                                   "pip install -e '.[test]' && python -m pytest"]
+
+
+def test_readme_faults_example_validates_on_the_layout_example():
+    _, scenario, layout, faults = yaml_blocks()
+    layout["layout"]["kv_transfer"].update(faults["layout"]["kv_transfer"])
+    parsed = parse_scenario({**scenario, **layout, "faults": faults["faults"]})
+    assert [e.kind for e in parsed.faults.events] == ["instance", "node", "link", "link"]
+    assert parsed.faults.client.max_retries == 2
+    assert parsed.layout.kv_transfer.kv_load_failure_policy == "fail"

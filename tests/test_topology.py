@@ -319,7 +319,8 @@ def test_place_error_reports_free_gpus_when_fragmented():
         (lambda d: d["nodes"][1].update(pcie_link="pcie9"),
          "topology.nodes[1].pcie_link: unknown link 'pcie9'; defined: nvlink, pcie, nic"),
         (lambda d: d["nodes"][0]["gpu_fabric"].update(kind="mesh"),
-         "topology.nodes[0].gpu_fabric: Input tag 'mesh'"),
+         "topology.nodes[0].gpu_fabric.kind: unknown kind 'mesh'; choose one of nvswitch, pcie, "
+         "nvlink_bridge_pairs"),
         (lambda d: d["nodes"][0]["nics"].update(count=5),
          "topology.nodes[0].nics.count: 5 NICs for 4 GPUs"),
         (lambda d: d["links"]["nic"].update(efficiency=1.5),

@@ -21,7 +21,6 @@ Three measurements come out:
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -29,7 +28,12 @@ import numpy as np
 
 from clustersim.cost.roofline import BatchShape
 from clustersim.errors import InputError
+from clustersim.inputs import MAX_TRACE_BYTES, parse_json, read_text
+from clustersim.limits import MAX_TIME_S
 
+MAX_RECORDS = 4096
+"""Most request records read: the measurements compare every pair of requests (n^2 values);
+a ``vllm bench serve`` run has hundreds to a few thousand."""
 _FIELDS = ("input_toks", "output_toks", "queued_ts", "first_token_ts", "last_token_ts")
 Measurement = tuple[list[BatchShape], float]
 
@@ -38,20 +42,15 @@ def read_records(path: Path, max_tokens: int | None = None) -> list[dict]:
     """The records of a JSON-lines file or a ``vllm bench serve`` result, checked for the fields
     this module uses: finite numbers, whole token counts >= 1 (at most ``max_tokens`` a
     request), ``queued_ts < first_token_ts <= last_token_ts``."""
+    text = read_text(path, "records", max_bytes=MAX_TRACE_BYTES)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(str(path), f"cannot read records: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise InputError(str(path), "cannot read records: not UTF-8 text") from None
-    try:
-        whole = json.loads(text)
-    except json.JSONDecodeError:
-        whole = None
+        whole = parse_json(text, str(path))
+    except InputError:
+        whole = None  # JSON lines, read one by one below
     if isinstance(whole, dict) and "ttfts" in whole:
         records = _bench_serve_records(path, whole, max_tokens)
     else:
-        records = _json_lines(path, text.splitlines(), max_tokens)
+        records = _json_lines(path, text.split("\n"), max_tokens)
     if len(records) < 2:
         raise InputError(str(path), "need at least two request records")
     return records
@@ -72,6 +71,9 @@ def _bench_serve_records(path: Path, result: dict, max_tokens: int | None) -> li
                 if "start_times" in missing else " (run it with --save-detailed)")
         raise InputError(str(path), f"vllm bench serve result without {missing}{hint}")
     count = len(result["ttfts"])
+    if count > MAX_RECORDS:
+        raise InputError(str(path), f"{count:,} requests; at most {MAX_RECORDS:,} (every pair "
+                         "of requests is compared)")
     lengths = {k: len(result[k]) for k in _BENCH_LISTS}
     if any(n != count for n in lengths.values()):
         raise InputError(str(path), f"per-request lists differ in length: {lengths}")
@@ -107,10 +109,10 @@ def _json_lines(path: Path, lines: list[str], max_tokens: int | None) -> list[di
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}:{number}", f"not JSON: {exc.msg}") from None
+        if len(records) == MAX_RECORDS:
+            raise InputError(f"{path}:{number}", f"more than {MAX_RECORDS:,} records (every "
+                             "pair of requests is compared)")
+        record = parse_json(line, str(path), line=number)
         if not isinstance(record, dict):
             raise InputError(f"{path}:{number}", "expected a JSON object, one request a line")
         missing = [f for f in _FIELDS if f not in record]
@@ -145,6 +147,9 @@ def _checked(
     if last < first:
         raise InputError(where, f"{name['last_token_ts']} {last} is before "
                          f"{name['first_token_ts']} {first}")
+    if not last - queued <= MAX_TIME_S:
+        raise InputError(where, f"{name['last_token_ts']} is more than {MAX_TIME_S:g} s after "
+                         f"{name['queued_ts']}: one request cannot take that long")
     tokens = int(record["input_toks"]) + int(record["output_toks"])
     if max_tokens is not None and tokens > max_tokens:
         raise InputError(where, f"{tokens:,} tokens ({name['input_toks']} + "

@@ -30,6 +30,7 @@ from clustersim.catalog.hf_config import model_from_hf_config
 from clustersim.catalog.quantization import quantization_from_hf
 from clustersim.catalog.specs import GpuSpec, LinkSpec, ModelSpec
 from clustersim.errors import CatalogError, ConfigError
+from clustersim.inputs import load_yaml, parse_yaml
 
 __all__ = [
     "GpuSpec",
@@ -100,6 +101,9 @@ def load_gpu(gpu_id: str, *, path: str = "gpu", profile: str = "calibrated") -> 
     ``profile``.
     """
     gpu_id, at, suffix = gpu_id.partition("@")
+    if at and not suffix:
+        raise CatalogError(path, f"nothing after '@' in {gpu_id + at!r}: name a profile "
+                           "('calibrated', 'default' or a profile YAML file) or drop the '@'")
     return _load_gpu(gpu_id, path, suffix if at else profile)
 
 
@@ -129,7 +133,8 @@ def apply_profile(gpu: GpuSpec, entry: dict[str, Any], *, where: str = "profile"
     label is named after its base and its file (``default+mine.yaml``)."""
     unknown = set(entry) - set(PROFILE_FIELDS) - {"link_efficiency", "provenance"}
     if unknown:
-        raise ConfigError(f"{where}:{gpu.id}", f"unknown profile fields: {sorted(unknown)}")
+        raise ConfigError(f"{where}:{gpu.id}",
+                          f"unknown profile fields: {sorted(map(str, unknown))}")
     data = gpu.model_dump()
     data.update({k: v for k, v in entry.items() if k in PROFILE_FIELDS})
     if "calibration" not in entry:
@@ -148,22 +153,13 @@ def load_profiles(profile: str = "calibrated") -> dict[str, dict[str, Any]]:
         file = resources.files(__package__).joinpath(name)
         if not file.is_file():  # before the first `clustersim calibrate`
             return {}
-        text = file.read_text(encoding="utf-8")
+        data = parse_yaml(file.read_text(encoding="utf-8"), name)
     else:
-        try:
-            text, name = Path(profile).expanduser().read_text(encoding="utf-8"), profile
-        except OSError as exc:
-            raise ConfigError(
-                profile, f"cannot read profile ({exc.strerror}); give 'calibrated', "
-                "'default' or a profile YAML written by `clustersim calibrate`"
-            ) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{name}:{mark.line + 1}" if mark is not None else name
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise CatalogError(where, f"not valid YAML: {problem}") from None
+        path = Path(profile).expanduser()
+        if not path.exists():
+            raise ConfigError(profile, "no such profile file; give 'calibrated', 'default' or "
+                              "a profile YAML written by `clustersim calibrate`")
+        data, name = load_yaml(path, "profile", where=profile), profile
     table = data.get("profiles") if isinstance(data, dict) else None
     if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
         raise CatalogError(name, "expected a 'profiles' mapping of GPU id -> fields")
@@ -245,5 +241,6 @@ def _validate(spec: type[_SpecT], file_name: str, entry_id: str, entry: Any) -> 
         return spec.model_validate({**entry, "id": entry_id})
     except ValidationError as exc:
         first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
-        raise CatalogError(f"{file_name}:{entry_id}.{field}", first["msg"]) from exc
+        field = "".join(f".{part}" for part in first["loc"])
+        message = first["msg"].removeprefix("Value error, ")
+        raise CatalogError(f"{file_name}:{entry_id}{field}", message) from None

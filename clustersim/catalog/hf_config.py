@@ -11,7 +11,6 @@ looks for it.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from pydantic import ValidationError
 from clustersim.catalog.quantization import quantization_from_hf
 from clustersim.catalog.specs import ModelSpec
 from clustersim.errors import InputError
+from clustersim.inputs import parse_json, read_text
 
 # OPTLearnedPositionalEmbedding keeps 2 rows ahead of position 0 (a fairseq legacy).
 _OPT_POSITION_OFFSET = 2
@@ -48,12 +48,7 @@ def model_from_hf_config(path: Path) -> ModelSpec:
     if path.is_dir():
         path = path / "config.json"
     where = str(path)
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(where, f"cannot read model config: {exc.strerror or exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{where}:{exc.lineno}", f"not valid JSON: {exc.msg}") from exc
+    raw = parse_json(read_text(path, "model config"), where)
     if not isinstance(raw, dict):
         raise InputError(where, "a model config must be a JSON object")
     # multimodal configs nest the language model under text_config
@@ -109,8 +104,13 @@ def model_from_hf_config(path: Path) -> ModelSpec:
         return ModelSpec.model_validate(fields)
     except ValidationError as exc:
         first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
-        raise InputError(where, f"{field}: {first['msg']} (got {first.get('input')!r})") from exc
+        message = first["msg"].removeprefix("Value error, ")
+        if first["loc"]:
+            got = repr(first.get("input"))
+            got = got if len(got) <= 40 else got[:37] + "..."
+            field = ".".join(str(part) for part in first["loc"])
+            message = f"{field}: {message} (got {got})"
+        raise InputError(where, message) from None
 
 
 def _moe_fields(config: dict[str, Any], where: str) -> dict[str, Any]:

@@ -23,6 +23,18 @@ from pydantic import (
 
 from clustersim.catalog.quantization import QuantizationSpec
 from clustersim.errors import ConfigError
+from clustersim.limits import (
+    MAX_MODEL_WIDTH,
+    MAX_NUM_EXPERTS,
+    MAX_NUM_LAYERS,
+    MAX_OVERHEAD_S,
+    MAX_TOKENS,
+    MAX_VOCAB_SIZE,
+    TOKENS_REASON,
+    NonNegativeTokens,
+    Tokens,
+    Within,
+)
 
 GIGA = 1e9
 TERA = 1e12
@@ -43,11 +55,23 @@ DTYPE_BYTES: dict[str, int] = {
 KV_CACHE_DTYPE_BYTES: dict[str, int] = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 """Bytes per KV element of each ``kv_cache_dtype`` but ``auto`` (the model's dtype)."""
 
-Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
+Fraction = Annotated[float, Field(gt=0.0, le=1.0), Within(
+    low=1e-3, reason="a kernel or link measured at under 0.1% of its datasheet peak is a "
+    "broken measurement, and it would price steps at hours")]
+Overhead = Annotated[NonNegativeFloat, Within(
+    high=MAX_OVERHEAD_S, unit="s", reason="measured overheads are microseconds to milliseconds")]
+"""A fixed cost in seconds that a GPU profile adds per step, layer, request or collective."""
+Width = Annotated[PositiveInt, Within(high=MAX_MODEL_WIDTH, reason=(
+    "20 times the widest model published (Llama 3.1 405B's MLP: 53,248)"))]
+"""A model dimension: a hidden, MLP, expert or head size, or a head count."""
+
+
+Experts = Annotated[NonNegativeInt, Within(
+    high=MAX_NUM_EXPERTS, reason="256 times the most experts of any model (DeepSeek-V3: 256)")]
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class LinkSpec(_Spec):
@@ -72,9 +96,10 @@ class GemmFit(_Spec):
     (memory_efficiency x bandwidth))``."""
 
     compute_efficiency: Fraction
-    compute_half_tokens: NonNegativeFloat
+    compute_half_tokens: Annotated[NonNegativeFloat, Within(
+        high=MAX_TOKENS, reason=TOKENS_REASON)]
     memory_efficiency: Fraction
-    floor_s: NonNegativeFloat = Field(
+    floor_s: Overhead = Field(
         0.0, description="GPU time every call takes whatever its size (launch and tail of the "
         "kernel), added to the roofline; 0: a plain roofline.")
     calibration: str = Field(description="The fit it came from ('fit-v1:l40s', or "
@@ -106,27 +131,30 @@ class GpuSpec(_Spec):
     pcie_gen: PositiveInt
     pcie: LinkSpec = Field(description="PCIe fallback when TP spans more GPUs than ``link``.")
     compute_efficiency: Fraction = Field(description="Large-GEMM MFU.")
-    compute_half_tokens: NonNegativeFloat = Field(
+    compute_half_tokens: Annotated[NonNegativeFloat, Within(
+        high=MAX_TOKENS, reason=TOKENS_REASON)] = Field(
         0.0,
         description="Tokens at which a GEMM reaches half of ``compute_efficiency``: small-M "
         "GEMMs run at ``compute_efficiency x tokens / (tokens + compute_half_tokens)``.",
     )
-    gemm_floor_s: NonNegativeFloat = Field(
+    gemm_floor_s: Overhead = Field(
         0.0, description="Per GEMM call: GPU time the kernel takes whatever its size, added to "
         "its roofline (the 16-bit fit's ``floor_s``).")
     attention_efficiency: Fraction = Field(
         description="Prefill attention MFU on long prompts (the saturated value).")
-    attention_half_keys: NonNegativeFloat = Field(
+    attention_half_keys: Annotated[NonNegativeFloat, Within(
+        high=MAX_TOKENS, reason=TOKENS_REASON)] = Field(
         0.0, description="Keys per query at which prefill attention reaches half of "
         "``attention_efficiency``: a chunk whose queries attend to K keys on average runs at "
         "``attention_efficiency x K / (K + attention_half_keys)``.")
-    attention_floor_s: NonNegativeFloat = Field(
+    attention_floor_s: Overhead = Field(
         0.0, description="Per layer and step: GPU time of the attention kernel whatever its "
         "batch (one varlen call serves the step's prefills and decodes).")
     decode_attention_memory_efficiency: Fraction | None = Field(
         None, description="Achieved / peak bandwidth of decode attention's KV reads; None: "
         "``memory_efficiency``.")
-    decode_attention_half_tokens: NonNegativeFloat = Field(
+    decode_attention_half_tokens: Annotated[NonNegativeFloat, Within(
+        high=MAX_TOKENS, reason=TOKENS_REASON)] = Field(
         0.0, description="Per decoding sequence and layer: a fixed cost, in tokens of KV read "
         "(a sequence of context c costs as c + this many tokens).")
     fp8_gemm: GemmFit | None = Field(
@@ -139,22 +167,22 @@ class GpuSpec(_Spec):
         1.0, description="Throughput of a weight-only (W4A16, W8A16) Marlin GEMM where it is "
         "compute-bound, relative to the 16-bit GEMM: the cost of dequantizing in registers.")
     memory_efficiency: Fraction = Field(description="Achieved / peak HBM bandwidth.")
-    per_step_overhead_s: NonNegativeFloat = Field(description="Scheduler + launch cost per step.")
-    per_layer_overhead_s: NonNegativeFloat = Field(description="Kernel launches per layer.")
-    per_request_overhead_s: NonNegativeFloat = Field(description="Input prep per request.")
-    allreduce_latency_s: NonNegativeFloat = Field(description="Fixed cost of one all-reduce.")
-    custom_allreduce_latency_s: NonNegativeFloat | None = Field(
+    per_step_overhead_s: Overhead = Field(description="Scheduler + launch cost per step.")
+    per_layer_overhead_s: Overhead = Field(description="Kernel launches per layer.")
+    per_request_overhead_s: Overhead = Field(description="Input prep per request.")
+    allreduce_latency_s: Overhead = Field(description="Fixed cost of one all-reduce.")
+    custom_allreduce_latency_s: Overhead | None = Field(
         None, description="Fixed cost of vLLM's custom (peer-to-peer) all-reduce, used below "
         "its size limit where vLLM enables it (clustersim.cost.collectives); None: not "
         "measured, NCCL's cost at every size.")
     custom_allreduce_link_efficiency: Fraction | None = Field(
         None, description="vLLM custom all-reduce bus bandwidth / the link's theoretical.")
-    allgather_latency_s: NonNegativeFloat | None = Field(
+    allgather_latency_s: Overhead | None = Field(
         None, description="Fixed cost of one all-gather; None: as an all-reduce.")
     allgather_link_efficiency: Fraction | None = Field(
         None, description="All-gather bus bandwidth / the link's theoretical; None: as an "
         "all-reduce (``link.efficiency``).")
-    reduce_scatter_latency_s: NonNegativeFloat | None = Field(
+    reduce_scatter_latency_s: Overhead | None = Field(
         None, description="Fixed cost of one reduce-scatter; None: as an all-reduce.")
     reduce_scatter_link_efficiency: Fraction | None = Field(
         None, description="Reduce-scatter bus bandwidth / the link's theoretical; None: as an "
@@ -165,6 +193,13 @@ class GpuSpec(_Spec):
     )
     calibration: str = Field(description="Provenance of the efficiencies: 'default' or a fit id.")
     source: str
+
+    @model_validator(mode="after")
+    def _memory_left(self) -> GpuSpec:
+        if self.non_torch_memory_bytes >= self.mem_capacity_bytes:
+            raise ValueError(f"non_torch_memory_bytes {self.non_torch_memory_bytes:,} leaves "
+                             f"nothing of the {self.mem_capacity_bytes:,} bytes of memory")
+        return self
 
     @property
     def peak_flops(self) -> float:
@@ -221,14 +256,16 @@ class ModelSpec(_Spec):
 
     id: str
     hf_repo: str | None = None
-    num_layers: PositiveInt
-    hidden_size: PositiveInt
-    num_attention_heads: PositiveInt
-    num_key_value_heads: PositiveInt
-    head_dim: PositiveInt
-    intermediate_size: PositiveInt
-    vocab_size: PositiveInt
-    max_position_embeddings: PositiveInt
+    num_layers: Annotated[PositiveInt, Within(
+        high=MAX_NUM_LAYERS, reason="eight times the deepest model published (126 layers)")]
+    hidden_size: Width
+    num_attention_heads: Width
+    num_key_value_heads: Width
+    head_dim: Width
+    intermediate_size: Width
+    vocab_size: Annotated[PositiveInt, Within(
+        high=MAX_VOCAB_SIZE, reason="64 times the largest vocabulary in use (256K)")]
+    max_position_embeddings: Tokens
     tie_word_embeddings: bool
     dtype: DType
     mlp: Literal["gated", "plain"] = Field(
@@ -241,14 +278,15 @@ class ModelSpec(_Spec):
     norm: Literal["rmsnorm", "layernorm"] = Field(
         "rmsnorm", description="layernorm carries a bias as well as a weight."
     )
-    learned_position_rows: int = Field(
-        0, ge=0, description="Rows of a learned position table (OPT: max_pos + 2); 0 for RoPE."
+    learned_position_rows: NonNegativeTokens = Field(
+        0, description="Rows of a learned position table (OPT: max_pos + 2); 0 for RoPE."
     )
-    num_experts: NonNegativeInt = Field(0, description="Routed experts per layer; 0 for dense.")
-    num_experts_per_tok: NonNegativeInt = Field(
+    num_experts: Experts = Field(0, description="Routed experts per layer; 0 for dense.")
+    num_experts_per_tok: Experts = Field(
         0, description="Experts each token is routed to (top-k); 0 for dense."
     )
-    moe_intermediate_size: NonNegativeInt = Field(
+    moe_intermediate_size: Annotated[NonNegativeInt, Within(
+        high=MAX_MODEL_WIDTH, reason="20 times the widest model published")] = Field(
         0, description="Intermediate width of one expert (Mixtral: its intermediate_size)."
     )
     quantization: QuantizationSpec | None = Field(

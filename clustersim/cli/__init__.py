@@ -7,11 +7,13 @@ checked as scenario fields), and none imports another.
 from __future__ import annotations
 
 import sys
+from importlib.metadata import version
+from typing import Annotated
 
 import typer
 
 from clustersim.cli.calibrate import calibrate_cmd, validate_cmd
-from clustersim.cli.common import Commands
+from clustersim.cli.common import HELP_OPTIONS, Commands
 from clustersim.cli.compare import compare_cmd
 from clustersim.cli.plan import plan_cmd
 from clustersim.cli.simulate import simulate_cmd
@@ -24,7 +26,25 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings=HELP_OPTIONS,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"clustersim {version('clustersim')}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[bool, typer.Option(
+        "--version", is_eager=True, callback=_print_version,
+        help="Print clustersim's version and exit.")] = False,
+) -> None:
+    """Capacity planning for LLM serving on a vLLM-faithful simulator."""
+
+
 app.command("plan")(plan_cmd)
 app.command("simulate")(simulate_cmd)
 app.command("compare")(compare_cmd)

@@ -23,9 +23,10 @@ _DECODE_HELP = "A measured decode step: BATCH@CONTEXT=SECONDS (BATCH decodes at 
 def calibrate_cmd(
     out: Annotated[
         Path | None,
-        typer.Option(help="Profile file to write; default: the catalog's calibrated.yaml "
-                     "(shipped fit) and its two fit sets beside it -- required with "
-                     "measurements."),
+        typer.Option(help="Profile file to write (required; its folder must exist). The "
+                     "shipped fit is clustersim/catalog/calibrated.yaml: name it to refresh "
+                     "it in a checkout; without measurements the two fit sets are written "
+                     "beside it (<name>_vidur.yaml, <name>_aiconfigurator.yaml)."),
     ] = None,
     gpu: Annotated[str | None, typer.Option(help="GPU of the measurements (few-shot).")] = None,
     model: Annotated[str | None, typer.Option(help="Model of the measurements.")] = None,
@@ -67,16 +68,16 @@ def calibrate_cmd(
                          "--from-requests")
     from clustersim.calibration.fit import distserve_check
     from clustersim.calibration.fitsets import SETS, calibrate_sets, shipped_profiles
-    from clustersim.calibration.profile import (
-        CATALOG_PROFILE,
-        FIT_SET_PROFILES,
-        SHIPPED_FIT_ID,
-        write_profiles,
-    )
+    from clustersim.calibration.profile import SHIPPED_FIT_ID, write_profiles
 
-    path = out or CATALOG_PROFILE
-    # with --out only the shipped profile is written, there; the fit sets go beside the catalog
-    targets = {"shipped": path} if out else {"shipped": path, **FIT_SET_PROFILES}
+    if out is None:
+        raise InputError("--out", "give the profile file to write; calibrate writes nowhere "
+                         "else (the shipped fit: --out clustersim/catalog/calibrated.yaml in a "
+                         "checkout)")
+    # the shipped profile at --out, each fit set beside it (the catalog's names for
+    # --out clustersim/catalog/calibrated.yaml)
+    targets = {"shipped": out, **{name: out.with_name(f"{out.stem}_{name}{out.suffix}")
+                                  for name in SETS}}
     for target in targets.values():
         _write(target)  # an unwritable path fails before the fit
     sets = calibrate_sets()
@@ -204,12 +205,19 @@ def _split(text: str, flag: str, form: str) -> tuple[list[int], float]:
 
 
 def _write(path: Path, write: Callable[[], object] | None = None) -> None:
-    """Make ``path``'s folder and run ``write``, which writes ``path`` (None: only check that
-    ``path`` is not a folder); a failure is one ``path: message`` line."""
+    """Run ``write``, which writes ``path`` (None: only check that ``path`` could be written);
+    a failure is one ``path: message`` line. No folder is made: a file goes only where the
+    user said, into a folder that exists."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        parent = path.parent
+        if parent.exists() and not parent.is_dir():
+            raise FileExistsError(errno.EEXIST, f"{parent} is a file, not a folder")
+        if not parent.is_dir():
+            raise FileNotFoundError(errno.ENOENT, f"no folder {parent}")
         if path.is_dir():
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
         if write is not None:
             write()
     except OSError as error:

@@ -4,7 +4,8 @@ code 2, and the lines that describe a run's layout and calibration."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
@@ -13,31 +14,52 @@ import typer
 from typer.core import TyperGroup
 
 from clustersim.errors import ClusterSimError
+from clustersim.validation import shown_lines
 
 # Click's UsageError, from whichever copy of Click this Typer uses (newer ones vendor it)
 _UsageError: type[Exception] = typer.BadParameter.__base__
 
 
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+"""``-h`` works as ``--help`` on every command."""
+
+
 class Commands(TyperGroup):
     """Click's own command-line errors (an option's value out of range or not a number, a
-    missing or unknown option) as one ``path: message`` line with exit code 2, like ours."""
+    missing or unknown option or command) as one ``path: message`` line with exit code 2, like
+    ours; a command group called bare prints its help."""
+
+    def make_context(self, info_name: Any, args: Any, parent: Any = None, **extra: Any) -> Any:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except _UsageError as error:  # the group's own options: `clustersim --bogus`
+            _usage_error(error, info_name or self.name or "clustersim", None)
 
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
         except _UsageError as error:
-            if type(error).__name__ == "NoArgsIsHelpError":
-                raise  # a command group called bare: its help
-            param = getattr(error, "param", None)
-            if isinstance(error, typer.BadParameter) and param is not None and error.message:
-                path, message = (param.opts or [param.name])[0], error.message
-            else:
-                where = getattr(error, "ctx", None)
-                path = (where.command_path if where is not None
-                        else " ".join(filter(None, (ctx.command_path, ctx.invoked_subcommand))))
-                message = error.format_message()
-            typer.echo(f"{path}: {' '.join(message.split())}", err=True)
-            raise typer.Exit(2) from None
+            _usage_error(error, ctx.command_path, ctx.invoked_subcommand)
+
+
+def _usage_error(error: Exception, command_path: str, subcommand: str | None) -> None:
+    where = getattr(error, "ctx", None)
+    if type(error).__name__ == "NoArgsIsHelpError" and where is not None:
+        # a command group called bare: its help, which the error holds (or which Typer's rich
+        # help printed while the error was made)
+        help_text = error.format_message()  # type: ignore[attr-defined]
+        if help_text:
+            typer.echo(help_text)
+        raise typer.Exit(0)
+    param = getattr(error, "param", None)
+    if isinstance(error, typer.BadParameter) and param is not None and error.message:
+        path, message = (param.opts or [param.name])[0], error.message
+    else:
+        path = (where.command_path if where is not None
+                else " ".join(filter(None, (command_path, subcommand))))
+        message = error.format_message()  # type: ignore[attr-defined]
+    typer.echo(f"{path}: {' '.join(message.split())}", err=True)
+    raise typer.Exit(2) from None
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -51,11 +73,20 @@ def user_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except ClusterSimError as error:
-            for line in getattr(error, "lines", None) or [str(error)]:
-                typer.echo(line, err=True)
+            for line in shown_lines(error):
+                typer.echo(_clipped(line), err=True)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+MAX_LINE_CHARS = 1000
+"""Longest error line printed: a message quoting a huge value is cut, not echoed whole."""
+
+
+def _clipped(line: str) -> str:
+    line = " ".join(line.split("\n"))
+    return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 3] + "..."
 
 
 def ms(value: float | None) -> str:
@@ -106,6 +137,17 @@ def make_out_dir(out: Path) -> Path:
         message = f"cannot create output directory: {error.strerror}"
         raise ClusterSimError(str(out), message) from None
     return out
+
+
+@contextmanager
+def writing(folder: Path) -> Iterator[None]:
+    """Run the block that writes a command's files into ``folder``; a file that cannot be
+    written (a full disk, a folder like /proc or /sys) is one ``path: message`` line."""
+    try:
+        yield
+    except OSError as error:
+        where = error.filename or folder
+        raise ClusterSimError(str(where), f"cannot write: {error.strerror or error}") from None
 
 
 def default_report_dir(scenario_name: str) -> Path:

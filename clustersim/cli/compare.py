@@ -14,6 +14,7 @@ from clustersim.cli.common import (
     make_out_dir,
     ms,
     user_errors,
+    writing,
 )
 from clustersim.metrics import Distribution, RunSummary
 from clustersim.plan.compare import counterparts, split_verdict, throughput
@@ -40,11 +41,13 @@ def compare_cmd(
     spec = load_scenario(scenario)
     report_dir = None if report is None else make_out_dir(report)
     colocated_spec, split_spec = counterparts(spec)
+    folders = {label: make_out_dir(out / label) for label in ("colocated", "disaggregated")}
     summaries, instances, runs = {}, [], {}
     for label, variant in (("colocated", colocated_spec), ("disaggregated", split_spec)):
         result = run_scenario(variant)
         instances += result.instances
-        summaries[label] = write_run(result, make_out_dir(out / label))
+        with writing(folders[label]):
+            summaries[label] = write_run(result, folders[label])
         runs[label] = (result, summaries[label])
         typer.echo(describe_layout(f"{label}", spec.model, result.instances))
     colocated, split = summaries["colocated"], summaries["disaggregated"]
@@ -69,7 +72,9 @@ def compare_cmd(
     if report_dir is not None:
         from clustersim.report import write_compare_report
 
-        files = write_compare_report(runs, verdict, handoff_budget_ms / 1e3, spec, report_dir)
+        with writing(report_dir):
+            files = write_compare_report(runs, verdict, handoff_budget_ms / 1e3, spec,
+                                         report_dir)
         typer.echo(files.describe())
 
 

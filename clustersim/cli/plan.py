@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -11,9 +12,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from clustersim.cli.common import default_report_dir, make_out_dir, ms, user_errors
+from clustersim.cli.common import default_report_dir, make_out_dir, ms, user_errors, writing
 from clustersim.errors import ClusterSimError
-from clustersim.plan.result import LEDGER_COLUMNS, CandidateResult, PlanResult, ledger_rows
+from clustersim.plan.result import (
+    LEDGER_COLUMNS,
+    CandidateResult,
+    NPlusOne,
+    PlanResult,
+    ledger_rows,
+)
 
 if TYPE_CHECKING:
     from clustersim.plan.planner import Planner
@@ -37,6 +44,9 @@ def plan_cmd(
         "--report", help="Folder for the SLO report (report.md with its figures, report.html); "
         "default reports/<scenario>-<YYYYmmdd-HHMMSS>.")] = None,
     no_report: Annotated[bool, typer.Option("--no-report", help="Write no report.")] = False,
+    n_plus_one: Annotated[bool, typer.Option(
+        "--n-plus-one/--no-n-plus-one", help="Check the recommendation at goodput with one "
+        "instance and one node lost (a few more simulations).")] = True,
 ) -> None:
     """Find the deployment that meets the SLO best: colocated or disaggregated, GPUs and TP per
     pool, the P:D ratio and max_num_batched_tokens, with goodput intervals and costs."""
@@ -46,6 +56,10 @@ def plan_cmd(
 
     if report is not None and no_report:
         raise ClusterSimError("--no-report", "cannot be given with --report")
+    most = 4 * (os.cpu_count() or 1)
+    if workers is not None and workers > most:
+        raise ClusterSimError("--workers", f"{workers:,} is more than {most} (4 per core of "
+                              "this machine): each worker is a process holding a simulation")
     spec = load_scenario(scenario)
     folder = make_out_dir(out or Path("runs/plan") / spec.name)
     report_dir = None if no_report else make_out_dir(report or default_report_dir(spec.name))
@@ -53,12 +67,13 @@ def plan_cmd(
     started = time.perf_counter()
     try:
         with _progress(enabled=not as_json) as progress:
-            planner = Planner(spec, pool, progress)
+            planner = Planner(spec, pool, progress, n_plus_one=n_plus_one)
             result = planner.run()
     finally:
         pool.close()
     wall_s = time.perf_counter() - started
-    write_plan(result, folder)
+    with writing(folder):
+        write_plan(result, folder)
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=2))
     else:
@@ -67,7 +82,9 @@ def plan_cmd(
     if report_dir is not None:
         from clustersim.report import write_plan_report
 
-        files = write_plan_report(result, spec, full_runs(planner, result), report_dir)
+        runs = full_runs(planner, result)
+        with writing(report_dir):
+            files = write_plan_report(result, spec, runs, report_dir)
         typer.echo(files.describe(), err=as_json)
 
 
@@ -184,6 +201,8 @@ def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
             typer.echo(f"golden S7 at {verdict.rate_per_s:,.2f} req/s: {keep}{note}")
             for reason in verdict.reasons:
                 typer.echo(f"  - {reason}")
+        if result.n_plus_one is not None:
+            print_n_plus_one(result.n_plus_one, result)
     typer.echo("")
     shown = [c for c in result.candidates if c.goodput is not None][:12]
     if shown:
@@ -215,11 +234,27 @@ def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
         typer.echo(f"check it on real GPUs:\n  {result.bench_command}")
 
 
+def print_n_plus_one(n1: NPlusOne, result: PlanResult) -> None:
+    from clustersim.plan.answer import loss_line
+
+    rec = result.recommended
+    assert rec is not None and rec.at_goodput is not None and rec.at_goodput.slo is not None
+    target = rec.at_goodput.slo.slo.attainment_target
+    verdict = "holds" if n1.holds else "FAILS"
+    typer.echo(f"N+1 at {n1.rate_per_s:,.2f} req/s ({n1.rate_basis}; a failure a third into "
+               f"the run, for the rest of it; clients retry {n1.max_retries}x): {verdict}")
+    for check in (n1.instance, n1.node):
+        if check is not None:
+            typer.echo(f"  {loss_line(check, target)}")
+    for note in n1.notes:
+        typer.echo(f"  {note}")
+
+
 def _print_choice(title: str, r: CandidateResult) -> None:
     c, g = r.candidate, r.goodput
     assert g is not None
     interval = (f" (95% CI {g.low_per_s:,.2f}-{g.high_per_s:,.2f})"
-                if len(g.per_seed_per_s) > 1 else " (one traffic draw: deterministic replay)")
+                if len(g.per_seed_per_s) > 1 else " (one traffic draw)")
     typer.echo(f"{title}: {c.label()} on {c.num_gpus} GPU{'s' if c.num_gpus != 1 else ''}")
     typer.echo(f"  goodput {g.mean_per_s:,.2f} req/s{interval}, {r.goodput_per_gpu:,.3f} req/s "
                "per GPU")

@@ -13,6 +13,7 @@ from clustersim.cli.common import (
     make_out_dir,
     ms,
     user_errors,
+    writing,
 )
 from clustersim.metrics import RunSummary
 
@@ -34,8 +35,10 @@ def simulate_cmd(
 
     spec = load_scenario(scenario)
     report_dir = None if report is None else make_out_dir(report)
+    folder = make_out_dir(out)
     result = run_scenario(spec)
-    summary = write_run(result, make_out_dir(out))
+    with writing(folder):
+        summary = write_run(result, folder)
     print_summary(summary, describe_layout(spec.name, spec.model, result.instances))
     typer.echo(describe_calibration(result.instances))
     files = "requests.csv, steps.csv, " + ("transfers.csv, " if result.transfers else "")
@@ -43,7 +46,8 @@ def simulate_cmd(
     if report_dir is not None:
         from clustersim.report import write_simulate_report
 
-        typer.echo(write_simulate_report(result, summary, report_dir).describe())
+        with writing(report_dir):
+            typer.echo(write_simulate_report(result, summary, report_dir).describe())
 
 
 def print_summary(summary: RunSummary, header: str) -> None:
@@ -80,3 +84,24 @@ def print_summary(summary: RunSummary, header: str) -> None:
         slo = summary.slo
         terms = ", ".join(f"{k} <= {v}" for k, v in slo.limits().items())
         typer.echo(f"SLO attainment ({terms}): {slo.attainment:.1%}")
+    if summary.faults is not None:
+        print_faults(summary)
+
+
+def print_faults(summary: RunSummary) -> None:
+    f = summary.faults
+    assert f is not None
+    typer.echo(
+        f"faults: {f.num_lost} attempts lost, {f.num_retried_requests} requests retried "
+        f"({f.num_retries} retries), {f.num_failed} failed; {f.num_kv_load_failures} KV loads "
+        f"failed ({f.num_recomputed} recomputed), {f.num_rerouted} KV flows rerouted")
+    for impact in f.faults:
+        back = "" if impact.repair_s is None else f", back at {impact.repair_s:g} s"
+        typer.echo(f"  {impact.fault}{back}: {impact.num_lost} lost, {impact.num_retried} "
+                   f"retried, {impact.num_failed} failed, {impact.num_kv_load_failures} KV "
+                   f"loads failed")
+    if f.first_fault_s is not None and summary.slo is not None:
+        before = "-" if f.attainment_before is None else f"{f.attainment_before:.1%}"
+        after = "-" if f.after is None else f"{f.after.attainment:.1%}"
+        typer.echo(f"  SLO attainment of requests arriving before the first failure {before}, "
+                   f"from it on {after}")

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from clustersim.cli.common import user_errors
+from clustersim.cli.common import HELP_OPTIONS, user_errors
 from clustersim.errors import ClusterSimError
 from clustersim.workload.stats import trace_stats
 from clustersim.workload.traces import FORMATS, SHIPPED_TRACES, TIME_UNITS_S, load_trace
@@ -15,6 +15,7 @@ from clustersim.workload.traces import FORMATS, SHIPPED_TRACES, TIME_UNITS_S, lo
 trace_app = typer.Typer(
     help="Request traces: statistics of a trace file or a shipped trace.",
     no_args_is_help=True,
+    context_settings=HELP_OPTIONS,
 )
 
 COLUMN_KEYS = ("arrival", "prompt_tokens", "output_tokens")

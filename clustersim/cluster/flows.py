@@ -12,6 +12,11 @@ of every directed edge it crosses. Shares are recomputed whenever a sub-flow sta
 between those instants every rate is constant, so the only wake-up needed is the earliest
 completion.
 
+A failed link (``cluster.faults``) takes its edges out: every sub-flow crossing one moves,
+with the bytes it has left, to the best path that avoids every failed edge (no new latency),
+and a transfer with a sub-flow that has no such path fails. Transfers requested later route
+around the failed edges; a repaired link takes new transfers again (moved ones stay put).
+
 The core is pure (:func:`max_min_rates`, :class:`FluidState`, :func:`drain_alone`) and is
 tested without SimPy; :class:`FlowNetwork` is the SimPy shell that the cluster calls.
 """
@@ -153,6 +158,19 @@ class FluidState:
                 earliest = delay
         return earliest
 
+    def reroute(self, key: int, edges: Sequence[Edge]) -> float:
+        """The sub-flow goes on over ``edges`` with the bytes it has left; returns the bytes
+        it moved over its old ones. Call :meth:`replan` after."""
+        drain = self.active[key]
+        left = max(drain.remaining, 0.0)
+        self.active[key] = Drain(tuple(edges), left, left)  # keeps its place in the order
+        return drain.num_bytes - left
+
+    def remove(self, key: int) -> tuple[tuple[Edge, ...], float]:
+        """Drop an unfinished sub-flow; its edges and the bytes it moved over them."""
+        drain = self.active.pop(key)
+        return drain.edges, drain.num_bytes - max(drain.remaining, 0.0)
+
     def pop_done(self) -> list[int]:
         """Remove and return, in creation order, the sub-flows that are finished by now."""
         done = [
@@ -243,6 +261,18 @@ class TransferRecord:
         return self.end_s - self.requested_s - self.ideal_s
 
 
+class TransferFailed(Exception):
+    """A KV transfer that cannot complete: a link it needs is down, with no way around."""
+
+    def __init__(self, message: str, cause: str) -> None:
+        super().__init__(message, cause)  # (SimPy copies a failure from its args)
+        self.cause = cause
+        """The failure that cut it (a fault's label)."""
+
+    def __str__(self) -> str:
+        return f"{self.args[0]}: {self.cause}"
+
+
 @dataclass(slots=True)
 class _Transfer:
     tag: str
@@ -255,7 +285,10 @@ class _Transfer:
     ideal_s: float | None
     event: simpy.Event
     num_pending: int
-    sub_flows: dict[int, tuple[tuple[int, ...], int]] = field(default_factory=dict)
+    sub_flows: dict[int, tuple[tuple[int, ...], float]] = field(default_factory=dict)
+    """Key -> (edges, bytes still to count on them when it finishes)."""
+    ends: dict[int, tuple[str, str]] = field(default_factory=dict)
+    """Key -> the sub-flow's (source GPU, destination GPU)."""
 
 
 class FlowNetwork:
@@ -285,6 +318,14 @@ class FlowNetwork:
         self._owner: dict[int, _Transfer] = {}  # sub-flow key -> its transfer
         self._keys = itertools.count()
         self._generation = 0
+        self._down: dict[tuple[str, str], list[str]] = {}
+        """Failed directed edges, with the failures that hold each down (oldest first)."""
+        self._detours: dict[tuple[str, str], tuple[tuple[int, ...], float, str] | None] = {}
+        """Routes around the failed edges (None: no way), cleared when they change."""
+        self._live: dict[int, _Transfer] = {}
+        """id(event) -> transfers under way."""
+        self.num_rerouted = 0
+        """Sub-flows moved to another path by a failed link."""
 
     def transfer(
         self,
@@ -303,6 +344,13 @@ class FlowNetwork:
         pairs = pair_ranks(src_gpus, dst_gpus)
         sizes = split_bytes(num_bytes, len(pairs))
         now = float(self.env.now)
+        if self._down:
+            cut = next((p for p in pairs if self._route(*p) is None), None)
+            if cut is not None:
+                event = self.env.event()
+                event.fail(TransferFailed(f"no path from {cut[0]} to {cut[1]}",
+                                          self._cause_on(*cut)))
+                return event
         latencies, subs = [], []  # subs: (start_s, edges, bytes)
         for (src, dst), size in zip(pairs, sizes, strict=True):
             edges, path_latency_s, _ = self._route(src, dst)
@@ -323,11 +371,13 @@ class FlowNetwork:
             num_pending=len(subs),
         )
         by_latency: dict[float, list[int]] = {}  # one timeout per distinct latency
-        for latency, (_, edges, size) in zip(latencies, subs, strict=True):
+        for pair, latency, (_, edges, size) in zip(pairs, latencies, subs, strict=True):
             key = next(self._keys)
             transfer.sub_flows[key] = (edges, size)
+            transfer.ends[key] = pair
             self._owner[key] = transfer
             by_latency.setdefault(latency, []).append(key)
+        self._live[id(transfer.event)] = transfer
         for latency, keys in by_latency.items():
             timeout = self.env.timeout(latency)
             timeout.callbacks.append(partial(self._start, keys))
@@ -350,8 +400,11 @@ class FlowNetwork:
             for edge, (link_id, moved) in enumerate(zip(self._link_ids, carried, strict=True))
         }
 
-    def _route(self, src: str, dst: str) -> tuple[tuple[int, ...], float, str]:
-        """Edge numbers, latency and label of the path from ``src`` to ``dst`` (cached)."""
+    def _route(self, src: str, dst: str) -> tuple[tuple[int, ...], float, str] | None:
+        """Edge numbers, latency and label of the path from ``src`` to ``dst`` (cached);
+        around failed edges while some are down (None: no path is left)."""
+        if self._down:
+            return self._detour(src, dst)
         route = self._routes.get((src, dst))
         if route is None:
             edges = tuple(self._edge_index[e] for e in self.topology.path(src, dst))
@@ -359,12 +412,106 @@ class FlowNetwork:
             route = self._routes[src, dst] = (edges, latency_s, self.topology.path_label(src, dst))
         return route
 
+    def _detour(self, src: str, dst: str) -> tuple[tuple[int, ...], float, str] | None:
+        key = (src, dst)
+        if key not in self._detours:
+            topology = self.topology
+            path = topology.path_avoiding(src, dst, frozenset(self._down))
+            self._detours[key] = None if path is None else (
+                tuple(self._edge_index[e] for e in path), topology.view(path).latency_s,
+                ">".join([src, *(v for _, v in path)]))
+        return self._detours[key]
+
+    # --------------------------------------------------------------- faults
+    def fail_edges(self, edges: Sequence[tuple[str, str]], cause: str) -> list[simpy.Event]:
+        """These directed edges go down now (``cause`` says why): sub-flows on them move to a
+        path around every failed edge, and the transfers that have none fail (their events
+        fail with :class:`TransferFailed`). Returns the events of those that failed."""
+        self._settle()
+        for edge in edges:
+            self._down.setdefault(edge, []).append(cause)
+        self._detours.clear()
+        down = {self._edge_index[e] for e in self._down}
+        failed: list[_Transfer] = []
+        for transfer in list(self._live.values()):
+            hit = [k for k, (e, _) in transfer.sub_flows.items() if not down.isdisjoint(e)]
+            if not hit:
+                continue
+            routes = {k: self._route(*transfer.ends[k]) for k in hit}
+            if any(route is None for route in routes.values()):
+                failed.append(transfer)
+                continue
+            for key, route in routes.items():
+                self._move(transfer, key, route)  # type: ignore[arg-type]
+        for transfer in failed:
+            self._drop(transfer)
+            transfer.event.fail(TransferFailed(
+                f"no path from {transfer.src[0]} to {transfer.dst[0]}", cause))
+        self._replan()
+        return [t.event for t in failed]
+
+    def restore_edges(self, edges: Sequence[tuple[str, str]], cause: str) -> None:
+        """The failure ``cause`` is over: its edges take transfers requested from now on
+        again (unless another failure holds them down)."""
+        for edge in edges:
+            causes = self._down[edge]
+            causes.remove(cause)
+            if not causes:
+                del self._down[edge]
+        self._detours.clear()
+
+    def _cause_on(self, src: str, dst: str) -> str:
+        """The failure that cut ``src`` from ``dst``: the first on their usual path."""
+        for edge in self.topology.path(src, dst):
+            if edge in self._down:
+                return self._down[edge][0]
+        return next(iter(self._down.values()))[0]
+
+    def cancel(self, event: simpy.Event) -> None:
+        """Stop a transfer under way (its reader is gone); its event never fires."""
+        transfer = self._live.get(id(event))
+        if transfer is None:
+            return
+        self._settle()
+        self._drop(transfer)
+        self._replan()
+
+    def _move(self, transfer: _Transfer, key: int,
+              route: tuple[tuple[int, ...], float, str]) -> None:
+        edges, _, label = route
+        old_edges, size = transfer.sub_flows[key]
+        if key in self._fluid.active:
+            moved = self._fluid.reroute(key, edges)
+            for edge in old_edges:
+                self._edge_bytes[edge] += moved
+            size -= moved
+        transfer.sub_flows[key] = (edges, size)
+        if key == next(iter(transfer.sub_flows)):
+            transfer.path = label
+        self.num_rerouted += 1
+
+    def _drop(self, transfer: _Transfer) -> None:
+        """Take every unfinished sub-flow of ``transfer`` out (counting what they moved)."""
+        del self._live[id(transfer.event)]
+        for key in list(transfer.sub_flows):
+            if self._owner.pop(key, None) is None:
+                continue  # finished already
+            if key in self._fluid.active:
+                edges, moved = self._fluid.remove(key)
+                for edge in edges:
+                    self._edge_bytes[edge] += moved
+        transfer.num_pending = -1  # its pending starts and wake-ups find nothing
+
+
     # --------------------------------------------------------------- events
     def _start(self, keys: list[int], _event: Any) -> None:
         """Sub-flows whose latency is over begin to move bytes."""
         self._settle()
         for key in keys:
-            edges, size = self._owner[key].sub_flows[key]
+            owner = self._owner.get(key)
+            if owner is None:
+                continue  # its transfer failed or was cancelled while it waited
+            edges, size = owner.sub_flows[key]
             if size:
                 self._fluid.add(key, edges, size)
             else:
@@ -399,6 +546,7 @@ class FlowNetwork:
         transfer.num_pending -= 1
         if transfer.num_pending:
             return
+        del self._live[id(transfer.event)]
         record = TransferRecord(
             tag=transfer.tag,
             src=transfer.src,

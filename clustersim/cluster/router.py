@@ -39,10 +39,26 @@ class Router:
         self.rng = rng
         self.max_cached_prefixes = max_cached_prefixes
         self._next = 0
+        self.down: set[int] = set()
+        """Instances that failed: not chosen until they are back (``cluster.faults``)."""
+        self._up = list(range(len(loads)))
 
-    def choose(self, request: Request) -> int:
-        """Index of the chosen instance; the caller then calls :meth:`sent`."""
+    def choose(self, request: Request) -> int | None:
+        """Index of the chosen instance among those up (None: every one is down); the
+        caller then calls :meth:`sent`."""
+        if not self._up:
+            return None
         return _CHOOSERS[self.kind](self, request)
+
+    def set_down(self, index: int, down: bool) -> None:
+        """Take an instance out of the choice (it failed) or put it back (repaired, empty:
+        what the router knew of its cache is gone)."""
+        if down:
+            self.down.add(index)
+        else:
+            self.down.discard(index)
+            self.loads[index].cached_prefixes.clear()
+        self._up = [i for i in range(len(self.loads)) if i not in self.down]
 
     def sent(self, index: int, request: Request) -> None:
         load = self.loads[index]
@@ -62,23 +78,26 @@ class Router:
         load.outstanding_tokens -= request.num_prompt_tokens + request.max_tokens
 
     # ----------------------------------------------------------------- policies
+    # Each picks among ``self._up`` (every instance, unless some failed).
     def _round_robin(self, request: Request) -> int:
-        index = self._next % len(self.loads)
+        up = self._up
+        index = up[self._next % len(up)]
         self._next += 1
         return index
 
     def _least_requests(self, request: Request) -> int:
-        counts = [load.outstanding_requests for load in self.loads]
-        return counts.index(min(counts))  # the first of the least loaded
+        loads = self.loads
+        return min(self._up, key=lambda i: loads[i].outstanding_requests)  # first of the least
 
     def _least_tokens(self, request: Request) -> int:
-        tokens = [load.outstanding_tokens for load in self.loads]
-        return tokens.index(min(tokens))
+        loads = self.loads
+        return min(self._up, key=lambda i: loads[i].outstanding_tokens)
 
     def _power_of_two(self, request: Request) -> int:
-        if len(self.loads) == 1:
-            return 0
-        a, b = (int(i) for i in self.rng.choice(len(self.loads), size=2, replace=False))
+        up = self._up
+        if len(up) == 1:
+            return up[0]
+        a, b = (up[int(i)] for i in self.rng.choice(len(up), size=2, replace=False))
         return b if self.loads[b].outstanding_requests < self.loads[a].outstanding_requests else a
 
     def _prefix_aware(self, request: Request) -> int:
@@ -94,7 +113,7 @@ class Router:
         if not request.block_hashes:
             return self._least_requests(request)
         return min(
-            range(len(self.loads)),
+            self._up,
             key=lambda i: (-matched(i), self.loads[i].outstanding_requests),
         )
 

@@ -13,7 +13,6 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     Discriminator,
     Field,
-    NonNegativeFloat,
     PositiveFloat,
     PositiveInt,
     Tag,
@@ -21,6 +20,17 @@ from pydantic import (
 )
 
 from clustersim.engine.settings import EngineSettings
+from clustersim.limits import (
+    GPUS_REASON,
+    MAX_NUM_GPUS,
+    MAX_NUM_NODES,
+    MAX_TIME_S,
+    DataParallelSize,
+    Seconds,
+    TensorParallelSize,
+    Tokens,
+    Within,
+)
 from clustersim.validation import Strict
 
 RouterKind = Literal[
@@ -42,10 +52,10 @@ class PoolSpec(Strict):
         "(runs each prompt with max_tokens=1 and hands its KV over); decode: KV consumer.",
     )
     gpu: str | None = Field(None, description="Catalog GPU id; default the scenario's gpu.")
-    tensor_parallel_size: PositiveInt | None = Field(
+    tensor_parallel_size: TensorParallelSize | None = Field(
         None, description="GPUs per instance; default the scenario's tensor_parallel_size."
     )
-    data_parallel_size: PositiveInt | None = Field(
+    data_parallel_size: DataParallelSize | None = Field(
         None,
         description="Engine ranks per instance behind vLLM's internal data-parallel load "
         "balancer (each its own scheduler and KV cache; MoE ranks step together and share "
@@ -56,7 +66,8 @@ class PoolSpec(Strict):
         description="MoE: spread whole experts over the instance's dp x tp GPUs instead of "
         "slicing every expert; default the scenario's enable_expert_parallel.",
     )
-    instances: PositiveInt = Field(1, description="Number of instances in the pool.")
+    instances: Annotated[PositiveInt, Within(high=MAX_NUM_GPUS, reason=GPUS_REASON)] = Field(
+        1, description="Number of instances in the pool.")
     engine: EngineSettings | None = Field(
         None, description="Engine settings that override the scenario's engine: for this pool."
     )
@@ -90,14 +101,23 @@ class KVTransferSpec(Strict):
         description="0.10: only full blocks are transferred (a prompt shorter than one block "
         "is prefilled again on the decode side); 0.33: all prompt tokens, 1 token recomputed.",
     )
-    handshake_s: NonNegativeFloat = Field(
+    handshake_s: Seconds = Field(
         0.0, description="Extra latency of the first transfer between a prefill/decode pair."
     )
-    proxy_latency_s: NonNegativeFloat = Field(
+    proxy_latency_s: Seconds = Field(
         0.0, description="Prefill response -> proxy -> decode request (nixl connector)."
     )
-    poll_interval_s: PositiveFloat = Field(
+    poll_interval_s: Annotated[PositiveFloat, Within(
+        low=1e-6, high=MAX_TIME_S, unit="s", reason="no engine polls faster than once a "
+        "microsecond")] = Field(
         1e-3, description="How soon an idle decode engine notices a finished pull."
+    )
+    kv_load_failure_policy: Literal["recompute", "fail"] = Field(
+        "fail",
+        description="vLLM's kv_load_failure_policy (nixl connector), what the decode side does "
+        "when reading a prompt's KV fails: fail ends the request with an error (its client "
+        "may retry it; vLLM's default since PR #34896), recompute prefills the prompt on the "
+        "decode instance. SGLang's push always fails the request.",
     )
 
 
@@ -110,15 +130,15 @@ class LayoutSpec(Strict):
         "pool(s) -> decode pool(s); three_pool: prefill-heavy requests take the prefill -> "
         "decode path, decode-heavy ones go to the decode pool, the rest to a colocated pool.",
     )
-    pools: list[PoolSpec] = Field(min_length=1)
+    pools: list[PoolSpec] = Field(min_length=1, max_length=64)
     router: RouterSpec = Field(default_factory=RouterSpec, description="Colocated pools.")
     prefill_router: RouterSpec = Field(default_factory=RouterSpec)
     decode_router: RouterSpec = Field(default_factory=RouterSpec)
     kv_transfer: KVTransferSpec = Field(default_factory=KVTransferSpec)
-    long_prompt_tokens: PositiveInt = Field(
+    long_prompt_tokens: Tokens = Field(
         2048, description="three_pool: a prompt longer than this is prefill-heavy."
     )
-    long_output_tokens: PositiveInt = Field(
+    long_output_tokens: Tokens = Field(
         256, description="three_pool: an output longer than this is decode-heavy."
     )
 
@@ -144,10 +164,6 @@ class LayoutSpec(Strict):
 
 
 # ----------------------------------------------------------------- topology
-MAX_NUM_NODES = 1024
-"""Most servers a ``{node, count}`` topology may have (its graph is built before the run)."""
-
-
 class ReplicatedNode(Strict):
     """``count`` copies of one server with every NIC on one non-blocking leaf switch (``leaf0``),
     as ``dgx-h100-x2`` is wired by hand."""
@@ -156,8 +172,9 @@ class ReplicatedNode(Strict):
         description="A shipped one-node topology's name (dgx-h100, a100-8x, rtx4090-pcie-box) "
         "or the path of a one-node topology file, relative to the scenario's folder."
     )
-    count: PositiveInt = Field(
-        le=MAX_NUM_NODES,
+    count: Annotated[PositiveInt, Within(
+        high=MAX_NUM_NODES, reason="a topology's graph and paths are built before the run",
+    )] = Field(
         description="How many of them: node0 .. node{count-1}; more than one needs a node "
         "with nics.",
     )

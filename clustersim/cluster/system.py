@@ -1,17 +1,14 @@
-"""A cluster of engine instances: pools placed on a topology, routers, and the P/D handoff.
+"""A cluster of engine instances: pools placed on a topology, and the routers in front.
 
 The request paths (spec §7.2, §8)::
 
     colocated      client -> router -> instance (prefill + decode)
-    disaggregated  client -> proxy -> prefill instance (max_tokens=1, keeps its blocks)
-                          -> proxy -> decode instance (pulls the KV, recomputes 1 token, decodes)
-    sglang         client -> router -> prefill and decode instance at once; decode allocates
-                          early, prefill pushes when done
+    disaggregated  client -> the KV connector's path (``cluster.connectors``: vLLM's NIXL
+                   pull through a proxy, or SGLang's push with early allocation)
     three_pool     prefill-heavy -> the disaggregated path; decode-heavy -> a decode instance;
                    mixed -> the colocated pool
 
-The client's request object travels to the instance that produces its tokens; a prefill
-instance works on a copy, so every per-request timestamp is what the client saw.
+The cluster routes; the handoff between a prefill and a decode instance is its connector's.
 """
 
 from __future__ import annotations
@@ -25,6 +22,8 @@ import simpy
 
 from clustersim.catalog import load_gpu
 from clustersim.catalog.specs import GpuSpec, ModelSpec
+from clustersim.cluster.connectors import CONNECTORS, KVConnector
+from clustersim.cluster.faults import Faults
 from clustersim.cluster.router import InstanceLoad, Router
 from clustersim.cluster.spec import LayoutSpec, PoolSpec
 from clustersim.cost.kernels import gemm_kernel
@@ -186,19 +185,6 @@ def _merged_engine(base: EngineSettings, override: EngineSettings | None) -> Eng
     return EngineSettings(**fields)
 
 
-@dataclass(slots=True)
-class _Handoff:
-    """A request on the disaggregated path: its prefill copy and where each half runs."""
-
-    client: Request
-    producer: Request
-    prefill_index: int
-    decode_index: int | None = None
-    prefill_done: simpy.Event | None = None
-    """sglang only: fires when the prefill copy finished (the push may start)."""
-    producer_sent: bool = False
-
-
 class Cluster:
     """Builds the instances of a scenario and moves requests through them."""
 
@@ -231,6 +217,7 @@ class Cluster:
         self.infos: list[InstanceInfo] = []
         self._served: dict[str, ModelSpec] = {}
         """Instance name -> the model as its engine serves it (quantization, KV dtype)."""
+        self._fresh_scheduler: dict[str, Callable[[], Scheduler]] = {}
         self._build_pools()
         self.routers = {
             role: Router(spec.kind, [InstanceLoad(i.name) for i in self.instances[role]], rng)
@@ -241,9 +228,16 @@ class Cluster:
             )
             if self.instances[role]
         }
-        self._handoffs: dict[int, _Handoff] = {}  # id(producer copy or client) -> handoff
         self._route_of: dict[int, tuple[str, int]] = {}  # id(client) -> (role, index)
-        self._paired: set[tuple[int, int]] = set()
+        self.connector: KVConnector | None = (
+            CONNECTORS[self.kv_transfer.connector](self) if self.instances["prefill"] else None
+        )
+        """The prefill -> decode handoff (layouts with a prefill pool)."""
+        self.faults: Faults | None = (
+            Faults(self, scenario.faults, scenario.seed) if scenario.faults is not None
+            else None
+        )
+        """The failures of this run (``cluster.faults``), and what they did."""
 
     # ------------------------------------------------------------------ build
     def _load_topology(self):
@@ -445,24 +439,30 @@ class Cluster:
         config = replace(
             setup.scheduler, kv_full_blocks_only=self.kv_transfer.vllm_compat == "0.10"
         )
-        kv = KVCacheManager(
-            setup.num_gpu_blocks,
-            config.block_size,
-            config.max_model_len,
-            enable_prefix_caching=config.enable_prefix_caching,
-        )
+
+        def fresh_scheduler() -> Scheduler:
+            kv = KVCacheManager(
+                setup.num_gpu_blocks,
+                config.block_size,
+                config.max_model_len,
+                enable_prefix_caching=config.enable_prefix_caching,
+            )
+            return Scheduler(config, kv, keep_token_times=self.record_steps,
+                             bulk_decodes=self.coalesce)
+
+        self._fresh_scheduler[name] = fresh_scheduler  # an engine restarts empty
         role = pool.role
         instance = Instance(
             self.env,
             name,
-            Scheduler(config, kv, keep_token_times=self.record_steps,
-                      bulk_decodes=self.coalesce),
+            fresh_scheduler(),
             make_pricer(cost_model, self.scenario.cost) if run else _group_steps_it,
             on_done=lambda request, role=role, position=position: self._done(
                 role, position, request
             ),
             start_kv_load=(
-                lambda request, tokens, position=position: self._pull(position, request, tokens)
+                lambda request, tokens, position=position: self.connector.load(
+                    position, request, tokens)
             )
             if role == "decode"
             else None,
@@ -504,7 +504,7 @@ class Cluster:
         if kind == "colocated":
             self._send("colocated", request)
         elif kind == "disaggregated":
-            self._to_prefill(request)
+            self.connector.start(request)
         else:
             self._three_pool(request)
 
@@ -514,171 +514,111 @@ class Cluster:
         long_prompt = request.num_prompt_tokens > self.layout.long_prompt_tokens
         long_output = request.max_tokens > self.layout.long_output_tokens
         if long_prompt and not long_output:
-            self._to_prefill(request)
+            self.connector.start(request)
         elif long_output and not long_prompt:
             self._send("decode", request)
         else:
             self._send("colocated", request)
 
-    def _send(self, role: str, request: Request) -> None:
-        """Route a request to an instance that will produce all its tokens."""
+    def choose(self, role: str, request: Request) -> int | None:
+        """The instance of ``role`` its router picks for ``request``, counted as sent there
+        (None: every one of them is down)."""
         router = self.routers[role]
         index = router.choose(request)
-        router.sent(index, request)
+        if index is not None:
+            router.sent(index, request)
+        return index
+
+    def place(self, role: str, request: Request) -> int | None:
+        """:meth:`choose`, for an instance that will produce the request's tokens: its
+        router gets it back when the request is done."""
+        index = self.choose(role, request)
+        if index is not None:
+            self._route_of[id(request)] = (role, index)
+        return index
+
+    def _send(self, role: str, request: Request) -> None:
+        """Route a request to an instance that will produce all its tokens."""
+        index = self.place(role, request)
+        if index is None:
+            self.lose(request, self.faults.down_cause(role))  # type: ignore[union-attr]
+            return
         instance = self.instances[role][index]
-        self._route_of[id(request)] = (role, index)
         request.prefill_instance = request.decode_instance = instance.name
         instance.submit(request)  # a data-parallel group names the rank it picks
 
-    def _to_prefill(self, request: Request) -> None:
-        router = self.routers["prefill"]
-        index = router.choose(request)
-        router.sent(index, request)
-        instance = self.instances["prefill"][index]
-        producer = Request(
-            request.request_id,
-            self.env.now,
-            request.num_prompt_tokens,
-            1,  # the proxy asks the prefill instance for one token (max_tokens=1)
-            priority=request.priority,
-            block_hashes=request.block_hashes,
-            kv_producer=True,
-        )
-        handoff = _Handoff(client=request, producer=producer, prefill_index=index)
-        self._handoffs[id(producer)] = handoff
-        self._handoffs[id(request)] = handoff
-        request.prefill_instance = instance.name
-        if self.kv_transfer.connector == "sglang":
-            # The router contacts both sides. The prefill side holds the request in its
-            # bootstrap queue until the decode side has allocated the KV (early allocation),
-            # so a prefill never holds blocks for a decode that has no room for them.
-            reason = instance.refusal(producer)
-            if reason is not None:
-                instance.reject(producer, reason)
-                return
-            handoff.prefill_done = self.env.event()
-            self._to_decode(handoff)
-        else:
-            handoff.producer_sent = True
-            instance.submit(producer)
+    # ----------------------------------------------------------------- faults
+    def keyed_instances(self) -> list[tuple[tuple[str, int], Any]]:
+        """Every instance (a data-parallel group as one) with its (role, index)."""
+        return [((role, i), instance) for role in ("colocated", "prefill", "decode")
+                for i, instance in enumerate(self.instances[role])]
 
-    def _to_decode(self, handoff: _Handoff) -> None:
-        router = self.routers["decode"]
-        client = handoff.client
-        index = router.choose(client)
-        router.sent(index, client)
-        handoff.decode_index = index
-        instance = self.instances["decode"][index]
-        self._route_of[id(client)] = ("decode", index)
-        client.decode_instance = instance.name
-        client.do_remote_prefill = True
-        instance.submit(client)
-
-    def _proxy_to_decode(self, handoff: _Handoff):
-        if self.kv_transfer.proxy_latency_s > 0:
-            yield self.env.timeout(self.kv_transfer.proxy_latency_s)
-        self._to_decode(handoff)
-
-    # --------------------------------------------------------------- handoff
-    def _pull(self, decode_index: int, client: Request, num_tokens: int) -> simpy.Event:
-        """The decode instance starts reading a prompt's KV from its prefill instance."""
-        done = self.env.event()
-        self.env.process(self._transfer(decode_index, client, num_tokens, done))
-        return done
-
-    def _transfer(self, decode_index: int, client: Request, num_tokens: int, done: simpy.Event):
-        handoff = self._handoffs[id(client)]
-        prefill = self.instances["prefill"][handoff.prefill_index]
-        decode = self.instances["decode"][decode_index]
-        if num_tokens == 0:  # nothing to read (local prefix hit): the producer may free now
-            if handoff.producer_sent:
-                prefill.release_kv(handoff.producer)
-            else:  # sglang: the prefill never started; take it back from the prefill router
-                self.routers["prefill"].returned(handoff.prefill_index, client)
-                self._handoffs.pop(id(handoff.producer), None)
-            done.succeed()
+    def fail_instance(self, key: tuple[str, int], cause: str) -> None:
+        """The instance dies now: routers stop choosing it and everything it held is lost
+        (the prompts a prefill instance was computing or keeping take their clients' attempts
+        with them, or make their pulls fail: ``cluster.connectors``)."""
+        role, index = key
+        self.routers[role].set_down(index, True)
+        lost = self.instances[role][index].fail()
+        if role == "prefill":
+            self.connector.prefill_failed(index, cause)  # type: ignore[union-attr]
             return
-        if handoff.prefill_done is not None:
-            if not handoff.producer_sent:
-                handoff.producer_sent = True
-                prefill.submit(handoff.producer)  # decode has allocated: prefill may start
-            yield handoff.prefill_done
-            if handoff.producer.status is RequestStatus.REJECTED:
-                return  # the decode side has dropped the request
-        tp = len(decode.gpus)
-        num_bytes = num_tokens * self._served[decode.name].kv_bytes_per_token(tp) * tp
-        pair = (handoff.prefill_index, decode_index)
-        extra = 0.0
-        if pair not in self._paired:
-            self._paired.add(pair)
-            extra = self.kv_transfer.handshake_s
-        yield self.flows.transfer(
-            client.request_id, list(prefill.gpus), list(decode.gpus), num_bytes, extra
-        )
-        prefill.release_kv(handoff.producer)
-        client.handoff_bytes = num_bytes
-        client.handoff_start_s = handoff.producer.finish_s
-        client.handoff_end_s = self.env.now
-        done.succeed()
+        for request in lost:
+            if self.connector is not None:
+                self.connector.client_lost(request)
+            self.lose(request, cause)
+
+    def restore_instance(self, key: tuple[str, int]) -> None:
+        """The instance is repaired: it restarts empty and its router chooses it again."""
+        role, index = key
+        instance = self.instances[role][index]
+        if isinstance(instance, DataParallelGroup):
+            instance.restart([self._fresh_scheduler[r.name]() for r in instance.ranks])
+        else:
+            instance.restart(self._fresh_scheduler[instance.name]())
+        self.routers[role].set_down(index, False)
+
+    def lose(self, request: Request, cause: str) -> None:
+        """A failure lost this attempt of ``request`` (every trace of it is gone from the
+        instances): its client sends it again after a delay, or it ends rejected."""
+        faults = self.faults
+        assert faults is not None, "requests are lost only to faults"
+        route = self._route_of.pop(id(request), None)
+        if route is not None:
+            self.routers[route[0]].returned(route[1], request)
+        tally = faults.tally(cause)
+        tally.num_lost += 1
+        client = faults.spec.client
+        now = self.env.now
+        if request.num_retries < client.max_retries:
+            tally.num_retried += 1
+            delay = client.delay_s(request.num_retries + 1)
+            request.retry(now + delay)
+            timer = self.env.timeout(delay)
+            timer.callbacks.append(lambda _event: self.submit(request))
+            return
+        tally.num_failed += 1
+        tries = f" (sent {request.num_retries + 1} times)" if request.num_retries else ""
+        request.status = RequestStatus.REJECTED
+        request.reject_reason = f"lost: {cause}{tries}"
+        request.finish_s = now
+        self.on_done(request)
 
     # ------------------------------------------------------------ completion
     def _done(self, role: str, index: int, request: Request) -> None:
         if request.kv_producer:
-            self._prefill_done(index, request)
+            self.connector.producer_done(index, request)
             return
         route = self._route_of.pop(id(request), None)
         if route is not None:
             self.routers[route[0]].returned(route[1], request)
-        handoff = self._handoffs.pop(id(request), None)
-        if handoff is not None and request.status is RequestStatus.REJECTED:
-            # rejected on the decode side: the prefill copy's blocks will never be read
-            prefill = self.instances["prefill"][handoff.prefill_index]
-            if not handoff.producer_sent:  # sglang: the prefill never started
-                self.routers["prefill"].returned(handoff.prefill_index, request)
-                self._handoffs.pop(id(handoff.producer), None)
-            elif handoff.producer.status is RequestStatus.FINISHED:
-                prefill.release_kv(handoff.producer)
+        if self.connector is not None:
+            self.connector.consumer_done(request)
         self.on_done(request)
 
-    def _prefill_done(self, index: int, producer: Request) -> None:
-        handoff = self._handoffs.pop(id(producer))
-        client = handoff.client
-        self.routers["prefill"].returned(index, client)
-        client.num_preemptions += producer.num_preemptions
-        reason = f"prefill: {producer.reject_reason}"
-        if producer.status is RequestStatus.REJECTED and handoff.decode_index is not None:
-            # sglang: the decode side already holds blocks for it; take it back there
-            handoff.prefill_done.succeed()
-            self.instances["decode"][handoff.decode_index].abort(client, reason)
-            return
-        if producer.status is RequestStatus.REJECTED:
-            self._handoffs.pop(id(client), None)
-            client.status = RequestStatus.REJECTED
-            client.reject_reason = reason
-            client.finish_s = self.env.now
-            self.on_done(client)
-            return
-        prefill = self.instances["prefill"][index]
-        if producer.request_id not in prefill.scheduler.kv_held and prefill.scheduler.offers_blocks(
-            producer
-        ):
-            # async scheduling preempted it while its only token was in flight: the token
-            # arrived but the blocks are gone, so the prompt is prefilled again
-            self._rerun_prefill(index, handoff)
-            return
-        if handoff.prefill_done is not None:
-            handoff.prefill_done.succeed()
-            return
-        self.env.process(self._proxy_to_decode(handoff))
-
-    def _rerun_prefill(self, index: int, handoff: _Handoff) -> None:
-        old = handoff.producer
-        producer = Request(old.request_id, self.env.now, old.num_prompt_tokens, 1,
-                           priority=old.priority, block_hashes=old.block_hashes, kv_producer=True)
-        handoff.producer = producer
-        self._handoffs[id(producer)] = handoff
-        self.routers["prefill"].sent(index, handoff.client)
-        self.instances["prefill"][index].submit(producer)
+    def served(self, instance_name: str) -> ModelSpec:
+        """The model as the named engine serves it (its quantization and KV dtype)."""
+        return self._served[instance_name]
 
     # ---------------------------------------------------------------- results
     def all_instances(self) -> list[Instance]:

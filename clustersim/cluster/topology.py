@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
-import yaml
 
 from clustersim.cluster.spec import ReplicatedNode
 from clustersim.cluster.topology_spec import (
@@ -49,6 +48,7 @@ from clustersim.cluster.topology_spec import (
     replicate_node,
 )
 from clustersim.errors import ConfigError, InputError
+from clustersim.inputs import load_yaml, parse_yaml
 
 GIGA = 1e9
 _PS_PER_US = 1_000_000  # latencies are summed as integer picoseconds: exact ties, stable paths
@@ -63,16 +63,9 @@ def shipped_topologies() -> list[str]:
     return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
-def _read_yaml(text: str, where: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        at = f"{where}:{mark.line + 1}" if mark is not None else where
-        problem = getattr(error, "problem", None) or str(error)
-        raise InputError(at, f"invalid YAML: {problem}") from None
+def _mapping(data: Any, where: str) -> dict[str, Any]:
     if not isinstance(data, dict):
-        raise InputError(where, "a topology must be a YAML mapping")
+        raise InputError(where, "a topology must be a YAML mapping of fields")
     return data
 
 
@@ -84,8 +77,9 @@ def load_spec(
     shipped = shipped_topologies()
     if name_or_path in shipped:
         resource = resources.files(__package__).joinpath(_SHIPPED, f"{name_or_path}.yaml")
+        where = f"{name_or_path}.yaml"
         text = resource.read_text(encoding="utf-8")
-        return parse_topology(_read_yaml(text, f"{name_or_path}.yaml"))
+        return parse_topology(_mapping(parse_yaml(text, where), where))
     path = Path(name_or_path).expanduser()
     if not path.is_absolute() and base_dir is not None:
         path = Path(base_dir) / path
@@ -95,11 +89,7 @@ def load_spec(
             f"{name_or_path!r} is neither a shipped topology ({', '.join(shipped)}) "
             "nor a topology file",
         )
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise InputError(str(path), f"cannot read topology: {error.strerror}") from None
-    return parse_topology(_read_yaml(text, str(path)))
+    return parse_topology(_mapping(load_yaml(path, "topology"), str(path)))
 
 
 _BUILT: dict[str, Topology] = {}
@@ -351,11 +341,34 @@ class Topology:
         self._gpu(dst_gpu)
         key = (src_gpu, dst_gpu)
         if key not in self._paths:
-            self._paths[key] = self._shortest(src_gpu, dst_gpu)
+            path = self._shortest(src_gpu, dst_gpu)
+            if path is None:
+                raise ConfigError("topology", f"no path from {src_gpu} to {dst_gpu}")
+            self._paths[key] = path
         return list(self._paths[key])
 
-    def _shortest(self, src: str, dst: str) -> list[tuple[str, str]]:
-        """Dijkstra on (latency ps, hops); GPUs other than ``src`` do not forward."""
+    def path_avoiding(self, src_gpu: str, dst_gpu: str,
+                      down: frozenset[tuple[str, str]]) -> list[tuple[str, str]] | None:
+        """:meth:`path` over the edges not in ``down`` (failed links); None when none is
+        left. Not cached here: a topology is shared by runs, its failures are a run's."""
+        usual = self.path(src_gpu, dst_gpu)
+        if down.isdisjoint(usual):
+            return usual  # the usual path is up: traffic stays on it
+        return self._shortest(src_gpu, dst_gpu, down)
+
+    def edges_of(self, vertex: str) -> list[tuple[str, str]]:
+        """Every directed edge into or out of ``vertex``."""
+        graph = self.graph
+        return [*graph.out_edges(vertex), *graph.in_edges(vertex)]
+
+    def node_vertices(self, node: str) -> list[str]:
+        """The GPUs, NICs and fabric hubs of server ``node``."""
+        return [v for v, attrs in self.graph.nodes(data=True) if attrs["node"] == node]
+
+    def _shortest(self, src: str, dst: str, down: frozenset[tuple[str, str]] = frozenset()
+                  ) -> list[tuple[str, str]] | None:
+        """Dijkstra on (latency ps, hops) over the edges not in ``down``; GPUs other than
+        ``src`` do not forward. None: ``dst`` cannot be reached."""
         if src == dst:
             return []
         best: dict[str, tuple[int, int]] = {src: (0, 0)}
@@ -373,13 +386,15 @@ class Topology:
             if vertex != src and self.graph.nodes[vertex]["role"] == "gpu":
                 continue
             for nxt in self.graph.successors(vertex):
+                if down and (vertex, nxt) in down:
+                    continue
                 cost = (latency + self._latency_ps[vertex, nxt], hops + 1)
                 if nxt not in done and (nxt not in best or cost < best[nxt]):
                     best[nxt] = cost
                     parent[nxt] = vertex
                     heapq.heappush(heap, (*cost, next(order), nxt))
         if dst not in done:
-            raise ConfigError("topology", f"no path from {src} to {dst}")
+            return None
         vertices = [dst]
         while vertices[-1] != src:
             vertices.append(parent[vertices[-1]])
@@ -389,6 +404,10 @@ class Topology:
     def path_view(self, src_gpu: str, dst_gpu: str) -> LinkView:
         """The path from ``src_gpu`` to ``dst_gpu`` as one link."""
         return self._view(self.path(src_gpu, dst_gpu))
+
+    def view(self, edges: list[tuple[str, str]]) -> LinkView:
+        """A list of directed edges (a path) as one link."""
+        return self._view(edges)
 
     def _view(self, edges: list[tuple[str, str]]) -> LinkView:
         if not edges:

@@ -11,10 +11,11 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator
 
 from clustersim.catalog import load_gpu
-from clustersim.cluster.spec import MAX_NUM_NODES
 from clustersim.errors import CatalogError, ConfigError
-from clustersim.validation import Strict, ValidationFailed, validate
+from clustersim.limits import MAX_GPUS_PER_NODE, MAX_NUM_NODES, Within
+from clustersim.validation import Strict, ValidationFailed, kind_union, validate
 
+NODE_REASON = "the GPUs of the largest NVLink domain sold (GB200 NVL72)"
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
 """Node and switch names become parts of vertex ids (``node0/gpu3``) and paths (``a>b``)."""
 
@@ -22,17 +23,22 @@ Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
 class LinkKind(Strict):
     """One kind of wire (NVLink port, PCIe x16, a NIC's port), referenced by its key."""
 
-    bw_gb_per_s_per_dir: PositiveFloat = Field(
+    bw_gb_per_s_per_dir: Annotated[PositiveFloat, Within(
+        low=1e-3, high=1e5, unit="GB/s", reason="from 1 MB/s, slower than any bus or network "
+        "card, to 100 TB/s, 50 times NVLink 5")] = Field(
         description="Theoretical bandwidth in each direction (GB/s = 1e9 B/s); the two "
         "directions are independent."
     )
-    efficiency: float = Field(
+    efficiency: Annotated[float, Within(
+        low=1e-3, reason="a link measured at under 0.1% of its datasheet rate is a broken "
+        "measurement")] = Field(
         gt=0.0,
         le=1.0,
         description="Achieved / theoretical for large transfers; a flow alone on the link "
         "moves bw_gb_per_s_per_dir x efficiency.",
     )
-    latency_us: NonNegativeFloat = Field(
+    latency_us: Annotated[NonNegativeFloat, Within(
+        high=1e6, unit="us", reason="a second per hop; real links take microseconds")] = Field(
         description="One-way latency one hop over this link adds to a path (microseconds)."
     )
     source: str = Field(description="Where the numbers come from.")
@@ -42,7 +48,8 @@ class GpuGroup(Strict):
     """The GPUs of one server, all of one catalog type."""
 
     type: str = Field(description="Catalog GPU id, e.g. h100-sxm.")
-    count: PositiveInt = Field(description="GPUs in the server: node0/gpu0 .. gpu{count-1}.")
+    count: Annotated[PositiveInt, Within(high=MAX_GPUS_PER_NODE, reason=NODE_REASON)] = Field(
+        description="GPUs in the server: node0/gpu0 .. gpu{count-1}.")
 
     @field_validator("type")
     @classmethod
@@ -74,15 +81,13 @@ class NvlinkBridgePairs(Strict):
     link: str = Field(description="The bridge (a key of links), e.g. nvlink4_bridge.")
 
 
-GpuFabric = Annotated[
-    NvSwitchFabric | PcieFabric | NvlinkBridgePairs, Field(discriminator="kind")
-]
+GpuFabric = kind_union(NvSwitchFabric, PcieFabric, NvlinkBridgePairs)
 
 
 class Nics(Strict):
     """The server's network cards for GPU-to-GPU traffic (GPUDirect RDMA)."""
 
-    count: PositiveInt = Field(
+    count: Annotated[PositiveInt, Within(high=MAX_GPUS_PER_NODE, reason=NODE_REASON)] = Field(
         description="NICs in the server, at most one per GPU: GPU i uses NIC "
         "i * count // num_gpus (count = GPUs: one each; 1: all GPUs share one)."
     )
@@ -107,7 +112,7 @@ class SwitchSpec(Strict):
 
     name: Name = Field(description="Unique among nodes and switches.")
     connects: list[str] = Field(
-        min_length=1,
+        min_length=1, max_length=2 * MAX_NUM_NODES,
         description="Node names (each of their NICs gets a cable of the NIC's link to this "
         "switch) or switch names (one cable of ``link``, e.g. leaf to spine).",
     )
@@ -125,9 +130,11 @@ class TopologySpec(Strict):
     links: dict[str, LinkKind] = Field(
         min_length=1, description="Link kinds by key: the wires nodes and switches refer to."
     )
-    nodes: list[NodeSpec] = Field(min_length=1, description="The servers, in placement order.")
+    nodes: list[NodeSpec] = Field(min_length=1, max_length=MAX_NUM_NODES,
+                                  description="The servers, in placement order.")
     switches: list[SwitchSpec] = Field(
-        default_factory=list, description="The network; needed when there is more than one node."
+        default_factory=list, max_length=MAX_NUM_NODES,
+        description="The network; needed when there is more than one node."
     )
 
 

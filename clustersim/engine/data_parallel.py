@@ -28,7 +28,7 @@ from clustersim.engine.decode_run import DecodeRun, extend_run, plan_decode_run,
 from clustersim.engine.instance import FIRST_CHUNK_STEPS, Instance
 from clustersim.engine.request import Request
 from clustersim.engine.run_timer import RunTimer
-from clustersim.engine.scheduler import StepPlan
+from clustersim.engine.scheduler import Scheduler, StepPlan
 from clustersim.errors import ConfigError
 
 WAITING_WEIGHT = 4
@@ -89,6 +89,8 @@ class DataParallelGroup:
         self._steps: list[DecodeRun | None] = []
         """Each rank's steps of the run in progress (None: idle)."""
         self._typical_run = float(FIRST_CHUNK_STEPS)
+        self._timer: RunTimer | None = None
+        """The lockstep run in progress."""
         self.process = None
         if price_steps is not None:
             for rank in self.ranks:
@@ -97,7 +99,7 @@ class DataParallelGroup:
                 if rank.scheduler.config.async_scheduling:
                     raise ValueError("lockstep data-parallel ranks schedule synchronously")
                 rank.waker = self._wake
-            self.process = env.process(self._run())
+            self.process = env.process(self._loop())
 
     # ----------------------------------------------------------------- intake
     def choose(self) -> int:
@@ -135,6 +137,38 @@ class DataParallelGroup:
                 return
         raise KeyError(f"{request.request_id} is not queued on {self.name}")
 
+    def remove(self, request: Request) -> None:
+        for rank in self.ranks:
+            if request.decode_instance == rank.name:
+                rank.remove(request)
+                return
+        raise KeyError(f"{request.request_id} is not queued on {self.name}")
+
+    @property
+    def failed(self) -> bool:
+        return self.ranks[0].failed
+
+    def fail(self) -> list[Request]:
+        """The server dies with all its ranks (one engine core's death takes the API server
+        down): every request of every rank is returned, lost."""
+        lost = [request for rank in self.ranks for request in rank.fail()]
+        if self._timer is not None:
+            self._timer.release()
+            self._timer = None
+        if self.process is not None and self.process.is_alive:
+            self.process.interrupt("failed")
+        self._wakeup = None
+        return lost
+
+    def restart(self, schedulers: Sequence[Scheduler]) -> None:
+        """Back, empty: every rank with a fresh scheduler, the balancer's view reset."""
+        for rank, scheduler in zip(self.ranks, schedulers, strict=True):
+            rank.restart(scheduler)
+        self._view = [[0, 0] for _ in self.ranks]
+        self._next_publish_s = 0.0
+        if self.price_steps is not None:
+            self.process = self.env.process(self._loop())
+
     @property
     def steps(self):
         return [step for rank in self.ranks for step in rank.steps]
@@ -143,6 +177,12 @@ class DataParallelGroup:
     def _wake(self) -> None:
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
+
+    def _loop(self):
+        try:
+            yield from self._run()
+        except simpy.Interrupt:
+            return
 
     def _run(self):
         """Sync scheduling across the group: every rank schedules, the step takes the slowest
@@ -169,7 +209,9 @@ class DataParallelGroup:
             if self.coalesce:
                 run = self._start_run(plans, start)
                 if run is not None:
+                    self._timer = run
                     yield run.wake
+                    self._timer = None
                     run.release()
                     self._typical_run += (run.last + 1 - self._typical_run) / 8
                     for rank in ranks:

@@ -112,6 +112,15 @@ def resolve_engine(
 
     if settings.num_gpu_blocks_override is not None:
         blocks = settings.num_gpu_blocks_override
+        kv_bytes = blocks * settings.block_size * model.kv_bytes_per_token(tp)
+        if kv_bytes > gpu.mem_capacity_bytes:
+            raise ConfigError(
+                "engine.num_gpu_blocks_override",
+                f"{blocks:,} blocks of {settings.block_size} tokens hold {kv_bytes / 1e9:,.1f} "
+                f"GB of KV cache per GPU at tensor_parallel_size {tp}, more than one "
+                f"{gpu.id}'s {gpu.mem_capacity_bytes / 1e9:,.1f} GB: vLLM could not allocate "
+                "them",
+            )
     else:
         blocks = num_gpu_blocks(
             model,

@@ -102,10 +102,12 @@ class Instance:
         """Idle in a group's run: its dummy steps logged so far."""
         self._typical_run = float(FIRST_CHUNK_STEPS)
         """Steps this engine's recent runs lasted (a moving average: the first chunk)."""
+        self.failed = False
+        """Dead (a fault): it takes no requests until it is restarted."""
+        self._run_own_loop = run
         self.process = None
         if run:
-            self.process = env.process(self._run_async() if scheduler.config.async_scheduling
-                                       else self._run_sync())
+            self.process = env.process(self._loop())
 
     # ----------------------------------------------------------------- intake
     def refusal(self, request: Request) -> str | None:
@@ -121,6 +123,8 @@ class Instance:
 
     def submit(self, request: Request) -> None:
         """A request reaches the engine now (front-end checks as vLLM's input processor)."""
+        if self.failed:
+            raise AssertionError(f"{request.request_id} sent to {self.name}, which is down")
         reason = self.refusal(request)
         if reason is not None:
             self.reject(request, reason)
@@ -132,6 +136,8 @@ class Instance:
 
     def release_kv(self, request: Request) -> None:
         """A decode instance finished reading this producer request's blocks: free them."""
+        if self.failed:
+            return  # they went with the engine
         if self._run is not None:
             self._settle()
         self.scheduler.release_kv(request)
@@ -141,19 +147,51 @@ class Instance:
         """Drop a request that is queued here (its other half failed elsewhere)."""
         if self._run is not None:
             self._settle()
-        scheduler = self.scheduler
-        members = scheduler.decoding
-        if members is not None and request in members:
-            members.leave(request)
-        if request in scheduler.kv_holding:
-            scheduler.kv_holding.remove(request)
-        elif request in scheduler.running:
-            scheduler.running.remove(request)
-        elif request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
-            scheduler.waiting.remove(request)
-        scheduler.kv.free(request)
+        self.scheduler.remove(request)
         self.reject(request, reason)
         self._wake()
+
+    def remove(self, request: Request) -> None:
+        """Take a request out without an answer: the cluster tells its client (a failure
+        elsewhere lost it)."""
+        if self._run is not None:
+            self._settle()
+        self.scheduler.remove(request)
+        self._wake()
+
+    def recompute_remote_load(self, request: Request) -> None:
+        """Reading the request's prompt KV failed: prefill it here instead."""
+        if self._run is not None:
+            self._settle()
+        self.scheduler.recompute_remote_load(request)
+        self._wake()
+
+    # ----------------------------------------------------------------- faults
+    def fail(self) -> list[Request]:
+        """The engine dies now (vLLM's EngineDeadError): the step in progress never ends,
+        the steps before it stay in the trace, and every request it held is returned, lost
+        with its KV. The engine does nothing more until :meth:`restart`."""
+        run = self._run
+        if run is not None:
+            self._settle()  # the steps that ended before now, as the step loop applied them
+            self._run = self._steps = None
+            self._dummies_logged = 0
+            if self.process is not None:
+                run.release()  # its own run (a lockstep group releases the group's)
+        if self.process is not None and self.process.is_alive:
+            self.process.interrupt("failed")
+        self.process = None
+        self.failed = True
+        return self.scheduler.drain()
+
+    def restart(self, scheduler: Scheduler) -> None:
+        """The engine is back, empty: a fresh scheduler and KV cache, its step loop anew (a
+        lockstep group restarts its own)."""
+        self.scheduler = scheduler
+        self.failed = False
+        self._wakeup = None
+        if self._run_own_loop:
+            self.process = self.env.process(self._loop())
 
     def reject(self, request: Request, reason: str) -> None:
         request.status = RequestStatus.REJECTED
@@ -214,6 +252,14 @@ class Instance:
                 yield from self._wait()  # blocks held for decode instances will come back
                 continue
             self.reject_unschedulable()
+
+    def _loop(self):
+        """The step loop, until the engine fails (:meth:`fail` interrupts it)."""
+        loop = self._run_async if self.scheduler.config.async_scheduling else self._run_sync
+        try:
+            yield from loop()
+        except simpy.Interrupt:
+            return
 
     def _run_sync(self):
         """Sync scheduling: schedule(N) -> run(N) -> update(N) -> schedule(N+1)."""

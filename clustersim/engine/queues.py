@@ -38,7 +38,8 @@ class FCFSQueue:
 
 
 class PriorityQueue:
-    """Waiting requests ordered by ``(priority, arrival_s)``; lower is served first."""
+    """Waiting requests ordered by ``(priority, arrival)``; lower is served first (a
+    retried request arrived when it was sent again)."""
 
     def __init__(self) -> None:
         self._heap: list[tuple[int, float, int, Request]] = []
@@ -46,7 +47,7 @@ class PriorityQueue:
 
     def add(self, request: Request) -> None:
         self._seq += 1
-        heapq.heappush(self._heap, (request.priority, request.arrival_s, self._seq, request))
+        heapq.heappush(self._heap, (request.priority, request.engine_arrival_s, self._seq, request))
 
     prepend = add  # vLLM pushes a preempted request back into the heap
 

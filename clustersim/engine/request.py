@@ -76,6 +76,35 @@ class Request:
     handoff_start_s: float | None = None
     handoff_end_s: float | None = None
 
+    # Faults (``cluster.faults``): the client sends a request a failure lost again.
+    num_retries: int = 0
+    """Times the client sent it again after a failure lost an attempt."""
+    attempt_arrival_s: float | None = None
+    """When the current attempt reached the cluster (None: the first attempt, at
+    ``arrival_s``); ``arrival_s`` stays the client's first arrival, which latencies start
+    from."""
+
+    @property
+    def engine_arrival_s(self) -> float:
+        """When this attempt arrived: what an engine orders requests of equal priority by."""
+        return self.arrival_s if self.attempt_arrival_s is None else self.attempt_arrival_s
+
+    def retry(self, now_s: float) -> None:
+        """The client sends it again now, from scratch: nothing of the lost attempt is kept
+        but its preemptions (every token it had streamed is discarded)."""
+        self.num_retries += 1
+        self.attempt_arrival_s = now_s
+        self.status = RequestStatus.WAITING
+        self.num_computed_tokens = self.num_output_tokens = self.num_output_placeholders = 0
+        self.stalled_preemptions = self.best_progress = 0
+        self.first_token_s = self.finish_s = self.reject_reason = None
+        self._token_times = self.token_clock = self.token_runs_before = None
+        self.token_run_first = self.token_run_last = -1
+        self.do_remote_prefill = self.kv_transfer_done = False
+        self.prefill_instance = self.decode_instance = None
+        self.handoff_bytes = 0
+        self.handoff_start_s = self.handoff_end_s = None
+
     @property
     def token_times_s(self) -> array:
         """End time of every step that produced an output token for this request (stays

@@ -60,6 +60,10 @@ class Scheduler:
         self._watermark_blocks = int(config.watermark * kv.num_gpu_blocks)
         self._token_budget = config.token_budget
         self._decode_cap = config.decode_cap
+        self._num_plans = 0
+        self._removed: dict[int, int] = {}
+        """id(request) -> plans scheduled before it was removed (:meth:`remove`): those may
+        still be in flight, and their output for it is dropped."""
 
     # ------------------------------------------------------------------ queues
     def add_request(self, request: Request) -> None:
@@ -72,14 +76,51 @@ class Scheduler:
 
     def release_kv(self, request: Request) -> None:
         """A consumer has read a finished producer request's blocks (or its hold expired)."""
-        if self.kv_held.pop(request.request_id, None) is not None:
+        if self.kv_held.get(request.request_id) is request:  # (not a later attempt's copy)
+            del self.kv_held[request.request_id]
             self.kv.free(request)
+
+    def remove(self, request: Request) -> None:
+        """Take an unfinished request out of whichever queue holds it and free its blocks
+        (it was aborted, or its other half failed). A step already planned with it (the one
+        under way, and async scheduling's next) gives it nothing when its output is
+        applied, as vLLM skips a request that was aborted while the model ran it."""
+        self._removed[id(request)] = self._num_plans
+        members = self.decoding
+        if members is not None and request in members:
+            members.leave(request)
+        if request in self.kv_holding:
+            self.kv_holding.remove(request)
+        elif request in self.running:
+            self.running.remove(request)
+        elif request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
+            self.waiting.remove(request)
+        self.kv.free(request)
+
+    def recompute_remote_load(self, request: Request) -> None:
+        """Reading a request's prompt KV failed and the policy is to recompute it (vLLM's
+        ``kv_load_failure_policy: recompute``): its blocks are freed and it waits, first in
+        line, to prefill its prompt here (a local prefix hit may still cover part of it)."""
+        self.kv_holding.remove(request)
+        self.kv.free(request)
+        request.num_computed_tokens = 0
+        request.do_remote_prefill = request.kv_transfer_done = False
+        request.status = RequestStatus.WAITING
+        self.waiting.prepend(request)
+
+    def drain(self) -> list[Request]:
+        """Every request this scheduler holds (the engine died): running, pulling, waiting,
+        then finished producers whose blocks await a reader, with up-to-date counters. The
+        queues are left as they are; the scheduler is not used again."""
+        self.sync_members()
+        return [*self.running, *self.kv_holding, *self.waiting, *self.kv_held.values()]
 
     # ---------------------------------------------------------------- schedule
     def schedule(self) -> StepPlan:
         """Decide this step's tokens per request (spec §3.1-§3.5)."""
         cfg = self.config
-        plan = StepPlan()
+        plan = StepPlan(seq=self._num_plans)
+        self._num_plans += 1
         scheduled = plan.scheduled
         kv_blocks = self.kv.req_to_blocks
         block_size = self.kv.block_size
@@ -353,7 +394,7 @@ class Scheduler:
         removed_before = 0
         while not self.kv.allocate_slots(request, num_new):
             if self.config.policy == "priority":
-                victim = max(running, key=lambda r: (r.priority, r.arrival_s))
+                victim = max(running, key=lambda r: (r.priority, r.engine_arrival_s))
             else:
                 victim = running[-1]
             if id(victim) in protected:
@@ -450,9 +491,12 @@ class Scheduler:
                 self.kv.free(request)  # in running order, before the others (§2)
                 finished.append(request)
         keep_times = self.keep_token_times
+        removed = self._removed
         for request in plan.sampled:
             if request.status is RequestStatus.FINISHED:
                 continue
+            if removed and removed.get(id(request), -1) > plan.seq:
+                continue  # removed while this step ran: its output is dropped
             if async_mode:
                 request.num_output_placeholders -= 1
             num_outputs = request.num_output_tokens + 1

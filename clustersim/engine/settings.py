@@ -6,12 +6,13 @@ Fields left unset take vLLM's defaults for the GPU (``vllm serve``, spec §5.3);
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, NonNegativeInt, PositiveInt
+from pydantic import Field
 
 from clustersim.catalog.quantization import QuantMethod
 from clustersim.catalog.specs import KvCacheDType
+from clustersim.limits import MAX_COUNT, NonNegativeTokens, NumRequests, Tokens, Within
 from clustersim.validation import Strict
 
 
@@ -21,20 +22,20 @@ class EngineSettings(Strict):
     Fields left unset take vLLM's defaults for the GPU (``vllm serve``, spec §5.3).
     """
 
-    max_num_batched_tokens: PositiveInt | None = Field(
+    max_num_batched_tokens: Tokens | None = Field(
         None, description="Token budget of one step (vLLM default depends on the GPU)."
     )
-    max_num_seqs: PositiveInt | None = Field(
+    max_num_seqs: NumRequests | None = Field(
         None, description="Most requests running at once (vLLM default depends on the GPU)."
     )
-    max_model_len: PositiveInt | None = Field(
+    max_model_len: Tokens | None = Field(
         None, description="Longest prompt + output; default the model's max_position_embeddings."
     )
-    max_num_scheduled_tokens: PositiveInt | None = Field(
+    max_num_scheduled_tokens: Tokens | None = Field(
         None, description="Tokens the scheduler may issue per step; default max_num_batched_tokens."
     )
     enable_chunked_prefill: bool = Field(True, description="Split prompts across steps.")
-    long_prefill_token_threshold: NonNegativeInt = Field(
+    long_prefill_token_threshold: NonNegativeTokens = Field(
         0, description="Cap on one request's prompt chunk per step; 0 = off."
     )
     long_prefill_token_threshold_adaptive: bool = Field(
@@ -55,8 +56,11 @@ class EngineSettings(Strict):
     gpu_memory_utilization: float = Field(
         0.92, gt=0.0, le=1.0, description="Share of GPU memory vLLM may use (v0.33: 0.92)."
     )
-    num_gpu_blocks_override: int | None = Field(
-        None, ge=2, description="Use exactly this many KV blocks (block 0 is reserved)."
+    num_gpu_blocks_override: Annotated[int, Within(
+        low=2, high=MAX_COUNT, reason="block 0 is reserved, and vLLM counts blocks in int32; "
+        "the blocks must also fit the GPU's memory")] | None = Field(
+        None, description="Use exactly this many KV blocks (block 0 is reserved); they must "
+        "fit the GPU's memory."
     )
     async_scheduling: bool = Field(
         False, description="Schedule step N+1 while step N runs (vLLM v0.33 default on)."
@@ -73,7 +77,7 @@ class EngineSettings(Strict):
         description="Share of each step's budget decodes may not take before prompt chunks "
         "have had their turn (anti-starvation).",
     )
-    decode_reserve_tokens: NonNegativeInt = Field(
+    decode_reserve_tokens: NonNegativeTokens = Field(
         1, description="balanced: decode tokens served before prompt chunks."
     )
     quantization: QuantMethod | None = Field(

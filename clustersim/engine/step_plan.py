@@ -46,6 +46,8 @@ class StepPlan:
     num_bulk: int = 0
     """Decode-set members (the first running requests) each decoding one token; they come
     first in scheduling order and sample."""
+    seq: int = 0
+    """The scheduler's count of plans before this one (orders it against removals)."""
 
     @property
     def is_empty(self) -> bool:

@@ -83,6 +83,16 @@ def within(table: RequestTable, metric: str, limit: float) -> np.ndarray:
     return table.finished & ~(values > limit)  # NaN > limit is False
 
 
+def good_mask(table: RequestTable, slo: SLO) -> np.ndarray:
+    """Per request: finished and within every limit the SLO sets (joint)."""
+    good = table.finished.copy()
+    for metric in LIMITS:
+        limit = getattr(slo, metric)
+        if limit is not None:
+            good &= within(table, metric, limit)
+    return good
+
+
 def slo_verdict(table: RequestTable, slo: SLO) -> SloVerdict:
     n = len(table)
     limits = {k: getattr(slo, k) for k in LIMITS if getattr(slo, k) is not None}

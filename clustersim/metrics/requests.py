@@ -340,6 +340,8 @@ class RequestTable:
     itl_p99_s: np.ndarray
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
+    retries: np.ndarray | None = None
+    """Times each request was sent again after a failure lost it (None: none ever was)."""
 
     @classmethod
     def of(cls, requests: list[Request], with_itl: bool = True) -> RequestTable:
@@ -351,9 +353,14 @@ class RequestTable:
         ttft, tpot, e2e, itl = (np.full(n, nan) for _ in range(4))
         prompt = np.empty(n, dtype=np.int64)
         output = np.zeros(n, dtype=np.int64)
+        retries = None
         for i, r in enumerate(requests):
             arrival[i] = r.arrival_s
             prompt[i] = r.num_prompt_tokens
+            if r.num_retries:
+                if retries is None:
+                    retries = np.zeros(n, dtype=np.int64)
+                retries[i] = r.num_retries
             m = request_metrics(r, with_itl)
             if m.ttft_s is None:
                 continue
@@ -364,10 +371,17 @@ class RequestTable:
                 tpot[i] = m.tpot_s
             if m.itl_p99_s is not None:
                 itl[i] = m.itl_p99_s
-        return cls(arrival, finished, ttft, tpot, e2e, itl, prompt, output)
+        return cls(arrival, finished, ttft, tpot, e2e, itl, prompt, output, retries)
 
     def __len__(self) -> int:
         return len(self.arrival_s)
+
+    def where(self, mask: np.ndarray) -> RequestTable:
+        """The rows where ``mask`` holds."""
+        return RequestTable(self.arrival_s[mask], self.finished[mask], self.ttft_s[mask],
+                            self.tpot_s[mask], self.e2e_s[mask], self.itl_p99_s[mask],
+                            self.prompt_tokens[mask], self.output_tokens[mask],
+                            None if self.retries is None else self.retries[mask])
 
     def column(self, metric: str) -> np.ndarray:
         """``ttft_s``, ``tpot_s``, ``e2e_s`` or ``itl_s`` (each request's p99 ITL)."""

@@ -12,14 +12,18 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from clustersim.cluster.spec import topology_label
 from clustersim.engine.request import RequestStatus
-from clustersim.metrics.goodput import SloVerdict, slo_verdict
+from clustersim.metrics.goodput import SloVerdict, good_mask, slo_verdict
 from clustersim.metrics.requests import Distribution, RequestTable, pooled_gaps
+from clustersim.metrics.timeline import Window, slo_timeline
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from clustersim.cluster.faults import FaultLog
     from clustersim.cluster.system import InstanceInfo
     from clustersim.engine.request import Request
     from clustersim.engine.steplog import StepRecord, StepTotals
@@ -34,6 +38,80 @@ DEFINITIONS = (
     "arrival (first arrival to last finish when they coincide); utilization and KV usage over "
     "first arrival to end of the last step; per GPU = over every GPU of the layout."
 )
+
+
+FAULT_DEFINITIONS = (
+    " Faults: a request a failure lost is sent again by its client (a new attempt from "
+    "scratch) while it has retries left; it is judged on its final attempt, its TTFT and E2E "
+    "from its first arrival; a lost request with no retry left is rejected and misses. "
+    "lost = attempts lost (one request may lose several); retried requests = those sent more "
+    "than once; failed = requests rejected because of a failure; before/after = requests "
+    "whose first arrival is before / at or after the first failure; timeline windows group "
+    "requests by first arrival."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FaultImpact:
+    """What one failure did (``cluster.faults.FaultTally``)."""
+
+    fault: str
+    at_s: float
+    repair_s: float | None
+    num_lost: int
+    num_retried: int
+    num_failed: int
+    num_kv_load_failures: int
+    num_recomputed: int
+
+
+@dataclass(frozen=True)
+class FaultSummary:
+    """A run's failures and the requests they cost, the SLO before and after the first one,
+    and attainment/TTFT/TPOT over time windows."""
+
+    faults: tuple[FaultImpact, ...]
+    num_lost: int
+    """Attempts lost to failures (a request lost twice counts twice)."""
+    num_retried_requests: int
+    """Requests their clients sent more than once."""
+    num_retries: int
+    """Attempts sent again, all requests together."""
+    num_failed: int
+    """Requests rejected because of a failure."""
+    num_kv_load_failures: int
+    num_recomputed: int
+    num_rerouted: int
+    """KV sub-flows a failed link moved to another path."""
+    first_fault_s: float | None
+    num_requests_before: int
+    attainment_before: float | None
+    """Joint attainment of the requests that first arrived before the first failure."""
+    after: SloVerdict | None
+    """The SLO verdict of the requests that first arrived at or after the first failure."""
+    timeline: tuple[Window, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        after = self.after
+        return {
+            "num_lost": self.num_lost,
+            "num_retried_requests": self.num_retried_requests,
+            "num_retries": self.num_retries,
+            "num_failed": self.num_failed,
+            "num_kv_load_failures": self.num_kv_load_failures,
+            "num_recomputed": self.num_recomputed,
+            "num_rerouted": self.num_rerouted,
+            "first_fault_s": self.first_fault_s,
+            "before_first_fault": {"num_requests": self.num_requests_before,
+                                   "attainment": self.attainment_before},
+            "after_first_fault": None if after is None else {
+                "num_requests": after.num_requests, "attainment": after.attainment,
+                "attainment_ci95": (None if after.attainment_interval is None
+                                    else list(after.attainment_interval)),
+                "meets": after.meets},
+            "by_fault": [asdict(f) for f in self.faults],
+            "timeline": [w.to_json() for w in self.timeline],
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +167,8 @@ class RunSummary:
     link_utilization: dict[str, float] = field(default_factory=dict)
     """The ten busiest links, busiest first."""
     num_transfers: int = 0
+    faults: FaultSummary | None = None
+    """Set when the scenario injects failures."""
 
     @property
     def gpus_by_type(self) -> dict[str, int]:
@@ -141,7 +221,9 @@ class RunSummary:
         if self.link_utilization:
             out["link_utilization"] = self.link_utilization
             out["num_transfers"] = self.num_transfers
-        out["definitions"] = DEFINITIONS
+        if self.faults is not None:
+            out["faults"] = self.faults.to_json()
+        out["definitions"] = DEFINITIONS + (FAULT_DEFINITIONS if self.faults is not None else "")
         return out
 
 
@@ -163,6 +245,7 @@ def summarize_run(result: RunResult) -> RunSummary:
         topology=topology_label(scenario.topology),
         link_utilization=dict(busiest[:10]),
         num_transfers=len(result.transfers),
+        faults=result.faults,
     )
 
 
@@ -173,6 +256,7 @@ def summarize(
     slo: SLO | None = None,
     *,
     totals: Mapping[str, StepTotals] | None = None,
+    faults: FaultLog | None = None,
     **identity: Any,
 ) -> RunSummary:
     """The figures of a run's requests and engine trace; ``identity`` fills the scenario
@@ -181,7 +265,7 @@ def summarize(
     The engine trace is read as per-instance :class:`StepTotals`: ``totals`` when the run
     accumulated them, else summed from ``steps`` (the same numbers either way). Token gaps
     are read from each request's kept token times or from its engine's step clock
-    (``metrics.requests.pooled_gaps``)."""
+    (``metrics.requests.pooled_gaps``). ``faults``: the run's failures, when it had any."""
     from clustersim.engine.steplog import StepTotals
 
     with_itl = slo is not None and slo.itl_s is not None  # only an ITL limit reads it
@@ -244,6 +328,39 @@ def summarize(
         slo=slo_verdict(table, slo) if slo is not None else None,
         link_utilization=identity.get("link_utilization", {}),
         num_transfers=identity.get("num_transfers", 0),
+        faults=None if faults is None else fault_summary(faults, requests, table, slo),
+    )
+
+
+def fault_summary(log: FaultLog, requests: list[Request], table: RequestTable,
+                  slo: SLO | None) -> FaultSummary:
+    """What a run's failures cost (see ``FAULT_DEFINITIONS``)."""
+    impacts = tuple(FaultImpact(t.label, t.at_s, t.repair_s, t.num_lost, t.num_retried,
+                                t.num_failed, t.num_kv_load_failures, t.num_recomputed)
+                    for t in sorted(log.tallies.values(), key=lambda t: t.at_s))
+    first = min((t.at_s for t in impacts), default=None)
+    before = table.arrival_s < first if first is not None else np.ones(len(table), bool)
+    num_before = int(before.sum())
+    attainment_before = None
+    if slo is not None and num_before:
+        attainment_before = float(good_mask(table, slo)[before].sum()) / num_before
+    after = None
+    if slo is not None and first is not None and num_before < len(table):
+        after = slo_verdict(table.where(~before), slo)
+    return FaultSummary(
+        faults=impacts,
+        num_lost=sum(t.num_lost for t in impacts),
+        num_retried_requests=sum(1 for r in requests if r.num_retries),
+        num_retries=sum(r.num_retries for r in requests),
+        num_failed=sum(t.num_failed for t in impacts),
+        num_kv_load_failures=sum(t.num_kv_load_failures for t in impacts),
+        num_recomputed=sum(t.num_recomputed for t in impacts),
+        num_rerouted=log.num_rerouted,
+        first_fault_s=first,
+        num_requests_before=num_before,
+        attainment_before=attainment_before,
+        after=after,
+        timeline=slo_timeline(table, slo),
     )
 
 

@@ -20,7 +20,7 @@ from clustersim.workload.spec import (
 )
 
 if TYPE_CHECKING:
-    from clustersim.plan.result import CandidateResult, PlanResult
+    from clustersim.plan.result import CandidateResult, LossCheck, NPlusOne, PlanResult
     from clustersim.plan.screen import TrafficStats
 
 STATUS_ORDER = {"simulated": 0, "infeasible": 1, "screened": 2, "pruned": 3}
@@ -135,6 +135,8 @@ def explain(result: PlanResult, slo: SLO) -> str:
             ru = result.runner_up
             text += (f" Best {ru.candidate.layout} alternative: {ru.candidate.label()}, "
                      f"{_goodput_text(ru)}.")
+        if result.n_plus_one is not None:
+            text += " " + n_plus_one_sentence(result.n_plus_one)
         if result.split_verdict is not None:
             v = result.split_verdict
             keep = ("keep the split" if v.keep_split else "stay colocated")
@@ -229,3 +231,52 @@ def bench_command(rec: CandidateResult | None, model: ModelSpec, scenario: Scena
     args += [f"--num-prompts {num}", f"--goodput {' '.join(goodput)}" if goodput else "",
              "--percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90,99"]
     return " ".join(a for a in args if a)
+
+
+# ---------------------------------------------------------------------- N+1
+def _lost(check: LossCheck) -> str:
+    gpus = ", ".join(f"{n} {gpu}" for gpu, n in check.gpus.items())
+    return f"{check.lost} ({gpus})"
+
+
+def loss_line(check: LossCheck, target: float) -> str:
+    """One loss: what failed when, the SLO over the run and after it, and a spare's price."""
+    def share(x: float | None) -> str:
+        return "-" if x is None else f"{x:.1%}"
+
+    verdict = "holds" if check.holds else "FAILS"
+    spare = "node" if check.kind == "node" else "instance"
+    cost = ""
+    if check.spare_cost_per_hour is not None:
+        cost = f"; a spare {spare} costs ${check.spare_cost_per_hour:,.2f}/h"
+        if check.spare_cost_per_million_output_tokens is not None:
+            cost += (f", +${check.spare_cost_per_million_output_tokens:,.3f} per 1M output "
+                     "tokens")
+    return (f"lose {_lost(check)} at {check.at_s:g} s: attainment {share(check.attainment)} "
+            f"over the run, {share(check.attainment_after)} from the failure on (target "
+            f"{target:.0%}): {verdict}; {check.num_lost} attempts lost, "
+            f"{check.num_retried_requests} requests retried, {check.num_failed} failed{cost}")
+
+
+def n_plus_one_sentence(n1: NPlusOne) -> str:
+    """The N+1 verdict in one sentence, for the answer paragraph."""
+    parts = []
+    for check in (n1.instance, n1.node):
+        if check is None:
+            continue
+        verb = "still meets" if check.holds else "misses"
+        parts.append(f"losing {check.lost} it {verb} the SLO (attainment "
+                     f"{'-' if check.attainment_after is None else f'{check.attainment_after:.1%}'}"
+                     " after the failure)")
+    if not parts:
+        return "N+1 could not be checked (" + "; ".join(n1.notes) + ")."
+    headroom = "has N+1 headroom" if n1.holds else "has no N+1 headroom"
+    text = (f"At {n1.rate_per_s:,.2f} req/s ({n1.rate_basis}) the recommendation {headroom}: "
+            + "; ".join(parts))
+    spares = [c for c in (n1.instance, n1.node) if c is not None and not c.holds
+              and c.spare_cost_per_hour is not None]
+    if spares:
+        text += "; a spare " + " or ".join(
+            f"{'node' if c.kind == 'node' else 'instance'} costs ${c.spare_cost_per_hour:,.2f}/h"
+            for c in spares)
+    return text + "."

@@ -21,16 +21,25 @@ import numpy as np
 
 from clustersim.catalog import default_prices, load_gpu, load_model
 from clustersim.catalog.specs import ModelSpec
+from clustersim.cluster.faults_spec import ClientRetries
 from clustersim.errors import ConfigError
 from clustersim.metrics import RunSummary
 from clustersim.metrics.goodput import cost_per_million_tokens
 from clustersim.plan import answer as answers
+from clustersim.plan import n_plus_one
 from clustersim.plan.bisect import RateSearch, mean_interval
 from clustersim.plan.compare import split_verdict
 from clustersim.plan.estimate import Screen, Screened
 from clustersim.plan.executors import Executor
 from clustersim.plan.fleet import NodeTemplate, fleet_for, node_templates
-from clustersim.plan.result import CandidateResult, Goodput, PlanResult, Probe, SplitVerdict
+from clustersim.plan.result import (
+    CandidateResult,
+    Goodput,
+    NPlusOne,
+    PlanResult,
+    Probe,
+    SplitVerdict,
+)
 from clustersim.plan.space import Candidate, baseline, families, fill_budget, variant
 from clustersim.plan.spec import PlanSpec
 from clustersim.scenario import SLO, Scenario
@@ -55,7 +64,9 @@ class Planner:
     """One plan: built from a scenario with a ``plan:`` section, run with :meth:`run`."""
 
     def __init__(self, scenario: Scenario, executor: Executor,
-                 progress: Progress | None = None) -> None:
+                 progress: Progress | None = None, n_plus_one: bool = True) -> None:
+        """``n_plus_one``: check the recommendation with one instance and one node lost
+        (``plan.n_plus_one``; a few more simulations)."""
         if scenario.plan is None:
             raise ConfigError("plan", "the scenario has no plan: section (objective, budget, "
                               "choices); see README 'Planning'")
@@ -88,6 +99,7 @@ class Planner:
         self.traffic = self.screen.traffic
         self.num_simulations = 0
         self.num_simulated_requests = 0
+        self.check_n_plus_one = n_plus_one
 
     # ------------------------------------------------------------- inputs
     def _traffic_sample(self) -> tuple[np.ndarray, np.ndarray, float]:
@@ -264,6 +276,7 @@ class Planner:
         return scenario.model_copy(update={
             "seed": base.seed + seed_index,
             "workload": self._probe_workload(rate_per_s),
+            "faults": None,  # a plan sizes the healthy deployment; N+1 injects its own
         })
 
     def full_run(self, candidate: Candidate, rate_per_s: float, seed_index: int = 0):
@@ -459,6 +472,9 @@ class Planner:
                     for gpu, (v, src) in sorted(self.prices.items())
                     if any(gpu in r.candidate.gpus_by_type for r in ledger)},
         )
+        n_plus_one = (self._n_plus_one(recommended)
+                      if recommended is not None and self.check_n_plus_one else None)
+        result = replace(result, n_plus_one=n_plus_one)
         return replace(
             result,
             num_simulations=self.num_simulations,
@@ -468,6 +484,43 @@ class Planner:
             bench_command=answers.bench_command(recommended, self.model, self.scenario,
                                                 self.traffic),
         )
+
+    def _n_plus_one(self, rec: CandidateResult) -> NPlusOne | None:
+        """The recommendation at its operating rate, losing each role's first instance, and
+        the busiest node, a third into the run for the rest of it. The operating rate is the
+        plan's target, else the scenario's own traffic, at most the goodput (at goodput itself
+        any loss breaks the SLO: the deployment is sized to the edge of it)."""
+        at = rec.at_goodput
+        if at is None or rec.at_goodput_rate_per_s is None:
+            return None
+        goodput = rec.at_goodput_rate_per_s
+        if self.plan.target_rate_per_s is not None:
+            rate, basis = self.plan.target_rate_per_s, "the target rate"
+        else:
+            rate, basis = self.base_rate, "the scenario's own traffic"
+        if rate > goodput:
+            rate, basis = goodput, "goodput (the operating rate is above it)"
+        base = self._job(rec.candidate, at.seed - self.scenario.seed, rate)
+        targets, notes = n_plus_one.targets(base, self.model)
+        at_s = n_plus_one.fault_time(base, at.window_s)
+        own = self.scenario.faults
+        client = own.client if own is not None else ClientRetries()
+        jobs = [base.model_copy(update={"faults": n_plus_one.faults_for(t, at_s, client)})
+                for t in targets]
+        outcomes = self._run_jobs("N+1: one instance or node lost", jobs)
+        prices = {gpu: price for gpu, (price, _) in self.prices.items()}
+        tokens = at.throughput.output_tokens_per_s or 0.0
+        checks = []
+        for target, outcome in zip(targets, outcomes, strict=True):
+            if isinstance(outcome, str):
+                notes.append(f"losing {target.name}: {outcome}")
+                continue
+            checks.append(n_plus_one.read_check(target, at_s, outcome, prices, tokens))
+        return NPlusOne(
+            candidate=rec.id, rate_per_s=rate, rate_basis=basis, max_retries=client.max_retries,
+            instance=n_plus_one.worst([c for c in checks if c.kind == "instance"]),
+            node=n_plus_one.worst([c for c in checks if c.kind == "node"]),
+            tried=tuple(checks), notes=tuple(notes))
 
     def _qualifies(self, result: CandidateResult | None) -> bool:
         """Meets the objective's requirement: some goodput, and the target rate if set."""

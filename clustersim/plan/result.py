@@ -135,6 +135,88 @@ class SplitVerdict:
 
 
 @dataclass(frozen=True)
+class LossCheck:
+    """The recommendation at its goodput rate with one instance or one node lost mid-run,
+    for the rest of the run (``plan.n_plus_one``)."""
+
+    kind: str
+    """instance or node."""
+    lost: str
+    """The instance (decode-0) or node (node0) that fails."""
+    gpus: dict[str, int]
+    """The GPUs it takes down, by type."""
+    at_s: float
+    attainment: float | None
+    """Joint attainment over the whole run (the lost requests count)."""
+    attainment_after: float | None
+    """Joint attainment of the requests that first arrived at or after the failure."""
+    meets: bool
+    """The SLO verdict (its criterion) over the whole run."""
+    meets_after: bool
+    """The same over the requests from the failure on."""
+    num_lost: int
+    num_retried_requests: int
+    num_failed: int
+    spare_cost_per_hour: float | None
+    """What one more of what was lost costs (its GPUs at the plan's prices)."""
+    spare_cost_per_million_output_tokens: float | None
+    """That spare's cost per 1M output tokens of the recommendation at goodput."""
+    summary: RunSummary | None = None
+    """The run (its ``faults`` hold the timeline the report draws); not in ``to_json``."""
+
+    @property
+    def holds(self) -> bool:
+        return self.meets and self.meets_after
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(self.gpus.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "lost": self.lost, "gpus": self.gpus, "at_s": self.at_s,
+                "attainment": self.attainment, "attainment_after": self.attainment_after,
+                "meets": self.meets, "meets_after": self.meets_after, "holds": self.holds,
+                "num_lost": self.num_lost, "num_retried_requests": self.num_retried_requests,
+                "num_failed": self.num_failed,
+                "spare_cost_per_hour": self.spare_cost_per_hour,
+                "spare_cost_per_million_output_tokens":
+                    self.spare_cost_per_million_output_tokens}
+
+
+@dataclass(frozen=True)
+class NPlusOne:
+    """Whether the recommendation keeps its SLO when it loses one instance or one node."""
+
+    candidate: str
+    rate_per_s: float
+    """The offered rate of the checks: the operating point, at most goodput."""
+    rate_basis: str
+    """Where that rate comes from: the target rate, the scenario's own traffic, or goodput."""
+    max_retries: int
+    """How many times clients retry a lost request in these runs."""
+    instance: LossCheck | None
+    """The worst instance to lose (each role's first instance is tried)."""
+    node: LossCheck | None
+    """The node whose loss takes down the most instances."""
+    tried: tuple[LossCheck, ...] = ()
+    """Every loss simulated, the worst ones included."""
+    notes: tuple[str, ...] = ()
+    """Checks that could not run, and why."""
+
+    @property
+    def holds(self) -> bool:
+        return all(c.holds for c in (self.instance, self.node) if c is not None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"candidate": self.candidate, "rate_per_s": self.rate_per_s,
+                "rate_basis": self.rate_basis,
+                "max_retries": self.max_retries, "holds": self.holds,
+                "instance": None if self.instance is None else self.instance.to_json(),
+                "node": None if self.node is None else self.node.to_json(),
+                "tried": [c.to_json() for c in self.tried], "notes": list(self.notes)}
+
+
+@dataclass(frozen=True)
 class PlanResult:
     scenario: str
     objective: str
@@ -161,6 +243,9 @@ class PlanResult:
     """The requests those simulations served, all together."""
     prices: dict[str, dict[str, Any]] = field(default_factory=dict)
     """GPU id -> {usd_per_gpu_hour, source} as used."""
+    n_plus_one: NPlusOne | None = None
+    """The recommendation with one instance and one node lost (None: no recommendation, or
+    the check was not asked for)."""
 
     def by_id(self, candidate_id: str) -> CandidateResult:
         return next(c for c in self.candidates if c.id == candidate_id)
@@ -188,6 +273,7 @@ class PlanResult:
             "serve_commands": list(self.serve_commands),
             "bench_command": self.bench_command,
             "prices": self.prices,
+            "n_plus_one": None if self.n_plus_one is None else self.n_plus_one.to_json(),
             "candidates": [c.to_json() for c in self.candidates],
         }
 

@@ -8,7 +8,7 @@ can be as short as ``plan: {gpu_budget: 8}``.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     Field,
@@ -21,6 +21,16 @@ from pydantic import (
 
 from clustersim.catalog.quantization import QuantMethod
 from clustersim.catalog.specs import KvCacheDType
+from clustersim.limits import (
+    GPUS_REASON,
+    MAX_CHOICES,
+    MAX_NUM_GPUS,
+    Rate,
+    Seconds,
+    TensorParallelSize,
+    Tokens,
+    Within,
+)
 from clustersim.validation import Strict
 
 LayoutKind = Literal["colocated", "disaggregated", "three_pool"]
@@ -31,13 +41,16 @@ class PoolChoices(Strict):
     """The choices for one pool role; each left out takes the scenario's own value."""
 
     gpus: list[str] | None = Field(
-        None, min_length=1, description="Catalog GPU ids to try; default the scenario's gpu."
+        None, min_length=1, max_length=MAX_CHOICES,
+        description="Catalog GPU ids to try; default the scenario's gpu."
     )
-    tensor_parallel_sizes: list[PositiveInt] | None = Field(
-        None, min_length=1, description="Tensor-parallel sizes to try; default the scenario's."
+    tensor_parallel_sizes: list[TensorParallelSize] | None = Field(
+        None, min_length=1, max_length=MAX_CHOICES,
+        description="Tensor-parallel sizes to try; default the scenario's."
     )
-    instances: list[PositiveInt] | None = Field(
-        None, min_length=1,
+    instances: list[Annotated[PositiveInt, Within(
+        high=MAX_NUM_GPUS, reason=GPUS_REASON)]] | None = Field(
+        None, min_length=1, max_length=MAX_CHOICES,
         description="Instance counts to try; default: sized from the GPU budget (max_goodput_"
         "per_gpu) or from the analytic screen's estimate for the target rate (min_gpus, "
         "min_cost).",
@@ -73,7 +86,9 @@ class SearchSettings(Strict):
         description="A count-bounded workload (num_requests) is lengthened to at least this "
         "many requests per simulation: attainment over a few hundred requests is noise.",
     )
-    min_duration_s: NonNegativeFloat = Field(
+    min_duration_s: Annotated[NonNegativeFloat, Within(
+        high=3600.0, unit="s", reason="a queue that grows under overload shows within minutes, "
+        "and every probe simulates this long")] = Field(
         60.0, description="... and to at least this long at the probed rate, so that a queue "
         "that grows under overload has time to show (a short burst drains before it hurts). "
         "Trace replays and duration-bounded workloads keep their own span.",
@@ -92,12 +107,12 @@ class PlanSpec(Strict):
     gpu_budget: PositiveInt | None = Field(
         None, le=4096, description="Most GPUs a deployment may use (all pools, every TP rank)."
     )
-    target_rate_per_s: PositiveFloat | None = Field(
+    target_rate_per_s: Rate | None = Field(
         None, description="Requests per second the deployment must serve within the SLO "
         "(required by min_gpus and min_cost; with max_goodput_per_gpu, reported as headroom)."
     )
     layouts: list[LayoutKind] = Field(
-        ["colocated", "disaggregated"], min_length=1,
+        ["colocated", "disaggregated"], min_length=1, max_length=3,
         description="Layout kinds to consider. three_pool (golden S6): prefill-heavy requests "
         "take a prefill -> decode split, decode-heavy ones a decode pool, the rest a colocated "
         "pool, split by the layout's long_prompt_tokens / long_output_tokens (a scenario "
@@ -109,12 +124,13 @@ class PlanSpec(Strict):
                                  description="Choices for prefill pools.")
     decode: PoolChoices = Field(default_factory=PoolChoices,
                                 description="Choices for decode pools.")
-    max_num_batched_tokens: list[PositiveInt] | None = Field(
-        None, min_length=1,
+    max_num_batched_tokens: list[Tokens] | None = Field(
+        None, min_length=1, max_length=MAX_CHOICES,
         description="Step budgets to try; default the scenario's engine value (or vLLM's).",
     )
     enable_chunked_prefill: list[bool] | None = Field(
-        None, min_length=1, description="Chunked prefill on and/or off; default the scenario's."
+        None, min_length=1, max_length=2,
+        description="Chunked prefill on and/or off; default the scenario's."
     )
     quantization: list[QuantMethod | None] | None = Field(
         None, min_length=1,
@@ -137,7 +153,7 @@ class PlanSpec(Strict):
         description="$ per GPU-hour by GPU id; default the snapshots in the catalog's "
         "prices.yaml (each names its source and date; prices move, set your own).",
     )
-    handoff_budget_s: NonNegativeFloat = Field(
+    handoff_budget_s: Seconds = Field(
         0.010, description="Largest acceptable p95 KV handoff (golden S7's keep-or-reject)."
     )
     search: SearchSettings = Field(default_factory=SearchSettings)

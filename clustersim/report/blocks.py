@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from clustersim.metrics.run import DEFINITIONS
+from clustersim.metrics.run import DEFINITIONS, FAULT_DEFINITIONS
 from clustersim.report import fmt
 from clustersim.report.document import Bullets, Pre, Span, Table, Text
 
@@ -167,5 +167,43 @@ def definitions() -> list[Text | Bullets]:
             "GPUs",
             "cost per 1M output tokens = GPUs x price per GPU-hour / output tokens per hour x "
             "1e6, at the run at goodput; prices are inputs, listed with their sources",
+            "N+1 = the recommendation at its operating rate (the plan's target, else the "
+            "scenario's own traffic, at most goodput) and the seed of its run at goodput, an "
+            "instance or a node lost a third of the way into the arrivals for the rest of the "
+            "run; it "
+            "holds when the SLO is met over the whole run and over the requests that arrived "
+            "from the failure on; a spare's cost per 1M output tokens is over the "
+            "recommendation's output at goodput",
         ),
+        Text.of("And for runs with failures (", Span("FAULT_DEFINITIONS", "code"), "):"),
+        Bullets.of(*(part.strip() for part in FAULT_DEFINITIONS.split(";"))),
     ]
+
+
+def fault_blocks(summary: RunSummary) -> list[Text | Table]:
+    """What a run's failures cost: one row per failure, the totals, the SLO around them."""
+    f = summary.faults
+    assert f is not None
+    rows = tuple(
+        (i.fault, _seconds(i.repair_s), str(i.num_lost), str(i.num_retried), str(i.num_failed),
+         str(i.num_kv_load_failures), str(i.num_recomputed)) for i in f.faults)
+    table = Table(("failure", "back at (s)", "attempts lost", "retried", "failed",
+                   "KV loads failed", "recomputed"), rows, "lrrrrrr")
+    parts = [f"{f.num_lost:,} attempts lost, {f.num_retried_requests:,} requests retried "
+             f"({f.num_retries:,} retries), {f.num_failed:,} requests failed (rejected because "
+             f"of a failure); {f.num_kv_load_failures:,} KV loads failed, {f.num_recomputed:,} "
+             f"of them recomputed on the decode side; {f.num_rerouted:,} KV flows moved to "
+             "another path."]
+    if summary.slo is not None and f.first_fault_s is not None:
+        after = f.after
+        parts.append(
+            f" SLO attainment of the {f.num_requests_before:,} requests that arrived before "
+            f"the first failure: {fmt.share(f.attainment_before)}; of the "
+            f"{0 if after is None else after.num_requests:,} that arrived from it on: "
+            f"{fmt.share(None if after is None else after.attainment)} (the whole run: "
+            f"{fmt.share(summary.slo.attainment)}).")
+    return [Text.of(*parts), table]
+
+
+def _seconds(seconds: float | None) -> str:
+    return fmt.DASH if seconds is None else f"{seconds:g}"

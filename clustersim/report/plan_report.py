@@ -148,6 +148,48 @@ def recommendation(result: PlanResult) -> list[Block]:
     return out
 
 
+N1_HEADER = ("lost", "GPUs", "at (s)", "attainment over the run",
+             "attainment from the failure on", "verdict", "attempts lost", "requests retried",
+             "requests failed", "a spare $/h", "a spare $/1M output tokens")
+
+
+def n_plus_one(result: PlanResult, slo) -> list[Block]:
+    """The recommendation with one instance and one node lost: the checks, the verdict, and
+    the SLO over time of the worst loss."""
+    n1 = result.n_plus_one
+    assert n1 is not None
+    worst = [c for c in (n1.instance, n1.node) if c is not None]
+    several = sum(c.kind == "instance" for c in n1.tried) > 1
+    rows = tuple(
+        (f"{c.kind} {c.lost}" + (" (worst)" if several and c is n1.instance else ""),
+         ", ".join(f"{n} x {gpu}" for gpu, n in c.gpus.items()), f"{c.at_s:g}",
+         fmt.share(c.attainment), fmt.share(c.attainment_after),
+         "holds" if c.holds else "fails", str(c.num_lost), str(c.num_retried_requests),
+         str(c.num_failed), fmt.dollars_per_hour(c.spare_cost_per_hour),
+         fmt.dollars_per_million(c.spare_cost_per_million_output_tokens))
+        for c in n1.tried)
+    verdict = ("holds its SLO" if n1.holds else "does not hold its SLO")
+    out: list[Block] = [
+        Text.of(f"The recommendation at {fmt.rate(n1.rate_per_s)} req/s ({n1.rate_basis}; the "
+                "seed of its run at goodput), with one part lost a third of the way into the "
+                "arrivals for the rest of the run, its clients retrying each lost request up "
+                f"to {n1.max_retries} times: it {verdict} with N+1. Each role's first instance "
+                "is lost in turn (the worst counts), and the node whose loss takes down the "
+                "most instances. A spare is one more of what was lost, at the plan's prices; "
+                "per 1M output tokens it is that spare's cost over the recommendation's "
+                "output at goodput."),
+        Table(N1_HEADER, rows, "llrrrlrrrrr"),
+    ]
+    out += [Text.of(note) for note in n1.notes]
+    for check in worst:
+        if check.summary is not None:
+            figure = run_figures.slo_over_time(f"losing {check.lost}", check.summary, slo,
+                                               name=f"n-plus-one-{check.kind}")
+            if figure is not None:
+                out.append(figure)
+    return out
+
+
 def _slo_terms(scenario: Scenario) -> str:
     slo = scenario.slo
     assert slo is not None
@@ -279,6 +321,9 @@ def plan_document(result: PlanResult, scenario: Scenario, runs: dict[str, RunRes
             Pre(blocks.slo_text(rec.at_goodput.slo, rec.at_goodput, rec.at_goodput_rate_per_s,
                                 "the recommendation")),
             blocks.SLO_NOTE]))
+    if result.n_plus_one is not None:
+        sections.append(Section("N+1: one instance or one node lost",
+                                n_plus_one(result, scenario.slo)))
     sections += [
         Section("Candidates", candidate_tables(result)),
         Section("Evidence", evidence(result, scenario, runs)),

@@ -175,7 +175,7 @@ def kv_and_queue(label: str, run: RunResult, summary: RunSummary,
         bottom.set_xlabel("simulated time (s)")
         top.set_title(f"{label}: KV cache per instance")
         bottom.set_title("waiting queue per instance (requests not yet scheduled)")
-        if legend:
+        if legend and names:  # (no engine stepped: no line to name)
             top.legend(loc="upper left", fontsize=7, ncols=min(len(names), 4))
         else:
             for r, color in colors.items():
@@ -226,3 +226,69 @@ def kv_links(label: str, run: RunResult, summary: RunSummary,
                    "transfers on the same links; points above the budget line are handoffs "
                    "golden S7 counts against the split.")
         return figure(fig, name, "KV link utilization and transfer times", caption)
+
+
+def slo_over_time(label: str, summary: RunSummary, slo: SLO | None,
+                  name: str = "slo-over-time") -> Figure | None:
+    """A run with failures: attainment, TTFT and TPOT per window of first arrivals
+    (``summary.faults.timeline``), with each failure and repair marked."""
+    faults = summary.faults
+    if faults is None or not faults.timeline:
+        return None
+    windows = faults.timeline
+    mids = np.array([(w.start_s + w.end_s) / 2 for w in windows])
+    width = windows[0].end_s - windows[0].start_s
+
+    def column(key: str) -> np.ndarray:
+        return np.array([np.nan if getattr(w, key) is None else getattr(w, key)
+                         for w in windows], dtype=float)
+
+    with canvas(10, 7.0) as fig:
+        top, middle, bottom = fig.subplots(3, 1, sharex=True)
+        if slo is not None:
+            top.bar(mids, column("attainment") * 100, width=width * 0.9, color=PALETTE[0],
+                    label="requests meeting the SLO")
+            top.axhline(slo.attainment_target * 100, color=TARGET, linestyle=":", linewidth=1,
+                        label=f"target {slo.attainment_target:.0%}")
+            top.set_ylim(0, 105)
+        retried = np.array([w.num_retried for w in windows], dtype=float)
+        counts = np.array([max(w.num_requests, 1) for w in windows], dtype=float)
+        some = retried > 0
+        if some.any():
+            top.plot(mids[some], retried[some] / counts[some] * 100, "o", markersize=4,
+                     color="black", label="requests retried after a failure")
+        top.set_ylabel("share of the window's requests (%)")
+        top.set_title(f"{label}: SLO attainment per {width:.2f} s window of arrivals")
+        for ax, metric, title in ((middle, "ttft", "TTFT"), (bottom, "tpot", "TPOT")):
+            for p, style in ((50, "-"), (90, "--")):
+                ax.plot(mids, column(f"{metric}_p{p}_s") * 1e3, style, color=PALETTE[0],
+                        linewidth=1.2, marker=".", label=f"p{p}")
+            limit = getattr(slo, f"{metric}_s") if slo is not None else None
+            if limit is not None:
+                ax.axhline(limit * 1e3, color="black", linestyle=":", linewidth=1,
+                           label=f"SLO {title} {limit_ms(limit)}")
+            ax.set_ylabel(f"{title} (ms)")
+            ax.set_ylim(bottom=0)
+            ax.set_title(f"{title} of the requests that arrived in each window")
+        bottom.set_xlabel("simulated time of the requests' first arrival (s)")
+        marks = [c for c in PALETTE[1:] if c != TARGET]  # not the blue bars, not the target
+        for i, impact in enumerate(faults.faults):
+            color = marks[i % len(marks)]
+            for ax in (top, middle, bottom):
+                ax.axvline(impact.at_s, color=color, linestyle="--", linewidth=1.2,
+                           label=impact.fault if ax is top else None)
+                if impact.repair_s is not None:
+                    ax.axvline(impact.repair_s, color=color, linestyle=":", linewidth=1.2,
+                               label="  ... back" if ax is top else None)
+        top.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
+        middle.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
+        bottom.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
+        caption = (f"{label}: the requests grouped by the window of their first arrival; each "
+                   "is judged as the summary judges it (a retried request on its final "
+                   "attempt, its TTFT from its first arrival; a lost one that was not retried "
+                   "misses). Dashed lines: failures; dotted: repairs. What to see: the windows "
+                   "just before a failure hold the requests it caught mid-stream (retried, so "
+                   "their TTFT includes the lost attempt); the windows after it show what the "
+                   "cluster serves with the failed part gone, and a repair the recovery.")
+        return figure(fig, name, "SLO attainment, TTFT and TPOT over time around failures",
+                      caption)

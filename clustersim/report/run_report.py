@@ -38,6 +38,10 @@ def _run_blocks(label: str, run: RunResult, summary: RunSummary) -> list[Block]:
 def _figures(pairs: list[tuple[str, RunResult, RunSummary]], slo,
              handoff_budget_s: float | None = None) -> list[Block]:
     out: list[Block] = [run_figures.latency_cdfs([(label, run) for label, run, _ in pairs], slo)]
+    for i, (label, _, summary) in enumerate(pairs):
+        dip = run_figures.slo_over_time(label, summary, slo, name=f"slo-over-time-{i + 1}")
+        if dip is not None:
+            out.append(dip)
     for i, (label, run, _) in enumerate(pairs):
         timeline = run_figures.step_timeline(label, run, name=f"timeline-{i + 1}")
         if timeline is not None:
@@ -89,6 +93,8 @@ def simulate_document(run: RunResult, summary: RunSummary, folder: Path) -> Docu
     sections = [
         Section("Run", [*_run_blocks(scenario.name, run, summary), blocks.BENCHMARK_NOTE]
                 + ([blocks.SLO_NOTE] if summary.slo is not None else [])),
+        *([Section("Faults", blocks.fault_blocks(summary))] if summary.faults is not None
+          else []),
         Section("Figures", _figures(pairs, scenario.slo)),
         Section("Assumptions", _assumptions(scenario, pairs, folder)),
         Section("Metric definitions", list(blocks.definitions())),

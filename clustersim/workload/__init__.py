@@ -14,6 +14,7 @@ import numpy as np
 
 from clustersim.engine.request import Request
 from clustersim.errors import ConfigError
+from clustersim.limits import MAX_TIME_S, TIME_REASON
 from clustersim.workload.arrivals import arrival_times
 from clustersim.workload.classify import REQUEST_CLASSES, RequestClass, classify_request
 from clustersim.workload.lengths import draw_lengths, joint_lengths
@@ -124,13 +125,25 @@ def build_requests(
     """
     if isinstance(workload, ExplicitWorkload):
         return _explicit(workload)
+    if isinstance(workload, ReplayWorkload):
+        requests = replay_requests(workload, _table(workload, base_dir), block_size)
+        return _in_time(requests, "workload.rate_multiplier")
+    where = "workload.rate_per_s" if isinstance(workload, PoissonWorkload) else "workload.arrivals"
     if isinstance(workload, PoissonWorkload):
         workload = _as_synthetic(workload)
-    if isinstance(workload, ReplayWorkload):
-        return replay_requests(workload, _table(workload, base_dir), block_size)
     if isinstance(workload.arrivals, ClosedLoopArrivals):
         raise ValueError("closed-loop arrival times are set during the run: use build_workload")
-    return _synthetic(workload, rng, base_dir)
+    return _in_time(_synthetic(workload, rng, base_dir), where)
+
+
+def _in_time(requests: list[Request], where: str) -> list[Request]:
+    """``requests`` (sorted by arrival), unless the last one arrives past ``MAX_TIME_S``."""
+    last_s = requests[-1].arrival_s if requests else 0.0
+    if not last_s <= MAX_TIME_S:
+        raise ConfigError(where, f"the last request would arrive at {last_s:g} s, past "
+                          f"{MAX_TIME_S:g} s ({TIME_REASON}): raise the rate or send fewer "
+                          "requests")
+    return requests
 
 
 def build_workload(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from clustersim.errors import ConfigError
+from clustersim.limits import MAX_TOKENS
 from clustersim.workload.spec import (
     EmpiricalLengths,
     FixedLength,
@@ -29,7 +30,7 @@ def draw_lengths(
     sigma2 = float(np.log1p(dist.cv * dist.cv))
     mu = float(np.log(dist.mean)) - sigma2 / 2
     values = np.rint(rng.lognormal(mu, np.sqrt(sigma2), size=n))
-    high = np.inf if dist.high is None else dist.high
+    high = MAX_TOKENS if dist.high is None else dist.high
     return np.clip(values, dist.low, high).astype(np.int64)
 
 
@@ -38,6 +39,7 @@ def mixture_lengths(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each request picks a class by weight, then draws that class's prompt and output."""
     weights = np.array([c.weight for c in classes], dtype=float)
+    weights /= weights.max()  # weights near the float limit would sum to inf
     picks = rng.choice(len(classes), size=n, p=weights / weights.sum())
     prompts = np.empty(n, dtype=np.int64)
     outputs = np.empty(n, dtype=np.int64)

@@ -17,15 +17,26 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     BeforeValidator,
     Field,
-    NonNegativeFloat,
     PositiveFloat,
-    PositiveInt,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from clustersim.validation import Strict
+from clustersim.limits import (
+    MAX_NUM_REQUESTS,
+    MAX_TOKENS,
+    TOKENS_REASON,
+    Count,
+    NonNegativeRate,
+    NumRequests,
+    PositiveSeconds,
+    Rate,
+    Seconds,
+    Tokens,
+    Within,
+)
+from clustersim.validation import Strict, kind_union
 
 
 # ------------------------------------------------------------------ one length
@@ -37,15 +48,15 @@ def _int_as_fixed(value: Any) -> Any:
 
 class FixedLength(Strict):
     kind: Literal["fixed"]
-    value: PositiveInt = Field(description="Every request has this many tokens.")
+    value: Tokens = Field(description="Every request has this many tokens.")
 
 
 class UniformLength(Strict):
     """Integers drawn uniformly from [low, high]."""
 
     kind: Literal["uniform"]
-    low: PositiveInt = Field(description="Shortest length, tokens.")
-    high: PositiveInt = Field(description="Longest length, tokens (inclusive).")
+    low: Tokens = Field(description="Shortest length, tokens.")
+    high: Tokens = Field(description="Longest length, tokens (inclusive).")
 
     @model_validator(mode="after")
     def _ordered(self) -> UniformLength:
@@ -58,10 +69,14 @@ class LognormalLength(Strict):
     """A lognormal with the given mean and coefficient of variation, rounded, then clipped."""
 
     kind: Literal["lognormal"]
-    mean: PositiveFloat = Field(description="Mean length in tokens (before rounding/clipping).")
-    cv: PositiveFloat = Field(description="Standard deviation / mean (before clipping).")
-    low: PositiveInt = Field(1, description="Shorter draws are raised to this.")
-    high: PositiveInt | None = Field(None, description="Longer draws are cut to this.")
+    mean: Annotated[PositiveFloat, Within(high=MAX_TOKENS, reason=TOKENS_REASON)] = Field(
+        description="Mean length in tokens (before rounding/clipping).")
+    cv: Annotated[PositiveFloat, Within(
+        high=100.0, reason="beyond it nearly every draw is clipped to low or high")] = Field(
+        description="Standard deviation / mean (before clipping).")
+    low: Tokens = Field(1, description="Shorter draws are raised to this.")
+    high: Tokens | None = Field(None, description="Longer draws are cut to this (default "
+                                f"{MAX_TOKENS:,}).")
 
     @model_validator(mode="after")
     def _ordered(self) -> LognormalLength:
@@ -71,7 +86,7 @@ class LognormalLength(Strict):
 
 
 LengthDist = Annotated[
-    Annotated[FixedLength | UniformLength | LognormalLength, Field(discriminator="kind")],
+    kind_union(FixedLength, UniformLength, LognormalLength),
     BeforeValidator(_int_as_fixed),
 ]
 """A token-length distribution; a plain integer means ``{kind: fixed, value: n}``."""
@@ -103,7 +118,7 @@ class LengthClass(Strict):
         if not isinstance(data, dict) or "prompt_tokens" in data or "output_tokens" in data:
             return data
         name = data.get("name")
-        if name not in SOURCE_CLASSES:
+        if not isinstance(name, str) or name not in SOURCE_CLASSES:
             raise ValueError(
                 f"class {name!r} needs prompt_tokens and output_tokens "
                 f"(classes with default lengths: {', '.join(SOURCE_CLASSES)})"
@@ -128,6 +143,7 @@ class TraceSource(Strict):
     """Where a trace comes from and how to read it (shared by ``replay`` and ``empirical``)."""
 
     trace: str = Field(
+        min_length=1,
         description="A shipped trace's name (`clustersim trace list`: azure-conv-2023, "
         "azure-code-2023, mooncake-conversation) or a file path; a relative path is relative "
         "to the scenario's folder. A .gz file is decompressed."
@@ -155,43 +171,50 @@ class TraceSource(Strict):
 
 
 # ---------------------------------------------------------------- arrivals
+MAX_CURVE_POINTS = 100_000
+"""Most points of a rate curve."""
+
+
 class PoissonArrivals(Strict):
     """Exponential gaps: the memoryless open-loop client (`vllm bench serve --request-rate`)."""
 
     kind: Literal["poisson"]
-    rate_per_s: PositiveFloat = Field(description="Mean arrival rate, requests per second.")
+    rate_per_s: Rate = Field(description="Mean arrival rate, requests per second.")
 
 
 class GammaArrivals(Strict):
     """Gamma-distributed gaps with mean 1/rate; cv > 1 is burstier than Poisson (cv = 1)."""
 
     kind: Literal["gamma"]
-    rate_per_s: PositiveFloat = Field(description="Mean arrival rate, requests per second.")
-    cv: PositiveFloat = Field(description="Coefficient of variation of the gaps (burstiness).")
+    rate_per_s: Rate = Field(description="Mean arrival rate, requests per second.")
+    cv: Annotated[PositiveFloat, Within(
+        low=1e-3, high=100.0, reason="gaps with a smaller cv are constant (kind: constant); "
+        "with a larger one nearly every gap is 0")] = Field(
+        description="Coefficient of variation of the gaps (burstiness).")
 
 
 class ConstantArrivals(Strict):
     """One request every 1/rate seconds."""
 
     kind: Literal["constant"]
-    rate_per_s: PositiveFloat = Field(description="Requests per second, evenly spaced.")
+    rate_per_s: Rate = Field(description="Requests per second, evenly spaced.")
 
 
 class OnOffArrivals(Strict):
     """Bursts: Poisson at on_rate_per_s for on_s, then at off_rate_per_s for off_s, repeated."""
 
     kind: Literal["on_off"]
-    on_rate_per_s: PositiveFloat = Field(description="Rate during each burst, requests/s.")
-    on_s: PositiveFloat = Field(description="Length of each burst.")
-    off_s: PositiveFloat = Field(description="Length of each pause between bursts.")
-    off_rate_per_s: NonNegativeFloat = Field(0.0, description="Rate during the pauses.")
+    on_rate_per_s: Rate = Field(description="Rate during each burst, requests/s.")
+    on_s: PositiveSeconds = Field(description="Length of each burst.")
+    off_s: PositiveSeconds = Field(description="Length of each pause between bursts.")
+    off_rate_per_s: NonNegativeRate = Field(0.0, description="Rate during the pauses.")
 
 
 class RateCurveArrivals(Strict):
     """Poisson arrivals whose rate follows a curve over time (e.g. a diurnal day)."""
 
     kind: Literal["rate_curve"]
-    points: list[tuple[NonNegativeFloat, NonNegativeFloat]] = Field(
+    points: list[tuple[Seconds, NonNegativeRate]] = Field(
         min_length=1,
         description="[time_s, rate_per_s] pairs from time 0, times increasing; after the last "
         "point the rate stays at its value (or the curve repeats, with period_s).",
@@ -200,13 +223,16 @@ class RateCurveArrivals(Strict):
         "linear", description="linear: the rate ramps between points; step: it holds until the "
         "next point."
     )
-    period_s: PositiveFloat | None = Field(
+    period_s: PositiveSeconds | None = Field(
         None, description="Repeat the curve with this period (> the last point's time); the "
         "last point leads back to the first."
     )
 
     @model_validator(mode="after")
     def _shape(self) -> RateCurveArrivals:
+        if len(self.points) > MAX_CURVE_POINTS:
+            raise ValueError(f"{len(self.points):,} points, more than {MAX_CURVE_POINTS:,} (a "
+                             "day at one point a second)")
         times = [t for t, _ in self.points]
         if times[0] != 0:
             raise ValueError(f"the first point must be at time 0, not {times[0]}")
@@ -232,17 +258,16 @@ class ClosedLoopArrivals(Strict):
     as `vllm bench serve --max-concurrency N` and most vendor tables measure."""
 
     kind: Literal["closed_loop"]
-    num_users: PositiveInt = Field(description="Concurrent users = most requests in flight.")
-    think_time_s: NonNegativeFloat = Field(
+    num_users: NumRequests = Field(description="Concurrent users = most requests in flight.")
+    think_time_s: Seconds = Field(
         0.0, description="Pause between a user's answer and its next request."
     )
 
 
-Arrivals = Annotated[
-    PoissonArrivals | GammaArrivals | ConstantArrivals | OnOffArrivals | RateCurveArrivals
-    | ClosedLoopArrivals,
-    Field(discriminator="kind"),
-]
+Arrivals = kind_union(
+    PoissonArrivals, GammaArrivals, ConstantArrivals, OnOffArrivals, RateCurveArrivals,
+    ClosedLoopArrivals,
+)
 
 
 # ------------------------------------------------------------ joint lengths
@@ -270,27 +295,25 @@ class EmpiricalLengths(TraceSource):
         "random", description="random: rows drawn with replacement; in_order: rows in file "
         "order, starting over after the last."
     )
-    max_total_tokens: PositiveInt | None = Field(
+    max_total_tokens: Tokens | None = Field(
         None, description="Drop rows whose prompt + output exceed this (a model's context, as "
         "DistServe's ShareGPT preparation does for OPT's 2,048 positions)."
     )
 
 
-Lengths = Annotated[
-    IndependentLengths | MixtureLengths | EmpiricalLengths, Field(discriminator="kind")
-]
+Lengths = kind_union(IndependentLengths, MixtureLengths, EmpiricalLengths)
 
 
 # ----------------------------------------------------------------- workloads
 class ExplicitRequest(Strict):
     id: str
-    arrival_s: NonNegativeFloat
-    prompt_tokens: PositiveInt
-    output_tokens: PositiveInt
+    arrival_s: Seconds
+    prompt_tokens: Tokens
+    output_tokens: Tokens
     block_hashes: list[int] | None = Field(
         None, description="Prefix-cache keys of the prompt's full blocks, first block first."
     )
-    priority: int = Field(0, description="Lower is served first under policy: priority.")
+    priority: Count = Field(0, description="Lower is served first under policy: priority.")
 
     @field_validator("id", mode="before")
     @classmethod
@@ -302,7 +325,7 @@ class ExplicitWorkload(Strict):
     """Requests listed one by one."""
 
     kind: Literal["explicit"]
-    requests: list[ExplicitRequest] = Field(min_length=1)
+    requests: list[ExplicitRequest] = Field(min_length=1, max_length=MAX_NUM_REQUESTS)
 
     @field_validator("requests")
     @classmethod
@@ -323,9 +346,9 @@ class PoissonWorkload(Strict):
     """
 
     kind: Literal["poisson"]
-    rate_per_s: PositiveFloat = Field(description="Mean arrival rate, requests per second.")
-    num_requests: PositiveInt = Field(description="How many requests.")
-    start_s: NonNegativeFloat = Field(0.0, description="Arrivals begin one gap after this.")
+    rate_per_s: Rate = Field(description="Mean arrival rate, requests per second.")
+    num_requests: NumRequests = Field(description="How many requests.")
+    start_s: Seconds = Field(0.0, description="Arrivals begin one gap after this.")
     prompt_tokens: LengthDist | None = Field(None, description="Prompt length (without classes).")
     output_tokens: LengthDist | None = Field(None, description="Output length (without classes).")
     classes: list[LengthClass] | None = Field(
@@ -348,14 +371,14 @@ class SyntheticWorkload(Strict):
     kind: Literal["synthetic"]
     arrivals: Arrivals = Field(description="When requests arrive (a kind: and its fields).")
     lengths: Lengths = Field(description="How long their prompts and outputs are.")
-    num_requests: PositiveInt | None = Field(
+    num_requests: NumRequests | None = Field(
         None, description="How many requests (required for closed_loop)."
     )
-    duration_s: PositiveFloat | None = Field(
+    duration_s: PositiveSeconds | None = Field(
         None, description="Open loop: only requests arriving within this long after start_s; "
         "with num_requests, whichever ends first."
     )
-    start_s: NonNegativeFloat = Field(
+    start_s: Seconds = Field(
         0.0, description="When traffic starts: closed-loop users send their first requests "
         "then; open-loop arrivals begin one gap after it."
     )
@@ -376,24 +399,43 @@ class SyntheticWorkload(Strict):
         ):
             raise ValueError("the rate curve ends at rate 0, so traffic stops there: "
                              "give duration_s")
+        if self.num_requests is None and self.duration_s is not None:
+            expected = _peak_rate(arrivals) * self.duration_s
+            if expected > MAX_NUM_REQUESTS:
+                raise ValueError(
+                    f"duration_s {self.duration_s:g} s at up to {_peak_rate(arrivals):g} "
+                    f"requests/s brings up to {expected:,.0f} requests, more than "
+                    f"{MAX_NUM_REQUESTS:,} (a run holds every request in memory): shorten it "
+                    "or give num_requests too")
         return self
+
+
+def _peak_rate(arrivals: Any) -> float:
+    """The highest rate an open-loop arrival process reaches, requests/s."""
+    if isinstance(arrivals, OnOffArrivals):
+        return max(arrivals.on_rate_per_s, arrivals.off_rate_per_s)
+    if isinstance(arrivals, RateCurveArrivals):
+        return max(rate for _, rate in arrivals.points)
+    return arrivals.rate_per_s
 
 
 class ReplayWorkload(TraceSource):
     """Replay a trace's arrivals and lengths (and Mooncake's prefix-block hashes)."""
 
     kind: Literal["replay"]
-    window_start_s: NonNegativeFloat = Field(
+    window_start_s: Seconds = Field(
         0.0, description="Replay from this time of the trace (seconds after its first request); "
         "that moment becomes simulated time 0."
     )
-    window_end_s: PositiveFloat | None = Field(
+    window_end_s: PositiveSeconds | None = Field(
         None, description="Replay requests before this time of the trace (default: to the end)."
     )
-    max_num_requests: PositiveInt | None = Field(
+    max_num_requests: NumRequests | None = Field(
         None, description="Replay at most this many requests (the first ones in the window)."
     )
-    rate_multiplier: PositiveFloat = Field(
+    rate_multiplier: Annotated[PositiveFloat, Within(
+        low=1e-6, high=1e6, reason="a replay is sped up or slowed down at most a million "
+        "times")] = Field(
         1.0, description="Speed-up of the replay: gaps are divided by it (2 = twice the rate)."
     )
     spread_ties: bool = Field(
@@ -410,7 +452,4 @@ class ReplayWorkload(TraceSource):
         return end
 
 
-Workload = Annotated[
-    ExplicitWorkload | PoissonWorkload | SyntheticWorkload | ReplayWorkload,
-    Field(discriminator="kind"),
-]
+Workload = kind_union(ExplicitWorkload, PoissonWorkload, SyntheticWorkload, ReplayWorkload)

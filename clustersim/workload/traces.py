@@ -11,12 +11,11 @@ Formats are plain data in :data:`FORMATS`; ``auto`` picks the first whose column
 from __future__ import annotations
 
 import csv
-import gzip
+import io
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -26,6 +25,8 @@ import numpy as np
 import pandas as pd
 
 from clustersim.errors import InputError
+from clustersim.inputs import MAX_TRACE_BYTES, parse_json, read_text
+from clustersim.limits import MAX_NUM_REQUESTS, MAX_TIME_S, MAX_TOKENS, TIME_REASON, TOKENS_REASON
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,25 +160,18 @@ def resolve_trace_path(trace: str | os.PathLike, base_dir: str | os.PathLike | N
     return str(path)
 
 
-@contextmanager
-def _local_path(trace: str | os.PathLike, base_dir) -> Iterator[Path]:
+def _trace_text(trace: str | os.PathLike, base_dir: str | os.PathLike | None, name: str) -> str:
+    """The text of a shipped trace or of a user's file (decompressed if it ends in .gz)."""
     if is_shipped(trace):
         resource = resources.files("clustersim") / "data" / "traces" / SHIPPED_TRACES[trace].file
         with resources.as_file(resource) as path:
-            yield path
-        return
+            return read_text(path, "trace", max_bytes=MAX_TRACE_BYTES, where=name)
     path = Path(resolve_trace_path(trace, base_dir))
-    if not path.is_file():
+    if path.is_dir() or not path.exists():  # a pipe (`<(zcat t.gz)`) is read like a file
         shipped = ", ".join(SHIPPED_TRACES)
-        reason = "not a file" if path.exists() else "no such file"
-        raise InputError(str(trace), f"{reason}, and not a shipped trace ({shipped})")
-    yield path
-
-
-def _open_text(path: Path):
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", newline="")
-    return path.open(encoding="utf-8", newline="")
+        reason = "a folder, not a file" if path.exists() else "no such file"
+        raise InputError(name, f"{reason}, and not a shipped trace ({shipped})")
+    return read_text(path, "trace", max_bytes=MAX_TRACE_BYTES, where=name)
 
 
 # ------------------------------------------------------------------- reading
@@ -201,23 +195,21 @@ def load_trace(
     if is_shipped(trace) and format == "auto":
         format = SHIPPED_TRACES[str(trace)].format
     name = str(trace)
-    try:
-        with _local_path(trace, base_dir) as path:
-            if format == "auto":
-                format = _detect(path, name, overrides)
-            fmt = FORMATS[format]
-            if overrides or time_unit:
-                fields = {k: overrides.get(k, getattr(fmt, k))
-                          for k in ("arrival", "prompt_tokens", "output_tokens")}
-                fmt = TraceFormat(**{**_as_dict(fmt), **fields,
-                                     "time_unit": time_unit or fmt.time_unit})
-            if fmt.prompt_tokens is None or fmt.output_tokens is None:
-                raise InputError(name, f"format {format} needs columns for prompt_tokens and "
-                                 "output_tokens")
-            rows = _read_csv(path, name, fmt) if fmt.file_kind == "csv" else _read_jsonl(
-                path, name, fmt)
-    except OSError as error:
-        raise InputError(name, f"cannot read trace: {error.strerror or error}") from None
+    if not name:
+        raise InputError("trace", "empty trace name: give a file path or a shipped trace's "
+                         f"name ({', '.join(SHIPPED_TRACES)})")
+    text = _trace_text(trace, base_dir, name)
+    if format == "auto":
+        format = _detect(text, name, overrides)
+    fmt = FORMATS[format]
+    if overrides or time_unit:
+        fields = {k: overrides.get(k, getattr(fmt, k))
+                  for k in ("arrival", "prompt_tokens", "output_tokens")}
+        fmt = TraceFormat(**{**_as_dict(fmt), **fields, "time_unit": time_unit or fmt.time_unit})
+    if fmt.prompt_tokens is None or fmt.output_tokens is None:
+        raise InputError(name, f"format {format} needs columns for prompt_tokens and "
+                         "output_tokens")
+    rows = _read_csv(text, name, fmt) if fmt.file_kind == "csv" else _read_jsonl(text, name, fmt)
     return _build(name, format, fmt, rows)
 
 
@@ -225,26 +217,28 @@ def _as_dict(fmt: TraceFormat) -> dict[str, Any]:
     return {k: getattr(fmt, k) for k in TraceFormat.__slots__}
 
 
-def _first_record(path: Path) -> tuple[str, str]:
-    """(file kind, first non-blank line) of a text file."""
-    with _open_text(path) as f:
-        for line in f:
-            if line.strip():
-                return ("jsonl" if line.lstrip().startswith("{") else "csv"), line
+def _first_record(text: str) -> tuple[str, str]:
+    """(file kind, first non-blank line) of a trace's text."""
+    for line in text.split("\n"):
+        if line.strip():
+            return ("jsonl" if line.lstrip().startswith("{") else "csv"), line
     return "csv", ""
 
 
-def _detect(path: Path, name: str, overrides: Mapping[str, str]) -> str:
-    kind, first = _first_record(path)
+def _detect(text: str, name: str, overrides: Mapping[str, str]) -> str:
+    kind, first = _first_record(text)
     if not first:
         raise InputError(f"{name}:1", "empty file")
     if kind == "jsonl":
         try:
             keys = set(json.loads(first))
-        except (json.JSONDecodeError, TypeError):
+        except (ValueError, TypeError, RecursionError):
             keys = set()
     else:
-        keys = {key.strip() for key in next(csv.reader([first]))}
+        try:
+            keys = {key.strip() for key in next(csv.reader([first]))}
+        except csv.Error:
+            keys = set()
     # A format whose columns are all there; else the one with most of them, so that the
     # reader can name the missing column; else the generic reader if columns were given.
     best, best_found = None, 0
@@ -260,7 +254,8 @@ def _detect(path: Path, name: str, overrides: Mapping[str, str]) -> str:
         return kind
     if best is not None:
         return best
-    raise InputError(f"{name}:1", f"cannot tell the trace format from {sorted(keys)}; give "
+    shown = sorted(map(str, keys))[:10]
+    raise InputError(f"{name}:1", f"cannot tell the trace format from {shown}; give "
                      f"the format ({', '.join(FORMATS)}; csv and jsonl with columns)")
 
 
@@ -272,51 +267,61 @@ class _Rows:
     values: dict[str, list[Any] | np.ndarray]
 
 
-def _read_csv(path: Path, name: str, fmt: TraceFormat) -> _Rows:
+def _too_many(name: str, line: int) -> InputError:
+    return InputError(f"{name}:{line}", f"more than {MAX_NUM_REQUESTS:,} requests: a run holds "
+                      "every request in memory; cut the trace (its first rows: head -n)")
+
+
+def _read_csv(text: str, name: str, fmt: TraceFormat) -> _Rows:
     try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False)
+        frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False,
+                            skip_blank_lines=False, nrows=MAX_NUM_REQUESTS + 1)
     except pd.errors.EmptyDataError:
         raise InputError(f"{name}:1", "empty file") from None
-    except pd.errors.ParserError as error:
+    except (pd.errors.ParserError, csv.Error, ValueError) as error:
         match = re.search(r"line (\d+)", str(error))
         where = f"{name}:{match.group(1)}" if match else name
-        raise InputError(where, f"malformed CSV: {str(error).split('. ')[-1].strip()}") from None
-    except UnicodeDecodeError as error:
-        raise InputError(name, f"not UTF-8 text: {error.reason}") from None
+        message = " ".join(str(error).split(". ")[-1].split())
+        raise InputError(where, f"malformed CSV: {message}") from None
+    if len(frame) > MAX_NUM_REQUESTS:
+        raise _too_many(name, MAX_NUM_REQUESTS + 2)
     wanted = [c for c in (fmt.arrival, fmt.prompt_tokens, fmt.output_tokens) if c]
     missing = [c for c in wanted if c not in frame.columns]
     if missing:
-        raise InputError(f"{name}:1", f"missing column {missing[0]!r} (columns: "
-                         f"{', '.join(map(str, frame.columns))})")
+        shown = ", ".join(map(str, frame.columns[:20]))
+        more = f" and {len(frame.columns) - 20:,} more" if len(frame.columns) > 20 else ""
+        raise InputError(f"{name}:1", f"missing column {missing[0]!r} (columns: {shown}{more})")
     lines = np.arange(len(frame), dtype=np.int64) + 2
     blank = (frame.fillna("") == "").all(axis=1).to_numpy()  # blank lines are layout, not rows
     frame, lines = frame[~blank], lines[~blank]
-    return _Rows(lines, {c: frame[c].to_numpy(dtype=object) for c in wanted})
+    return _Rows(lines, {c: _column(frame, c) for c in wanted})
 
 
-def _read_jsonl(path: Path, name: str, fmt: TraceFormat) -> _Rows:
+def _column(frame: pd.DataFrame, column: str) -> np.ndarray:
+    values = frame[column]
+    if isinstance(values, pd.DataFrame):  # a header that names the column twice: the first
+        values = values.iloc[:, 0]
+    return values.to_numpy(dtype=object)
+
+
+def _read_jsonl(text: str, name: str, fmt: TraceFormat) -> _Rows:
     keys = [k for k in (fmt.arrival, fmt.prompt_tokens, fmt.output_tokens, fmt.hash_ids,
                         fmt.request_id) if k]
     values: dict[str, list[Any]] = {k: [] for k in keys}
     lines: list[int] = []
-    try:
-        with _open_text(path) as f:
-            for number, text in enumerate(f, start=1):
-                if not text.strip():
-                    continue
-                try:
-                    record = json.loads(text)
-                except json.JSONDecodeError as error:
-                    raise InputError(f"{name}:{number}", f"invalid JSON: {error.msg}") from None
-                if not isinstance(record, dict):
-                    raise InputError(f"{name}:{number}", "expected a JSON object per line")
-                for key in keys:
-                    if key not in record:
-                        raise InputError(f"{name}:{number}", f"missing field {key!r}")
-                    values[key].append(record[key])
-                lines.append(number)
-    except UnicodeDecodeError as error:
-        raise InputError(name, f"not UTF-8 text: {error.reason}") from None
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        if len(lines) == MAX_NUM_REQUESTS:
+            raise _too_many(name, number)
+        record = parse_json(line, name, line=number)
+        if not isinstance(record, dict):
+            raise InputError(f"{name}:{number}", "expected a JSON object per line")
+        for key in keys:
+            if key not in record:
+                raise InputError(f"{name}:{number}", f"missing field {key!r}")
+            values[key].append(record[key])
+        lines.append(number)
     return _Rows(np.array(lines, dtype=np.int64), values)
 
 
@@ -333,46 +338,76 @@ def _check_present(name: str, rows: _Rows, column: str) -> None:
         raise _bad(name, rows, int(missing[0]), f"{column} is missing")
 
 
-def _tokens(name: str, rows: _Rows, column: str) -> np.ndarray:
+def _numbers(name: str, rows: _Rows, column: str) -> np.ndarray:
+    """A column as floats; a JSON value that is not a number or text is refused (``true``
+    would otherwise count as 1, a list as missing)."""
     _check_present(name, rows, column)
     raw = rows.values[column]
-    numbers = pd.to_numeric(pd.Series(raw, dtype=object), errors="coerce").to_numpy(float)
-    bad = np.flatnonzero(~np.isfinite(numbers) | (numbers != np.round(numbers)))
+    for i, value in enumerate(raw):
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise _bad(name, rows, i, f"{column} must be a number, got {_short(value)}")
+    return pd.to_numeric(pd.Series(raw, dtype=object), errors="coerce").to_numpy(float)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _tokens(name: str, rows: _Rows, column: str) -> np.ndarray:
+    raw = rows.values[column]
+    numbers = _numbers(name, rows, column)
+    with np.errstate(invalid="ignore"):
+        bad = np.flatnonzero(np.isnan(numbers) | (np.isfinite(numbers)
+                                                  & (numbers != np.round(numbers))))
     if bad.size:
         i = int(bad[0])
-        raise _bad(name, rows, i, f"{column} {raw[i]!r} is not a whole number of tokens")
+        raise _bad(name, rows, i, f"{column} {_short(raw[i])} is not a whole number of tokens")
     negative = np.flatnonzero(numbers < 0)
     if negative.size:
         i = int(negative[0])
-        raise _bad(name, rows, i, f"{column} is negative ({raw[i]})")
+        raise _bad(name, rows, i, f"{column} is negative ({str(raw[i])[:40]})")
+    # checked before the cast: a float above 2^63 would wrap to a negative int64
+    huge = np.flatnonzero(numbers > MAX_TOKENS)
+    if huge.size:
+        i = int(huge[0])
+        raise _bad(name, rows, i, f"{column} {_short(raw[i])} is more than {MAX_TOKENS:,} "
+                   f"tokens ({TOKENS_REASON})")
     return numbers.astype(np.int64)
 
 
 def _times_s(name: str, rows: _Rows, column: str, unit: str) -> np.ndarray:
     _check_present(name, rows, column)
     raw = rows.values[column]
-    series = pd.Series(raw, dtype=object)
     if unit == "datetime":
+        series = pd.Series(raw, dtype=object)
         stamps = pd.to_datetime(series.astype(str), format="ISO8601", errors="coerce", utc=True)
         ok = stamps.notna().to_numpy()
-        ns = stamps.to_numpy(dtype="datetime64[ns]").astype(np.int64)
+        # float nanoseconds: the int64 difference of dates 300 years apart would wrap
+        numbers = stamps.to_numpy(dtype="datetime64[ns]").astype(np.int64).astype(float)
+        scale = 1e-9
     else:
-        numbers = pd.to_numeric(series, errors="coerce").to_numpy(float)
+        numbers = _numbers(name, rows, column)
         ok = np.isfinite(numbers)
+        scale = TIME_UNITS_S[unit]
     bad = np.flatnonzero(~ok)
     if bad.size:
         i = int(bad[0])
         kind = "an ISO 8601 time" if unit == "datetime" else f"a number ({unit})"
-        raise _bad(name, rows, i, f"{column} {raw[i]!r} is not {kind}")
-    if unit == "datetime":
-        times = (ns - ns[0]) / 1e9
-    else:
-        times = (numbers - numbers[0]) * TIME_UNITS_S[unit]
-    backwards = np.flatnonzero(np.diff(times) < 0)
+        raise _bad(name, rows, i, f"{column} {_short(raw[i])} is not {kind}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        times = (numbers - numbers[0]) * scale
+        steps = np.diff(times)
+    backwards = np.flatnonzero(steps < 0)
     if backwards.size:
         i = int(backwards[0]) + 1
-        raise _bad(name, rows, i, f"{column} {raw[i]!r} is earlier than the previous row's "
-                   f"{raw[i - 1]!r}: rows must be in arrival order")
+        raise _bad(name, rows, i, f"{column} {_short(raw[i])} is earlier than the previous "
+                   f"row's {_short(raw[i - 1])}: rows must be in arrival order")
+    late = np.flatnonzero(~(times <= MAX_TIME_S))
+    if late.size:
+        i = int(late[0])
+        raise _bad(name, rows, i, f"{column} {_short(raw[i])} is more than {MAX_TIME_S:g} s "
+                   f"after the first request ({TIME_REASON})")
     return times
 
 

@@ -1,0 +1,238 @@
+"""Reading the files a user hands clustersim: bytes in, checked text, YAML or JSON out.
+
+Every file the tool reads on a user's behalf (a scenario, a topology, a GPU profile, a
+HuggingFace ``config.json``, a trace, request records) comes through here, so that each way a
+file can be wrong is one ``path: message`` (or ``path:line: message``) :class:`InputError`:
+a folder where a file should be, an unreadable or empty file, one larger than the reader
+should hold in memory, a truncated or corrupt ``.gz``, bytes that are not UTF-8, and YAML with
+a key given twice, nesting too deep for the parsers or aliases that expand without bound.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import zlib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.composer import ComposerError
+from yaml.nodes import MappingNode, Node, SequenceNode
+
+from clustersim.errors import InputError
+
+MIB = 1 << 20
+MAX_CONFIG_BYTES = 16 * MIB
+"""Largest scenario, topology, profile or config.json file: PyYAML's pure-Python parser takes
+about a minute for that much; list long request sets in a trace file instead."""
+MAX_TRACE_BYTES = 1024 * MIB
+"""Largest trace, after decompression: the reader holds the whole text in memory (Azure's
+2023 traces are 1-2 MB; a week of the 2024 ones is about 1 GB)."""
+MAX_NESTING_DEPTH = 64
+"""Deepest nesting of YAML or JSON values; no schema clustersim reads goes past 8 levels, and
+Python's parsers recurse once per level."""
+MAX_YAML_NODES = 1_000_000
+"""Most values a YAML document may hold once its aliases are expanded (an alias is a copy of
+its anchor's value each time it is used, so ten nested aliases of ten make 10^10)."""
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+# ------------------------------------------------------------------ bytes
+def read_bytes(path: Path | str, what: str, *, max_bytes: int = MAX_CONFIG_BYTES,
+               where: str | None = None) -> bytes:
+    """The bytes of ``path`` (decompressed if it ends in ``.gz``), at most ``max_bytes``.
+
+    ``what`` names the file in messages ("scenario", "trace"); ``where`` is the path they
+    carry (default the path as given). An empty file is an error: nothing clustersim reads
+    can be empty.
+    """
+    path = Path(path)
+    where = where or str(path)
+    if path.is_dir():
+        raise InputError(where, f"is a folder, not a {what} file")
+    try:
+        with path.open("rb") as f:
+            data = f.read(max_bytes + 1)
+    except OSError as error:
+        raise InputError(where, f"cannot read {what}: {error.strerror or error}") from None
+    except ValueError as error:  # a NUL byte in the path
+        raise InputError(where, f"cannot read {what}: {error}") from None
+    if path.suffix == ".gz":
+        data = _gunzip(data, where, max_bytes)
+    if len(data) > max_bytes:
+        raise InputError(where, f"{what} file larger than {max_bytes // MIB:,} MiB; "
+                         "clustersim reads it whole into memory")
+    if not data.strip():
+        raise InputError(f"{where}:1", "empty file")
+    return data
+
+
+def _gunzip(data: bytes, where: str, max_bytes: int) -> bytes:
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
+            return f.read(max_bytes + 1)
+    except EOFError:
+        raise InputError(where, "truncated gzip file: it ends before its last block") from None
+    except (gzip.BadGzipFile, zlib.error) as error:
+        raise InputError(where, f"corrupt gzip file: {error}") from None
+
+
+def decode_text(data: bytes, where: str) -> str:
+    """UTF-8 ``data`` as text (a byte-order mark is dropped); bad bytes are located by line."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        start = error.start
+        line = data.count(b"\n", 0, start) + 1
+        column = start - (data.rfind(b"\n", 0, start) + 1) + 1
+        raise InputError(f"{where}:{line}", f"not UTF-8 text: byte 0x{data[start]:02x} at "
+                         f"column {column} ({error.reason})") from None
+
+
+def read_text(path: Path | str, what: str, *, max_bytes: int = MAX_CONFIG_BYTES,
+              where: str | None = None) -> str:
+    """:func:`read_bytes` then :func:`decode_text`."""
+    where = where or str(path)
+    return decode_text(read_bytes(path, what, max_bytes=max_bytes, where=where), where)
+
+
+# ------------------------------------------------------------------- YAML
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader that refuses duplicate keys, deep nesting and alias bombs."""
+
+    def __init__(self, stream: str, where: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._where = where
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node:
+        self._depth += 1
+        try:
+            if self._depth > MAX_NESTING_DEPTH:
+                raise ComposerError(None, None, f"nested deeper than {MAX_NESTING_DEPTH} "
+                                    "levels", self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def get_single_node(self) -> Node | None:
+        node = super().get_single_node()
+        if node is not None:
+            _check_expansion(node)
+        return node
+
+    def construct_mapping(self, node: Node, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, MappingNode):
+            first_line: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == _MERGE_TAG:
+                    continue  # `<<: *base` merges keys that the mapping may override
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    seen = key in first_line
+                except TypeError:
+                    continue  # an unhashable key: PyYAML's own error says so
+                if seen:
+                    raise InputError(f"{self._where}:{key_node.start_mark.line + 1}",
+                                     f"duplicate key {key!r} (first on line {first_line[key]})")
+                first_line[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def _check_expansion(root: Node) -> None:
+    """Refuse documents whose aliases refer to themselves, nest too deep or expand to more
+    than :data:`MAX_YAML_NODES` values (each node is measured once, so this is linear)."""
+    sizes: dict[int, tuple[int, int]] = {}
+    active: set[int] = set()
+
+    def measure(node: Node) -> tuple[int, int]:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise ComposerError(None, None, "an alias refers to the value that contains it",
+                                node.start_mark)
+        active.add(key)
+        children: list[Node] = []
+        if isinstance(node, SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, MappingNode):
+            children = [part for pair in node.value for part in pair]
+        count, depth = 1, 1
+        for child in children:
+            child_count, child_depth = measure(child)
+            count += child_count
+            depth = max(depth, child_depth + 1)
+        active.discard(key)
+        if count > MAX_YAML_NODES:
+            raise ComposerError(None, None, f"its aliases expand to more than "
+                                f"{MAX_YAML_NODES:,} values", node.start_mark)
+        if depth > MAX_NESTING_DEPTH:
+            raise ComposerError(None, None, f"its aliases nest values deeper than "
+                                f"{MAX_NESTING_DEPTH} levels", node.start_mark)
+        sizes[key] = (count, depth)
+        return count, depth
+
+    # the walk recurses once per level, and the composer has already bounded that
+    measure(root)
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """The one YAML document in ``text``; errors located as ``where:line``."""
+    loader = None
+    try:
+        loader = _Loader(text, where)
+        return loader.get_single_data()
+    except yaml.reader.ReaderError as error:
+        line = text.count("\n", 0, error.position) + 1
+        raise InputError(f"{where}:{line}", f"invalid YAML: character U+{error.character:04X} "
+                         "is not allowed in YAML text") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        at = f"{where}:{mark.line + 1}" if mark is not None else where
+        problem = getattr(error, "problem", None) or str(error)
+        context = getattr(error, "context", None)
+        if context and problem.startswith("but "):
+            problem = f"{context}, {problem}"
+        raise InputError(at, f"invalid YAML: {' '.join(problem.split())}") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def load_yaml(path: Path | str, what: str, *, where: str | None = None) -> Any:
+    """Read, decode and parse a user's YAML file."""
+    where = where or str(path)
+    return parse_yaml(read_text(path, what, where=where), where)
+
+
+# ------------------------------------------------------------------- JSON
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"duplicate key {key!r}")
+        result[key] = value
+    return result
+
+
+def parse_json(text: str, where: str, *, line: int | None = None) -> Any:
+    """One JSON value; ``line`` is the file line of a JSON-lines record (errors say it)."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+    except json.JSONDecodeError as error:
+        at = f"{where}:{line if line is not None else error.lineno}"
+        raise InputError(at, f"invalid JSON: {error.msg}") from None
+    except ValueError as error:
+        raise InputError(where if line is None else f"{where}:{line}",
+                         f"invalid JSON: {error}") from None
+    except RecursionError:
+        raise InputError(where if line is None else f"{where}:{line}",
+                         "invalid JSON: nested too deep") from None

@@ -1,0 +1,129 @@
+"""N+1: the recommendation at its operating rate, with one instance and with one node lost.
+
+A capacity review asks whether the plan survives the loss of one part at the load it is meant
+to carry. The planner reruns its recommendation at that rate (the plan's target, else the
+scenario's own traffic, at most goodput: at goodput any loss breaks the SLO, the deployment
+being sized to its edge) with the seed of its run at goodput, a failure a third of the way
+through the arrivals lasting for the rest of the run, and the clients retrying what it lost
+(the scenario's ``faults.client``, else openai-python's defaults)::
+
+    instance   each role's first instance (a split: one prefill and one decode; colocated:
+               one), the worst of them kept: the one whose loss leaves the lowest attainment
+    node       the server whose loss takes down the most instances (a one-node deployment:
+               everything)
+
+Each check reads the SLO over the whole run and over the requests that arrived from the
+failure on, and prices one spare of what was lost (its GPUs, per hour and per 1M output
+tokens of the recommendation at goodput). A few simulations, one executor batch.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from clustersim.catalog.specs import ModelSpec
+from clustersim.cluster.faults_spec import ClientRetries, FaultsSpec, InstanceFault, NodeFault
+from clustersim.metrics import RunSummary
+from clustersim.metrics.goodput import cost_per_million_tokens
+from clustersim.plan.result import LossCheck
+from clustersim.scenario import Scenario
+from clustersim.workload import build_requests
+from clustersim.workload.spec import ClosedLoopArrivals
+
+FAULT_AT = 1 / 3
+"""The failure comes this far into the arrivals."""
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Something to lose: an instance or a node, and the GPUs that go with it."""
+
+    kind: str
+    name: str
+    gpus: dict[str, int]
+
+
+def targets(scenario: Scenario, model: ModelSpec) -> tuple[list[Target], list[str]]:
+    """What to lose in ``scenario`` (a job of the recommendation): each role's first
+    instance, then the busiest node; and notes on the checks that cannot be made."""
+    from clustersim.cluster.system import Cluster
+    from clustersim.engine.clock import Clock
+
+    cluster = Cluster(Clock(), scenario, model, np.random.default_rng(0), lambda _r: None,
+                      record_steps=False)  # built, never run: its names and placement
+    gpu_of = {info.name: info.gpu for info in cluster.infos}
+    out = []
+    for role in ("colocated", "prefill", "decode"):
+        instances = cluster.instances[role]
+        if instances:
+            first = instances[0]
+            ranks = getattr(first, "ranks", [first])
+            out.append(Target("instance", first.name,
+                              dict(Counter({gpu_of[r.name]: len(r.gpus) for r in ranks}))))
+    topology = cluster.topology
+    if topology is None:
+        return out, ["no node check: the layout has no topology, so no server to lose"]
+    placed = [(i.name, list(i.gpus)) for _, i in cluster.keyed_instances()]
+    best: tuple[int, str, Counter[str]] | None = None
+    for node in topology.node_names():
+        on = [g for _, gpus in placed for g in gpus if topology.node_of(g) == node]
+        count = sum(any(topology.node_of(g) == node for g in gpus) for _, gpus in placed)
+        if count and (best is None or count > best[0]):
+            best = (count, node, Counter(topology.gpu_type(g) for g in on))
+    if best is not None:
+        out.append(Target("node", best[1], dict(sorted(best[2].items()))))
+    return out, []
+
+
+def fault_time(scenario: Scenario, window_s: float) -> float:
+    """A third of the way from the first arrival to the last (of ``window_s`` when the
+    arrivals are only known as the run goes: closed loops)."""
+    workload = scenario.workload
+    if isinstance(getattr(workload, "arrivals", None), ClosedLoopArrivals):
+        return round(FAULT_AT * window_s, 3)
+    requests = build_requests(workload, np.random.default_rng(scenario.seed),
+                              block_size=scenario.engine.block_size, base_dir=scenario.base_dir)
+    arrivals = [r.arrival_s for r in requests]
+    first, last = (min(arrivals), max(arrivals)) if arrivals else (0.0, 0.0)
+    span = last - first if last > first else window_s
+    return round(first + FAULT_AT * span, 3)
+
+
+def faults_for(target: Target, at_s: float, client: ClientRetries) -> FaultsSpec:
+    event = (InstanceFault(kind="instance", name=target.name, at_s=at_s)
+             if target.kind == "instance" else NodeFault(kind="node", name=target.name,
+                                                         at_s=at_s))
+    return FaultsSpec(events=[event], client=client)
+
+
+def read_check(target: Target, at_s: float, summary: RunSummary, prices: dict[str, float],
+               output_tokens_per_s: float) -> LossCheck:
+    """One loss's run, read as a check: SLO over the run and after the failure, and what a
+    spare of the lost part costs."""
+    verdict, faults = summary.slo, summary.faults
+    assert verdict is not None and faults is not None
+    after = faults.after
+    priced = all(gpu in prices for gpu in target.gpus)
+    hourly = sum(n * prices[gpu] for gpu, n in target.gpus.items()) if priced else None
+    per_million = (cost_per_million_tokens(target.gpus, prices, output_tokens_per_s)
+                   if priced else None)
+    return LossCheck(
+        kind=target.kind, lost=target.name, gpus=target.gpus, at_s=at_s,
+        attainment=verdict.attainment,
+        attainment_after=None if after is None else after.attainment,
+        meets=verdict.meets, meets_after=after is None or after.meets,
+        num_lost=faults.num_lost, num_retried_requests=faults.num_retried_requests,
+        num_failed=faults.num_failed, spare_cost_per_hour=hourly,
+        spare_cost_per_million_output_tokens=per_million, summary=summary)
+
+
+def worst(checks: list[LossCheck]) -> LossCheck | None:
+    """The check that fares worst: failing first, then the lowest attainment after the
+    failure, then over the run."""
+    if not checks:
+        return None
+    return min(checks, key=lambda c: (c.holds, c.attainment_after or 0.0, c.attainment or 0.0,
+                                      c.lost))

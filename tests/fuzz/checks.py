@@ -1,0 +1,208 @@
+"""What a fuzzed command must have produced: for exit 2, a few ``path: message`` lines; for
+exit 0, outputs that hold the run's invariants. Each check returns the problems it found (an
+empty list: none), so a campaign can count them instead of stopping at the first."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+MAX_LINES = 11
+"""Ten problems and the "... and N more problems" line."""
+_MORE = re.compile(r"^\.\.\. and [\d,]+ more problems$")
+_INTERNALS = ("instance of", "Unable to extract tag", "Input tag", "function-after",
+              "function-before", "function-wrap", "discriminator", "Traceback", "pydantic",
+              "[type=", "model_attributes_type", "For further information", "Warning:",
+              "warnings.warn")
+"""Words of pydantic and Python internals that a user's error message must not show."""
+_EPS_S = 1e-9
+"""Times in requests.csv are printed to the nanosecond."""
+
+
+# ------------------------------------------------------------------- exit 2
+def error_lines(stderr: str) -> list[str]:
+    """Problems with an exit-2 answer: one to a few ``path: message`` lines, each with a
+    non-empty path, no internals."""
+    lines = stderr.rstrip("\n").split("\n") if stderr.strip() else []
+    if not lines:
+        return ["exit 2 without a message"]
+    problems = []
+    if len(lines) > MAX_LINES:
+        problems.append(f"{len(lines)} lines (at most {MAX_LINES})")
+    for line in lines:
+        if _MORE.match(line):
+            continue
+        path, sep, message = line.partition(": ")
+        if not sep or not path.strip() or not message.strip():
+            problems.append(f"not a path: message line: {line[:120]!r}")
+        leaked = [word for word in _INTERNALS if word in line]
+        if leaked:
+            problems.append(f"internals {leaked} in {line[:120]!r}")
+    return problems
+
+
+# ------------------------------------------------------------------- exit 0
+def _finite(value: Any, where: str, problems: list[str]) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        problems.append(f"non-finite number {value} at {where}")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _finite(item, f"{where}.{key}", problems)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _finite(item, f"{where}[{i}]", problems)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def finite_json(path: Path) -> tuple[Any, list[str]]:
+    """The JSON document at ``path`` and its problems: not strict JSON (``NaN``,
+    ``Infinity``), or a non-finite number."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
+    except (OSError, ValueError) as error:
+        return None, [f"{path.name}: {error}"]
+    problems: list[str] = []
+    _finite(data, path.name, problems)
+    return data, problems
+
+
+def _number(text: str) -> float | None:
+    return None if text == "" else float(text)
+
+
+def run_outputs(folder: Path) -> list[str]:
+    """Problems with a simulated run's requests.csv, steps.csv and summary.json."""
+    problems: list[str] = []
+    for name in ("requests.csv", "steps.csv", "summary.json"):
+        if not (folder / name).is_file():
+            problems.append(f"{folder.name}/{name} missing")
+    if problems:
+        return problems
+    summary, found = finite_json(folder / "summary.json")
+    problems += found
+    if summary is None:
+        return problems
+    with (folder / "requests.csv").open(newline="") as f:
+        requests = list(csv.DictReader(f))
+    problems += _request_problems(requests, summary)
+    engines = {engine["name"]: engine for engine in summary.get("engine", [])}
+    with (folder / "steps.csv").open(newline="") as f:
+        for row in csv.DictReader(f):
+            problems += _step_problems(row, engines)
+            if len(problems) > 20:
+                break
+    return problems
+
+
+def _request_problems(requests: list[dict[str, str]], summary: dict[str, Any]) -> list[str]:
+    problems = []
+    finished = rejected = 0
+    for row in requests:
+        rid, outcome = row["id"], row["outcome"]
+        times = {k: _number(row[k]) for k in ("arrival_s", "first_token_s", "finish_s",
+                                              "ttft_s", "e2e_s")}
+        if any(v is not None and not math.isfinite(v) for v in times.values()):
+            problems.append(f"request {rid}: a non-finite time {times}")
+            continue
+        if outcome == "finished":
+            finished += 1
+            ttft, e2e = times["ttft_s"], times["e2e_s"]
+            if ttft is None or e2e is None or ttft > e2e + _EPS_S:
+                problems.append(f"request {rid}: TTFT {ttft} > E2E {e2e}")
+            if times["arrival_s"] is None or times["finish_s"] is None or (
+                    times["finish_s"] + _EPS_S < times["arrival_s"]):
+                problems.append(f"request {rid}: finished before it arrived")
+            if int(row["output_tokens"]) < 1:
+                problems.append(f"request {rid}: finished with no output token")
+        elif outcome.startswith("rejected: ") and outcome[len("rejected: "):].strip():
+            rejected += 1
+        else:
+            problems.append(f"request {rid}: neither finished nor rejected with a reason "
+                            f"({outcome!r})")
+    expected = (summary.get("num_requests"), summary.get("num_finished"),
+                summary.get("num_rejected"))
+    if expected != (len(requests), finished, rejected):
+        problems.append(f"summary counts {expected} != requests.csv's "
+                        f"{(len(requests), finished, rejected)}")
+    return problems
+
+
+def _step_problems(row: dict[str, str], engines: dict[str, dict[str, Any]]) -> list[str]:
+    engine = engines.get(row["instance"])
+    where = f"step {row['instance']}#{row['step']}"
+    if engine is None:
+        return [f"{where}: an engine summary.json does not list"]
+    problems = []
+    start, end = float(row["start_s"]), float(row["end_s"])
+    if not (math.isfinite(start) and math.isfinite(end)) or end < start:
+        problems.append(f"{where}: runs from {start} to {end}")
+    tokens = int(row["num_scheduled_tokens"])
+    if tokens > engine["max_num_batched_tokens"]:
+        problems.append(f"{where}: {tokens} tokens over the budget "
+                        f"{engine['max_num_batched_tokens']}")
+    if int(row["num_running"]) > engine["max_num_seqs"]:
+        problems.append(f"{where}: {row['num_running']} running over max_num_seqs "
+                        f"{engine['max_num_seqs']}")
+    if int(row["kv_blocks_used"]) > engine["num_gpu_blocks"] - 1:
+        problems.append(f"{where}: {row['kv_blocks_used']} KV blocks used of "
+                        f"{engine['num_gpu_blocks'] - 1}")
+    return problems
+
+
+def outputs_of(argv: list[str], folder: Path, stdout: str) -> list[str]:
+    """Problems with the outputs of a command that exited 0, by command."""
+    command = argv[0] if argv else ""
+    before = argv[: argv.index("--")] if "--" in argv else argv
+    if {"-h", "--help", "--version"} & set(before):
+        return []  # help or the version, printed instead of running
+    if command == "simulate":
+        return run_outputs(folder / _option(argv, "--out", "runs/latest"))
+    if command == "plan":
+        return finite_json(folder / _option(argv, "--out", "out") / "plan.json")[1]
+    if command == "compare":
+        out = folder / _option(argv, "--out", "runs/compare")
+        return run_outputs(out / "colocated") + run_outputs(out / "disaggregated")
+    if "--json" in argv and command in ("step-time", "trace"):
+        try:
+            data = json.loads(stdout, parse_constant=_reject_constant)
+        except ValueError as error:
+            return [f"--json output is not JSON: {error}"]
+        problems: list[str] = []
+        _finite(data, "stdout", problems)
+        problems += _negative(data, "stdout")
+        return problems
+    return []
+
+
+def _negative(value: Any, where: str) -> list[str]:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
+        return [f"negative {value} at {where}"]
+    if isinstance(value, dict):
+        return [p for key, item in value.items() for p in _negative(item, f"{where}.{key}")]
+    return []
+
+
+def _option(argv: list[str], name: str, default: str) -> str:
+    """The value the command took for ``name`` (the last one given wins, as with Click)."""
+    value = default
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg[len(name) + 1:]
+    return value
+
+
+def tree_bytes(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` by its relative path (a rerun must give the same)."""
+    if not folder.is_dir():
+        return {}
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
