@@ -296,7 +296,8 @@ def test_custom_all_reduce_below_vllms_limit_by_hand(monkeypatch):
     monkeypatch.setattr(collectives, "CUSTOM_AR_MAX_BYTES", 2048)
     below = CostModel(model, gpu, 2).step_time(decode_batch(15, 9))
     at = CostModel(model, gpu, 2).step_time(decode_batch(16, 9))
-    # 5 all-reduces, then the logits all-gather (NCCL's either way); custom: 2 us + tokens x 128 B / (100 GB/s x 0.25); NCCL: 10 us + ... / 5e10
+    # 5 all-reduces, then the logits all-gather (NCCL's either way); custom: 2 us + tokens
+    # x 128 B / (100 GB/s x 0.25); NCCL: 10 us + ... / 5e10
     assert below.communication_s == pytest.approx(
         5 * (2e-6 + 15 * 128 / 2.5e10) + 1e-5 + 15 * 128 * 2 / 5e10, rel=1e-12)
     assert at.communication_s == pytest.approx(

@@ -456,8 +456,10 @@ def transferred(profile: dict, donor: str, gpu_id: str) -> dict:
     """``donor``'s fit-v2 values for ``gpu_id``, its link's fits only on the same link."""
     from clustersim.calibration.fit import _SAME_LINK
 
+    label = f"{FIT_ID}:{donor}->{gpu_id}"
     values = {k: v for k, v in profile.items() if k not in ("calibration", "provenance")}
+    if "moe_gemm" in values:  # its own copy, labelled as borrowed
+        values["moe_gemm"] = {**values["moe_gemm"], "calibration": label}
     for key in () if gpu_id in _SAME_LINK else LINK_FIELDS:
         values.pop(key, None)
-    return {**values, "calibration": f"{FIT_ID}:{donor}->{gpu_id}",
-            "provenance": {"transferred_from": donor}}
+    return {**values, "calibration": label, "provenance": {"transferred_from": donor}}

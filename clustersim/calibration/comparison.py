@@ -3,7 +3,9 @@
 ``validate_fits`` scores the ``vidur`` (fit-v1) and ``aiconfigurator`` (fit-v2) profiles on
 Splitwise, the four vLLM runs and the TP2 kernel cross-check. ``part_scores`` starts from
 fit-v1 and swaps in one group of fit-v2's fields at a time (``PARTS``), so each new part's
-effect on the validation data shows on its own. ``ship_scores`` applies ``SHIP_RULE``.
+effect on the validation data shows on its own. ``ship_scores`` computes ``COMPARE_RULE``'s
+score per GPU: which set does better on its held-out data, reported beside the shipped choice
+(``fitsets.SHIPPED``), which it does not make.
 
 Validation data only is scored here; nothing here is fitted on it (a three-point few-shot fit
 is part of what is scored, as everywhere in ``clustersim validate``).
@@ -41,13 +43,11 @@ PARTS: dict[str, tuple[str, ...]] = {
 """Each new part of fit-v2: the profile fields it sets."""
 MISS_RUNS = ("RTXPRO6000_Qwen3-32B", "RTXPRO6000_Qwen3-30B-A3B-Instruct-2507")
 """The two misses left from fit-v1's round: the TP2 run's TPOT, the MoE run's TTFT."""
-SHIP_RULE = (
-    "per measured GPU, the fit with the lower mean error on its held-out data ships: on the vLLM "
+COMPARE_RULE = (
+    "per measured GPU, the mean error of each fit on its held-out data: on the vLLM "
     "serving runs (the engine clustersim models), the zero-shot MAPE over TTFT, TPOT and E2E; on "
     "Splitwise (a 2023 stack whose per-step overhead no kernel table measures, so that only its "
-    "three-point few-shot fit compares the kernels), the few-shot prefill and decode MAPE; GPUs "
-    "without validation data ship the fit measured on them (the L40S: fit-v2, its fit-v1 being "
-    "the RTX 4090's), and borrowers follow their donor"
+    "three-point few-shot fit compares the kernels), the few-shot prefill and decode MAPE"
 )
 _SPLITWISE_GPUS = sorted(set(HARDWARE.values()))
 
@@ -130,7 +130,7 @@ def run_mape(score: RunScore) -> float:
 
 
 def ship_scores(validation: Validation) -> dict[str, dict[str, float]]:
-    """``SHIP_RULE``'s score (lower is better) of each fit per GPU with validation data."""
+    """``COMPARE_RULE``'s score (lower is better) of each fit per GPU with validation data."""
     out: dict[str, dict[str, float]] = {}
     for fit in FITS:
         means = splitwise_means([s for s in validation.splitwise if s.fit == fit])
@@ -144,11 +144,12 @@ def ship_scores(validation: Validation) -> dict[str, dict[str, float]]:
 
 
 def ship_verdict(scores: dict[str, dict[str, float]]) -> dict[str, str]:
-    """The fit ``SHIP_RULE`` ships per GPU with validation data (a tie goes to fit-v2)."""
+    """The fit with the lower ``COMPARE_RULE`` score per GPU with validation data (a tie at one
+    decimal goes to fit-v2)."""
     return {gpu: min(FITS, key=lambda f: (round(s[f], 1), f != "aiconfigurator"))
             for gpu, s in scores.items()}
 
 
-__all__ = ["FITS", "MISS_RUNS", "PARTS", "SHIP_RULE", "TP_CHECK_GPU", "PartScore",
+__all__ = ["FITS", "MISS_RUNS", "PARTS", "COMPARE_RULE", "TP_CHECK_GPU", "PartScore",
            "Validation", "part_scores", "run_mape", "ship_scores", "ship_verdict",
            "splitwise_means", "validate_fits"]

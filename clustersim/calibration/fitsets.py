@@ -8,10 +8,12 @@
   (``clustersim.calibration.aiconfigurator``).
 
 ``SHIPPED`` says which set each measured GPU ships with; GPUs that borrow a fit follow their
-donor. The choice was made on the held-out validation scores that ``clustersim validate``
-prints for both sets (docs/validation.md, "Which fit ships"), by ``comparison.SHIP_RULE``,
-never by fitting anything on those data: the calibration reads no validation file (the choice
-is data here, so that ``clustersim calibrate`` needs none).
+donor. Every measured GPU ships fit-v2, a choice made without the validation data: on the
+H100, A100 and L40S its tables are the newer measurements of the engine clustersim models
+(vLLM 0.24 / 0.14 kernels), and on every GPU its forms fit each calibration table no worse than
+fit-v1's form, most of them far better (the "What changed" table of docs/validation.md). ``clustersim validate`` scores both sets on the
+held-out data and says where fit-v1 would have done better (``comparison.COMPARE_RULE``); those
+scores choose nothing, so that they stay held out. ``h100-sxm@vidur`` (any GPU) prices with fit-v1.
 """
 
 from __future__ import annotations
@@ -26,13 +28,15 @@ from clustersim.calibration.fit import TRANSFERS, Reader, calibrate
 SETS = {"vidur": V1_ID, "aiconfigurator": V2_ID}
 """Fit set name -> its fit id."""
 SHIPPED = {
-    "a100-80gb-sxm": "vidur",
+    "a100-80gb-sxm": "aiconfigurator",
     "h100-sxm": "aiconfigurator",
     "l40s": "aiconfigurator",
-    "rtx4090": "vidur",
-    "rtx-pro-6000-server": "vidur",
+    "rtx4090": "aiconfigurator",
+    "rtx-pro-6000-server": "aiconfigurator",
 }
-"""Measured GPU -> the fit set its shipped profile is (docs/validation.md says why)."""
+"""Measured GPU -> the fit set its shipped profile is (chosen without the validation data)."""
+SHIPPED_FIT_ID = "+".join(dict.fromkeys(SETS[name] for name in SHIPPED.values()))
+"""The shipped profile's fit id: its sets' ids (each GPU's ``calibration`` label says which)."""
 
 
 def calibrate_sets(read: Reader = pd.read_csv) -> dict[str, dict[str, dict]]:
@@ -53,5 +57,5 @@ def shipped_set(gpu_id: str) -> str:
 def shipped_profiles(sets: dict[str, dict[str, dict]]) -> dict[str, dict]:
     """The shipped profile: every GPU both sets cover, from the set ``shipped_set`` names, in
     the order the aiconfigurator set lists them. The FP8 GEMM fit is an aiconfigurator fit
-    in both sets; a GPU on the ``vidur`` set keeps fit-v1's (the same table, no floor)."""
+    in both sets; a GPU on the ``vidur`` set would keep fit-v1's (the same table, no floor)."""
     return {gpu_id: sets[shipped_set(gpu_id)][gpu_id] for gpu_id in sets["aiconfigurator"]}

@@ -26,8 +26,6 @@ from clustersim.catalog import FIT_SET_FILES
 _CATALOG = Path(__file__).resolve().parent.parent / "catalog"
 CATALOG_PROFILE = _CATALOG / "calibrated.yaml"
 FIT_SET_PROFILES = {name: _CATALOG / file for name, file in FIT_SET_FILES.items()}
-SHIPPED_FIT_ID = "fit-v1+fit-v2"
-"""The shipped profile's fit id: each GPU from one set (its ``calibration`` label says which)."""
 
 _HEADER = """\
 # Calibrated GPU profiles: merged over gpus.yaml by clustersim.catalog.load_gpu.

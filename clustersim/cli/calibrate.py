@@ -25,9 +25,16 @@ def calibrate_cmd(
         Path | None,
         typer.Option(help="Profile file to write (required; its folder must exist). The "
                      "shipped fit is clustersim/catalog/calibrated.yaml: name it to refresh "
-                     "it in a checkout; without measurements the two fit sets are written "
-                     "beside it (<name>_vidur.yaml, <name>_aiconfigurator.yaml)."),
+                     "it in a checkout (the fit sets beside it: calibrated_vidur.yaml with "
+                     "--fit-set vidur, calibrated_aiconfigurator.yaml with --fit-set "
+                     "aiconfigurator)."),
     ] = None,
+    fit_set: Annotated[
+        str,
+        typer.Option(help="Without measurements: the profile to write, 'shipped' (each GPU "
+                     "from its shipped fit set), 'vidur' (fit-v1 on every GPU) or "
+                     "'aiconfigurator' (fit-v2 on every GPU)."),
+    ] = "shipped",
     gpu: Annotated[str | None, typer.Option(help="GPU of the measurements (few-shot).")] = None,
     model: Annotated[str | None, typer.Option(help="Model of the measurements.")] = None,
     tp: Annotated[int, typer.Option(min=1, help="Tensor-parallel size of the measurements.")] = 1,
@@ -54,6 +61,9 @@ def calibrate_cmd(
     adjust one GPU's profile to at most three measured step times of your own stack."""
     prefill, decode = prefill or [], decode or []
     if prefill or decode or from_requests:
+        if fit_set != "shipped":
+            raise InputError("--fit-set", "goes without measurements: a few-shot fit starts "
+                             "from the GPU's profile (name a set with --gpu ID@vidur)")
         _few_shot(out, gpu, model, tp, prefill, decode, from_requests, max_num_batched_tokens,
                   dp, expert_parallel)
         return
@@ -67,28 +77,30 @@ def calibrate_cmd(
         raise InputError(given[0], "describes measurements: goes with --prefill/--decode or "
                          "--from-requests")
     from clustersim.calibration.fit import distserve_check
-    from clustersim.calibration.fitsets import SETS, calibrate_sets, shipped_profiles
-    from clustersim.calibration.profile import SHIPPED_FIT_ID, write_profiles
+    from clustersim.calibration.fitsets import (
+        SETS,
+        SHIPPED_FIT_ID,
+        calibrate_sets,
+        shipped_profiles,
+    )
+    from clustersim.calibration.profile import write_profiles
 
     if out is None:
         raise InputError("--out", "give the profile file to write; calibrate writes nowhere "
                          "else (the shipped fit: --out clustersim/catalog/calibrated.yaml in a "
                          "checkout)")
-    # the shipped profile at --out, each fit set beside it (the catalog's names for
-    # --out clustersim/catalog/calibrated.yaml)
-    targets = {"shipped": out, **{name: out.with_name(f"{out.stem}_{name}{out.suffix}")
-                                  for name in SETS}}
-    for target in targets.values():
-        _write(target)  # an unwritable path fails before the fit
+    if fit_set not in ("shipped", *SETS):
+        raise InputError("--fit-set", f"unknown fit set {fit_set!r}; give shipped, "
+                         f"{', '.join(SETS)}")
+    _write(out)  # an unwritable --out fails before the fit
     sets = calibrate_sets()
     shipped = shipped_profiles(sets)
-    for name, target in targets.items():
-        profiles = shipped if name == "shipped" else sets[name]
-        fit_id = SHIPPED_FIT_ID if name == "shipped" else SETS[name]
-        _write(target, lambda t=target, p=profiles, f=fit_id: write_profiles(p, t, f))
+    profiles = shipped if fit_set == "shipped" else sets[fit_set]
+    fit_id = SHIPPED_FIT_ID if fit_set == "shipped" else SETS[fit_set]
+    _write(out, lambda: write_profiles(profiles, out, fit_id))
     typer.echo(f"{'gpu':<21}{'eff_c':>6}{'t_half':>7}{'eff_m':>6}{'floor_us':>9}{'eff_att':>8}"
-               f"{'K_half':>7}{'ar_alpha_us':>12}{'car_alpha_us':>13}  calibration (shipped)")
-    for gpu_id, p in shipped.items():
+               f"{'K_half':>7}{'ar_alpha_us':>12}{'car_alpha_us':>13}  calibration")
+    for gpu_id, p in profiles.items():
         alpha, custom = p.get("allreduce_latency_s"), p.get("custom_allreduce_latency_s")
         typer.echo(
             f"{gpu_id:<21}{p['compute_efficiency']:>6.2f}{p['compute_half_tokens']:>7.0f}"
@@ -99,11 +111,10 @@ def calibrate_cmd(
         )
     typer.echo("cross-check, DistServe's 2023-vLLM A100 decode step (batch 1, context 512) vs "
                "ours: the gap is that stack's per-step overhead")
-    for row in distserve_check(shipped):
+    for row in distserve_check(profiles):
         typer.echo(f"  {row['model']} TP{row['tp']}: DistServe {row['distserve_ms']:.1f} ms, "
                    f"calibrated model {row['ours_ms']:.1f} ms")
-    for target in targets.values():
-        typer.echo(f"wrote {target}")
+    typer.echo(f"wrote {out}")
 
 
 _FIT_WARN = 0.10
