@@ -8,12 +8,13 @@
   (``clustersim.calibration.aiconfigurator``).
 
 ``SHIPPED`` says which set each measured GPU ships with; GPUs that borrow a fit follow their
-donor. Every measured GPU ships fit-v2, a choice made without the validation data: on the
-H100, A100 and L40S its tables are the newer measurements of the engine clustersim models
-(vLLM 0.24 / 0.14 kernels), and on every GPU its forms fit each calibration table no worse than
-fit-v1's form, most of them far better (the "What changed" table of docs/validation.md). ``clustersim validate`` scores both sets on the
-held-out data and says where fit-v1 would have done better (``comparison.COMPARE_RULE``); those
-scores choose nothing, so that they stay held out. ``h100-sxm@vidur`` (any GPU) prices with fit-v1.
+donor. Every measured GPU ships fit-v2, a choice made without the validation data: on the H100,
+A100 and L40S its tables are the newer measurements of the engine clustersim models (vLLM 0.24 /
+0.14 kernels), and on every GPU its forms fit each calibration table no worse than fit-v1's
+form, most of them far better (the "What changed" table of docs/validation.md). ``clustersim
+validate`` scores both sets on the held-out data and says where fit-v1 would have done better
+(``comparison.COMPARE_RULE``); those scores choose nothing, so that they stay held out.
+``h100-sxm@vidur`` (any GPU) prices with fit-v1.
 """
 
 from __future__ import annotations

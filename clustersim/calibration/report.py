@@ -453,10 +453,10 @@ Each new term was kept because the table it was fitted on says so: the rms log e
 
 {v2}, on every GPU, for reasons that read no validation file: on the H100, A100 and L40S its
 tables are the newer measurements of the engine clustersim models (vLLM 0.24 and 0.14 kernels,
-against Vidur's 2023 ones), and on every GPU, the RTX 4090 and RTX PRO 6000 refitted on the
-same layer profiles as {v1}, its forms fit each calibration table no worse than {v1}'s form,
-most of them far better (the table above). Choosing per GPU by the scores below would make them a fit on the
-validation data, and they would no longer say how far to trust the model; they are reported
+against Vidur's 2023 ones), and on every GPU, the RTX 4090 and RTX PRO 6000 refitted on the same
+layer profiles as {v1}, its forms fit each calibration table no worse than {v1}'s form, most of
+them far better (the table above). Choosing per GPU by the scores below would make them a fit on
+the validation data, and they would no longer say how far to trust the model; they are reported
 instead. The score per GPU ({ship_rule}):
 
 {ship_table}
