@@ -103,7 +103,8 @@ def load_gpu(gpu_id: str, *, path: str = "gpu", profile: str = "calibrated") -> 
     gpu_id, at, suffix = gpu_id.partition("@")
     if at and not suffix:
         raise CatalogError(path, f"nothing after '@' in {gpu_id + at!r}: name a profile "
-                           "('calibrated', 'default' or a profile YAML file) or drop the '@'")
+                           "('calibrated', 'default', 'vidur', 'aiconfigurator' or a profile YAML "
+                           "file) or drop the '@'")
     return _load_gpu(gpu_id, path, suffix if at else profile)
 
 
@@ -157,8 +158,9 @@ def load_profiles(profile: str = "calibrated") -> dict[str, dict[str, Any]]:
     else:
         path = Path(profile).expanduser()
         if not path.exists():
-            raise ConfigError(profile, "no such profile file; give 'calibrated', 'default' or "
-                              "a profile YAML written by `clustersim calibrate`")
+            raise ConfigError(profile, "no such profile file; give 'calibrated', 'default', "
+                              "'vidur', 'aiconfigurator' or a profile YAML written by "
+                              "`clustersim calibrate`")
         data, name = load_yaml(path, "profile", where=profile), profile
     table = data.get("profiles") if isinstance(data, dict) else None
     if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
