@@ -13,11 +13,11 @@ of a step gets the form its table's residuals support (docs/validation.md shows 
     reduce-scatter
 
 - GEMMs: the per-call ``floor`` is what a plain saturating roofline lacks: a 1024 x 1024 bf16
-  GEMM takes 3.9 us on the H100 at every M up to 256 (its weights need 0.7 us), and a 4096 x
-  4096 one 15 us at M = 1 where its weights need 11.5 us at the bandwidth the largest GEMMs
-  reach. With the floor the rms log error over all rows drops from 0.42 to 0.12 (H100) and
-  0.39 to 0.13 (A100); ``fit_gemm`` searches ``t_half`` too, and on these tables the floor
-  leaves it at 0-64 tokens.
+  GEMM takes about 4 us on the H100 at every M up to 256 (its weights need 0.6 us at the
+  datasheet bandwidth), and a 4096 x 4096 one 15 us at M = 1. With the floor the rms log error
+  over the table's rows drops by half or more on the H100 and A100 (``gemm.rms_log_error``
+  beside ``without_floor_rms_log_error`` in each profile's provenance; docs/validation.md
+  prints both); ``fit_gemm`` searches ``t_half`` beside it.
 - Prefill attention: causal query-key pairs at one efficiency miss by 6-10x (rms log error
   ~2): short prompts are floor-bound, and FlashAttention's efficiency rises with the keys each
   query attends to (H100 FA3: 39 % of peak at 2,048-token prompts, 61-67 % at 8-16K).
@@ -27,7 +27,7 @@ of a step gets the form its table's residuals support (docs/validation.md shows 
 - Decode attention: the KV read, at its own bandwidth efficiency, plus a per-sequence cost
   (``c_half`` tokens of KV) that dominates many short sequences. It is fitted on the rows whose
   KV is at least ``DECODE_MIN_KV_BYTES``: below the L2 cache size the benchmark's repeated
-  calls read cached KV (the L40S rows there run at 1.5-2x its DRAM bandwidth), which a serving
+  calls read cached KV (the L40S rows there run at up to 2.5x its DRAM bandwidth), which a serving
   step, reading every layer's KV once, never does. Its ``floor`` (the median batch-1 call at
   <= 128 tokens of context) is the attention kernel's per-layer floor, shared with prefill.
 - Collectives: NCCL from nccl-tests' half-precision rows over every size and GPU count;
