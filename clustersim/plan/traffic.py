@@ -13,6 +13,7 @@ from clustersim.scenario import Scenario
 from clustersim.workload import build_requests
 from clustersim.workload.scale import scale_rate
 from clustersim.workload.spec import (
+    BenchmarkWorkload,
     ClosedLoopArrivals,
     GammaArrivals,
     PoissonWorkload,
@@ -35,7 +36,7 @@ def is_random(scenario: Scenario) -> bool:
     """Whether seeds change the traffic: a trace replay or a list of requests arrives the same
     way every time (and routers that draw nothing stay as they are), so one seed says all there
     is."""
-    if isinstance(scenario.workload, PoissonWorkload | SyntheticWorkload):
+    if isinstance(scenario.workload, PoissonWorkload | SyntheticWorkload | BenchmarkWorkload):
         return True
     layout = scenario.layout
     routers = ((layout.router, layout.prefill_router, layout.decode_router)
@@ -55,6 +56,10 @@ def at_rate(scenario: Scenario, base_rate: float, rate_per_s: float,
         wanted = max(workload.num_requests, settings.min_requests,
                      math.ceil(rate_per_s * settings.min_duration_s))
         workload = workload.model_copy(update={"num_requests": wanted})
+    elif isinstance(workload, BenchmarkWorkload):  # open-loop (scale_rate refuses the others)
+        wanted = max(workload.num_prompts, settings.min_requests,
+                     math.ceil(rate_per_s * settings.min_duration_s))
+        workload = workload.model_copy(update={"num_prompts": wanted})
     return workload
 
 
