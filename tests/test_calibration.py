@@ -15,7 +15,13 @@ import yaml
 from clustersim.calibration import fit as fit_module
 from clustersim.calibration.fewshot import fit_few_shot
 from clustersim.calibration.fit import GemmRows, calibrate, fit_allreduce, fit_gemm
-from clustersim.calibration.profile import CATALOG_PROFILE, dump_profiles
+from clustersim.calibration.fitsets import (
+    SETS,
+    SHIPPED_FIT_ID,
+    calibrate_sets,
+    shipped_profiles,
+)
+from clustersim.calibration.profile import CATALOG_PROFILE, FIT_SET_PROFILES, dump_profiles
 from clustersim.calibration.sources import FIT_DIR, VALIDATION_DIR, fit_files, validation_files
 from clustersim.catalog import apply_profile, load_gpu, load_model, load_profiles
 from clustersim.cost.roofline import BatchShape, CostModel
@@ -52,8 +58,8 @@ def test_calibration_reads_no_validation_file(monkeypatch):
 
     monkeypatch.setattr(builtins, "open", spy_open)
     monkeypatch.setattr(Path, "read_text", spy_read_text)
-    profiles = calibrate(read=spy_read_csv)
-    fit_module.distserve_check(profiles)
+    sets = calibrate_sets(read=spy_read_csv)  # fit-v1 and fit-v2
+    fit_module.distserve_check(shipped_profiles(sets))
     data_files = [p.resolve() for p in opened if FIT_DIR.parent in p.resolve().parents]
     assert data_files, "the spy saw no data file"
     assert all(FIT_DIR in p.parents for p in data_files)
@@ -62,10 +68,15 @@ def test_calibration_reads_no_validation_file(monkeypatch):
     assert fit_files() and all(VALIDATION_DIR not in p.parents for p in fit_files())
 
 
-def test_shipped_profile_is_what_calibrate_writes():
+def test_shipped_profiles_are_what_calibrate_writes():
+    sets = calibrate_sets()
     shipped = yaml.safe_load(CATALOG_PROFILE.read_text())
-    fresh = yaml.safe_load(dump_profiles(calibrate()))
-    assert shipped == fresh
+    assert shipped == yaml.safe_load(dump_profiles(shipped_profiles(sets), fit_id=SHIPPED_FIT_ID))
+    for name, path in FIT_SET_PROFILES.items():
+        assert yaml.safe_load(path.read_text()) == yaml.safe_load(
+            dump_profiles(sets[name], fit_id=SETS[name])), name
+    # the fit-v1 set is what fit.calibrate alone writes
+    assert sets["vidur"] == calibrate()
 
 
 def test_shipped_data_carries_licenses():
@@ -102,30 +113,39 @@ def test_fit_allreduce_recovers_alpha_and_bus_bandwidth():
 
 
 def test_calibrated_values_are_plausible():
-    profiles = load_profiles()
-    for gpu_id in ("a100-80gb-sxm", "h100-sxm"):
-        p = profiles[gpu_id]
-        assert 0.6 <= p["compute_efficiency"] <= 0.9  # large-GEMM MFU, section 3.3
-        assert 0.45 <= p["memory_efficiency"] <= 0.95
-        assert p["allreduce_latency_s"] < 1e-4
-        assert p["provenance"]["sources"]
-    assert profiles["l40s"]["provenance"]["transferred_from"] == "rtx4090"
-    # the RTX PRO 6000 has its own GEMM, attention and PCIe all-reduce fit
-    pro = profiles["rtx-pro-6000-server"]
-    assert pro["provenance"]["sources"] == ["rtx-pro-6000/dense.csv",
-                                            "rtx-pro-6000/dense_tp2.csv",
-                                            "rtx-pro-6000/attention_prefill.csv",
-                                            "rtx-pro-6000/allreduce_2rank.csv"]
-    assert 0.5 <= pro["compute_efficiency"] <= 0.9
-    assert 10e-6 <= pro["allreduce_latency_s"] <= 20e-6  # NCCL, 2 ranks over PCIe
-    assert pro["provenance"]["attention"]["measured_on"] == "rtx-pro-6000-server"
-    assert pro["provenance"]["attention"]["num_rows"] >= 50
-    # the Workstation Edition borrows it, all-reduce fit included (the same PCIe Gen5 x16 link)
-    work = profiles["rtx-pro-6000"]
-    assert work["provenance"] == {"transferred_from": "rtx-pro-6000-server",
-                                  "fp8_transferred_from": "l40s"}
-    assert work["allreduce_latency_s"] == pro["allreduce_latency_s"]
-    assert "allreduce_latency_s" not in profiles["l40s"]
+    for fit in ("calibrated", "vidur", "aiconfigurator"):
+        profiles = load_profiles(fit)
+        for gpu_id in ("a100-80gb-sxm", "h100-sxm"):
+            p = profiles[gpu_id]
+            assert 0.6 <= p["compute_efficiency"] <= 0.9, fit  # large-GEMM MFU, section 3.3
+            assert 0.45 <= p["memory_efficiency"] <= 0.95, fit
+            assert p["allreduce_latency_s"] < 1e-4, fit
+            assert p["provenance"]["sources"], fit
+        # the RTX PRO 6000 has its own GEMM, attention and PCIe all-reduce fit
+        pro = profiles["rtx-pro-6000-server"]
+        assert pro["provenance"]["sources"][:4] == ["rtx-pro-6000/dense.csv",
+                                                    "rtx-pro-6000/dense_tp2.csv",
+                                                    "rtx-pro-6000/attention_prefill.csv",
+                                                    "rtx-pro-6000/allreduce_2rank.csv"]
+        assert 0.5 <= pro["compute_efficiency"] <= 0.9, fit
+        assert 10e-6 <= pro["allreduce_latency_s"] <= 20e-6, fit  # NCCL, 2 ranks over PCIe
+        assert pro["provenance"]["attention"]["measured_on"] == "rtx-pro-6000-server"
+        assert pro["provenance"]["attention"]["num_rows"] >= 50
+        # the Workstation Edition borrows it, all-reduce fit included (the same PCIe link)
+        work = profiles["rtx-pro-6000"]
+        assert work["provenance"] == {"transferred_from": "rtx-pro-6000-server",
+                                      "fp8_transferred_from": "l40s"}
+        assert work["allreduce_latency_s"] == pro["allreduce_latency_s"]
+        assert "allreduce_latency_s" not in profiles["l40s"]
+    # fit-v1 lends the L40S the RTX 4090's fit; fit-v2 (shipped) measures it on its own tables
+    assert load_profiles("vidur")["l40s"]["provenance"]["transferred_from"] == "rtx4090"
+    l40s = load_profiles()["l40s"]
+    assert l40s["calibration"] == "fit-v2:l40s"
+    assert l40s["provenance"]["sources"][0] == "aiconfigurator/gemm_l40s.csv"
+    # the RTX 4090's GEMM floor, which its own 38-247 us GEMMs cannot tell, is the L40S's
+    rtx4090 = load_profiles()["rtx4090"]
+    assert rtx4090["gemm_floor_s"] == l40s["gemm_floor_s"]
+    assert rtx4090["provenance"]["gemm"]["floor_from"] == "l40s"
 
 
 # --------------------------------------------------------------- the profile
@@ -134,7 +154,9 @@ def test_load_gpu_merges_the_calibrated_profile():
     entry = load_profiles()["h100-sxm"]
     assert calibrated.compute_efficiency == entry["compute_efficiency"]
     assert calibrated.link.efficiency == entry["link_efficiency"]
-    assert calibrated.calibration == "fit-v1:h100-sxm"
+    assert calibrated.calibration == "fit-v2:h100-sxm"
+    assert calibrated.gemm_floor_s == entry["gemm_floor_s"] > 0
+    assert load_gpu("h100-sxm", profile="vidur").calibration == "fit-v1:h100-sxm"
     assert default.calibration == "default"
     assert calibrated.peak_flops == default.peak_flops
 
@@ -170,8 +192,10 @@ def test_half_tokens_slows_small_gemms_only():
 # ------------------------------------------------------------------ few-shot
 def test_few_shot_recovers_overheads_it_was_fitted_on():
     model, base = load_model("llama-2-70b"), load_gpu("a100-80gb-sxm")
+    # one compute scale moves GEMMs and attention together, as the fit does
     truth = base.model_copy(update={"per_step_overhead_s": 0.02, "per_request_overhead_s": 2e-4,
-                                    "compute_efficiency": 0.5, "attention_efficiency": 0.15})
+                                    "compute_efficiency": base.compute_efficiency * 2 / 3,
+                                    "attention_efficiency": base.attention_efficiency * 2 / 3})
     shapes = [BatchShape.from_chunks([(512, 0, True)]),
               BatchShape.from_chunks([(1, 600, True)]),
               BatchShape.from_chunks([(1, 600, True)] * 64)]
@@ -352,9 +376,15 @@ def test_few_shot_for_a_data_parallel_moe_deployment(tmp_path):
     """Measurements of a group priced as it runs (the MoE layers see both ranks' tokens) are
     fitted back, and a step not among them comes out as the group would run it."""
     model = load_model("qwen3-30b-a3b")
-    truth = load_gpu("rtx-pro-6000").model_copy(update={
+    base = load_gpu("rtx-pro-6000")
+    # one compute scale moves GEMMs, attention and the fused-MoE experts together, as the fit does
+    scale = 0.7
+    moe = base.moe_gemm and base.moe_gemm.model_copy(
+        update={"compute_efficiency": base.moe_gemm.compute_efficiency * scale})
+    truth = base.model_copy(update={
         "per_step_overhead_s": 2e-3, "per_request_overhead_s": 5e-5,
-        "compute_efficiency": 0.5, "attention_efficiency": 0.2})
+        "compute_efficiency": base.compute_efficiency * scale,
+        "attention_efficiency": base.attention_efficiency * scale, "moe_gemm": moe})
     group = CostModel(model, truth, 1, dp=2, expert_parallel=True)
 
     def measured(chunks):
@@ -600,17 +630,19 @@ def test_tp2_cross_check_reads_calibration_data_only_and_matches_the_model(monke
         return real_read_csv(path, *args, **kwargs)
 
     monkeypatch.setattr(tp_check.pd, "read_csv", spy)
-    checks = tp_check.decode_step_checks()
-    assert seen and all(FIT_DIR in p.resolve().parents for p in seen)
-    assert [c.batch for c in checks] == [1, 32, 128]
-    totals = [c.profile_ms for c in checks]
-    assert totals == sorted(totals)
-    for c in checks:
-        assert c.profile_ms == pytest.approx(
-            c.gemm_ms + c.attention_ms + c.elementwise_ms + c.lm_head_ms + c.collectives_ms)
-        # GPU time against GPU time (the profile holds no CPU overhead)
-        assert c.clustersim_ms == pytest.approx(c.profile_ms, rel=0.10)
-        assert c.clustersim_total_ms > c.clustersim_ms
+    for fit in ("calibrated", "vidur", "aiconfigurator"):
+        checks = tp_check.decode_step_checks(profile=fit)
+        assert seen and all(FIT_DIR in p.resolve().parents for p in seen)
+        assert [c.batch for c in checks] == [1, 32, 128]
+        totals = [c.profile_ms for c in checks]
+        assert totals == sorted(totals)
+        for c in checks:
+            assert c.profile_ms == pytest.approx(
+                c.gemm_ms + c.attention_ms + c.elementwise_ms + c.lm_head_ms + c.collectives_ms)
+            # GPU time against the GPU time of the ops the model prices (the profile holds no
+            # CPU overhead; norms, rotary and activations are not priced)
+            assert c.clustersim_ms == pytest.approx(c.profile_ms - c.elementwise_ms, rel=0.10)
+            assert c.clustersim_total_ms > c.clustersim_ms
     with pytest.raises(ValueError, match="outside the measured range"):
         tp_check.decode_step_checks(batches=(3,))
 
@@ -645,8 +677,12 @@ def test_gathers_and_scatters_get_their_own_fit_and_price():
     pro = load_gpu("rtx-pro-6000-server")
     assert pro.allgather_link_efficiency < pro.link.efficiency
     assert pro.reduce_scatter_link_efficiency < pro.link.efficiency
-    assert load_gpu("h100-sxm").collective("all_gather", 2) == (
-        load_gpu("h100-sxm").allreduce_latency_s, 1.0)  # not measured: as an all-reduce
+    v1 = load_gpu("h100-sxm", profile="vidur")  # no all-gather table: as an all-reduce
+    assert v1.collective("all_gather", 2) == (v1.allreduce_latency_s, 1.0)
+    h100 = load_gpu("h100-sxm")  # fit-v2: nccl-tests' all-gathers, slower per byte
+    assert h100.collective("all_gather", 2) == (
+        h100.allgather_latency_s, h100.allgather_link_efficiency / h100.link.efficiency)
+    assert h100.collective("all_gather", 2)[1] < 1.0
     model = load_model("qwen3-30b-a3b")
     as_allreduce = pro.model_copy(update={k: None for k in (
         "allgather_latency_s", "allgather_link_efficiency", "reduce_scatter_latency_s",

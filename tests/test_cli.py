@@ -233,11 +233,11 @@ def test_a_run_names_the_gpu_profile_that_priced_it(tmp_path):
     """summary.json and the printed report say which calibration priced the steps, so a report
     can be traced to its validation errors; a user's own profile shows as such."""
     result = simulate(tmp_path / "a", scenario())
-    assert result["summary"]["engine"][0]["calibration"] == "fit-v1:h100-sxm"
+    assert result["summary"]["engine"][0]["calibration"] == "fit-v2:h100-sxm"
     path = write_scenario(tmp_path, scenario())
     code, output = run_cli("simulate", str(path), "--out", str(tmp_path / "b"))
     assert code == 0, output
-    assert "step times priced with h100-sxm: fit-v1:h100-sxm" in output
+    assert "step times priced with h100-sxm: fit-v2:h100-sxm" in output
     profile = tmp_path / "mine.yaml"
     code, output = run_cli("calibrate", "--gpu", "h100-sxm", "--model", "qwen2.5-7b-instruct",
                            "--decode", "1@100=0.008", "--out", str(profile))
@@ -245,4 +245,4 @@ def test_a_run_names_the_gpu_profile_that_priced_it(tmp_path):
     path = write_scenario(tmp_path, scenario(gpu=f"h100-sxm@{profile}"))
     code, output = run_cli("simulate", str(path), "--out", str(tmp_path / "c"))
     assert code == 0, output
-    assert "h100-sxm: fit-v1:h100-sxm+few-shot" in output
+    assert "h100-sxm: fit-v2:h100-sxm+few-shot" in output

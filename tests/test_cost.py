@@ -251,3 +251,71 @@ def test_a_decode_run_is_priced_step_by_step_bit_for_bit(setup, decodes, context
         assert seconds == cost.step_time(batch, moe).time_s
         assert seconds == cost.step_time_s(0, 0.0, 0, decodes, kv + m * decodes, decodes,
                                            decodes, moe)
+
+
+# ------------------------------------------- fit-v2's terms, hand-computed on the toy GPU
+def test_gemm_floors_add_once_per_gemm_call_by_hand():
+    model = make_model()
+    plain = step_time(decode_batch(1, 9), model, make_gpu())
+    floored = step_time(decode_batch(1, 9), model, make_gpu(gemm_floor_s=2e-6))
+    # 4 layer GEMMs x 2 layers + the LM head, 2 us each, booked as memory-bound time
+    assert floored.memory_s - plain.memory_s == pytest.approx(9 * 2e-6, rel=1e-12)
+    assert floored.compute_s == plain.compute_s
+    assert CostModel(model, make_gpu(gemm_floor_s=2e-6)).kernel_floors_s(
+        decode_batch(1, 9)) == pytest.approx(9 * 2e-6, rel=1e-12)
+
+
+def test_prefill_attention_saturates_in_keys_per_query_by_hand():
+    model, chunk = make_model(), BatchShape.from_chunks([(1000, 0, True)])
+    plain = step_time(chunk, model, make_gpu())
+    slow = step_time(chunk, model, make_gpu(attention_half_keys=500.0, attention_floor_s=3e-6))
+    # (pairs + K_half x queries) pairs: 500 x 1000 more, 4 x 64 FLOPs each per layer, 2 layers
+    assert slow.compute_s - plain.compute_s == pytest.approx(
+        500 * 1000 * 4 * 64 * 2 / 5e11, rel=1e-12)
+    # one attention floor per layer and step
+    assert slow.memory_s - plain.memory_s == pytest.approx(2 * 3e-6, rel=1e-12)
+
+
+def test_decode_attention_reads_kv_at_its_own_efficiency_by_hand():
+    model = make_model()
+    gpu = make_gpu(decode_attention_memory_efficiency=0.25, decode_attention_half_tokens=6.0)
+    plain, own = (step_time(decode_batch(2, 9), model, g) for g in (make_gpu(), gpu))
+    # KV 256 B per token; two sequences of 10 tokens read, 1 written, 6 per-sequence tokens each:
+    # (20 + 2 x 7) x 256 B at 200 GB/s x 0.25 instead of (20 + 2) x 256 B at 1e11 B/s
+    assert own.memory_s - plain.memory_s == pytest.approx(
+        34 * 256 / 5e10 - 22 * 256 / 1e11, rel=1e-12)
+
+
+def test_custom_all_reduce_below_vllms_limit_by_hand(monkeypatch):
+    """The toy model's TP2 message is h x 2 B = 128 B a token; with the limit forced to 2 KiB
+    (16 tokens) the custom all-reduce's latency and bandwidth price tokens 1-15, NCCL's 16+."""
+    import clustersim.cost.collectives as collectives
+
+    gpu = make_gpu(custom_allreduce_latency_s=2e-6, custom_allreduce_link_efficiency=0.25)
+    model = make_model()
+    monkeypatch.setattr(collectives, "CUSTOM_AR_MAX_BYTES", 2048)
+    below = CostModel(model, gpu, 2).step_time(decode_batch(15, 9))
+    at = CostModel(model, gpu, 2).step_time(decode_batch(16, 9))
+    # 5 all-reduces, then the logits all-gather (NCCL's either way); custom: 2 us + tokens
+    # x 128 B / (100 GB/s x 0.25); NCCL: 10 us + ... / 5e10
+    assert below.communication_s == pytest.approx(
+        5 * (2e-6 + 15 * 128 / 2.5e10) + 1e-5 + 15 * 128 * 2 / 5e10, rel=1e-12)
+    assert at.communication_s == pytest.approx(
+        5 * (1e-5 + 16 * 128 / 5e10) + 1e-5 + 16 * 128 * 2 / 5e10, rel=1e-12)
+
+
+def test_fused_moe_fit_prices_16_bit_experts_only():
+    from clustersim.catalog.specs import GemmFit
+
+    model = load_model("qwen3-30b-a3b")
+    gpu = load_gpu("h100-sxm", profile="vidur")
+    fused = gpu.model_copy(update={"moe_gemm": GemmFit(
+        compute_efficiency=gpu.compute_efficiency / 2,
+        compute_half_tokens=gpu.compute_half_tokens,
+        memory_efficiency=gpu.memory_efficiency, floor_s=1e-5, calibration="test")})
+    prefill = BatchShape.from_chunks([(4096, 0, True)])
+    dense, slow = (CostModel(model, g).step_time(prefill) for g in (gpu, fused))
+    assert slow.compute_s > dense.compute_s
+    # one 10 us floor per MoE layer
+    assert CostModel(model, fused).kernel_floors_s(prefill) == pytest.approx(
+        model.num_layers * 1e-5, rel=1e-12)

@@ -34,7 +34,11 @@ def test_the_plan_checks_its_recommendation_with_one_instance_and_one_node_lost(
     assert n1.instance is not None and n1.instance.lost in tried
     assert n1.node is not None and n1.node.kind == "node"
     for check in n1.tried:
-        assert check.at_s > 0 and check.num_lost > 0
+        # decode instances and nodes hold running requests at any moment; a prefill instance
+        # may be between prompts (two of them at 10 req/s are idle about half the time)
+        assert check.at_s > 0 and check.num_lost >= 0
+        if check.kind == "node" or check.lost.startswith("decode"):
+            assert check.num_lost > 0, check.lost
         assert check.summary.faults.first_fault_s == check.at_s
         assert check.holds == (check.meets and check.meets_after)
         # a spare is the lost part's GPUs at the plan's price

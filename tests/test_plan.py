@@ -64,8 +64,9 @@ def one_gpu_node(tmp_path: Path, gbit_per_s: float) -> str:
 
 # ------------------------------------------------------------ the physics
 def test_a_tighter_ttft_limit_moves_the_answer_toward_more_prefill():
-    loose = plan(scenario(slo={"ttft_s": 3.0}))
-    tight = plan(scenario(slo={"ttft_s": 0.3}))
+    # a TPOT limit of 20 ms makes the decode side need half the GPUs when TTFT is loose
+    loose = plan(scenario(slo={"ttft_s": 3.0, "tpot_s": 0.02}))
+    tight = plan(scenario(slo={"ttft_s": 0.3, "tpot_s": 0.02}))
     assert loose.recommended.candidate.pd_ratio == "3:3"
     assert tight.recommended.candidate.pd_ratio == "4:2"
     assert prefill_share(tight) > prefill_share(loose)

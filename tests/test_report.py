@@ -247,7 +247,7 @@ def test_plan_report_states_its_assumptions_and_definitions(planned):
     plan = planned["plan"]
     assumptions = markdown.split("\n## Assumptions\n")[1].split("\n## Metric definitions\n")[0]
     assert "async_scheduling" in assumptions and "vllm_compat" in assumptions
-    assert "fit-v1:h100-sxm" in assumptions and "docs/validation.md" in assumptions
+    assert "fit-v2:h100-sxm" in assumptions and "docs/validation.md" in assumptions
     assert f"seeds {', '.join(map(str, plan['seeds']))}" in assumptions
     assert "GB/s per direction" in assumptions  # the fleet's links
     price = plan["prices"]["h100-sxm"]

@@ -71,15 +71,20 @@ def fit_few_shot(
     shipped_r, shipped_m = gpu.per_request_overhead_s, gpu.memory_efficiency
     best: tuple[float, GpuSpec] | None = None
     costs = _costs(model, gpu, tp, step_lists, dp, expert_parallel)
+    floors = _floors(model, gpu, tp, step_lists, dp, expert_parallel)
     for _ in range(_ROUNDS):
         comp = np.array([sum(c.compute_s for c in cs) for cs in costs])
-        mem = np.array([sum(c.memory_s for c in cs) for cs in costs])
+        # the memory-bound seconds a memory scale moves: kernel floors stay as they are
+        mem = np.array([sum(c.memory_s for c in cs) for cs in costs]) - floors
         total = np.array([sum(c.time_s for c in cs) for cs in costs])
         fixed = num_steps * gpu.per_step_overhead_s + seqs * gpu.per_request_overhead_s
+        moe = gpu.moe_gemm
         bounds = _Bounds(
-            b_min=max(gpu.compute_efficiency, gpu.attention_efficiency),
-            m_min=gpu.memory_efficiency, m_max=gpu.memory_efficiency / shipped_m,
-            prior_r=shipped_r)
+            b_min=max(gpu.compute_efficiency, gpu.attention_efficiency,
+                      moe.compute_efficiency if moe else 0.0),
+            m_min=max(gpu.memory_efficiency, gpu.decode_attention_memory_efficiency or 0.0,
+                      moe.memory_efficiency if moe else 0.0),
+            m_max=gpu.memory_efficiency / shipped_m, prior_r=shipped_r)
         o, b, r, m, chose_memory = _solve(measured - (total - comp - mem - fixed), comp, mem,
                                           num_steps, seqs, weight, use_memory, bounds)
         use_memory = use_memory or chose_memory
@@ -90,6 +95,7 @@ def fit_few_shot(
                 "compute_efficiency": _clamp(gpu.compute_efficiency / b),
                 "attention_efficiency": _clamp(gpu.attention_efficiency / b),
                 "memory_efficiency": _clamp(gpu.memory_efficiency / m),
+                **_scaled_parts(gpu, b, m),
                 "calibration": calibration,
             }
         )
@@ -115,6 +121,27 @@ def fit_errors(
     costs = _costs(model, gpu, tp, step_lists, dp, expert_parallel)
     return [(sum(c.time_s for c in cs) - seconds) / seconds
             for cs, (_, seconds) in zip(costs, points, strict=True)]
+
+
+def _scaled_parts(gpu: GpuSpec, b: float, m: float) -> dict:
+    """The fits beside the 16-bit GEMM's that the same compute (``b``) and memory (``m``)
+    scales move: decode attention's KV reads and the fused-MoE experts, where fitted."""
+    out: dict = {}
+    if gpu.decode_attention_memory_efficiency is not None:
+        out["decode_attention_memory_efficiency"] = _clamp(
+            gpu.decode_attention_memory_efficiency / m)
+    if gpu.moe_gemm is not None:
+        out["moe_gemm"] = gpu.moe_gemm.model_copy(update={
+            "compute_efficiency": _clamp(gpu.moe_gemm.compute_efficiency / b),
+            "memory_efficiency": _clamp(gpu.moe_gemm.memory_efficiency / m)})
+    return out
+
+
+def _floors(model: ModelSpec, gpu: GpuSpec, tp: int, step_lists: list[list[BatchShape]],
+            dp: int, expert_parallel: bool) -> np.ndarray:
+    """Kernel floors of each measurement's steps (``CostModel.kernel_floors_s``)."""
+    cost = CostModel(model, gpu, tp, dp=dp, expert_parallel=expert_parallel)
+    return np.array([sum(cost.kernel_floors_s(b) for b in steps) for steps in step_lists])
 
 
 def _costs(model: ModelSpec, gpu: GpuSpec, tp: int, step_lists: list[list[BatchShape]],

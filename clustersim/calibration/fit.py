@@ -120,32 +120,61 @@ class GemmRows:
 
 def fit_gemm(rows: GemmRows, peak_flops: float, bytes_per_s: float,
              halves: tuple[float, ...] = (0.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0),
+             floors: tuple[float, ...] | None = None, log_spaced: bool = True,
              ) -> dict[str, float]:
     """Grid-search ``(eff_c, eff_m, t_half)`` minimising the squared log error of the roofline
-    over ``halves`` (the FP8 tables saturate later than the 16-bit ones: a longer grid)."""
-    best = (np.inf, 0.0, 0.0, 0.0)
-    effs = np.linspace(0.30, 1.0, 71)
-    # log-spaced token counts only (1, 2, 3, 4, 6, 8, 12, ...): every regime, few rows
-    keep = _log_spaced(rows.tokens)
-    rows = GemmRows(*(getattr(rows, f)[keep] for f in GemmRows.__annotations__))
-    log_t = np.log(rows.time_s)
-    mem = rows.bytes / bytes_per_s  # at eff_m = 1
-    for half in halves:
-        comp = (rows.tokens + half) * rows.flops_per_token / peak_flops  # at eff_c = 1
-        # pred[i, j, row] = max(comp / eff_c[i], mem / eff_m[j])
-        pred = np.maximum(comp[None, None, :] / effs[:, None, None],
-                          mem[None, None, :] / effs[None, :, None])
-        err = ((np.log(pred) - log_t) ** 2).mean(axis=2)
-        i, j = np.unravel_index(np.argmin(err), err.shape)
-        if err[i, j] < best[0]:
-            best = (float(err[i, j]), float(effs[i]), float(effs[j]), half)
-    return {
-        "compute_efficiency": round(best[1], 3),
-        "memory_efficiency": round(best[2], 3),
-        "compute_half_tokens": best[3],
-        "rms_log_error": round(best[0] ** 0.5, 4),
+    over ``halves`` (the FP8 tables saturate later than the 16-bit ones: a longer grid).
+
+    ``floors`` (seconds) adds a per-call floor to the search, ``floor + max(...)``, and the
+    result's ``floor_s``: every ``(t_half, floor)`` pair on a coarse efficiency grid, then the
+    fine grid around the best pair. None: the plain roofline, on the fine grid throughout.
+    ``log_spaced``: keep only the rows at 1, 2, 3, 4, 6, 8, 12, ... tokens (every regime, few
+    rows); False for rows whose ``tokens`` are not whole (rows per expert)."""
+    if log_spaced:
+        keep = _log_spaced(rows.tokens)
+        rows = GemmRows(*(getattr(rows, f)[keep] for f in GemmRows.__annotations__))
+    fine = np.linspace(0.30, 1.0, 71)
+    if floors is None:
+        best = min(_gemm_grid(rows, peak_flops, bytes_per_s, half, 0.0, fine) for half in halves)
+    else:
+        coarse = np.linspace(0.30, 1.0, 15)
+        _, _, _, half, floor = min(_gemm_grid(rows, peak_flops, bytes_per_s, h, f, coarse)
+                                   for h in halves for f in floors)
+        near_h = _neighbours(halves, half)
+        near_f = _neighbours(floors, floor)
+        best = min(_gemm_grid(rows, peak_flops, bytes_per_s, h, f, fine)
+                   for h in near_h for f in near_f)
+    err, eff_c, eff_m, half, floor = best
+    out = {
+        "compute_efficiency": round(eff_c, 3),
+        "memory_efficiency": round(eff_m, 3),
+        "compute_half_tokens": half,
+        "rms_log_error": round(err ** 0.5, 4),
         "num_rows": int(rows.time_s.size),
     }
+    if floors is not None:
+        out["floor_s"] = round(floor, 9)
+    return out
+
+
+def _gemm_grid(rows: GemmRows, peak_flops: float, bytes_per_s: float, half: float,
+               floor: float, effs: np.ndarray) -> tuple[float, float, float, float, float]:
+    """(mean squared log error, eff_c, eff_m, half, floor) of the best efficiencies on ``effs``
+    for one ``half`` and ``floor``."""
+    comp = (rows.tokens + half) * rows.flops_per_token / peak_flops  # at eff_c = 1
+    mem = rows.bytes / bytes_per_s  # at eff_m = 1
+    # pred[i, j, row] = floor + max(comp / eff_c[i], mem / eff_m[j])
+    pred = floor + np.maximum(comp[None, None, :] / effs[:, None, None],
+                              mem[None, None, :] / effs[None, :, None])
+    err = ((np.log(pred) - np.log(rows.time_s)) ** 2).mean(axis=2)
+    i, j = np.unravel_index(np.argmin(err), err.shape)
+    return float(err[i, j]), float(effs[i]), float(effs[j]), half, floor
+
+
+def _neighbours(grid: tuple[float, ...], value: float) -> tuple[float, ...]:
+    """``value`` and the grid points either side of it."""
+    i = grid.index(value)
+    return grid[max(0, i - 1): i + 2]
 
 
 def _log_spaced(tokens: np.ndarray) -> np.ndarray:

@@ -21,8 +21,11 @@ from typing import Any
 import yaml
 
 from clustersim.calibration.fit import FIT_ID
+from clustersim.catalog import FIT_SET_FILES
 
-CATALOG_PROFILE = Path(__file__).resolve().parent.parent / "catalog" / "calibrated.yaml"
+_CATALOG = Path(__file__).resolve().parent.parent / "catalog"
+CATALOG_PROFILE = _CATALOG / "calibrated.yaml"
+FIT_SET_PROFILES = {name: _CATALOG / file for name, file in FIT_SET_FILES.items()}
 
 _HEADER = """\
 # Calibrated GPU profiles: merged over gpus.yaml by clustersim.catalog.load_gpu.
@@ -31,16 +34,18 @@ _HEADER = """\
 """
 
 
-def dump_profiles(profiles: dict[str, dict[str, Any]], *, header: str = _HEADER) -> str:
+def dump_profiles(profiles: dict[str, dict[str, Any]], *, header: str = _HEADER,
+                  fit_id: str = FIT_ID) -> str:
     doc = {
         "schema_version": 1,
         "generated_by": "clustersim calibrate",
-        "fit_id": FIT_ID,
+        "fit_id": fit_id,
         "profiles": profiles,
     }
     return header + yaml.safe_dump(doc, sort_keys=False, width=100)
 
 
-def write_profiles(profiles: dict[str, dict[str, Any]], path: Path = CATALOG_PROFILE) -> Path:
-    path.write_text(dump_profiles(profiles), encoding="utf-8")
+def write_profiles(profiles: dict[str, dict[str, Any]], path: Path = CATALOG_PROFILE,
+                   fit_id: str = FIT_ID) -> Path:
+    path.write_text(dump_profiles(profiles, fit_id=fit_id), encoding="utf-8")
     return path

@@ -1,177 +1,87 @@
-"""Error tables of ``clustersim validate`` as plain text and as the docs page (Markdown)."""
+"""``clustersim validate``'s output: the plain-text tables and the docs page (Markdown).
+
+Every figure the prose quotes is computed here from the scores and profiles, so the page
+cannot drift from its tables.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
+from clustersim.calibration.comparison import (
+    COMPARE_RULE,
+    FITS,
+    MISS_RUNS,
+    PARTS,
+    PartScore,
+    Validation,
+    ship_scores,
+    ship_verdict,
+)
 from clustersim.calibration.splitwise import FEW_SHOT_RULE, GroupScore
-from clustersim.calibration.tp_check import CHECK_HEADER, check_rows, decode_step_checks
+from clustersim.calibration.tables import (
+    FIT_LABELS,
+    FORM_HEADER,
+    FP8_CROSSCHECK_HEADER,
+    FP8_HEADER,
+    PARAM_HEADER,
+    PARTS_HEADER,
+    SHIP_HEADER,
+    SPLITWISE_HEADER,
+    TP_CHECK_HEADER,
+    VLLM_HEADER,
+    fit_param_rows,
+    form_rows,
+    fp8_crosscheck_rows,
+    fp8_rows,
+    markdown_table,
+    parts_rows,
+    ship_rows,
+    shipped_param_rows,
+    splitwise_rows,
+    text_table,
+    tp_check_rows,
+    vllm_rows,
+)
+from clustersim.calibration.tp_check import StepCheck
 from clustersim.calibration.vllm_runs import FEW_SHOT_RULE as RUNS_RULE
 from clustersim.calibration.vllm_runs import METRICS, STATS, RunScore, full_decode_step_ms
 
-_METRIC_NAMES = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
+__all__ = ["render_markdown", "render_text"]
 
 
-def splitwise_rows(scores: Sequence[GroupScore], mode: str) -> list[list[str]]:
-    rows = []
-    for s in scores:
-        if s.mode != mode:
-            continue
-        rows.append([
-            s.model, s.hardware, str(s.tp),
-            f"{s.prefill_mape:.1f}", f"{s.prefill_bias:+.1f}", str(s.num_prefill),
-            f"{s.decode_mape:.1f}", f"{s.decode_bias:+.1f}", str(s.num_decode),
-        ])
-    return rows
-
-
-SPLITWISE_HEADER = ["model", "hardware", "TP", "prefill MAPE %", "prefill bias %", "n",
-                    "decode MAPE %", "decode bias %", "n"]
-VLLM_HEADER = ["run", "metric", "vLLM mean", "sim mean", "mean %", "p50 %", "p90 %", "p99 %",
-               "MAPE %", "bias %"]
-
-
-def vllm_rows(scores: Sequence[RunScore], mode: str) -> list[list[str]]:
-    rows = []
-    for s in scores:
-        if s.mode != mode:
-            continue
-        for metric in METRICS:
-            errs = [s.error_pct(metric, stat) for stat in STATS]
-            unit = 1e3 if metric == "tpot_s" else 1.0
-            suffix = " ms" if metric == "tpot_s" else " s"
-            rows.append([
-                s.run, _METRIC_NAMES[metric],
-                f"{s.measured[metric]['mean'] * unit:.1f}{suffix}",
-                f"{s.simulated[metric]['mean'] * unit:.1f}{suffix}",
-                *(f"{e:+.1f}" for e in errs),
-                f"{sum(abs(e) for e in errs) / len(errs):.1f}",
-                f"{sum(errs) / len(errs):+.1f}",
-            ])
-    return rows
-
-
-def text_table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    widths = [min(w, 40) for w in widths]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join(lines)
-
-
-def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-def render_text(splitwise: Sequence[GroupScore], runs: Sequence[RunScore]) -> str:
-    return "\n\n".join([
-        "Splitwise perf_model.csv, zero-shot (shipped calibration only)",
-        text_table(SPLITWISE_HEADER, splitwise_rows(splitwise, "zero-shot")),
+def render_text(validation: Validation) -> str:
+    v = validation
+    blocks = [
+        "Splitwise perf_model.csv, zero-shot (shipped calibration only), fit-v1 (Vidur) and "
+        "fit-v2 (aiconfigurator)",
+        text_table(SPLITWISE_HEADER, splitwise_rows(v.splitwise, "zero-shot")),
         f"Splitwise perf_model.csv, few-shot ({FEW_SHOT_RULE}; scored on the other rows)",
-        text_table(SPLITWISE_HEADER, splitwise_rows(splitwise, "few-shot")),
+        text_table(SPLITWISE_HEADER, splitwise_rows(v.splitwise, "few-shot")),
         "Splitwise perf_model.csv, the same three parameters fitted on all rows of each group "
         "(a reference for what the model's shape allows)",
-        text_table(SPLITWISE_HEADER, splitwise_rows(splitwise, "all-rows")),
+        text_table(SPLITWISE_HEADER, splitwise_rows(v.splitwise, "all-rows")),
         "vLLM 0.19 serving runs, zero-shot (engine args + KV size from the meta file); "
         "signed error % of the simulated statistic",
-        text_table(VLLM_HEADER, vllm_rows(runs, "zero-shot")),
+        text_table(VLLM_HEADER, vllm_rows(v.runs, "zero-shot")),
         f"vLLM 0.19 serving runs, few-shot ({RUNS_RULE})",
-        text_table(VLLM_HEADER, vllm_rows(runs, "few-shot")),
+        text_table(VLLM_HEADER, vllm_rows(v.runs, "few-shot")),
         "cross-check (calibration data only): Qwen3-32B TP2 decode steps on the RTX PRO 6000 "
         "summed from their own kernel profile and NCCL samples vs clustersim's GPU time and "
-        "price, ms",
-        text_table(CHECK_HEADER, check_rows(decode_step_checks())),
-    ])
+        "price on each fit, ms",
+        text_table(TP_CHECK_HEADER, tp_check_rows(v.tp_checks)),
+    ]
+    if v.parts:
+        blocks += ["fit-v1 with each part of fit-v2 alone: the two misses (signed error % of "
+                   "the mean, zero-shot) and Splitwise (mean MAPE %)",
+                   text_table(PARTS_HEADER, parts_rows(v.parts))]
+    blocks += [f"both fits on each GPU's held-out data ({COMPARE_RULE}); every GPU ships "
+               "fit-v2, chosen without these scores", text_table(SHIP_HEADER, ship_rows(v))]
+    return "\n\n".join(blocks)
 
 
-def profile_rows() -> list[list[str]]:
-    from clustersim.catalog import load_profiles
-
-    rows = []
-    for gpu_id, p in load_profiles().items():
-        alpha = p.get("allreduce_latency_s")
-        gathers = [
-            "-" if p.get(f"{kind}_latency_s") is None else
-            f"{p[f'{kind}_latency_s'] * 1e6:.1f} / {p[f'{kind}_link_efficiency']}"
-            for kind in ("allgather", "reduce_scatter")
-        ]
-        rows.append([
-            gpu_id, f"{p['compute_efficiency']:.2f}", f"{p['compute_half_tokens']:.0f}",
-            f"{p['memory_efficiency']:.2f}", f"{p['attention_efficiency']:.2f}",
-            "-" if alpha is None else f"{alpha * 1e6:.1f}", str(p.get("link_efficiency", "-")),
-            *gathers, p["calibration"],
-        ])
-    return rows
-
-
-def fp8_rows() -> list[list[str]]:
-    """One row per GPU with an FP8 GEMM fit: its values, and the measured fit's errors and the
-    same table's BF16 fit (or the GPU it borrows from)."""
-    from clustersim.catalog import load_profiles
-
-    rows = []
-    for gpu_id, p in load_profiles().items():
-        fit = p.get("fp8_gemm")
-        if fit is None:
-            continue
-        own = p["provenance"].get("fp8", {})
-        measured, bf16 = own.get("fp8_gemm"), own.get("bf16_same_table")
-        rows.append([
-            gpu_id, f"{fit['compute_efficiency']:.2f}", f"{fit['compute_half_tokens']:.0f}",
-            f"{fit['memory_efficiency']:.2f}",
-            "-" if measured is None else f"{measured['rms_log_error']:.3f}",
-            "-" if measured is None else f"{measured['num_rows']:,}",
-            "-" if bf16 is None else (f"{bf16['compute_efficiency']:.2f} / "
-                                      f"{bf16['memory_efficiency']:.2f} / "
-                                      f"{bf16['rms_log_error']:.3f}"),
-            fit["calibration"],
-        ])
-    return rows
-
-
-TRT_LLM_FP8_TTFT_MS = {
-    # (model, GPU, TP, prompt tokens): TTFT at batch 1, FP8, TensorRT-LLM v0.5/v0.6.1
-    ("llama-2-7b", "h100-sxm", 1, 128): 7, ("llama-2-7b", "h100-sxm", 1, 2048): 36,
-    ("llama-2-7b", "l40s", 1, 128): 14, ("llama-2-7b", "l40s", 1, 2048): 73,
-    ("llama-2-70b", "h100-sxm", 4, 128): 26, ("llama-2-70b", "h100-sxm", 4, 2048): 109,
-}
-"""NVIDIA/TensorRT-LLM@138f96d4:docs/source/performance.md (confirmed in TensorRT-LLM issue
-281), as hardware_and_roofline.md section 5.1 quotes it: another engine, a cross-check only."""
-
-
-def fp8_crosscheck_rows() -> list[list[str]]:
-    """clustersim's FP8 prefill step (``--quantization fp8``) beside TensorRT-LLM's published
-    batch-1 FP8 TTFT on the same shapes."""
-    from clustersim.catalog import load_gpu, load_model
-    from clustersim.cost.roofline import BatchShape, CostModel
-    from clustersim.engine.quantization import served_model
-
-    rows = []
-    for (model_id, gpu_id, tp, tokens), ttft_ms in TRT_LLM_FP8_TTFT_MS.items():
-        gpu = load_gpu(gpu_id)
-        model = served_model(load_model(model_id), gpu, "fp8")
-        ours_ms = CostModel(model, gpu, tp).step_time(
-            BatchShape.from_chunks([(tokens, 0, True)])).time_s * 1e3
-        rows.append([model_id, f"{gpu_id} TP{tp}", f"{tokens:,}", f"{ttft_ms}",
-                     f"{ours_ms:.1f}", f"{(ours_ms - ttft_ms) / ttft_ms:+.0%}"])
-    return rows
-
-
-FP8_CROSSCHECK_HEADER = ["model", "GPU", "prompt tokens", "TensorRT-LLM FP8 TTFT (ms)",
-                         "clustersim FP8 prefill step (ms)", "difference"]
-
-FP8_HEADER = ["GPU", "FP8 eff_c", "t_half (tokens)", "FP8 eff_m", "rms log error", "rows",
-              "same-table BF16 eff_c / eff_m / rms", "calibration"]
-
-
-PROFILE_HEADER = ["GPU", "eff_c", "t_half (tokens)", "eff_m", "eff_attn", "all-reduce α (µs)",
-                  "link eff", "all-gather α (µs) / eff", "reduce-scatter α (µs) / eff",
-                  "calibration"]
-
-
+# ------------------------------------------------------------------ prose figures
 _TARGET_PCT = 10.0
 
 
@@ -179,112 +89,261 @@ def _span(values: Sequence[float]) -> str:
     return f"{min(values):.1f}-{max(values):.1f} %" if values else "n/a"
 
 
+def _of(scores: Sequence, fit: str, mode: str) -> list:
+    return [s for s in scores if s.fit == fit and s.mode == mode]
+
+
 def splitwise_summary(scores: Sequence[GroupScore]) -> dict[str, str]:
-    """The prose's figures, from the scores (so the page cannot drift from its tables)."""
-    few = [s for s in scores if s.mode == "few-shot"]
-    bound = [s for s in scores if s.mode == "all-rows"]
-    decode = [s.decode_mape for s in few]
-    worst = max(few, key=lambda s: s.decode_mape, default=None)
-    within = sum(v <= _TARGET_PCT for v in decode)
-    if worst is None:
-        few_decode = "n/a"
-    elif within == len(decode):
-        few_decode = f"{_span(decode)} in every group"
-    else:
-        few_decode = (f"{_span(decode)}, within {_TARGET_PCT:.0f} % in {within} of {len(decode)} "
-                      f"groups (worst: {worst.model} {worst.hardware} TP{worst.tp})")
-    prefill = [s.prefill_mape for s in few]
-    above = sum(v > _TARGET_PCT for v in prefill)
-    return {
-        "few_decode": few_decode,
-        "few_prefill": f"{_span(prefill)}, above the {_TARGET_PCT:.0f} % target in {above} of "
-                       f"{len(prefill)} groups",
-        "bound_prefill": _span([s.prefill_mape for s in bound]),
-    }
+    """Splitwise figures of both fits for the prose."""
+    out = {}
+    for fit, tag in zip(FITS, ("v1", "v2"), strict=True):
+        few, bound = _of(scores, fit, "few-shot"), _of(scores, fit, "all-rows")
+        zero = _of(scores, fit, "zero-shot")
+        decode = [s.decode_mape for s in few]
+        within = sum(v <= _TARGET_PCT for v in decode)
+        worst = max(few, key=lambda s: s.decode_mape, default=None)
+        if worst is None:
+            out[f"few_decode_{tag}"] = "n/a"
+        elif within == len(decode):
+            out[f"few_decode_{tag}"] = f"{_span(decode)} in every group"
+        else:
+            out[f"few_decode_{tag}"] = (
+                f"{_span(decode)}, within {_TARGET_PCT:.0f} % in {within} of {len(decode)} "
+                f"groups (worst: {worst.model} {worst.hardware} TP{worst.tp})")
+        prefill = [s.prefill_mape for s in few]
+        above = sum(v > _TARGET_PCT for v in prefill)
+        out[f"few_prefill_{tag}"] = (f"{_span(prefill)}, above the {_TARGET_PCT:.0f} % target "
+                                     f"in {above} of {len(prefill)} groups")
+        out[f"bound_prefill_{tag}"] = _span([s.prefill_mape for s in bound])
+        out[f"zero_prefill_{tag}"] = _span([s.prefill_mape for s in zero])
+        out[f"zero_decode_{tag}"] = _span([s.decode_mape for s in zero])
+    return out
 
 
 _MOE_RUN = "RTXPRO6000_Qwen3-30B-A3B-Instruct-2507"
+_TP2_RUN = "RTXPRO6000_Qwen3-32B"
 
 
-def _zero_shot_errors(runs: Sequence[RunScore], run: str,
-                      metrics: Sequence[str] = METRICS) -> list[float]:
-    """|error| (%) of every statistic of ``run``'s zero-shot ``metrics`` (empty if not scored)."""
-    return [abs(r.error_pct(m, st)) for r in runs if r.run == run and r.mode == "zero-shot"
+def _errors(runs: Sequence[RunScore], run: str, fit: str,
+            metrics: Sequence[str] = METRICS) -> list[float]:
+    """|error| (%) of every statistic of ``run``'s zero-shot ``metrics`` on ``fit``."""
+    return [abs(r.error_pct(m, st)) for r in _of(runs, fit, "zero-shot") if r.run == run
             for m in metrics for st in STATS]
 
 
-def zero_shot_summary(runs: Sequence[RunScore]) -> dict[str, str]:
-    def worst(run: str) -> str:  # one decimal
-        errs = _zero_shot_errors(runs, run)
+def runs_summary(runs: Sequence[RunScore]) -> dict[str, str]:
+    """Serving-run figures of both fits for the prose."""
+    def worst(run: str, fit: str) -> str:
+        errs = _errors(runs, run, fit)
         return f"{max(errs):.1f}" if errs else "n/a"
 
-    def span(run: str, metric: str) -> str:  # whole percents around the range
-        errs = _zero_shot_errors(runs, run, [metric])
+    def span(run: str, metric: str, fit: str) -> str:  # whole percents around the range
+        errs = _errors(runs, run, fit, [metric])
         return f"{math.floor(min(errs))}-{math.ceil(max(errs))}" if errs else "n/a"
 
-    moe = next((r for r in runs if r.run == _MOE_RUN and r.mode == "zero-shot"), None)
-    return {
-        "z_4090": worst("RTX4090_Llama-3.1-8B"),
-        "z_pro_llama": worst("RTXPRO6000_Llama-3.1-8B"),
-        "z_qwen_tpot": span("RTXPRO6000_Qwen3-32B", "tpot_s"),
-        "z_qwen_ttft": span("RTXPRO6000_Qwen3-32B", "ttft_s"),
-        "z_moe_tpot": span(_MOE_RUN, "tpot_s"),
-        "moe_ttft": "n/a" if moe is None else f"{moe.measured['ttft_s']['mean']:.2f}",
-        "moe_ttft_p50": "n/a" if moe is None else f"{moe.measured['ttft_s']['p50']:.2f}",
-        "moe_sim_ttft": "n/a" if moe is None else f"{moe.simulated['ttft_s']['mean']:.2f}",
-    }
+    def mean_err(run: str, metric: str, fit: str) -> str:
+        found = [r for r in _of(runs, fit, "zero-shot") if r.run == run]
+        return f"{found[0].error_pct(metric, 'mean'):+.1f}" if found else "n/a"
 
-
-def runs_summary(runs: Sequence[RunScore]) -> dict[str, str]:
-    """Few-shot serving figures for the prose: the best run's largest error, and the mean TTFT
-    error range of the runs whose few-shot numbers are not clean step times."""
-    few = [r for r in runs if r.mode == "few-shot"]
+    out = {}
+    for fit, tag in zip(FITS, ("v1", "v2"), strict=True):
+        out[f"z_4090_{tag}"] = worst("RTX4090_Llama-3.1-8B", fit)
+        out[f"z_pro_llama_{tag}"] = worst("RTXPRO6000_Llama-3.1-8B", fit)
+        out[f"z_pro_llama_tpot_{tag}"] = mean_err("RTXPRO6000_Llama-3.1-8B", "tpot_s", fit)
+        out[f"z_pro_llama_ttft_{tag}"] = mean_err("RTXPRO6000_Llama-3.1-8B", "ttft_s", fit)
+        out[f"z_qwen_tpot_{tag}"] = span(_TP2_RUN, "tpot_s", fit)
+        out[f"z_qwen_ttft_{tag}"] = span(_TP2_RUN, "ttft_s", fit)
+        out[f"z_moe_tpot_{tag}"] = span(_MOE_RUN, "tpot_s", fit)
+        moe = next((r for r in _of(runs, fit, "zero-shot") if r.run == _MOE_RUN), None)
+        out[f"moe_sim_ttft_{tag}"] = ("n/a" if moe is None
+                                      else f"{moe.simulated['ttft_s']['mean']:.2f}")
+        if moe is not None:
+            out["moe_ttft"] = f"{moe.measured['ttft_s']['mean']:.2f}"
+            out["moe_ttft_p50"] = f"{moe.measured['ttft_s']['p50']:.2f}"
+    few = _of(runs, FITS[0], "few-shot")
     worst_abs = {r.run: max(abs(r.error_pct(m, st)) for m in METRICS for st in STATS)
                  for r in few}
     best = min(worst_abs, key=worst_abs.__getitem__, default=None)
     others = [r.error_pct("ttft_s", "mean") for r in few if r.run != best]
-    return {
+    out.update({
         "few_best_run": best or "n/a",
         "few_best_pct": f"{worst_abs[best]:.0f}" if best else "n/a",
-        "few_other_ttft": (f"{min(others):+.0f} % to {max(others):+.0f} %" if others else "n/a"),
-    }
+        "few_other_ttft": f"{min(others):+.0f} % to {max(others):+.0f} %" if others else "n/a",
+    })
+    return out
 
 
-TP_CHECK_RUN = "RTXPRO6000_Qwen3-32B"
+def tp_check_summary(validation: Validation) -> dict[str, str]:
+    out = {"tp_table": markdown_table(TP_CHECK_HEADER, tp_check_rows(validation.tp_checks))}
+    for fit, tag in zip(FITS, ("v1", "v2"), strict=True):
+        full = max(validation.tp_checks[fit], key=lambda c: c.batch)
+        out.update({
+            "tp_batch": str(full.batch), "tp_context": f"{full.context:,}",
+            "tp_profile": f"{full.profile_ms:.1f}", f"tp_sim_{tag}": f"{full.clustersim_ms:.1f}",
+            f"tp_sim_total_{tag}": f"{full.clustersim_total_ms:.1f}",
+        })
+    log = full_decode_step_ms(_TP2_RUN)
+    out["tp_log"] = f"{min(log):.1f}-{max(log):.1f}" if log else "n/a"
+    out["tp_log_steps"] = f"{1e3 / max(log):.0f}-{1e3 / min(log):.0f}" if log else "n/a"
+    return out
 
 
-def tp_check_summary() -> dict[str, str]:
-    checks = decode_step_checks()
-    full = max(checks, key=lambda c: c.batch)
-    log = full_decode_step_ms(TP_CHECK_RUN)
+def parts_summary(parts: Sequence[PartScore]) -> dict[str, str]:
+    """The misses under fit-v1, under each part alone and under fit-v2."""
+    by = {p.part: p for p in parts}
+    if not by:
+        return {}
+
+    def err(label: str, run: str, metric: str) -> str:
+        return f"{by[label].run_errors[run][metric]:+.1f}"
+
+    tp2, moe = MISS_RUNS
+    gemm, prefill, decode, comm, fused = PARTS
     return {
-        "tp_table": markdown_table(CHECK_HEADER, check_rows(checks)),
-        "tp_batch": str(full.batch),
-        "tp_context": f"{full.context:,}",
-        "tp_profile": f"{full.profile_ms:.1f}",
-        "tp_sim": f"{full.clustersim_ms:.1f}",
-        "tp_sim_total": f"{full.clustersim_total_ms:.1f}",
-        "tp_log": f"{min(log):.1f}-{max(log):.1f}" if log else "n/a",
-        "tp_log_steps": f"{1e3 / max(log):.0f}-{1e3 / min(log):.0f}" if log else "n/a",
+        "p_tp2_tpot_v1": err("fit-v1", tp2, "tpot_s"),
+        "p_tp2_tpot_v2": err("fit-v2", tp2, "tpot_s"),
+        "p_tp2_tpot_gemm": err(gemm, tp2, "tpot_s"),
+        "p_tp2_tpot_decode": err(decode, tp2, "tpot_s"),
+        "p_tp2_tpot_prefill": err(prefill, tp2, "tpot_s"),
+        "p_tp2_tpot_comm": err(comm, tp2, "tpot_s"),
+        "p_moe_ttft_v1": err("fit-v1", moe, "ttft_s"),
+        "p_moe_ttft_v2": err("fit-v2", moe, "ttft_s"),
+        "p_moe_ttft_fused": err(fused, moe, "ttft_s"),
+        "p_moe_tpot_fused": err(fused, moe, "tpot_s"),
+        "p_moe_ttft_gemm": err(gemm, moe, "ttft_s"),
+        "p_moe_ttft_prefill": err(prefill, moe, "ttft_s"),
     }
 
 
-def render_markdown(splitwise: Sequence[GroupScore], runs: Sequence[RunScore]) -> str:
+def ship_summary(validation: Validation) -> dict[str, str]:
+    """The held-out comparison of both fits per GPU (it chooses nothing: ``fitsets.SHIPPED``)."""
+    verdict = ship_verdict(ship_scores(validation))
+
+    def named(fit: str) -> str:
+        gpus = [gpu for gpu, f in sorted(verdict.items()) if f == fit]
+        return ", ".join(gpus) if gpus else "no GPU"
+
+    return {
+        "ship_table": markdown_table(SHIP_HEADER, ship_rows(validation)),
+        "ship_rule": COMPARE_RULE,
+        "better_v1": named("vidur"),
+        "better_v2": named("aiconfigurator"),
+    }
+
+
+def facts(checks: Sequence[StepCheck]) -> dict[str, str]:
+    """The calibration figures the prose quotes, read from the fit profiles, the shipped
+    calibration cuts and the TP2 cross-check's ``checks``."""
+    import pandas as pd
+
+    from clustersim.calibration.aiconfigurator import AIC_DIR, DECODE_MIN_KV_BYTES
+    from clustersim.calibration.sources import FIT_DIR
+    from clustersim.catalog import load_gpu, load_profiles
+
+    v1, v2 = load_profiles("vidur"), load_profiles("aiconfigurator")
+    h100 = load_gpu("h100-sxm", profile="default")
+    gemm = pd.read_csv(AIC_DIR / "gemm_h100_sxm.csv")
+    bf16 = gemm[gemm.gemm_dtype == "bfloat16"]
+    small = bf16[(bf16.n == 1024) & (bf16.k == 1024) & (bf16.m <= 256)]
+    big = bf16[(bf16.n == 4096) & (bf16.k == 4096) & (bf16.m == 1)]
+    attn = pd.read_csv(AIC_DIR / "context_attention_h100_sxm.csv")
+    attn = attn[(attn.batch_size == 1) & (attn.num_heads == 32) & (attn.num_key_value_heads == 8)]
+    s = attn.isl.to_numpy(dtype=float)
+    eff = 4 * 32 * 128 * s * (s + 1) / 2 / (attn.latency.to_numpy() * 1e-3) / h100.peak_flops
+    by_isl = dict(zip(attn.isl, eff, strict=True))
+    comm = {gpu: pd.read_csv(AIC_DIR / f"allreduce_{gpu}.csv") for gpu in ("a100_sxm", "h100_sxm")}
+
+    def latency_us(gpu: str, source: str, n: int, elements: int) -> float:
+        f = comm[gpu]
+        rows = f[(f.source == source) & (f.op == "all_reduce") & (f.num_gpus == n)
+                 & (f.message_size == elements)]
+        return float(rows.latency.mean()) * 1e3
+
+    measured = ("h100-sxm", "a100-80gb-sxm", "l40s", "rtx4090", "rtx-pro-6000-server")
+    eff_m_v2 = [v2[g]["memory_efficiency"] for g in measured if v2[g].get("gemm_floor_s", 0) > 1e-6]
+    eff_m_v1 = [v1[g]["memory_efficiency"] for g in measured]
+    pro1, pro2, h2 = v1["rtx-pro-6000-server"], v2["rtx-pro-6000-server"], v2["h100-sxm"]
+    halves = [v2[g]["compute_half_tokens"] for g in measured]
+    flat = [v2[g]["provenance"]["attention"]["flat_rms_log_error"] for g in measured
+            if "flat_rms_log_error" in v2[g]["provenance"]["attention"]]
+    l40s = load_gpu("l40s", profile="default")
+    gen = pd.read_csv(AIC_DIR / "generation_attention_l40s.csv")
+    kv = gen.batch_size * (gen.step + 1) * gen.num_key_value_heads * 128 * 2 * 2
+    cached = gen[(kv < DECODE_MIN_KV_BYTES) & (kv > 16 * 2**20)]
+    cached_kv = kv[cached.index]
+    cache_speed = (cached_kv / (cached.latency * 1e-3) / l40s.mem_bytes_per_s).max()
+    h_gen = pd.read_csv(AIC_DIR / "generation_attention_h100_sxm.csv")
+    h_kv = h_gen.batch_size * (h_gen.step + 1) * h_gen.num_key_value_heads * 128 * 2 * 2
+    fitted_ctx = int(h_gen.step[h_kv >= DECODE_MIN_KV_BYTES].max()) + 1
+    dense_4090 = pd.read_csv(FIT_DIR / "rtx4090" / "dense.csv")
+    gemm_4090 = dense_4090[(dense_4090.tokens == 1) & dense_4090.layer.isin(
+        ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"])].time_us
+    elementwise = [c.elementwise_ms for c in checks]
+    ar_ratio = latency_us("h100_sxm", "nccl", 8, 1024) / latency_us("h100_sxm", "vllm_graph", 8,
+                                                                     1024)
+    eight_mib = 4 * 1024 * 1024  # elements of 16 bits
+    return {
+        "f_halves": f"{min(halves):.0f}-{max(halves):.0f}",
+        "f_flat_rms": f"{min(flat):.1f}-{max(flat):.1f}",
+        "f_cache_speed": f"{cache_speed:.1f}",
+        "f_fitted_ctx": f"{fitted_ctx:,}",
+        "f_4090_gemm": f"{gemm_4090.min():.0f}-{gemm_4090.max():.0f}",
+        "f_elementwise": f"{min(elementwise):.1f}-{max(elementwise):.1f}",
+        "f_ar_ratio": f"{ar_ratio:.1f}",
+        "f_small_us": f"{small.latency.median() * 1e3:.1f}",
+        "f_small_need_us": f"{1024 * 1024 * 2 / h100.mem_bytes_per_s * 1e6:.1f}",
+        "f_big_us": f"{big.latency.mean() * 1e3:.0f}",
+        "f_big_need_us": f"{4096 * 4096 * 2 / h100.mem_bytes_per_s * 1e6:.0f}",
+        "f_eff_m_v2": f"{min(eff_m_v2):.0%}-{max(eff_m_v2):.0%}",
+        "f_eff_m_v1": f"{min(eff_m_v1):.0%}-{max(eff_m_v1):.0%}",
+        "f_l40s_v2": f"{v2['l40s']['compute_efficiency']:.2f}",
+        "f_l40s_v1": f"{v1['l40s']['compute_efficiency']:.2f}",
+        "f_fp8_floor": f"{h2['fp8_gemm']['floor_s'] * 1e6:.0f}",
+        "f_attn_2048": f"{by_isl[2048]:.0%}",
+        "f_attn_long": "-".join(f"{x:.0%}" for x in sorted((by_isl[8192], by_isl[16384]))),
+        "f_a100_8mib_vllm": f"{latency_us('a100_sxm', 'vllm_graph', 2, eight_mib):.1f}",
+        "f_a100_8mib_nccl": f"{latency_us('a100_sxm', 'nccl', 2, eight_mib):.1f}",
+        "f_h100_small_vllm": f"{latency_us('h100_sxm', 'vllm_graph', 8, 1024):.1f}",
+        "f_h100_small_nccl": f"{latency_us('h100_sxm', 'nccl', 8, 1024):.1f}",
+        "f_moe_h100": f"{h2['moe_gemm']['compute_efficiency']:.2f}",
+        "f_dense_h100": f"{h2['compute_efficiency']:.2f}",
+        "f_moe_h100_floor": f"{h2['moe_gemm']['floor_s'] * 1e6:.0f}",
+        "f_moe_pro": f"{pro2['moe_gemm']['compute_efficiency']:.2f}",
+        "f_dense_pro": f"{pro2['compute_efficiency']:.2f}",
+        "f_moe_pro_floor": f"{pro2['moe_gemm']['floor_s'] * 1e6:.0f}",
+        "f_moe_pro_eff_m": f"{pro2['moe_gemm']['memory_efficiency']:.0%}",
+        "f_moe_slower":
+            f"{pro1['compute_efficiency'] / pro2['moe_gemm']['compute_efficiency']:.1f}",
+        "f_pro_eff_m_v2": f"{pro2['memory_efficiency']:.0%}",
+        "f_pro_floor_v2": f"{pro2['gemm_floor_s'] * 1e6:.2f}",
+        "f_pro_eff_m_v1": f"{pro1['memory_efficiency']:.0%}",
+        "f_pro_eff_kv": f"{pro2['decode_attention_memory_efficiency']:.0%}",
+    }
+
+
+def render_markdown(validation: Validation) -> str:
+    v = validation
     return _PAGE.format(
-        **splitwise_summary(splitwise),
-        **runs_summary(runs),
-        **zero_shot_summary(runs),
-        **tp_check_summary(),
-        profiles=markdown_table(PROFILE_HEADER, profile_rows()),
+        **splitwise_summary(v.splitwise),
+        **runs_summary(v.runs),
+        **tp_check_summary(v),
+        **parts_summary(v.parts),
+        **ship_summary(v),
+        **facts(v.tp_checks[FITS[0]]),
+        profiles=markdown_table(PARAM_HEADER, shipped_param_rows()),
+        fit_params=markdown_table(PARAM_HEADER, fit_param_rows()),
+        forms=markdown_table(FORM_HEADER, form_rows()),
         fp8=markdown_table(FP8_HEADER, fp8_rows()),
         fp8_check=markdown_table(FP8_CROSSCHECK_HEADER, fp8_crosscheck_rows()),
+        parts=markdown_table(PARTS_HEADER, parts_rows(v.parts)),
         rule=FEW_SHOT_RULE,
-        zero=markdown_table(SPLITWISE_HEADER, splitwise_rows(splitwise, "zero-shot")),
-        few=markdown_table(SPLITWISE_HEADER, splitwise_rows(splitwise, "few-shot")),
-        bound=markdown_table(SPLITWISE_HEADER, splitwise_rows(splitwise, "all-rows")),
-        runs=markdown_table(VLLM_HEADER, vllm_rows(runs, "zero-shot")),
+        zero=markdown_table(SPLITWISE_HEADER, splitwise_rows(v.splitwise, "zero-shot")),
+        few=markdown_table(SPLITWISE_HEADER, splitwise_rows(v.splitwise, "few-shot")),
+        bound=markdown_table(SPLITWISE_HEADER, splitwise_rows(v.splitwise, "all-rows")),
+        runs=markdown_table(VLLM_HEADER, vllm_rows(v.runs, "zero-shot")),
         runs_rule=RUNS_RULE,
-        runs_few=markdown_table(VLLM_HEADER, vllm_rows(runs, "few-shot")),
+        runs_few=markdown_table(VLLM_HEADER, vllm_rows(v.runs, "few-shot")),
+        v1=FIT_LABELS["vidur"], v2=FIT_LABELS["aiconfigurator"],
     )
 
 
@@ -294,42 +353,126 @@ _PAGE = """\
 <!-- GENERATED by `clustersim validate --write-docs docs/validation.md`; do not edit by hand.
      The prose lives in clustersim/calibration/report.py. -->
 
-clustersim prices every engine step with a roofline model whose free parameters (GEMM compute
-and memory efficiency as a function of the number of tokens, attention efficiency, latency and
-bandwidth of all-reduces, and of all-gathers and reduce-scatters where measured) are **fitted on
-kernel profiles only**: Vidur's A100/H100 operator and NCCL tables, RTX 4090 and RTX PRO 6000
-Server Edition layer profiles (the latter at TP1 and TP2) and the RTX PRO 6000's 2-rank NCCL
-samples over PCIe (`clustersim calibrate`, data and licenses under
-`clustersim/data/calibration/fit/`; a Qwen3-32B TP2 profile there serves a cross-check only).
-The per-step, per-layer and per-request CPU overheads are not in any kernel profile: they are
-BLIS's public fit on H100 vLLM (126 µs/step, 32.1 µs/layer, 4.4 µs/request). GPUs without
-measurements borrow the nearest measured GPU's fit (L40S from the RTX 4090, the RTX PRO 6000
-Workstation Edition from the Server Edition, H200/B200/H100 PCIe from the H100 SXM, the other
-A100s from the A100 SXM 80GB; the MI300X keeps the uncalibrated defaults, there being no AMD
-data); `clustersim/catalog/calibrated.yaml` records the provenance of every value.
+clustersim prices every engine step with a roofline model whose free parameters are **fitted on
+kernel profiles only**, and this page scores it on **validation data it never saw**. Two fit
+sets are kept and both are scored everywhere below:
 
-## Calibrated parameters (`clustersim/catalog/calibrated.yaml`)
+- **{v1}** (`clustersim/catalog/calibrated_vidur.yaml`, profile name `vidur`): GEMMs, attention
+  and NCCL all-reduces on Vidur's 2023 A100/H100 operator tables, the RTX 4090 and RTX PRO 6000
+  Server Edition on LLMServingSim's layer profiles (the latter at TP1 and TP2, with its 2-rank
+  NCCL samples over PCIe), plain saturating rooflines.
+- **{v2}** (`clustersim/catalog/calibrated_aiconfigurator.yaml`, profile name
+  `aiconfigurator`): NVIDIA aiconfigurator's measured kernels of vLLM 0.24 on the H100 SXM and
+  L40S and vLLM 0.14 on the A100 SXM (GEMMs in bf16 and FP8, prefill and decode attention out to
+  64K cached tokens, fused MoE, vLLM's custom all-reduce and NCCL), with the forms their
+  residuals support (below); the RTX 4090 and RTX PRO 6000 refitted on their own profiles in the
+  same forms (the RTX 4090's GEMM floor, which its {f_4090_gemm} µs batch-1 GEMMs cannot tell,
+  lent by the L40S, its Ada sibling; the RTX PRO 6000's decode attention and fused MoE from its own
+  profile's decode rows and Qwen3-30B-A3B MoE table).
+
+The shipped profile (`clustersim/catalog/calibrated.yaml`) is **{v2} on every GPU**, a choice
+that reads no validation score (see "Which fit ships"); {v1} stays as a
+cross-check, scored beside it everywhere below. GPUs without measurements follow the GPU they
+borrow from (L40S: now its own fit, no longer the RTX 4090's; RTX PRO 6000 Workstation from the
+Server Edition; H200, B200 and H100 PCIe from the H100 SXM; the other A100s from the A100 SXM
+80GB; the MI300X keeps the uncalibrated defaults, there being no AMD data). Any scenario can
+name a set: `gpu: h100-sxm@vidur`. The per-step, per-layer and per-request CPU overheads are in
+no kernel profile: both sets keep BLIS's public fit on H100 vLLM (126 µs/step, 32.1 µs/layer,
+4.4 µs/request). Every value's provenance is in the profile files. Reproduce: `clustersim
+calibrate --out clustersim/catalog/calibrated.yaml` rewrites the shipped profile (`--fit-set
+vidur` / `--fit-set aiconfigurator` with `--out` at `calibrated_vidur.yaml` /
+`calibrated_aiconfigurator.yaml` the two sets); `clustersim validate --write-docs
+docs/validation.md` rewrites this page.
+
+## Calibrated parameters, as shipped
 
 {profiles}
 
-`eff_c x tokens / (tokens + t_half)` is a GEMM's compute efficiency at `tokens` rows; the
-all-reduce costs `α + 2(n-1)/n x bytes / (link efficiency x link bandwidth)`, an all-gather
-(reduce-scatter) `α + (n-1) x bytes per rank / (efficiency x link bandwidth)` with its own α
-and efficiency where measured (else the all-reduce's; its α is charged once whatever n). One memory
-efficiency serves every GEMM size: it is the best fit over 1-4096 tokens, so it prices a
-batch-1 weight read lower than the largest single GEMMs reach (H100: 63 % vs 84 % of peak).
-Reproduce: `clustersim calibrate --out clustersim/catalog/calibrated.yaml` rewrites the
-profile; `clustersim validate --write-docs
-docs/validation.md` rewrites this page (a few seconds each).
+A GEMM of M rows costs `floor + max((M + t_half) x FLOPs / (eff_c x peak), bytes / (eff_m x
+bandwidth))`; prefill attention `(pairs + K_half x queries) x 4 h_q d / (eff_attn x peak)` (its
+efficiency `eff_attn x K / (K + K_half)` at K keys per query), decode attention `Σ (c + 1 +
+c_half) x KV bytes per token / (eff_kv x bandwidth)` over the decoding sequences (KV at `eff_m`
+where `eff_kv` is `-`), and the attention kernel its floor once per layer and step; a TP
+all-reduce `α + 2(n-1)/n x bytes / (efficiency x link bandwidth)`, on vLLM's custom all-reduce
+fit below its size limit and on NCCL's above (`clustersim/cost/collectives.py`), an all-gather
+(reduce-scatter) `α + (n-1) x bytes per rank / (efficiency x link bandwidth)`; a fused-MoE layer
+prices its experts on its own fit, its floor once per layer.
+
+## What changed, and why
+
+The two sets, GPU by GPU:
+
+{fit_params}
+
+Each new term was kept because the table it was fitted on says so: the rms log error of
+{v2}'s form beside the same table fitted without the term ({v1}'s form):
+
+{forms}
+
+- **GEMMs: a per-call floor.** A plain saturating roofline has to price small-M GEMMs (the
+  weight streaming of every decode step) with one bandwidth efficiency for all sizes; the
+  aiconfigurator tables show a floor instead: a 1024 x 1024 bf16 GEMM takes {f_small_us} µs on
+  the H100 at every M up to 256 (its weights need {f_small_need_us} µs at the datasheet
+  bandwidth), a 4096 x 4096 one {f_big_us} µs at M = 1 (its weights: {f_big_need_us} µs). With
+  the floor the weight read runs at {f_eff_m_v2} of the datasheet bandwidth where fit-v1 priced
+  it at {f_eff_m_v1}, and `t_half` comes out at {f_halves} tokens. The L40S table is noisier
+  (kernel selection jumps between neighbouring M) and shows no floor; its compute
+  efficiency is **{f_l40s_v2}** of the 362 TFLOPS datasheet peak, where fit-v1 lent it the RTX
+  4090's {f_l40s_v1}: L40S 16-bit prices were too fast.
+- **FP8 GEMMs** get the same form on the same tables (the H100's floor, {f_fp8_floor} µs, is
+  the dynamic activation-quantization kernel before each scaled_mm).
+- **Prefill attention by keys per query.** One efficiency over causal query-key pairs misses
+  the tables badly (rms log error {f_flat_rms}): short prompts are floor-bound, and FlashAttention's
+  efficiency rises with the keys each query attends to (H100 FA3, 32 query heads: {f_attn_2048}
+  of peak at 2,048-token prompts, {f_attn_long} at 8-16K). `eff x K / (K + K_half)` makes the
+  cost of a chunk of s queries `(pairs + K_half x s)` pairs at the saturated efficiency, a
+  linear term.
+- **Decode attention by context.** The KV read at its own efficiency plus `c_half` tokens per
+  sequence (what many short sequences cost beyond their bytes), fitted on the rows whose KV is at
+  least 128 MiB: below the L2 cache the benchmark's repeated calls read cached KV (L40S rows
+  there run at up to {f_cache_speed}x its DRAM bandwidth), which a serving step, reading each
+  layer's KV once, does not. The H100's fitted rows reach {f_fitted_ctx} tokens of context.
+- **vLLM's custom all-reduce beside NCCL.** vLLM runs its own peer-to-peer all-reduce below
+  8 MiB (`CustomAllreduce(max_size=8192 * 1024)`, strict `<`; on Hopper and Blackwell with
+  symmetric memory, on by default, lower at TP6/TP8: 512/256 KiB on the H100) for 2, 4, 6 or 8
+  GPUs on NVLink (or two with working P2P), NCCL above. The measured vLLM all-reduce is NCCL's
+  above the limit (A100 TP2, 8 MiB: {f_a100_8mib_vllm} µs against NCCL's {f_a100_8mib_nccl})
+  and faster below it (H100 TP8, 2 KiB: {f_h100_small_vllm} µs against
+  {f_h100_small_nccl}, {f_ar_ratio}x). The custom all-reduce was measured on NVLink only, so a
+  PCIe pair (the RTX PRO 6000) stays on its NCCL samples; past the custom limit the
+  symmetric-memory range is priced as NCCL (no measurement of it here).
+- **Fused MoE.** vLLM's Triton fused-MoE kernel is not a dense GEMM: on the H100 table its
+  compute runs at {f_moe_h100} of peak (the dense GEMMs' {f_dense_h100}) with a
+  {f_moe_h100_floor} µs floor per layer, and on the RTX PRO 6000's own Qwen3-30B-A3B table at
+  {f_moe_pro} (its dense GEMMs' {f_dense_pro}) with {f_moe_pro_floor} µs; its weight streaming is
+  near the dense GEMMs' (on the RTX PRO 6000 the fit puts it at its bound, {f_moe_pro_eff_m}
+  of the bandwidth). MoE layers
+  now price their experts on that fit where it exists.
+
+## Which fit ships
+
+{v2}, on every GPU, for reasons that read no validation file: on the H100, A100 and L40S its
+tables are the newer measurements of the engine clustersim models (vLLM 0.24 and 0.14 kernels,
+against Vidur's 2023 ones), and on every GPU, the RTX 4090 and RTX PRO 6000 refitted on the same
+layer profiles as {v1}, its forms fit each calibration table no worse than {v1}'s form, most of
+them far better (the table above). Choosing per GPU by the scores below would make them a fit on
+the validation data, and they would no longer say how far to trust the model; they are reported
+instead. The score per GPU ({ship_rule}):
+
+{ship_table}
+
+On these scores {v1} does better on {better_v1}, {v2} on {better_v2}. The kernel-level fits say
+{v2} is closer to today's kernels on every GPU; the end-to-end runs say that closer kernels
+alone do not make a closer step (see "Where the model is worse"). A scenario that prefers
+{v1} names it: `gpu: rtx-pro-6000-server@vidur`.
 
 ### Quantized GEMMs
 
-FP8 W8A8 GEMMs are priced at the FP8 peak with their own fit, on NVIDIA aiconfigurator's
+FP8 W8A8 GEMMs are priced at the FP8 peak with their own fit on NVIDIA aiconfigurator's
 measured vLLM 0.24 FP8 GEMMs (per-tensor CUTLASS scaled_mm with dynamic activation scales;
 shapes at least 2,048 wide, where the 1,024-wide ones run slower than BF16 at every size), the
-same saturating roofline as the 16-bit fit; the same table's BF16 rows, fitted alike, show the
-FP8/BF16 ratio on like-for-like data (the shipped BF16 efficiencies stay Vidur's). GPUs without
-measurements borrow (the RTX 4090 the L40S's, both Ada):
+same form as the GPU's 16-bit fit (a floor in {v2}, none in {v1}); the BF16 column is the same
+table's 16-bit fit. GPUs without measurements borrow (the RTX 4090 and RTX PRO 6000 the L40S's):
 
 {fp8}
 
@@ -339,18 +482,18 @@ batch-1 FP8 time to first token (v0.5/v0.6.1, hardware_and_roofline.md section 5
 FP8 prefill step clustersim prices for the same prompt (vLLM's kernels, not TensorRT-LLM's):
 
 {fp8_check}
- The 4-bit (AWQ, GPTQ) and FP8-on-Ampere kernels have no measured
-table here at all: they are the roofline of the bytes they stream (codes, scales, zero points)
-at the 16-bit fit's memory efficiency, with their compute at the 16-bit peak slowed by one cited
-ratio, `weight_only_compute_ratio` = 0.82 (gpus.yaml, published values 0.60-0.90); INT8 W8A8
-borrows the FP8 fit at the INT8 peak, NVFP4 on Blackwell the FP8 fit at the FP4 peak. Read
-those prices as estimates within tens of percent.
 
-This page scores that model on **validation data it never saw** (a test checks that the
-calibration opens no validation file): Splitwise's measured DGX-A100/H100 prefill and per-token
-times (2023 vLLM-based stack) and four real vLLM 0.19 serving runs. Errors are
-`(simulated - measured) / measured`: MAPE is the mean of their absolute values, bias their
-signed mean (negative: clustersim is too optimistic).
+The 4-bit (AWQ, GPTQ) and FP8-on-Ampere kernels have no measured table here at all: they are
+the roofline of the bytes they stream (codes, scales, zero points) at the 16-bit fit's memory
+efficiency, with their compute at the 16-bit peak slowed by one cited ratio,
+`weight_only_compute_ratio` = 0.82 (gpus.yaml, published values 0.60-0.90); INT8 W8A8 borrows
+the FP8 fit at the INT8 peak, NVFP4 on Blackwell the FP8 fit at the FP4 peak. Read those prices
+as estimates within tens of percent.
+
+The validation data: Splitwise's measured DGX-A100/H100 prefill and per-token times (2023
+vLLM-based stack) and four real vLLM 0.19 serving runs; a test checks that the calibration opens
+no validation file. Errors are `(simulated - measured) / measured`: MAPE is the mean of their
+absolute values, bias their signed mean (negative: clustersim is too optimistic).
 
 ## Splitwise: step times on DGX-A100 / DGX-H100
 
@@ -363,7 +506,7 @@ FLOPs could run them are measurement artefacts and are not scored (one row: llam
 batch 64, 32,768 prompt tokens in 0.79 s). `h100-80gb-pcap` is a power-capped H100, priced as
 an H100 SXM.
 
-### Zero-shot (shipped calibration only)
+### Zero-shot (calibrated profiles only)
 
 {zero}
 
@@ -372,8 +515,9 @@ an H100 SXM.
 Rule: {rule}. From those three points the per-step overhead, the per-request overhead and the
 compute efficiency (GEMMs and attention together) are refitted; where the decodes are faster
 than the kernel fit's weight read leaves room for (the per-step overhead would come out
-negative), the memory efficiency is refitted in its place and the overhead is 0. Everything
-else keeps the shipped calibration; the table scores all the other rows.
+negative), the memory efficiency is refitted in its place and the overhead is 0. Kernel floors
+stay as fitted. Everything else keeps the calibrated profile; the table scores all the other
+rows.
 
 {few}
 
@@ -424,69 +568,99 @@ as JSON lines, or the result of `vllm bench serve --save-result --save-detailed`
 Calibration data only, nothing fitted: each row sums, for one decode step (ms), LLMServingSim's
 RTX PRO 6000 profile of one TP2 rank of Qwen3-32B (vLLM 0.28, eager, CUDA events around each op
 of one decoder layer, x 64 layers; the layer's two RMSNorms counted twice) and the 2-rank NCCL
-samples (129 all-reduces of the hidden states, the logits all-gather), next to clustersim's GPU
+samples (129 all-reduces of the hidden states, the logits all-gather), next to each fit's GPU
 time for the same step (its price less the CPU overhead) and its full price. clustersim's
 all-reduce cost is fitted on the same NCCL samples, so that part agrees by construction; the
 profile's `qk_norm` rows are its TP1 values at the commit shipped (slightly high).
 
 {tp_table}
 
+## The two misses, part by part
+
+fit-v1 left two misses: the zero-shot Qwen3-32B TP2 run on the RTX PRO 6000 (TPOT
+{p_tp2_tpot_v1} % on the mean, too fast) and the Qwen3-30B-A3B run's TTFT (mean
+{p_moe_ttft_v1} %). Each row below is fit-v1 with one part of fit-v2 swapped in (the fields it
+sets, from fit-v2's profile of the same GPU), then fit-v2 whole; the Splitwise columns show the
+same swaps on the A100 and H100 (mean MAPE over their groups):
+
+{parts}
+
+- **Qwen3-32B TP2 (TPOT {p_tp2_tpot_v1} % under fit-v1, {p_tp2_tpot_v2} % under fit-v2).** No
+  new part closes it, and the GEMM refit widens it ({p_tp2_tpot_gemm} %): on its own profile the
+  RTX PRO 6000's GEMMs stream weights at {f_pro_eff_m_v2} of its bandwidth plus a
+  {f_pro_floor_v2} µs floor, where fit-v1's floorless compromise priced them at
+  {f_pro_eff_m_v1}; decode attention by context, on its own decode rows ({f_pro_eff_kv} of the
+  bandwidth, {p_tp2_tpot_decode} %), and prefill attention ({p_tp2_tpot_prefill} %)
+  move it little. The all-reduce switch does nothing here ({p_tp2_tpot_comm} %): vLLM would run
+  its custom all-reduce on this P2P-capable PCIe pair, but it was measured on NVLink only, so the
+  TP2 all-reduces stay on the card's own NCCL samples. The cross-check above is the reason: the
+  kernels the step is made of, profiled on this GPU, sum to {tp_profile} ms at {tp_batch} x
+  {tp_context} tokens of context, fit-v1 spends {tp_sim_v1} ms of GPU time there and fit-v2
+  {tp_sim_v2} ms, while vLLM's log shows {tp_log} ms steps. The step is slower than its kernels
+  in isolation, by more than any kernel fit can hold.
+- **Qwen3-30B-A3B TTFT ({p_moe_ttft_v1} % under fit-v1, {p_moe_ttft_v2} % under fit-v2).** The
+  fused-MoE fit prices prefill experts {f_moe_slower}x slower than the dense GEMMs did, yet the
+  run's TTFT gets no closer ({p_moe_ttft_fused} %, TPOT {p_moe_tpot_fused} %): the same table
+  streams expert weights at {f_moe_pro_eff_m} of the card's bandwidth, so decode steps get
+  faster and the queue drains sooner.
+  This run's TTFT is queueing (mean {moe_ttft} s, median {moe_ttft_p50} s: a burst once 256
+  requests run at the end of the arrivals), and it follows the decode pace more than any prefill
+  price; the GEMM refit ({p_moe_ttft_gemm} %) and prefill attention ({p_moe_ttft_prefill} %) act
+  through the same queue.
+
 ## Where the model is worse, and why
 
+- **Closer kernels are not a closer step (the RTX PRO 6000).** With its own kernels fitted more
+  closely, fit-v2 prices the RTX PRO 6000's Llama-3.1-8B run {z_pro_llama_tpot_v2} % on TPOT and
+  {z_pro_llama_ttft_v2} % on TTFT (fit-v1: {z_pro_llama_tpot_v1} % and
+  {z_pro_llama_ttft_v1} %), and the Qwen3-32B TP2 run {z_qwen_tpot_v2} % optimistic on TPOT
+  (fit-v1: {z_qwen_tpot_v1} %). The profiles are eager single-op timings; the serving steps add
+  elementwise kernels the model leaves out (norms, rotary, SiLU: {f_elementwise} ms a step in the
+  cross-check), and, at TP2, the two workers' per-step synchronisation. fit-v1's lower bandwidth
+  efficiency happened to absorb part of that on this card; fit-v2 ships there all the same
+  (see "Which fit ships"), and this is its largest regression.
+  The RTX 4090 run is within {z_4090_v1} % on every statistic on fit-v1 ({z_4090_v2} % on
+  fit-v2).
 - **Old stacks, zero-shot.** Splitwise's 2023 vLLM spends 43-73 ms per token for Llama-2-70B at
   TP8 where the kernels need ~22 ms: fixed Python/launch overhead per step and per request that
   no kernel profile contains and that a V1-era overhead default (0.13 ms/step) cannot know.
-  Zero-shot decode is therefore 13-54 % optimistic at TP4/TP8 (TP2 is within ~10 %: there the
-  weight read dominates). Three measurements fix that: few-shot decode MAPE is
-  {few_decode}. At TP2 the old stack reads its weights faster than the kernel fit's
-  single memory efficiency (the best compromise over 1-4,096-token GEMMs) prices a decode, so
-  the few-shot fit raises the memory efficiency there instead of the per-step overhead.
+  Zero-shot decode MAPE is therefore {zero_decode_v1} on fit-v1 and {zero_decode_v2} on fit-v2,
+  worst at TP4/TP8; fit-v2 is further off because today's kernels are faster than 2023's and its
+  custom all-reduce removes most of NCCL's per-call latency at TP8, neither of which that stack
+  had. Three measurements fix the decode: few-shot decode MAPE is {few_decode_v1} on fit-v1,
+  {few_decode_v2} on fit-v2.
 - **Batched and long prefills on the old stack, even few-shot.** Splitwise's prefill time per
   token rises once a step holds more than ~2,048 tokens, whether they come as one prompt or as a
   batch of 512-token prompts (Llama-2-70B, A100 TP8: 0.13 ms a token at 2,048, 0.19 at 8,192; 16
   x 512 tokens take 2.08 s against 1.55 s for one 8,192-token prompt), most at TP8 and least at
-  TP2. A roofline whose GEMM efficiency only grows with the number of tokens cannot bend that
-  way: **few-shot prefill MAPE is {few_prefill}**, and fitting the same parameters on all of a
-  group's rows at once still leaves {bound_prefill} (the table above): the miss is mostly the
-  model's shape, not the choice of points. The cause sits in the 2023 stack (kernels, memory
-  management or collectives of large steps) and no calibration data here measures it. Zero-shot
-  prefill MAPE is 9-60 %, optimistic in every group: Vidur's kernel times (CUDA events around
-  single ops) leave out the old stack's per-layer host overhead, which grows with TP degree.
-- **Tensor parallelism over PCIe, zero-shot.** With its own kernel profile the RTX PRO 6000
-  serves Llama-3.1-8B (TP1) within {z_pro_llama} % on every statistic. Qwen3-32B at TP2 is
-  {z_qwen_tpot} % optimistic on TPOT and, the run being overloaded at 10 req/s, {z_qwen_ttft} %
-  on TTFT, which is almost all queueing (a too-fast decode drains the queue early). vLLM's log
-  shows decode-only steps of {tp_batch} requests at {tp_log} ms ({tp_log_steps} steps in each
-  one-second log line). The kernels such a step is made of, profiled on this GPU, and the NCCL
-  samples sum to {tp_profile} ms at {tp_batch} x {tp_context} tokens of context (the logged
-  requests' contexts are of that order; the cross-check above), where clustersim spends {tp_sim}
-  ms of GPU time and prices the step at {tp_sim_total} ms with its CPU overhead. So the model is
-  close to the sum of what was measured in isolation, and the missing ~10 ms are outside those
-  measurements: the two workers' per-step synchronisation, vLLM's CUDA-graph all-reduce path on
-  PCIe (which need not be NCCL's), kernels slowed by running back to back. No profile here
-  measures them. The RTX 4090 run is within {z_4090} % on every statistic.
-- **Mixture of experts with data parallelism.** Qwen3-30B-A3B (DP2 x EP) is {z_moe_tpot} %
-  optimistic on TPOT. Until the arrivals end, the replay runs as many requests at once as vLLM's
-  log shows, and its decode-only steps at saturation (256 running) keep vLLM's pace; the ramp-up
-  steps, where prompt chunks on one rank pad the other rank's batch, run faster than vLLM's, so
-  requests finish early and fewer run at once on the way down. The all-gathers and
-  reduce-scatters around every MoE layer are priced from their own NCCL samples, which are
-  slower per byte than the all-reduces (they account for part of that gap, not all of it). TTFT
-  is short in this run (mean {moe_ttft} s, median {moe_ttft_p50} s: a burst of queueing in the
-  last seconds of the arrivals, once 256 requests run), and the simulated burst is shallower:
-  mean {moe_sim_ttft} s.
+  TP2. A roofline whose efficiencies only grow with the tokens cannot bend that way: few-shot
+  prefill MAPE is {few_prefill_v1} on fit-v1 and **{few_prefill_v2}** on fit-v2, and fitting the
+  same parameters on all of a group's rows at once still leaves {bound_prefill_v1} (fit-v1) and
+  {bound_prefill_v2} (fit-v2): the miss is mostly the model's shape. fit-v2's prefill shape is
+  closer on the H100 (its attention efficiency grows with the prompt, as FlashAttention's does).
+  Zero-shot prefill MAPE is {zero_prefill_v1} (fit-v1) and
+  {zero_prefill_v2} (fit-v2), optimistic in every group: kernel tables leave out the old stack's
+  per-layer host overhead, which grows with TP degree.
+- **Mixture of experts with data parallelism.** Qwen3-30B-A3B (DP2 x EP) is {z_moe_tpot_v1} %
+  optimistic on TPOT on fit-v1 ({z_moe_tpot_v2} % on fit-v2). The replay's decode-only steps at
+  saturation (256 running) keep vLLM's pace; the ramp-up steps, where prompt chunks on one rank
+  pad the other rank's batch, run faster than vLLM's, so requests finish early and fewer run at
+  once on the way down. The all-gathers and reduce-scatters around every MoE layer are priced
+  from their own NCCL samples. TTFT is short in this run (mean {moe_ttft} s), and the simulated
+  burst is shallower: mean {moe_sim_ttft_v1} s (fit-v1), {moe_sim_ttft_v2} s (fit-v2).
 - **Few-shot is as good as its three numbers.** On {few_best_run} the rule's numbers come
-  closest (every statistic within {few_best_pct} %). Elsewhere the rule's numbers are not clean
-  step times: these runs are at 10 req/s from the first second, so the first request shares its
-  prefill with the next arrivals (RTX 4090: 0.69 s for a 2,358-token prompt the kernel profile
-  prices at ~0.25 s, a cold start too), and a log line's running count is read at the end of the
-  interval its throughput averages over (RTX PRO 6000 Llama-3.1-8B: "1 running" at 8.5 ms a
-  token, faster than its weights can be read). The fit then concludes the GPU computes too
-  slowly ({few_other_ttft} mean TTFT). Measurements of a warm, idle server do not have this
-  problem; the rule was fixed before the runs were scored and is left as it is, not tuned to
-  them.
+  closest on fit-v1 (every statistic within {few_best_pct} %). Elsewhere the rule's numbers are
+  not clean step times: these runs are at 10 req/s from the first second, so the first request
+  shares its prefill with the next arrivals (RTX 4090: 0.69 s for a 2,358-token prompt the
+  kernel profile prices at ~0.25 s, a cold start too), and a log line's running count is read at
+  the end of the interval its throughput averages over (RTX PRO 6000 Llama-3.1-8B: "1 running"
+  at 8.5 ms a token, faster than its weights can be read). The fit then concludes the GPU
+  computes too slowly ({few_other_ttft} mean TTFT on fit-v1). Measurements of a warm, idle server
+  do not have this problem; the rule was fixed before the runs were scored and is left as it
+  is, not tuned to them.
 - **What the serving replay does not model:** API-server time (tokenisation, detokenisation,
-  HTTP), which vLLM's timestamps partly include; CUDA-graph padding of decode batches (except
-  across data-parallel ranks); the RTX PRO 6000 KV size, which vLLM did not log and
-  clustersim's memory model estimates.
+  HTTP), which vLLM's timestamps partly include; elementwise kernels (norms, rotary,
+  activations); CUDA-graph padding of decode batches (except across data-parallel ranks); vLLM's
+  symmetric-memory all-reduce range (priced as NCCL); the RTX PRO 6000 KV size, which vLLM did
+  not log and clustersim's memory model estimates.
 """

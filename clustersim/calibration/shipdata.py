@@ -33,7 +33,7 @@ _VIDUR_MODELS = {
     "a100": ("Llama-2-7b-hf", "Llama-2-70b-hf", "Meta-Llama-3-8B"),
     "h100": ("Llama-2-7b-hf", "Llama-2-70b-hf"),
 }
-_AIC_GPUS = {"h100_sxm": "h100_sxm", "l40s": "l40s"}
+_AIC_GPUS = {"h100_sxm": "h100_sxm", "a100_sxm": "a100_sxm", "l40s": "l40s"}
 """aiconfigurator system folder -> shipped file stem."""
 AIC_DTYPES = ("bfloat16", "fp8")
 AIC_WIDTHS = (1024, 2048, 3584, 4096, 7168, 8192, 16384)
@@ -41,7 +41,22 @@ AIC_WIDTHS = (1024, 2048, 3584, 4096, 7168, 8192, 16384)
 grid's 32-65,536 reaches far past them)."""
 AIC_TOKENS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 48, 64, 96, 128, 192, 256, 512, 768, 1024, 1536,
               2048, 3072, 4096, 8192, 16384, 32768)
-"""m kept: the grid's powers of two and three times a power of two (every regime, few rows)."""
+"""m kept: the grid's powers of two and three times a power of two (every regime, few rows);
+the A100 grid has 18 of them."""
+AIC_ATTENTION_KERNELS = {"h100_sxm": "vllm_flash_attn_fa3", "a100_sxm": "vllm_flash_attn",
+                         "l40s": "vllm_flash_attn_fa2"}
+"""The attention backend vLLM picks by default for 16-bit KV with head_dim 128 on each GPU
+(FlashAttention 3 on Hopper, FlashAttention 2 before it): the rows kept."""
+AIC_HEADS = ((8, 1), (16, 2), (32, 4), (64, 8), (32, 8), (16, 16), (32, 32))
+"""(query heads, KV heads) per GPU kept: grouped-query shards of Llama-3/Qwen3-class models at
+TP 1-8 and two multi-head ones."""
+AIC_COMM_GPUS = ("h100_sxm", "a100_sxm")
+"""The systems with collective tables (8-GPU NVLink nodes)."""
+AIC_NCCL_OPS = ("all_reduce", "all_gather", "reduce_scatter")
+AIC_MOE_GPUS = ("h100_sxm",)
+"""The systems with fused-MoE tables."""
+AIC_MOE_PARALLEL = (1, 2, 4, 8)
+"""moe_tp_size and moe_ep_size kept (one node)."""
 _LLMSS_RUNS = (
     "RTX4090_Llama-3.1-8B",
     "RTXPRO6000_Llama-3.1-8B",
@@ -100,22 +115,71 @@ def ship(shared: Path, out: Path = DATA_DIR) -> None:
 
 
 def ship_aiconfigurator(source: Path, out: Path) -> None:
-    """``gemm_<gpu>.csv``: the rows of aiconfigurator's vLLM GEMM table (bf16, fp8 per-tensor)
-    at ``AIC_WIDTHS`` x ``AIC_WIDTHS`` x ``AIC_TOKENS``, columns ``gemm_dtype, m, n,
-    k, latency`` (ms per call, as measured), sorted; the kernel each dtype ran is in the
-    calibration README."""
+    """Cut NVIDIA aiconfigurator's parquet tables to the CSV files the fits read (values as
+    measured, latency in ms per call; the calibration README describes each cut):
+
+    - ``gemm_<gpu>.csv``: bf16 and fp8 (per-tensor) GEMMs at ``AIC_WIDTHS`` x ``AIC_WIDTHS`` x
+      ``AIC_TOKENS``, columns ``gemm_dtype, m, n, k, latency``;
+    - ``context_attention_<gpu>.csv`` / ``generation_attention_<gpu>.csv``: the default kernel's
+      rows with head_dim 128, 16-bit KV, full attention, at ``AIC_HEADS``, columns
+      ``batch_size, isl, step, num_heads, num_key_value_heads, latency``;
+    - ``allreduce_<gpu>.csv``: vLLM's all-reduce under CUDA graphs (``vllm_graph``) and
+      nccl-tests' half-precision all_reduce, all_gather and reduce_scatter, columns
+      ``source, op, num_gpus, message_size, latency`` (message_size in elements);
+    - ``moe_<gpu>.csv``: vLLM's unquantized fused MoE (Triton) with balanced routing at
+      ``AIC_MOE_PARALLEL`` TP and EP sizes and ``AIC_TOKENS`` tokens, columns ``hidden_size,
+      inter_size, topk, num_experts, moe_tp_size, moe_ep_size, num_tokens, latency``.
+    """
     out.mkdir(parents=True, exist_ok=True)
+    data = source / "systems" / "data"
     for folder, stem in _AIC_GPUS.items():
-        (table,) = sorted((source / "systems" / "data" / folder / "gemm" / "vllm").glob(
-            "*/gemm_perf.parquet"))
-        frame = pd.read_parquet(table)  # needs pyarrow: pip install -e '.[maintainer]'
+        frame = _parquet(data / folder / "gemm" / "vllm", "gemm_perf.parquet")
         keep = (frame.gemm_dtype.isin(AIC_DTYPES) & frame.n.isin(AIC_WIDTHS)
                 & frame.k.isin(AIC_WIDTHS) & frame.m.isin(AIC_TOKENS))
         frame = frame.loc[keep, ["gemm_dtype", "m", "n", "k", "latency"]]
         frame = frame.sort_values(["gemm_dtype", "n", "k", "m"])
         _write_csv(frame, out / f"gemm_{stem}.csv")
+        for table in ("context_attention", "generation_attention"):
+            frame = _parquet(data / folder / "attention" / "vllm", f"{table}_perf.parquet")
+            heads = pd.Series(list(zip(frame.num_heads, frame.num_key_value_heads, strict=True)),
+                              index=frame.index)
+            keep = ((frame.kernel_source == AIC_ATTENTION_KERNELS[folder])
+                    & (frame.head_dim == 128) & (frame.kv_cache_dtype == "bfloat16")
+                    & heads.isin(AIC_HEADS))
+            if "window_size" in frame:
+                keep &= frame.window_size == 0
+            columns = ["batch_size", "isl", "step", "num_heads", "num_key_value_heads", "latency"]
+            frame = frame.loc[keep, columns].sort_values(columns[:-1])
+            _write_csv(frame, out / f"{table}_{stem}.csv")
+    for folder in AIC_COMM_GPUS:
+        custom = _parquet(data / folder / "comm" / "vllm", "custom_allreduce_perf.parquet")
+        custom = custom[custom.backend == "vllm_graph"].assign(source="vllm_graph")
+        nccl = _parquet(data / folder / "comm" / "nccl", "nccl_perf.parquet")
+        nccl = nccl[nccl.op_name.isin(AIC_NCCL_OPS) & (nccl.nccl_dtype == "half")]
+        columns = ["source", "op", "num_gpus", "message_size", "latency"]
+        frame = pd.concat([
+            custom.rename(columns={"op_name": "op"})[columns],
+            nccl.assign(source="nccl").rename(columns={"op_name": "op"})[columns],
+        ]).sort_values(columns[:-1])
+        _write_csv(frame, out / f"allreduce_{_AIC_GPUS[folder]}.csv")
+    for folder in AIC_MOE_GPUS:
+        frame = _parquet(data / folder / "moe" / "vllm", "moe_perf.parquet")
+        keep = ((frame.moe_dtype == "bfloat16") & (frame.distribution == "balanced")
+                & frame.moe_tp_size.isin(AIC_MOE_PARALLEL)
+                & frame.moe_ep_size.isin(AIC_MOE_PARALLEL) & frame.num_tokens.isin(AIC_TOKENS))
+        columns = ["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
+                   "moe_ep_size", "num_tokens", "latency"]
+        frame = frame.loc[keep, columns].sort_values(columns[:-1])
+        _write_csv(frame, out / f"moe_{_AIC_GPUS[folder]}.csv")
     license_file = out / "LICENSE.aiconfigurator-Apache-2.0.txt"
     license_file.write_bytes((source / license_file.name).read_bytes())
+
+
+def _parquet(folder: Path, name: str) -> pd.DataFrame:
+    """The one version's table under ``folder`` (``<version>/<name>``); needs pyarrow
+    (``pip install -e '.[maintainer]'``)."""
+    (table,) = sorted(folder.glob(f"*/{name}"))
+    return pd.read_parquet(table)
 
 
 def _write_csv(frame: pd.DataFrame, path: Path) -> None:

@@ -83,6 +83,8 @@ class GroupScore:
     decode_bias: float
     num_prefill: int
     num_decode: int
+    fit: str = "calibrated"
+    """The profile scored: ``calibrated`` (shipped) or a fit set (``vidur``, ``aiconfigurator``)."""
 
 
 def impossible_prefills(key, points: list[Point]) -> list[Point]:
@@ -96,7 +98,7 @@ def impossible_prefills(key, points: list[Point]) -> list[Point]:
 
 
 def score_group(key, points: list[Point], gpu: GpuSpec, mode: str,
-                skip_prefill=(), skip_decode=()) -> GroupScore:
+                skip_prefill=(), skip_decode=(), fit: str = "calibrated") -> GroupScore:
     model = load_model(MODELS[key[0]])
     cost = CostModel(model, gpu, key[2])
     skip_prefill = [*skip_prefill, *impossible_prefills(key, points)]
@@ -106,7 +108,7 @@ def score_group(key, points: list[Point], gpu: GpuSpec, mode: str,
            for p in points if p not in skip_decode]
     pm, pb = _errors(pre)
     dm, db = _errors(dec)
-    return GroupScore(key[0], key[1], key[2], mode, pm, pb, dm, db, len(pre), len(dec))
+    return GroupScore(key[0], key[1], key[2], mode, pm, pb, dm, db, len(pre), len(dec), fit)
 
 
 def _errors(pairs: list[tuple[float, float]]) -> tuple[float, float]:
@@ -115,24 +117,25 @@ def _errors(pairs: list[tuple[float, float]]) -> tuple[float, float]:
     return float(np.abs(rel).mean() * 100), float(rel.mean() * 100)
 
 
-def validate_splitwise(path=SPLITWISE_FILE) -> list[GroupScore]:
+def validate_splitwise(path=SPLITWISE_FILE, profile: str = "calibrated") -> list[GroupScore]:
     """Zero-shot and few-shot scores of every group, and the ``all-rows`` bound: the same three
     parameters fitted on every row of the group (relative least squares) and scored on them,
-    the best any rule's three points could do with this model."""
+    the best any rule's three points could do with this model. ``profile``: the calibrated
+    profile every group starts from (``clustersim.catalog.load_gpu``)."""
     scores = []
     for key, points in sorted(load_points(path).items()):
-        gpu = load_gpu(HARDWARE[key[1]])
-        scores.append(score_group(key, points, gpu, "zero-shot"))
+        gpu = load_gpu(HARDWARE[key[1]], profile=profile)
+        scores.append(score_group(key, points, gpu, "zero-shot", fit=profile))
         base, widest = few_shot_points(points)
         shots = [(base.prefill(), base.prompt_s), (base.decode(), base.token_s),
                  (widest.decode(), widest.token_s)]
         tuned = fit_few_shot(load_model(MODELS[key[0]]), gpu, key[2], shots)
         scores.append(score_group(key, points, tuned, "few-shot",
-                                  skip_prefill=(base,), skip_decode=(base, widest)))
+                                  skip_prefill=(base,), skip_decode=(base, widest), fit=profile))
         bad = impossible_prefills(key, points)
         every = [(p.prefill(), p.prompt_s) for p in points if p not in bad]
         every += [(p.decode(), p.token_s) for p in points]
         bound = fit_few_shot(load_model(MODELS[key[0]]), gpu, key[2], every,
                              max_points=len(every), relative=True)
-        scores.append(score_group(key, points, bound, "all-rows"))
+        scores.append(score_group(key, points, bound, "all-rows", fit=profile))
     return scores

@@ -60,14 +60,15 @@ class StepCheck:
                 + self.collectives_ms)
 
 
-def decode_step_checks(batches=(1, 32, 128), context: int = 1024) -> list[StepCheck]:
+def decode_step_checks(batches=(1, 32, 128), context: int = 1024,
+                       profile: str = "calibrated") -> list[StepCheck]:
     dense = pd.read_csv(PROFILE_DIR / "dense.csv")
     per_seq = pd.read_csv(PROFILE_DIR / "per_sequence.csv")
     attn = pd.read_csv(PROFILE_DIR / "attention_decode.csv")
     nccl = pd.read_csv(NCCL_FILE)
     model = load_model(MODEL)
     layers, h = model.num_layers, model.hidden_size
-    cost = CostModel(model, load_gpu(GPU), TP)
+    cost = CostModel(model, load_gpu(GPU, profile=profile), TP)
 
     def op(frame: pd.DataFrame, key: str, name: str, n: int) -> float:
         rows = frame[(frame.layer == name) & (frame[key] == n)]

@@ -60,6 +60,8 @@ class RunScore:
     num_gpu_blocks: int | None
     measured: dict[str, dict[str, float]]
     simulated: dict[str, dict[str, float]]
+    fit: str = "calibrated"
+    """The profile scored: ``calibrated`` (shipped) or a fit set (``vidur``, ``aiconfigurator``)."""
 
     def error_pct(self, metric: str, stat: str) -> float:
         m, s = self.measured[metric][stat], self.simulated[metric][stat]
@@ -155,13 +157,16 @@ def full_decode_step_ms(run: str, root: Path = VLLM_RUNS_DIR) -> list[float]:
                 and float(row["gen_throughput"]) > 0]
 
 
-def few_shot_profile(run: str, folder: Path, root: Path = VLLM_RUNS_DIR) -> Path:
-    """Fit the run's GPU profile to its three measurements; write it to ``folder``."""
+def few_shot_profile(run: str, folder: Path, root: Path = VLLM_RUNS_DIR,
+                     profile: str = "calibrated") -> Path:
+    """Fit the run's GPU profile (starting from ``profile``) to its three measurements; write it
+    to ``folder``."""
     model_id, gpu_id = RUNS[run]
     meta = json.loads((root / run / "vllm_meta.json").read_text())
     args = meta["engine_kwargs"]
     tuned = fit_few_shot(
-        load_model(model_id), load_gpu(gpu_id), args.get("tensor_parallel_size", 1),
+        load_model(model_id), load_gpu(gpu_id, profile=profile),
+        args.get("tensor_parallel_size", 1),
         few_shot_points(run, root), dp=args.get("data_parallel_size") or 1,
         expert_parallel=bool(args.get("enable_expert_parallel")),
     )
@@ -171,16 +176,21 @@ def few_shot_profile(run: str, folder: Path, root: Path = VLLM_RUNS_DIR) -> Path
     return path
 
 
-def score_run(run: str, root: Path = VLLM_RUNS_DIR, *, few_shot: bool = False) -> RunScore:
+def score_run(run: str, root: Path = VLLM_RUNS_DIR, *, few_shot: bool = False,
+              profile: str = "calibrated") -> RunScore:
+    """One replay of ``run`` on ``profile`` (zero-shot), or on the profile few-shot fitted from
+    it."""
     data = run_scenario_dict(run, root)
     if few_shot:
         with tempfile.TemporaryDirectory() as tmp:
-            data["gpu"] += "@" + str(few_shot_profile(run, Path(tmp), root))
-            return _score(run, data, root, "few-shot")
-    return _score(run, data, root, "zero-shot")
+            data["gpu"] += "@" + str(few_shot_profile(run, Path(tmp), root, profile))
+            return _score(run, data, root, "few-shot", profile)
+    if profile != "calibrated":
+        data["gpu"] += "@" + profile
+    return _score(run, data, root, "zero-shot", profile)
 
 
-def _score(run: str, data: dict, root: Path, mode: str) -> RunScore:
+def _score(run: str, data: dict, root: Path, mode: str, fit: str) -> RunScore:
     scenario = parse_scenario(data)
     result = run_scenario(scenario)
     metrics = [request_metrics(r) for r in result.requests]
@@ -198,13 +208,15 @@ def _score(run: str, data: dict, root: Path, mode: str) -> RunScore:
         num_gpu_blocks=engine.num_gpu_blocks_override,
         measured={k: _stats(v) for k, v in measured_metrics(run, root).items()},
         simulated={k: _stats(v) for k, v in simulated.items()},
+        fit=fit,
     )
 
 
-def validate_vllm_runs(root: Path = VLLM_RUNS_DIR) -> list[RunScore]:
-    """Zero-shot then few-shot scores of every scored run."""
+def validate_vllm_runs(root: Path = VLLM_RUNS_DIR, profile: str = "calibrated") -> list[RunScore]:
+    """Zero-shot then few-shot scores of every scored run, starting from ``profile``."""
     runs = list(RUNS)
-    return [score_run(run, root, few_shot=mode) for mode in (False, True) for run in runs]
+    return [score_run(run, root, few_shot=mode, profile=profile)
+            for mode in (False, True) for run in runs]
 
 
 def _records(folder: Path) -> list[dict]:

@@ -10,7 +10,8 @@
 ``load_gpu`` returns the datasheet entry of ``gpus.yaml`` with a calibrated profile merged in:
 by default ``calibrated.yaml`` (written by ``clustersim calibrate``; efficiencies, overheads and
 all-reduce cost fitted on kernel profiles), ``profile="default"`` for the uncalibrated guesses,
-or a path to a profile YAML file of the same format (a user's few-shot fit). A GPU id may
+``"vidur"`` or ``"aiconfigurator"`` for one fit set on every GPU (the shipped profile picks one
+per GPU), or a path to a profile YAML file of the same format (a user's few-shot fit). A GPU id may
 carry its profile after an ``@`` (``rtx-pro-6000@mine.yaml``, ``h100-sxm@default``), so a
 scenario's ``gpu:`` field can pick one.
 """
@@ -49,21 +50,34 @@ _GPUS_FILE = "gpus.yaml"
 _MODELS_FILE = "models.yaml"
 _PRICES_FILE = "prices.yaml"
 CALIBRATED_FILE = "calibrated.yaml"
+FIT_SET_FILES = {"vidur": "calibrated_vidur.yaml",
+                 "aiconfigurator": "calibrated_aiconfigurator.yaml"}
+"""Named profiles beside the shipped one: every GPU on one fit set (``clustersim calibrate``
+writes them; ``validate`` scores both). The shipped ``calibrated.yaml`` takes each GPU from one
+of them."""
 PROFILE_FIELDS = (
     "compute_efficiency",
     "compute_half_tokens",
+    "gemm_floor_s",
     "attention_efficiency",
+    "attention_half_keys",
+    "attention_floor_s",
+    "decode_attention_memory_efficiency",
+    "decode_attention_half_tokens",
     "memory_efficiency",
     "per_step_overhead_s",
     "per_layer_overhead_s",
     "per_request_overhead_s",
     "allreduce_latency_s",
+    "custom_allreduce_latency_s",
+    "custom_allreduce_link_efficiency",
     "allgather_latency_s",
     "allgather_link_efficiency",
     "reduce_scatter_latency_s",
     "reduce_scatter_link_efficiency",
     "non_torch_memory_bytes",
     "fp8_gemm",
+    "moe_gemm",
     "weight_only_compute_ratio",
     "calibration",
 )
@@ -90,7 +104,8 @@ def load_gpu(gpu_id: str, *, path: str = "gpu", profile: str = "calibrated") -> 
     gpu_id, at, suffix = gpu_id.partition("@")
     if at and not suffix:
         raise CatalogError(path, f"nothing after '@' in {gpu_id + at!r}: name a profile "
-                           "('calibrated', 'default' or a profile YAML file) or drop the '@'")
+                           "('calibrated', 'default', 'vidur', 'aiconfigurator' or a profile YAML "
+                           "file) or drop the '@'")
     return _load_gpu(gpu_id, path, suffix if at else profile)
 
 
@@ -133,18 +148,20 @@ def apply_profile(gpu: GpuSpec, entry: dict[str, Any], *, where: str = "profile"
 
 @lru_cache(maxsize=16)
 def load_profiles(profile: str = "calibrated") -> dict[str, dict[str, Any]]:
-    """``{gpu_id: entry}`` of a profile: ``calibrated`` (shipped) or a YAML file's path."""
-    if profile == "calibrated":
-        file = resources.files(__package__).joinpath(CALIBRATED_FILE)
+    """``{gpu_id: entry}`` of a profile: ``calibrated`` (shipped), a fit set's name
+    (``FIT_SET_FILES``: ``vidur``, ``aiconfigurator``) or a YAML file's path."""
+    if profile == "calibrated" or profile in FIT_SET_FILES:
+        name = FIT_SET_FILES.get(profile, CALIBRATED_FILE)
+        file = resources.files(__package__).joinpath(name)
         if not file.is_file():  # before the first `clustersim calibrate`
             return {}
-        data = parse_yaml(file.read_text(encoding="utf-8"), CALIBRATED_FILE)
-        name = CALIBRATED_FILE
+        data = parse_yaml(file.read_text(encoding="utf-8"), name)
     else:
         path = Path(profile).expanduser()
         if not path.exists():
-            raise ConfigError(profile, "no such profile file; give 'calibrated', 'default' or "
-                              "a profile YAML written by `clustersim calibrate`")
+            raise ConfigError(profile, "no such profile file; give 'calibrated', 'default', "
+                              "'vidur', 'aiconfigurator' or a profile YAML written by "
+                              "`clustersim calibrate`")
         data, name = load_yaml(path, "profile", where=profile), profile
     table = data.get("profiles") if isinstance(data, dict) else None
     if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):

@@ -92,12 +92,16 @@ class LinkSpec(_Spec):
 
 class GemmFit(_Spec):
     """The saturating GEMM roofline of one kernel family, fitted on its own measurements:
-    ``max((M + compute_half_tokens) x FLOPs / (compute_efficiency x peak), bytes /
+    ``floor_s + max((M + compute_half_tokens) x FLOPs / (compute_efficiency x peak), bytes /
     (memory_efficiency x bandwidth))``."""
 
     compute_efficiency: Fraction
-    compute_half_tokens: NonNegativeFloat
+    compute_half_tokens: Annotated[NonNegativeFloat, Within(
+        high=MAX_TOKENS, reason=TOKENS_REASON)]
     memory_efficiency: Fraction
+    floor_s: Overhead = Field(
+        0.0, description="GPU time every call takes whatever its size (launch and tail of the "
+        "kernel), added to the roofline; 0: a plain roofline.")
     calibration: str = Field(description="The fit it came from ('fit-v1:l40s', or "
                              "'fit-v1:l40s->rtx4090' where borrowed).")
 
@@ -133,10 +137,32 @@ class GpuSpec(_Spec):
         description="Tokens at which a GEMM reaches half of ``compute_efficiency``: small-M "
         "GEMMs run at ``compute_efficiency x tokens / (tokens + compute_half_tokens)``.",
     )
-    attention_efficiency: Fraction = Field(description="Attention-kernel MFU.")
+    gemm_floor_s: Overhead = Field(
+        0.0, description="Per GEMM call: GPU time the kernel takes whatever its size, added to "
+        "its roofline (the 16-bit fit's ``floor_s``).")
+    attention_efficiency: Fraction = Field(
+        description="Prefill attention MFU on long prompts (the saturated value).")
+    attention_half_keys: Annotated[NonNegativeFloat, Within(
+        high=MAX_TOKENS, reason=TOKENS_REASON)] = Field(
+        0.0, description="Keys per query at which prefill attention reaches half of "
+        "``attention_efficiency``: a chunk whose queries attend to K keys on average runs at "
+        "``attention_efficiency x K / (K + attention_half_keys)``.")
+    attention_floor_s: Overhead = Field(
+        0.0, description="Per layer and step: GPU time of the attention kernel whatever its "
+        "batch (one varlen call serves the step's prefills and decodes).")
+    decode_attention_memory_efficiency: Fraction | None = Field(
+        None, description="Achieved / peak bandwidth of decode attention's KV reads; None: "
+        "``memory_efficiency``.")
+    decode_attention_half_tokens: Annotated[NonNegativeFloat, Within(
+        high=MAX_TOKENS, reason=TOKENS_REASON)] = Field(
+        0.0, description="Per decoding sequence and layer: a fixed cost, in tokens of KV read "
+        "(a sequence of context c costs as c + this many tokens).")
     fp8_gemm: GemmFit | None = Field(
         None, description="FP8 W8A8 GEMMs at the FP8 peak (fitted on per-tensor-scale kernels, "
         "used for block-scaled ones too); None: the 16-bit efficiencies at the FP8 peak.")
+    moe_gemm: GemmFit | None = Field(
+        None, description="16-bit experts in vLLM's fused MoE (Triton): both projections of a "
+        "layer priced on this fit, ``floor_s`` once per layer; None: the 16-bit GEMM fit.")
     weight_only_compute_ratio: Fraction = Field(
         1.0, description="Throughput of a weight-only (W4A16, W8A16) Marlin GEMM where it is "
         "compute-bound, relative to the 16-bit GEMM: the cost of dequantizing in registers.")
@@ -145,6 +171,12 @@ class GpuSpec(_Spec):
     per_layer_overhead_s: Overhead = Field(description="Kernel launches per layer.")
     per_request_overhead_s: Overhead = Field(description="Input prep per request.")
     allreduce_latency_s: Overhead = Field(description="Fixed cost of one all-reduce.")
+    custom_allreduce_latency_s: Overhead | None = Field(
+        None, description="Fixed cost of vLLM's custom (peer-to-peer) all-reduce, used below "
+        "its size limit where vLLM enables it (clustersim.cost.collectives); None: not "
+        "measured, NCCL's cost at every size.")
+    custom_allreduce_link_efficiency: Fraction | None = Field(
+        None, description="vLLM custom all-reduce bus bandwidth / the link's theoretical.")
     allgather_latency_s: Overhead | None = Field(
         None, description="Fixed cost of one all-gather; None: as an all-reduce.")
     allgather_link_efficiency: Fraction | None = Field(

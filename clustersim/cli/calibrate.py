@@ -25,8 +25,16 @@ def calibrate_cmd(
         Path | None,
         typer.Option(help="Profile file to write (required; its folder must exist). The "
                      "shipped fit is clustersim/catalog/calibrated.yaml: name it to refresh "
-                     "it in a checkout."),
+                     "it in a checkout (the fit sets beside it: calibrated_vidur.yaml with "
+                     "--fit-set vidur, calibrated_aiconfigurator.yaml with --fit-set "
+                     "aiconfigurator)."),
     ] = None,
+    fit_set: Annotated[
+        str,
+        typer.Option(help="Without measurements: the profile to write, 'shipped' (each GPU "
+                     "from its shipped fit set), 'vidur' (fit-v1 on every GPU) or "
+                     "'aiconfigurator' (fit-v2 on every GPU)."),
+    ] = "shipped",
     gpu: Annotated[str | None, typer.Option(help="GPU of the measurements (few-shot).")] = None,
     model: Annotated[str | None, typer.Option(help="Model of the measurements.")] = None,
     tp: Annotated[int, typer.Option(min=1, help="Tensor-parallel size of the measurements.")] = 1,
@@ -53,6 +61,9 @@ def calibrate_cmd(
     adjust one GPU's profile to at most three measured step times of your own stack."""
     prefill, decode = prefill or [], decode or []
     if prefill or decode or from_requests:
+        if fit_set != "shipped":
+            raise InputError("--fit-set", "goes without measurements: a few-shot fit starts "
+                             "from the GPU's profile (name a set with --gpu ID@vidur)")
         _few_shot(out, gpu, model, tp, prefill, decode, from_requests, max_num_batched_tokens,
                   dp, expert_parallel)
         return
@@ -65,33 +76,45 @@ def calibrate_cmd(
     if given:
         raise InputError(given[0], "describes measurements: goes with --prefill/--decode or "
                          "--from-requests")
-    from clustersim.calibration.fit import calibrate, distserve_check
+    from clustersim.calibration.fit import distserve_check
+    from clustersim.calibration.fitsets import (
+        SETS,
+        SHIPPED_FIT_ID,
+        calibrate_sets,
+        shipped_profiles,
+    )
     from clustersim.calibration.profile import write_profiles
 
     if out is None:
         raise InputError("--out", "give the profile file to write; calibrate writes nowhere "
                          "else (the shipped fit: --out clustersim/catalog/calibrated.yaml in a "
                          "checkout)")
-    path = out
-    _write(path)  # an unwritable --out fails before the fit
-    profiles = calibrate()
-    _write(path, lambda: write_profiles(profiles, path))
-    typer.echo(f"{'gpu':<16}{'eff_c':>7}{'t_half':>8}{'eff_m':>7}{'eff_att':>9}"
-               f"{'ar_alpha_us':>13}{'link_eff':>10}  calibration")
+    if fit_set not in ("shipped", *SETS):
+        raise InputError("--fit-set", f"unknown fit set {fit_set!r}; give shipped, "
+                         f"{', '.join(SETS)}")
+    _write(out)  # an unwritable --out fails before the fit
+    sets = calibrate_sets()
+    shipped = shipped_profiles(sets)
+    profiles = shipped if fit_set == "shipped" else sets[fit_set]
+    fit_id = SHIPPED_FIT_ID if fit_set == "shipped" else SETS[fit_set]
+    _write(out, lambda: write_profiles(profiles, out, fit_id))
+    typer.echo(f"{'gpu':<21}{'eff_c':>6}{'t_half':>7}{'eff_m':>6}{'floor_us':>9}{'eff_att':>8}"
+               f"{'K_half':>7}{'ar_alpha_us':>12}{'car_alpha_us':>13}  calibration")
     for gpu_id, p in profiles.items():
-        alpha = p.get("allreduce_latency_s")
+        alpha, custom = p.get("allreduce_latency_s"), p.get("custom_allreduce_latency_s")
         typer.echo(
-            f"{gpu_id:<16}{p['compute_efficiency']:>7.2f}{p['compute_half_tokens']:>8.0f}"
-            f"{p['memory_efficiency']:>7.2f}{p['attention_efficiency']:>9.2f}"
-            f"{'-' if alpha is None else f'{alpha * 1e6:.1f}':>13}"
-            f"{p.get('link_efficiency', '-')!s:>10}  {p['calibration']}"
+            f"{gpu_id:<21}{p['compute_efficiency']:>6.2f}{p['compute_half_tokens']:>7.0f}"
+            f"{p['memory_efficiency']:>6.2f}{p.get('gemm_floor_s', 0.0) * 1e6:>9.2f}"
+            f"{p['attention_efficiency']:>8.2f}{p.get('attention_half_keys', 0.0):>7.0f}"
+            f"{'-' if alpha is None else f'{alpha * 1e6:.1f}':>12}"
+            f"{'-' if custom is None else f'{custom * 1e6:.1f}':>13}  {p['calibration']}"
         )
     typer.echo("cross-check, DistServe's 2023-vLLM A100 decode step (batch 1, context 512) vs "
                "ours: the gap is that stack's per-step overhead")
     for row in distserve_check(profiles):
         typer.echo(f"  {row['model']} TP{row['tp']}: DistServe {row['distserve_ms']:.1f} ms, "
                    f"calibrated model {row['ours_ms']:.1f} ms")
-    typer.echo(f"wrote {path}")
+    typer.echo(f"wrote {out}")
 
 
 _FIT_WARN = 0.10
@@ -219,17 +242,17 @@ def validate_cmd(
         Path | None, typer.Option(help="Also write the Markdown page (docs/validation.md).")
     ] = None,
 ) -> None:
-    """Score the calibrated model on the validation data only and print the error tables."""
+    """Score both fit sets (fit-v1 on Vidur's tables, fit-v2 on aiconfigurator's) on the
+    validation data only and print the error tables."""
+    from clustersim.calibration.comparison import validate_fits
     from clustersim.calibration.report import render_markdown, render_text
-    from clustersim.calibration.splitwise import validate_splitwise
-    from clustersim.calibration.vllm_runs import validate_vllm_runs
 
     if write_docs is not None:
         _write(write_docs)  # an unwritable path fails before the scoring
-    splitwise, runs = validate_splitwise(), validate_vllm_runs()
+    validation = validate_fits()
     if write_docs is not None:
-        page = render_markdown(splitwise, runs)
+        page = render_markdown(validation)
         _write(write_docs, lambda: write_docs.write_text(page, encoding="utf-8"))
-    typer.echo(render_text(splitwise, runs))
+    typer.echo(render_text(validation))
     if write_docs is not None:
         typer.echo(f"\nwrote {write_docs}")

@@ -1,7 +1,7 @@
 """Which GEMM kernel runs a (quantized) linear layer on a GPU, and the roofline it is priced on.
 
-Every kernel is priced like the 16-bit one, ``max((M + half) x FLOPs / (eff_c x peak x ratio),
-(weights + M x activations) / (eff_m x bandwidth))``, with its own terms::
+Every kernel is priced like the 16-bit one, ``floor + max((M + half) x FLOPs / (eff_c x peak x
+ratio), (weights + M x activations) / (eff_m x bandwidth))``, with its own terms::
 
     kernel                 peak    efficiencies          weights streamed          ratio
     w16a16                 bf16    16-bit fit            2 B each                  1
@@ -79,7 +79,8 @@ def sixteen_bit_fit(gpu: GpuSpec) -> GemmFit:
     """The GPU's 16-bit GEMM fit, as the profile merged it."""
     return GemmFit(compute_efficiency=gpu.compute_efficiency,
                    compute_half_tokens=gpu.compute_half_tokens,
-                   memory_efficiency=gpu.memory_efficiency, calibration=gpu.calibration)
+                   memory_efficiency=gpu.memory_efficiency, floor_s=gpu.gemm_floor_s,
+                   calibration=gpu.calibration)
 
 
 def gemm_kernel(quant: QuantizationSpec | None, gpu: GpuSpec) -> GemmKernel:

@@ -59,6 +59,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from clustersim.catalog.specs import GpuSpec, ModelSpec
+from clustersim.cost.collectives import custom_allreduce_max_bytes
 from clustersim.cost.kernels import GemmKernel, gemm_kernel
 
 # FLOPs per multiply-accumulate.
@@ -158,12 +159,20 @@ class CostModel:
         "_kv_s_per_token",
         "_allreduce_fixed_s",
         "_allreduce_s_per_token",
+        "_custom_ar_max_tokens",
+        "_custom_ar_fixed_s",
+        "_custom_ar_s_per_token",
+        "_attn_half_keys",
+        "_attn_floor_s",
+        "_decode_kv_s_per_token",
+        "_decode_rows_per_seq",
         "_logits_fixed_s",
         "_logits_s_per_row",
         "_fixed_overhead_s",
         "_request_overhead_s",
         "kernel",
         "_lm_head_half",
+        "_lm_head_floor_s",
         "_gemms_large",
         "_dequant_rows",
         "_dequant_s",
@@ -234,12 +243,19 @@ class CostModel:
             expert_shapes = ()
         shapes = ((h, q_out + 2 * kv_out), (q_out, h), *mlp_shapes)
         # per GEMM, summed over layers: (compute s per token, weight-read s, activation s per
-        # token, half-saturation tokens)
+        # token, half-saturation tokens, floor s)
         self._gemms = (*_layer_gemms(shapes, layers, e, kernel, gpu),
                        *_layer_gemms(router, layers, e, sixteen, gpu))
         # the same per expert: (compute s per routed row, weight-read s per expert touched,
-        # activation s per routed row, half-saturation rows)
-        self._expert_gemms = _layer_gemms(expert_shapes, layers, e, kernel, gpu)
+        # activation s per routed row, half-saturation rows, floor s of the fused call)
+        # vLLM's fused MoE: one call per layer for both projections, with its own fit where
+        # measured (16-bit experts): its floor once per layer, on the first projection
+        expert_kernel = kernel
+        if model.quantization is None and gpu.moe_gemm is not None:
+            expert_kernel = GemmKernel("fused_moe", gpu.peak_flops, gpu.moe_gemm, 1.0, None, None)
+        expert_gemms = _layer_gemms(expert_shapes, layers, e, expert_kernel, gpu)
+        self._expert_gemms = tuple((*g[:4], g[4] if i == 0 else 0.0)
+                                   for i, g in enumerate(expert_gemms))
         # kernels that dequantize the whole weight from dequant_rows tokens on, then run a
         # 16-bit GEMM (legacy AWQ / GPTQ): the dequantization reads the codes and writes 16
         # bits per weight, a memory-bound op of its own
@@ -274,13 +290,24 @@ class CostModel:
         vocab_shard = model.vocab_size / tp
         lm_head_kernel = kernel if model.quantization and model.quantization.lm_head else sixteen
         ((self._lm_head_s_per_row, self._lm_head_weight_s, self._lm_head_act_s_per_row,
-          self._lm_head_half),) = _layer_gemms(((h, vocab_shard),), 1, e, lm_head_kernel, gpu)
+          self._lm_head_half, self._lm_head_floor_s),) = _layer_gemms(
+            ((h, vocab_shard),), 1, e, lm_head_kernel, gpu)
 
         # attention: FLOPs per query-key pair over this rank's query heads; K and V of one token
         self._attn_s_per_pair = (
             layers * _FLOPS_PER_MAC * _ATTENTION_MATMULS * q_out * s_per_attn_flop
         )
+        # prefill efficiency saturates with the keys per query K: eff x K / (K + half), so a
+        # chunk of s queries costs (pairs + half x s) pairs at the saturated efficiency
+        self._attn_half_keys = gpu.attention_half_keys
+        self._attn_floor_s = layers * gpu.attention_floor_s
         self._kv_s_per_token = model.kv_bytes_per_token(tp) * s_per_byte
+        # decode: KV read at its own efficiency; each sequence adds its new token's KV write
+        # and a fixed cost of decode_attention_half_tokens tokens of KV
+        decode_eff = gpu.decode_attention_memory_efficiency or gpu.memory_efficiency
+        self._decode_kv_s_per_token = (model.kv_bytes_per_token(tp)
+                                       / (decode_eff * gpu.mem_bytes_per_s))
+        self._decode_rows_per_seq = 1.0 + gpu.decode_attention_half_tokens
 
         if tp > 1:
             if tp_link_bytes_per_s is None:
@@ -294,12 +321,26 @@ class CostModel:
             ring_factor = _RING_PASSES * (tp - 1) / tp
             self._allreduce_fixed_s = count * tp_link_latency_s
             self._allreduce_s_per_token = count * ring_factor * h * e / tp_link_bytes_per_s
+            # vLLM's custom all-reduce below its size limit (clustersim.cost.collectives), at
+            # its own latency and at its bandwidth relative to NCCL's on the same link
+            link = gpu.tp_link(tp)
+            max_bytes = custom_allreduce_max_bytes(gpu, tp, link)
+            self._custom_ar_max_tokens = max_bytes / (h * e)
+            if max_bytes:
+                assert gpu.custom_allreduce_latency_s is not None
+                eff = gpu.custom_allreduce_link_efficiency or link.efficiency
+                self._custom_ar_fixed_s = count * gpu.custom_allreduce_latency_s
+                self._custom_ar_s_per_token = self._allreduce_s_per_token * link.efficiency / eff
+            else:
+                self._custom_ar_fixed_s = self._custom_ar_s_per_token = 0.0
             # every rank samples (vLLM V1), so the vocab-sharded logits are all-gathered: each
             # rank receives the other shards of every sampled row
             self._logits_fixed_s = ag_latency
             self._logits_s_per_row = (tp - 1) * vocab_shard * e / (tp_link_bytes_per_s * ag_speed)
         else:
             self._allreduce_fixed_s = self._allreduce_s_per_token = 0.0
+            self._custom_ar_max_tokens = 0.0
+            self._custom_ar_fixed_s = self._custom_ar_s_per_token = 0.0
             self._logits_fixed_s = self._logits_s_per_row = 0.0
         self._fixed_overhead_s = gpu.per_step_overhead_s + layers * gpu.per_layer_overhead_s
         self._request_overhead_s = gpu.per_request_overhead_s
@@ -368,18 +409,30 @@ class CostModel:
             )
         compute, memory, communication, overhead = parts
         attn_s_per_pair = self._attn_s_per_pair
-        kv_s_per_token = self._kv_s_per_token
+        kv_s_per_token = self._decode_kv_s_per_token
+        rows = num_decodes * self._decode_rows_per_seq
         times = []
         append = times.append
         for kv in range(decode_kv_tokens, decode_kv_tokens + num_steps * num_decodes,
                         num_decodes):
             t_compute = kv * attn_s_per_pair
-            t_memory = (kv + num_decodes) * kv_s_per_token
+            t_memory = (kv + rows) * kv_s_per_token
             if t_compute >= t_memory:
                 append(compute + t_compute + memory + communication + overhead)
             else:
                 append(compute + (memory + t_memory) + communication + overhead)
         return times
+
+    def kernel_floors_s(self, batch: BatchShape) -> float:
+        """The kernel floors (attention, GEMMs, fused MoE, LM head) in ``step_time(batch)``'s
+        memory-bound seconds: GPU time no efficiency scales (few-shot fits leave them fixed)."""
+        tokens = batch.num_prefill_tokens + batch.num_decode_tokens
+        if not tokens:
+            return 0.0
+        gemms = self._gemms_large if tokens >= self._dequant_rows else self._gemms
+        floors = self._attn_floor_s + sum(g[4] for g in gemms)
+        floors += sum(g[4] for g in self._expert_gemms)
+        return floors + (self._lm_head_floor_s if batch.num_sampled else 0.0)
 
     def _dense_parts(self, tokens: int, rows: int,
                      moe_tokens: int | None) -> tuple[float, float, float]:
@@ -390,7 +443,10 @@ class CostModel:
             gemms, memory = self._gemms_large, self._dequant_s
         else:
             gemms, memory = self._gemms, 0.0
-        for flop_s, weight_s, act_s, half in gemms:
+        # the attention kernel's floor, once per layer whatever the batch; kernel floors are
+        # booked with the memory-bound time (neither FLOPs nor bytes explain them)
+        memory += self._attn_floor_s
+        for flop_s, weight_s, act_s, half, floor in gemms:
             # GEMM efficiency saturates with M: eff x M / (M + half), so compute time is
             # (M + half) x FLOPs per row / (eff x peak) -- a fixed M-independent part per GEMM
             t_compute = (tokens + half) * flop_s
@@ -399,7 +455,11 @@ class CostModel:
                 compute += t_compute
             else:
                 memory += t_memory
-        communication = self._allreduce_fixed_s + tokens * self._allreduce_s_per_token
+            memory += floor
+        if tokens < self._custom_ar_max_tokens:
+            communication = self._custom_ar_fixed_s + tokens * self._custom_ar_s_per_token
+        else:
+            communication = self._allreduce_fixed_s + tokens * self._allreduce_s_per_token
         if self._expert_gemms:
             moe = tokens if moe_tokens is None else moe_tokens
             share = self._expert_share
@@ -407,14 +467,16 @@ class CostModel:
             touched = experts_touched(self._num_experts, self._top_k, moe) * share
             if self._dp > 1:
                 communication += self._gather_fixed_s + moe * self._gather_s_per_token
-            for flop_s, weight_s, act_s, half in self._expert_gemms:
-                # touched experts of routed / touched rows each: (rows + half) x FLOPs per row
+            for flop_s, weight_s, act_s, half, floor in self._expert_gemms:
+                # touched experts of routed / touched rows each: (rows + half) x FLOPs per row;
+                # one fused call per layer serves them all: one floor
                 t_compute = (routed + touched * half) * flop_s
                 t_memory = touched * weight_s + routed * act_s
                 if t_compute >= t_memory:
                     compute += t_compute
                 else:
                     memory += t_memory
+                memory += floor
         if rows:
             communication += self._logits_fixed_s + rows * self._logits_s_per_row
             t_compute = (rows + self._lm_head_half) * self._lm_head_s_per_row
@@ -423,6 +485,7 @@ class CostModel:
                 compute += t_compute
             else:
                 memory += t_memory
+            memory += self._lm_head_floor_s
         return compute, memory, communication
 
     def _parts(
@@ -436,7 +499,8 @@ class CostModel:
         )
         if num_prefill_tokens:
             # reads the KV the chunks attend to, writes the chunks' own KV
-            t_compute = prefill_attn_pairs * self._attn_s_per_pair
+            t_compute = ((prefill_attn_pairs + self._attn_half_keys * num_prefill_tokens)
+                         * self._attn_s_per_pair)
             t_memory = (prefill_kv_tokens + num_prefill_tokens) * self._kv_s_per_token
             if t_compute >= t_memory:
                 compute += t_compute
@@ -444,7 +508,8 @@ class CostModel:
                 memory += t_memory
         if num_decode_tokens:
             t_compute = decode_kv_tokens * self._attn_s_per_pair
-            t_memory = (decode_kv_tokens + num_decode_tokens) * self._kv_s_per_token
+            t_memory = ((decode_kv_tokens + num_decode_tokens * self._decode_rows_per_seq)
+                        * self._decode_kv_s_per_token)
             if t_compute >= t_memory:
                 compute += t_compute
             else:
@@ -465,9 +530,10 @@ def _layer_gemms(
     dtype_bytes: int,
     kernel: GemmKernel,
     gpu: GpuSpec,
-) -> tuple[tuple[float, float, float, float], ...]:
+) -> tuple[tuple[float, float, float, float, float], ...]:
     """Per (in, out) GEMM, summed over layers: (compute s per row, weight-read s, activation s
-    per row, half-saturation rows) on ``kernel``: its peak, efficiencies and stored weights."""
+    per row, half-saturation rows, floor s) on ``kernel``: its peak, efficiencies, floor and
+    stored weights."""
     fit = kernel.fit
     s_per_flop = 1.0 / (fit.compute_efficiency * kernel.peak_flops * kernel.compute_ratio)
     s_per_byte = 1.0 / (fit.memory_efficiency * gpu.mem_bytes_per_s)
@@ -480,6 +546,7 @@ def _layer_gemms(
             layers * (k + n) * dtype_bytes * s_per_byte if a is None
             else layers * (k * a + n * dtype_bytes) * s_per_byte,
             fit.compute_half_tokens,
+            layers * fit.floor_s,
         )
         for k, n in shapes
     )

@@ -1,0 +1,465 @@
+"""Fit the cost model on NVIDIA aiconfigurator's measured vLLM kernels (fit-v2).
+
+The tables (``fit/aiconfigurator/``, cut by ``shipdata.ship_aiconfigurator``) are vLLM 0.24 on
+H100 SXM and L40S and vLLM 0.14 on A100 SXM, one layer's kernel on one GPU per row. Each part
+of a step gets the form its table's residuals support (docs/validation.md shows both)::
+
+    GEMM (bf16, fp8)   floor + max((M + t_half) x 2kn / (eff_c x peak), bytes / (eff_m x bw))
+    prefill attention  floor + (pairs + K_half x queries) x 4 h_q d / (eff_attn x peak)
+    decode attention   floor + sum over sequences (c + 1 + c_half) x KV bytes / (eff_kv x bw)
+    all-reduce         alpha + 2(n-1)/n x bytes / busbw, vLLM's custom all-reduce below its size
+                       limit (clustersim.cost.collectives) and NCCL above it, each its own fit
+    all-gather,        alpha + (n-1)/n x total bytes / busbw (NCCL)
+    reduce-scatter
+
+- GEMMs: the per-call ``floor`` is what a plain saturating roofline lacks: a 1024 x 1024 bf16
+  GEMM takes about 4 us on the H100 at every M up to 256 (its weights need 0.6 us at the
+  datasheet bandwidth), and a 4096 x 4096 one 15 us at M = 1. With the floor the rms log error
+  over the table's rows drops by half or more on the H100 and A100 (``gemm.rms_log_error``
+  beside ``without_floor_rms_log_error`` in each profile's provenance; docs/validation.md
+  prints both); ``fit_gemm`` searches ``t_half`` beside it.
+- Prefill attention: causal query-key pairs at one efficiency miss by 6-10x (rms log error
+  ~2): short prompts are floor-bound, and FlashAttention's efficiency rises with the keys each
+  query attends to (H100 FA3: 39 % of peak at 2,048-token prompts, 61-67 % at 8-16K).
+  ``eff x K / (K + K_half)`` in the keys per query K makes the cost of a chunk of s queries
+  ``(pairs + K_half x s)`` pairs at the saturated efficiency: a linear term clustersim prices
+  without per-chunk bookkeeping.
+- Decode attention: the KV read, at its own bandwidth efficiency, plus a per-sequence cost
+  (``c_half`` tokens of KV) that dominates many short sequences. It is fitted on the rows whose
+  KV is at least ``DECODE_MIN_KV_BYTES``: below the L2 cache size the benchmark's repeated
+  calls read cached KV (the L40S rows there run at up to 2.5x its DRAM bandwidth), which a serving
+  step, reading every layer's KV once, never does. Its ``floor`` (the median batch-1 call at
+  <= 128 tokens of context) is the attention kernel's per-layer floor, shared with prefill.
+- Collectives: NCCL from nccl-tests' half-precision rows over every size and GPU count;
+  vLLM's custom all-reduce from the ``vllm_graph`` rows below ``CUSTOM_AR_MAX_BYTES``, relative
+  least squares (small messages count as much as large ones).
+
+The RTX 4090 and RTX PRO 6000 keep their own layer profiles (LLMServingSim), refitted in the
+same forms; where their profiles cannot tell a parameter (the GEMM floor next to 30-240 us
+GEMMs, decode attention on the RTX PRO 6000, which has no decode rows shipped) the nearest
+aiconfigurator GPU lends it (``DONORS``: the L40S, the RTX 4090's Ada sibling) or the v1 form
+stays (``c_half`` 0, the KV read at the GEMM memory efficiency).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from clustersim.calibration.fit import (
+    _MIN_ATTN_CHUNK,
+    BLIS_OVERHEADS,
+    BLIS_SOURCE,
+    FP8_MIN_WIDTH,
+    GemmRows,
+    Reader,
+    _aic_gemm_rows,
+    _concat,
+    _fit_alpha_busbw,
+    _layer_profile_gemm_rows,
+    fit_gemm,
+)
+from clustersim.calibration.sources import FIT_DIR
+from clustersim.catalog import load_gpu, load_model
+from clustersim.catalog.specs import GpuSpec
+from clustersim.cost.collectives import CUSTOM_AR_MAX_BYTES
+
+FIT_ID = "fit-v2"
+AIC_DIR = FIT_DIR / "aiconfigurator"
+TABLES = {"h100-sxm": "h100_sxm", "a100-80gb-sxm": "a100_sxm", "l40s": "l40s"}
+"""GPU -> the stem of its aiconfigurator tables."""
+COMM_TABLES = {"h100-sxm": "h100_sxm", "a100-80gb-sxm": "a100_sxm"}
+"""GPUs whose collectives aiconfigurator measured (8-GPU NVLink nodes; the L40S has none)."""
+MOE_TABLES = {"h100-sxm": "h100_sxm"}
+"""GPUs whose fused MoE aiconfigurator measured."""
+GEMM_FLOORS = tuple(float(x) * 1e-6 for x in np.arange(0.0, 10.25, 0.25))
+"""Per-call floors (s) the GEMM fit searches: 0-10 us."""
+MOE_FLOORS = tuple(float(x) * 1e-6 for x in np.arange(0.0, 81.0, 2.0))
+"""Per-layer floors (s) the fused-MoE fit searches: 0-80 us (routing, permutation and two
+grouped GEMMs in one call)."""
+GEMM_HALVES = (0.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0)
+_FP8_BYTES, _BF16_BYTES = 1, 2
+_HEAD_DIM = 128
+"""The attention rows shipped are head_dim 128 (shipdata.AIC_HEADS)."""
+DECODE_MIN_KV_BYTES = 128 * 2**20
+"""Decode rows fitted: KV per call of at least 128 MiB, above the L2 cache of every GPU here
+(40 MB A100, 50 MB H100, 96 MB L40S per NVIDIA's architecture whitepapers)."""
+_FLOOR_MAX_CONTEXT = 128
+_ATTN_EFFS = np.linspace(0.20, 1.0, 81)
+_KEY_HALVES = (0.0, 32.0, 64.0, 128.0, 256.0, 384.0, 512.0, 768.0, 1024.0, 1536.0, 2048.0)
+_SEQ_HALVES = (0.0, 16.0, 32.0, 64.0, 96.0, 128.0, 192.0, 256.0, 384.0, 512.0)
+DONORS = {"rtx4090": "l40s"}
+"""Measured GPU -> the aiconfigurator GPU that lends it what its own profile cannot tell."""
+
+
+# ------------------------------------------------------------------ GEMMs
+def gemm_rows(frame: pd.DataFrame, dtype: str) -> GemmRows:
+    """One dtype's rows of an aiconfigurator GEMM cut (FP8 at n, k >= ``FP8_MIN_WIDTH``, where
+    its fit has always been read)."""
+    if dtype == "fp8":
+        frame = frame[(frame.n >= FP8_MIN_WIDTH) & (frame.k >= FP8_MIN_WIDTH)]
+    return _aic_gemm_rows(frame, dtype)
+
+
+def fit_gemm_table(rows: GemmRows, peak_flops: float, bytes_per_s: float) -> dict[str, float]:
+    """The floored saturating roofline on ``rows``, and the plain one beside it (its error is
+    what the floor buys: ``without_floor_rms_log_error``)."""
+    floored = fit_gemm(rows, peak_flops, bytes_per_s, GEMM_HALVES, GEMM_FLOORS)
+    plain = fit_gemm(rows, peak_flops, bytes_per_s, GEMM_HALVES)
+    return {**floored, "without_floor_rms_log_error": plain["rms_log_error"]}
+
+
+# ------------------------------------------------------------------ attention
+def fit_prefill_attention(frame: pd.DataFrame, gpu: GpuSpec, floor_s: float) -> dict[str, float]:
+    """``attention_efficiency`` and ``attention_half_keys`` on a context-attention cut (one
+    prompt of ``isl`` tokens per sequence, nothing cached), the kernel floor held at
+    ``floor_s``; prompts of 16 tokens and more."""
+    rows = frame[frame.isl >= 16]
+    s = rows.isl.to_numpy(dtype=float)
+    batch = rows.batch_size.to_numpy(dtype=float)
+    per_pair = 4.0 * rows.num_heads.to_numpy(dtype=float) * _HEAD_DIM / gpu.peak_flops
+    log_t = np.log(rows.latency.to_numpy() * 1e-3)
+    best = (np.inf, 0.0, 0.0)
+    for half in _KEY_HALVES:
+        work = batch * (s * (s + 1) / 2 + half * s) * per_pair  # at efficiency 1
+        err = ((np.log(floor_s + work[None, :] / _ATTN_EFFS[:, None]) - log_t) ** 2).mean(1)
+        i = int(np.argmin(err))
+        if err[i] < best[0]:
+            best = (float(err[i]), float(_ATTN_EFFS[i]), half)
+    flat = ((np.log(batch * s * (s + 1) / 2 * per_pair)[None, :] - np.log(_ATTN_EFFS)[:, None]
+             - log_t) ** 2).mean(1)
+    return {
+        "attention_efficiency": round(best[1], 3),
+        "attention_half_keys": best[2],
+        "rms_log_error": round(best[0] ** 0.5, 4),
+        "flat_rms_log_error": round(float(flat.min()) ** 0.5, 4),
+        "num_rows": int(log_t.size),
+    }
+
+
+def attention_floor(frame: pd.DataFrame) -> float:
+    """The attention kernel's floor: the median decode call of one sequence at <= 128 tokens
+    of context (its KV read is well under a microsecond)."""
+    rows = frame[(frame.batch_size == 1) & (frame.step < _FLOOR_MAX_CONTEXT)]
+    return round(float(np.median(rows.latency.to_numpy())) * 1e-3, 8)
+
+
+def fit_decode_attention(frame: pd.DataFrame, gpu: GpuSpec, floor_s: float) -> dict[str, float]:
+    """``decode_attention_memory_efficiency`` and ``decode_attention_half_tokens`` on a
+    generation-attention cut: ``batch_size`` sequences of ``step`` cached tokens each, one new
+    token; the rows with at least ``DECODE_MIN_KV_BYTES`` of KV."""
+    context = frame.step.to_numpy(dtype=float) + 1.0  # the cache and the new token
+    batch = frame.batch_size.to_numpy(dtype=float)
+    token_bytes = 2.0 * frame.num_key_value_heads.to_numpy(dtype=float) * _HEAD_DIM * _BF16_BYTES
+    keep = batch * context * token_bytes >= DECODE_MIN_KV_BYTES
+    fitted = _fit_kv_read(batch[keep], context[keep], token_bytes[keep],
+                          frame.latency.to_numpy()[keep] * 1e-3, gpu, floor_s)
+    return {**fitted, "min_kv_bytes": DECODE_MIN_KV_BYTES}
+
+
+def _fit_kv_read(batch: np.ndarray, context: np.ndarray, token_bytes: np.ndarray,
+                 time_s: np.ndarray, gpu: GpuSpec, floor_s: float) -> dict[str, float]:
+    log_t = np.log(time_s)
+    best = (np.inf, 0.0, 0.0)
+    for half in _SEQ_HALVES:
+        read_s = batch * (context + half) * token_bytes / gpu.mem_bytes_per_s
+        err = ((np.log(floor_s + read_s[None, :] / _ATTN_EFFS[:, None]) - log_t) ** 2).mean(1)
+        i = int(np.argmin(err))
+        if err[i] < best[0]:
+            best = (float(err[i]), float(_ATTN_EFFS[i]), half)
+    return {
+        "decode_attention_memory_efficiency": round(best[1], 3),
+        "decode_attention_half_tokens": best[2],
+        "rms_log_error": round(best[0] ** 0.5, 4),
+        "num_rows": int(log_t.size),
+    }
+
+
+# ------------------------------------------------------------------ collectives
+def fit_collectives(frame: pd.DataFrame, gpu: GpuSpec) -> dict[str, dict[str, float]]:
+    """NCCL all-reduce, all-gather and reduce-scatter over every size and GPU count, and vLLM's
+    custom all-reduce below ``CUSTOM_AR_MAX_BYTES`` (``message_size`` in 16-bit elements; for
+    the gathers it is the whole gathered buffer, nccl-tests' convention)."""
+    def rows(source: str, op: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        sub = frame[(frame.source == source) & (frame.op == op)]
+        return (sub.num_gpus.to_numpy(dtype=float),
+                sub.message_size.to_numpy(dtype=float) * _BF16_BYTES,
+                sub.latency.to_numpy() * 1e-3)
+
+    out: dict[str, dict[str, float]] = {}
+    n, size, time_s = rows("nccl", "all_reduce")
+    out["allreduce"] = _fit_alpha_busbw(2 * (n - 1) / n * size, time_s, gpu, "allreduce_latency_s")
+    n, size, time_s = rows("vllm_graph", "all_reduce")
+    small = size < CUSTOM_AR_MAX_BYTES
+    out["custom_allreduce"] = {
+        **_fit_alpha_busbw(2 * (n[small] - 1) / n[small] * size[small], time_s[small], gpu,
+                       "latency_s"),
+        "max_bytes": CUSTOM_AR_MAX_BYTES,
+    }
+    for op in ("all_gather", "reduce_scatter"):
+        n, size, time_s = rows("nccl", op)
+        out[op] = _fit_alpha_busbw((n - 1) / n * size, time_s, gpu, "latency_s")
+    return out
+
+
+# ------------------------------------------------------------------ fused MoE
+def moe_rows(hidden: np.ndarray, inter: np.ndarray, routed: np.ndarray, touched: np.ndarray,
+             time_s: np.ndarray) -> GemmRows:
+    """Fused-MoE calls as the cost model prices a layer's experts: ``touched`` experts of
+    ``routed / touched`` rows each, both projections (gate_up ``h x 2f``, down ``f x h``)
+    together; ``tokens`` are rows per expert, ``flops_per_token`` the touched experts' FLOPs
+    per such row."""
+    weights = 3.0 * hidden * inter  # gate, up and down, per expert
+    act = (hidden + 2 * inter) + (inter + hidden)  # each projection reads its input, writes out
+    return GemmRows(tokens=routed / touched, flops_per_token=2.0 * weights * touched,
+                    bytes=(weights * touched + act * routed) * _BF16_BYTES, time_s=time_s)
+
+
+def fit_moe(rows: GemmRows, peak_flops: float, bytes_per_s: float) -> dict[str, float]:
+    """The floored saturating roofline on fused-MoE rows (``moe_rows``)."""
+    return fit_gemm(rows, peak_flops, bytes_per_s, GEMM_HALVES, MOE_FLOORS, log_spaced=False)
+
+
+def aic_moe_rows(frame: pd.DataFrame) -> GemmRows:
+    """aiconfigurator's balanced fused-MoE rows: each GPU holds ``num_experts / ep`` experts of
+    ``inter / tp`` width and gets ``tokens x topk / ep`` rows, spread over as many of its
+    experts as they reach (balanced routing)."""
+    ep = frame.moe_ep_size.to_numpy(dtype=float)
+    routed = frame.num_tokens.to_numpy(dtype=float) * frame.topk.to_numpy(dtype=float) / ep
+    local = frame.num_experts.to_numpy(dtype=float) / ep
+    return moe_rows(frame.hidden_size.to_numpy(dtype=float),
+                    frame.inter_size.to_numpy(dtype=float) / frame.moe_tp_size.to_numpy(),
+                    routed, np.minimum(local, np.maximum(routed, 1.0)),
+                    frame.latency.to_numpy() * 1e-3)
+
+
+def profile_moe_rows(frame: pd.DataFrame, model_id: str) -> GemmRows:
+    """LLMServingSim's fused-MoE profile of one layer of ``model_id``: ``tokens`` tokens,
+    ``activated_experts`` of this GPU's experts receiving their ``tokens x top-k / ep`` rows."""
+    m = load_model(model_id)
+    routed = (frame.tokens.to_numpy(dtype=float) * m.num_experts_per_tok
+              / frame.ep.to_numpy(dtype=float))
+    n = len(frame)
+    return moe_rows(np.full(n, float(m.hidden_size)), np.full(n, float(m.moe_intermediate_size)),
+                    routed, frame.activated_experts.to_numpy(dtype=float),
+                    frame.time_us.to_numpy() * 1e-6)
+
+
+# ------------------------------------------------------------------ per GPU
+def calibrate_gpu(gpu_id: str, read: Reader = pd.read_csv) -> dict:
+    """Every fit of one GPU aiconfigurator measured (``TABLES``)."""
+    gpu = load_gpu(gpu_id, profile="default")
+    stem = TABLES[gpu_id]
+    gemm_file = AIC_DIR / f"gemm_{stem}.csv"
+    gemm_frame = read(gemm_file)
+    fit: dict = {"gemm": fit_gemm_table(gemm_rows(gemm_frame, "bfloat16"), gpu.peak_flops,
+                                        gpu.mem_bytes_per_s)}
+    if gpu.fp8_dense_tflops is not None and (gemm_frame.gemm_dtype == "fp8").any():
+        fit["fp8_gemm"] = fit_gemm_table(gemm_rows(gemm_frame, "fp8"),
+                                         gpu.fp8_dense_tflops * 1e12, gpu.mem_bytes_per_s)
+    decode_file = AIC_DIR / f"generation_attention_{stem}.csv"
+    prefill_file = AIC_DIR / f"context_attention_{stem}.csv"
+    decode = read(decode_file)
+    floor_s = attention_floor(decode)
+    fit["attention"] = {**fit_prefill_attention(read(prefill_file), gpu, floor_s),
+                        "attention_floor_s": floor_s, "measured_on": gpu_id}
+    fit["decode_attention"] = fit_decode_attention(decode, gpu, floor_s)
+    fit["sources"] = [gemm_file, prefill_file, decode_file]
+    if gpu_id in COMM_TABLES:
+        comm_file = AIC_DIR / f"allreduce_{COMM_TABLES[gpu_id]}.csv"
+        fit.update(fit_collectives(read(comm_file), gpu))
+        fit["sources"].append(comm_file)
+    if gpu_id in MOE_TABLES:
+        moe_file = AIC_DIR / f"moe_{MOE_TABLES[gpu_id]}.csv"
+        fit["moe_gemm"] = fit_moe(aic_moe_rows(read(moe_file)), gpu.peak_flops,
+                                  gpu.mem_bytes_per_s)
+        fit["sources"].append(moe_file)
+    return fit
+
+
+def calibrate_layer_profile(gpu_id: str, read: Reader, donor: dict | None) -> dict:
+    """The RTX 4090 or RTX PRO 6000 Server Edition on its own LLMServingSim layer profile, in
+    fit-v2's forms: the GEMM floor searched on its dense rows unless a donor lends it, prefill
+    attention with keys-per-query saturation, decode attention and the attention floor on its
+    own decode rows."""
+    from clustersim.calibration.fit import _calibrate_rtx4090, _calibrate_rtx_pro_6000
+
+    gpu = load_gpu(gpu_id, profile="default")
+    pro = gpu_id != "rtx4090"
+    v1 = _calibrate_rtx_pro_6000(read) if pro else _calibrate_rtx4090(read)
+    folder = FIT_DIR / ("rtx-pro-6000" if pro else "rtx4090")
+    dense = [folder / "dense.csv"] + ([folder / "dense_tp2.csv"] if pro else [])
+    rows = _concat([_layer_profile_gemm_rows(read(dense[0]))]
+                   + [_layer_profile_gemm_rows(read(p), tp=2) for p in dense[1:]])
+    if donor is None:
+        gemm = fit_gemm_table(rows, gpu.peak_flops, gpu.mem_bytes_per_s)
+    else:  # the floor the donor's table measured; the efficiencies from the GPU's own rows
+        gemm = {**fit_gemm(rows, gpu.peak_flops, gpu.mem_bytes_per_s, GEMM_HALVES,
+                           (donor["gemm"]["floor_s"],)),
+                "floor_from": DONORS[gpu_id]}
+    m = load_model("llama-3.1-8b")
+    decode_file = folder / ("attention_decode.csv" if pro else "attention.csv")
+    dec = read(decode_file)
+    dec = dec[(dec.prefill_chunk == 0) & (dec.n_decode > 0)]
+    batch = dec.n_decode.to_numpy(dtype=float)
+    context = dec.kv_decode.to_numpy(dtype=float)
+    time_s = dec.time_us.to_numpy() * 1e-6
+    floor_s = round(float(np.median(time_s[(batch == 1) & (context <= _FLOOR_MAX_CONTEXT)])), 8)
+    token_bytes = np.full(batch.shape, 2.0 * m.kv_size * _BF16_BYTES)
+    keep = batch * context * token_bytes >= DECODE_MIN_KV_BYTES
+    decode = {**_fit_kv_read(batch[keep], context[keep], token_bytes[keep], time_s[keep], gpu,
+                             floor_s),
+              "min_kv_bytes": DECODE_MIN_KV_BYTES}
+    attn_file = folder / ("attention_prefill.csv" if pro else "attention.csv")
+    attn = read(attn_file)
+    # chunks of 256+ tokens, as fit-v1: below a query tile (128 rows) FlashAttention's time
+    # follows the cached keys alone, which no per-pair price holds
+    pre = attn[(attn.n_decode == 0) & (attn.prefill_chunk >= _MIN_ATTN_CHUNK)]
+    if pro:  # single-sequence rows only (see fit._calibrate_rtx_pro_6000)
+        pre = pre[pre.prefill_key >= pre.prefill_chunk]
+        s = pre.prefill_chunk.to_numpy(dtype=float)
+        c = pre.prefill_key.to_numpy(dtype=float) - s
+    else:
+        s, c = pre.prefill_chunk.to_numpy(dtype=float), pre.kv_prefill.to_numpy(dtype=float)
+    attention = {**_fit_chunk_attention(s, c, pre.time_us.to_numpy() * 1e-6, m.q_size, gpu,
+                                        floor_s),
+                 "attention_floor_s": floor_s, "measured_on": gpu_id}
+    sources = list(v1["sources"])
+    if decode_file not in sources:
+        sources.append(decode_file)
+    fit = {**{k: v for k, v in v1.items() if k not in ("gemm", "attention", "sources")},
+           "gemm": gemm, "attention": attention, "decode_attention": decode, "sources": sources}
+    if pro:  # its fused-MoE profile of Qwen3-30B-A3B
+        moe_file = folder / "moe_qwen3-30b-a3b.csv"
+        fit["moe_gemm"] = {**fit_moe(profile_moe_rows(read(moe_file), "qwen3-30b-a3b"),
+                                     gpu.peak_flops, gpu.mem_bytes_per_s),
+                           "model": "qwen3-30b-a3b"}
+        sources.append(moe_file)
+    return fit
+
+
+def _fit_chunk_attention(s: np.ndarray, c: np.ndarray, time_s: np.ndarray, q_size: int,
+                         gpu: GpuSpec, floor_s: float) -> dict[str, float]:
+    """Prefill chunks of s queries after c cached tokens: ``floor + (pairs + K_half x s)`` at
+    the saturated efficiency."""
+    pairs = s * c + s * (s + 1) / 2
+    per_pair = 4.0 * q_size / gpu.peak_flops
+    log_t = np.log(time_s)
+    best = (np.inf, 0.0, 0.0)
+    for half in _KEY_HALVES:
+        work = (pairs + half * s) * per_pair
+        err = ((np.log(floor_s + work[None, :] / _ATTN_EFFS[:, None]) - log_t) ** 2).mean(1)
+        i = int(np.argmin(err))
+        if err[i] < best[0]:
+            best = (float(err[i]), float(_ATTN_EFFS[i]), half)
+    return {"attention_efficiency": round(best[1], 3), "attention_half_keys": best[2],
+            "rms_log_error": round(best[0] ** 0.5, 4), "num_rows": int(log_t.size)}
+
+
+def profile_values(fit: dict) -> dict:
+    """The GpuSpec fields a fit-v2 entry sets (``calibrate`` adds labels and provenance)."""
+    gemm, attn = fit["gemm"], fit["attention"]
+    values = {
+        "compute_efficiency": gemm["compute_efficiency"],
+        "memory_efficiency": gemm["memory_efficiency"],
+        "compute_half_tokens": gemm["compute_half_tokens"],
+        "gemm_floor_s": gemm["floor_s"],
+        "attention_efficiency": attn["attention_efficiency"],
+        "attention_half_keys": attn["attention_half_keys"],
+        "attention_floor_s": attn["attention_floor_s"],
+        **BLIS_OVERHEADS,
+    }
+    if "moe_gemm" in fit:
+        moe = fit["moe_gemm"]
+        values["moe_gemm"] = {k: moe[k] for k in ("compute_efficiency", "compute_half_tokens",
+                                                  "memory_efficiency", "floor_s")}
+    if "decode_attention" in fit:
+        dec = fit["decode_attention"]
+        values["decode_attention_memory_efficiency"] = dec["decode_attention_memory_efficiency"]
+        values["decode_attention_half_tokens"] = dec["decode_attention_half_tokens"]
+    if "allreduce" in fit:
+        values["allreduce_latency_s"] = fit["allreduce"]["allreduce_latency_s"]
+        values["link_efficiency"] = fit["allreduce"]["link_efficiency"]
+    if "custom_allreduce" in fit:
+        values["custom_allreduce_latency_s"] = fit["custom_allreduce"]["latency_s"]
+        values["custom_allreduce_link_efficiency"] = fit["custom_allreduce"]["link_efficiency"]
+    for name, field in (("all_gather", "allgather"), ("reduce_scatter", "reduce_scatter")):
+        if name in fit:
+            values[f"{field}_latency_s"] = fit[name]["latency_s"]
+            values[f"{field}_link_efficiency"] = fit[name]["link_efficiency"]
+    return values
+
+
+def provenance(fit: dict) -> dict:
+    """What each value was fitted on, as the profile records it."""
+    parts = ("gemm", "fp8_gemm", "attention", "decode_attention", "moe_gemm", "allreduce",
+             "custom_allreduce", "all_gather", "reduce_scatter")
+    return {
+        **{k: fit[k] for k in parts if k in fit},
+        "overheads": BLIS_SOURCE,
+        "sources": [str(Path(p).relative_to(FIT_DIR)) for p in fit["sources"]],
+    }
+
+
+# ------------------------------------------------------------------ the set
+def calibrate_v2(read: Reader = pd.read_csv) -> dict[str, dict]:
+    """fit-v2 for every GPU: the aiconfigurator GPUs on their tables, the RTX 4090 and RTX PRO
+    6000 Server Edition on their own profiles in the same forms, the rest transferred from the
+    nearest measured GPU as fit-v1 does (``fit.TRANSFERS``; the L40S now has its own)."""
+    from clustersim.calibration.fit import FP8_TRANSFERS, TRANSFERS
+
+    fits = {gpu_id: calibrate_gpu(gpu_id, read) for gpu_id in TABLES}
+    fits["rtx4090"] = calibrate_layer_profile("rtx4090", read, fits[DONORS["rtx4090"]])
+    fits["rtx-pro-6000-server"] = calibrate_layer_profile("rtx-pro-6000-server", read, None)
+    out: dict[str, dict] = {}
+    for gpu_id, fit in fits.items():
+        values = profile_values(fit)
+        if "moe_gemm" in values:
+            values["moe_gemm"]["calibration"] = f"{FIT_ID}:{gpu_id}"
+        out[gpu_id] = {**values, "calibration": f"{FIT_ID}:{gpu_id}",
+                       "provenance": provenance(fit)}
+    for gpu_id, donor in TRANSFERS.items():
+        if gpu_id in fits:
+            continue
+        out[gpu_id] = transferred(out[donor], donor, gpu_id)
+    for gpu_id, profile in out.items():
+        donor = gpu_id if "fp8_gemm" in fits.get(gpu_id, {}) else FP8_TRANSFERS.get(gpu_id)
+        if donor is None:
+            continue
+        fp8 = fits[donor]["fp8_gemm"]
+        label = f"{FIT_ID}:{donor}" if donor == gpu_id else f"{FIT_ID}:{donor}->{gpu_id}"
+        profile["fp8_gemm"] = {
+            "compute_efficiency": fp8["compute_efficiency"],
+            "compute_half_tokens": fp8["compute_half_tokens"],
+            "memory_efficiency": fp8["memory_efficiency"],
+            "floor_s": fp8["floor_s"],
+            "calibration": label,
+        }
+        if donor != gpu_id:
+            profile["provenance"] = {**profile["provenance"], "fp8_transferred_from": donor}
+        # keep the calibration label and provenance last, as every profile writes them
+        profile["calibration"] = profile.pop("calibration")
+        profile["provenance"] = profile.pop("provenance")
+    return out
+
+
+LINK_FIELDS = ("link_efficiency", "allreduce_latency_s", "custom_allreduce_latency_s",
+               "custom_allreduce_link_efficiency", "allgather_latency_s",
+               "allgather_link_efficiency", "reduce_scatter_latency_s",
+               "reduce_scatter_link_efficiency")
+"""Fields measured on the donor's link: a transfer to another link keeps the catalog's."""
+
+
+def transferred(profile: dict, donor: str, gpu_id: str) -> dict:
+    """``donor``'s fit-v2 values for ``gpu_id``, its link's fits only on the same link."""
+    from clustersim.calibration.fit import _SAME_LINK
+
+    label = f"{FIT_ID}:{donor}->{gpu_id}"
+    values = {k: v for k, v in profile.items() if k not in ("calibration", "provenance")}
+    if "moe_gemm" in values:  # its own copy, labelled as borrowed
+        values["moe_gemm"] = {**values["moe_gemm"], "calibration": label}
+    for key in () if gpu_id in _SAME_LINK else LINK_FIELDS:
+        values.pop(key, None)
+    return {**values, "calibration": label, "provenance": {"transferred_from": donor}}
