@@ -28,12 +28,38 @@ Everything else is plain SimPy.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from heapq import heappush
 from typing import Any, Protocol
 
 import simpy
 from simpy.core import NORMAL, URGENT
+
+
+def call_soon(env: simpy.Environment, callback: Callable[[], None]) -> None:
+    """Call ``callback`` exactly where a process started now would first run: from an urgent
+    event at now, as SimPy's ``Initialize`` (the same place in the event order), without a
+    process, a generator or the event a finished process leaves behind."""
+    event = simpy.Event(env)
+    event._ok, event._value = True, None
+    event.callbacks.append(lambda _event: callback())
+    env.schedule(event, URGENT)
+
+
+def on_event(event: simpy.Event, callback: Callable[[simpy.Event], None]) -> None:
+    """Call ``callback(event)`` when ``event`` is processed, where a process that yields it
+    now would resume (at once if it was processed already). A failed event counts as
+    handled: the callback reads ``event.ok`` and ``event.value``, as a process catches it."""
+    if event.callbacks is None:
+        callback(event)
+        return
+
+    def resume(event: simpy.Event) -> None:
+        if not event._ok:
+            event._defused = True
+        callback(event)
+
+    event.callbacks.append(resume)
 
 
 class StepEndOrder:
