@@ -369,17 +369,16 @@ class CostModel:
         compute, memory, communication, overhead = parts
         attn_s_per_pair = self._attn_s_per_pair
         kv_s_per_token = self._kv_s_per_token
-        times = []
-        append = times.append
-        for kv in range(decode_kv_tokens, decode_kv_tokens + num_steps * num_decodes,
-                        num_decodes):
-            t_compute = kv * attn_s_per_pair
-            t_memory = (kv + num_decodes) * kv_s_per_token
-            if t_compute >= t_memory:
-                append(compute + t_compute + memory + communication + overhead)
-            else:
-                append(compute + (memory + t_memory) + communication + overhead)
-        return times
+        # per step: t_compute = kv x attn_s_per_pair, t_memory = (kv + n) x kv_s_per_token,
+        # added as step_time adds the larger (one comprehension: this is the hot loop)
+        return [
+            compute + kv * attn_s_per_pair + memory + communication + overhead
+            if kv * attn_s_per_pair >= (kv + num_decodes) * kv_s_per_token
+            else compute + (memory + (kv + num_decodes) * kv_s_per_token) + communication
+            + overhead
+            for kv in range(decode_kv_tokens, decode_kv_tokens + num_steps * num_decodes,
+                            num_decodes)
+        ]
 
     def _dense_parts(self, tokens: int, rows: int,
                      moe_tokens: int | None) -> tuple[float, float, float]:

@@ -175,11 +175,16 @@ class Clock(simpy.Environment):
             del self._stand_ins[at_s]
 
     def fire_now(self, event: simpy.Event) -> None:
-        """Trigger ``event`` so that it is the very next one processed (a process resumed
-        straight from the event being processed, as if it had waited on that one)."""
+        """Trigger ``event`` and process it at once, from the last callback of the event
+        being processed: a process waiting on it resumes straight from that event, as if it
+        had waited on that one. (Scheduling it urgently at now would make it the very next
+        event anyway, when no urgent event is pending at now: true while a normal event at
+        now is processed, since those come first.)"""
         event._ok = True
         event._value = None
-        heappush(self._queue, (self._now, URGENT, (self._now, next(self._eid)), event))
+        callbacks, event.callbacks = event.callbacks, None  # type: ignore[assignment]
+        for callback in callbacks:
+            callback(event)
 
     # --------------------------------------------------------------- watching
     def watch(self, owner: Coalescer, times_s: list[float]) -> None:
@@ -196,12 +201,13 @@ class Clock(simpy.Environment):
     def unwatch(self, times_s: Iterable[float]) -> None:
         """Step ends no longer skipped (the run ends before them)."""
         watched = self._watched
+        remove = dict.__delitem__  # (Counter's own is a Python function: this is hot)
         for at_s in times_s:
             left = watched[at_s] - 1
             if left > 0:
                 watched[at_s] = left
             else:
-                del watched[at_s]
+                remove(watched, at_s)
 
     def release(self, owner: Coalescer) -> None:
         """``owner``'s run is over (the step ends it skipped are all in the past)."""
