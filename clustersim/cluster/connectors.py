@@ -322,8 +322,10 @@ class KVConnector:
             if not handoff.kv_read:
                 prefill.release_kv(producer)
             return
-        # sglang: the prefill is queued or running there, or still in the bootstrap queue
-        self._handoffs.pop(id(producer), None)
+        # sglang: the prefill is queued or running there, or still in the bootstrap queue;
+        # or it was never needed (nothing to push) and the prefill router has it back
+        if self._handoffs.pop(id(producer), None) is None:
+            return
         if handoff.producer_sent:
             prefill.remove(producer)
         cluster.routers["prefill"].returned(handoff.prefill_index, client)
