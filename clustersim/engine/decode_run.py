@@ -38,7 +38,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import accumulate, cycle, islice
+from itertools import accumulate
 
 from clustersim.engine.request import RequestStatus
 from clustersim.engine.scheduler import Scheduler, StepPlan
@@ -138,7 +138,9 @@ def extend_run(run: DecodeRun, num_steps: int) -> int:
     takers = run.takers
     block_size = len(takers)
     start = (run.first_schedule - 1 + step) % block_size
-    needs = list(islice(cycle(takers[start:] + takers[:start]), count))
+    phases = takers[start:] + takers[:start]  # from this step's phase on
+    cycles, rest = divmod(count, block_size)
+    needs = phases * cycles + phases[:rest]
     taken = list(accumulate(needs))
     fits = bisect_right(taken, run.free_blocks)
     if fits < count:
