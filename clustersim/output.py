@@ -29,20 +29,25 @@ def _time(value: float | None) -> str:
     return "" if value is None else f"{value:.9f}"
 
 
-def write_requests_csv(path: Path, requests: list[Request], retries: bool = False) -> None:
-    """``retries``: a last column with the times each request was sent again after a
-    failure lost it (runs with ``faults:``)."""
+def write_requests_csv(path: Path, requests: list[Request], retries: bool = False,
+                       client_queue: bool = False) -> None:
+    """``retries``: a column with the times each request was sent again after a failure
+    lost it (runs with ``faults:``); ``client_queue``: a last column with each request's wait
+    for a concurrency slot between its dispatch and its send (``benchmark`` workloads)."""
     with path.open("w", newline="") as f:
         writer = csv.writer(f, lineterminator="\n")
-        writer.writerow(REQUEST_COLUMNS + (("retries",) if retries else ()))
+        writer.writerow(REQUEST_COLUMNS + (("retries",) if retries else ())
+                        + (("client_queue_s",) if client_queue else ()))
         for r in requests:
+            queued = (() if not client_queue else
+                      (_time(None if r.dispatch_s is None else r.arrival_s - r.dispatch_s),))
             m = request_metrics(r, with_itl=False)  # not a column
             writer.writerow((
                 r.request_id, _time(r.arrival_s), _time(r.first_token_s), _time(r.finish_s),
                 _time(m.ttft_s), _time(m.tpot_s), _time(m.e2e_s), r.num_prompt_tokens,
                 r.num_output_tokens, r.num_preemptions, r.outcome, r.prefill_instance or "",
                 r.decode_instance or "", r.handoff_bytes or "", _time(r.handoff_start_s),
-                _time(r.handoff_end_s), *((r.num_retries,) if retries else ()),
+                _time(r.handoff_end_s), *((r.num_retries,) if retries else ()), *queued,
             ))
 
 
@@ -87,7 +92,8 @@ def write_run(result: RunResult, out: Path) -> RunSummary:
     """Write requests.csv, steps.csv, summary.json (and transfers.csv when KV moved)."""
     summary = summarize_run(result)
     write_requests_csv(out / "requests.csv", result.requests,
-                       retries=result.scenario.faults is not None)
+                       retries=result.scenario.faults is not None,
+                       client_queue=summary.benchmark is not None)
     write_steps_csv(out / "steps.csv", result.steps)
     if result.transfers:
         write_transfers_csv(out / "transfers.csv", result.transfers)

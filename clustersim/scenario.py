@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveFloat, PrivateAttr, model_validator
 
+from clustersim.cluster.api_server import ApiServerSpec
 from clustersim.cluster.faults_spec import FaultsSpec
 from clustersim.cluster.spec import LayoutSpec, TopologyRef
 from clustersim.engine.settings import EngineSettings
@@ -118,6 +119,10 @@ class Scenario(Strict):
         None,
         description="Instances, nodes or links that fail during the run, KV transfers that "
         "fail at random, and whether clients retry what a failure lost.",
+    )
+    api_server: ApiServerSpec | None = Field(
+        None, description="vLLM's API server in front of each engine: its time before the "
+        "engine sees a request and before the client sees each token (default: none).",
     )
     plan: PlanSpec | None = Field(
         None, description="What `clustersim plan` optimises and over which deployments "

@@ -45,6 +45,12 @@ class RunResult:
     """SimPy events the run scheduled."""
     faults: Any = None
     """clustersim.cluster.faults.FaultLog: what each failure did (None: no ``faults:``)."""
+    measured_start_s: float | None = None
+    """A benchmark workload: when its measured run began, after the warm-ups (``requests``
+    holds the measured requests only)."""
+    warmup_start_s: float | None = None
+    """When the first warm-up request was sent (None: no warm-ups); the engines' busy time
+    and KV use are read from there, since their steps are in the trace."""
 
 
 def run_scenario(
@@ -68,8 +74,9 @@ def run_scenario(
 
     env = Clock()
     on_done = source.on_done
+    warmups = getattr(source, "warmups", [])
     if scenario.faults is not None:  # a failure or repair after the last request is moot
-        on_done = _stop_when_all_done(env, source.on_done, len(source.requests))
+        on_done = _stop_when_all_done(env, source.on_done, len(source.requests) + len(warmups))
     cluster = Cluster(env, scenario, model, router_rng, on_done=on_done,
                       record_steps=record_steps, coalesce=coalesce)
     env.process(source.run(env, cluster.submit))
@@ -79,7 +86,7 @@ def run_scenario(
     requests = source.requests
     for instance in cluster.all_instances():
         instance.scheduler.sync_members()  # (all finished: nothing is left stale)
-    unfinished = [r for r in requests if not r.is_done]
+    unfinished = [r for r in [*warmups, *requests] if not r.is_done]
     if unfinished:
         raise AssertionError(
             f"{len(unfinished)} requests neither finished nor rejected, e.g. "
@@ -103,6 +110,8 @@ def run_scenario(
             flows.link_utilization(end_s - first_arrival) if flows is not None else {}
         ),
         faults=_fault_log(cluster),
+        measured_start_s=getattr(source, "measured_start_s", None),
+        warmup_start_s=min((r.arrival_s for r in warmups), default=None),
     )
 
 

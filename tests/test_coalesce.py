@@ -170,6 +170,18 @@ SCENARIOS = {
                                  "output_tokens": {"kind": "uniform", "low": 10, "high": 200}},
                      "num_requests": 300},
     },
+    # vllm bench serve: warm-ups, a semaphore, the API server's jittered times (shipped)
+    "benchmark-api-server": {**_shipped("bench_rtx4090_mistral7b", max_concurrency=8,
+                                        num_warmups=4, num_prompts=120)},
+    "benchmark-rate-burstiness": {
+        "name": "bench-rate", "seed": 8, "model": "llama-3.1-8b", "gpu": "h100-sxm",
+        "api_server": {"jitter_cv": 0.5},
+        "workload": {"kind": "benchmark", "num_prompts": 200, "max_concurrency": 24,
+                     "request_rate": 40.0, "burstiness": 0.4, "num_warmups": 3,
+                     "lengths": {"kind": "independent",
+                                 "prompt_tokens": {"kind": "uniform", "low": 10, "high": 900},
+                                 "output_tokens": {"kind": "uniform", "low": 5, "high": 300}}},
+    },
     # three identical engines in lockstep: step ends coincide with each other and with the
     # arrivals (multiples of 0.25 s), the case the clock's stand-in order keys are for
     "fixed-step-ties": scenario(
@@ -252,6 +264,10 @@ def test_the_scenarios_exercise_what_they_are_named_for():
     for name in ("pd-decode-failure", "moe-dp-ep-failure", "three-pool-sglang-faults"):
         tallies = _run(name).faults.tallies.values()
         assert sum(t.num_lost for t in tallies) and sum(t.num_retried for t in tallies), name
+    for name in ("benchmark-api-server", "benchmark-rate-burstiness"):
+        bench = _run(name)
+        assert bench.warmup_start_s is not None and bench.warmup_start_s < bench.measured_start_s
+        assert any(r.arrival_s > r.dispatch_s for r in bench.requests), name  # slots waited for
     linked = _run("pd-kv-link-failure").faults
     assert linked.num_rerouted and sum(t.num_recomputed for t in linked.tallies.values())
 

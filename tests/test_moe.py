@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from clustersim.catalog import load_gpu, load_model
-from clustersim.cost.memory import activation_peak_bytes, kv_budget
+from clustersim.cost.memory import activation_peak_bytes, cuda_graph_bytes, kv_budget
 from clustersim.cost.roofline import BatchShape, CostModel, StepCost, experts_touched
 from clustersim.errors import InputError
 from clustersim.scenario import parse_scenario
@@ -327,17 +327,22 @@ def test_qwen3_moe_scenario_runs_with_all_expert_weights_resident():
     result = run_scenario(parse_scenario(data))
     assert all(request.status.value == "finished" for request in result.requests)
     info = result.instances[0]
-    gpu = load_gpu("h100-sxm")
+    gpu, model = load_gpu("h100-sxm"), load_model("qwen3-30b-a3b")
+    # vLLM 0.33 (the default) also subtracts its CUDA-graph estimate
+    graphs = cuda_graph_bytes(model, info.max_num_seqs, info.max_num_batched_tokens)
+    assert graphs > 0
     budget = kv_budget(
-        load_model("qwen3-30b-a3b"),
+        model,
         gpu,
         1,
         gpu_memory_utilization=0.9,
         block_size=16,
         max_num_batched_tokens=info.max_num_batched_tokens,
+        cuda_graph_bytes=graphs,
     )
     assert budget.weight_bytes == 2 * 30_532_122_624  # all 128 experts, not the 3.35 B active
     requested = math.ceil(80 * 2**30 * 0.9)
     activation = info.max_num_batched_tokens * (2 * 2048 + 8 * (1536 + 768)) * 2
-    available = requested - 2 * 30_532_122_624 - activation - gpu.non_torch_memory_bytes
+    available = (requested - 2 * 30_532_122_624 - activation - gpu.non_torch_memory_bytes
+                 - graphs)
     assert info.num_gpu_blocks == budget.num_gpu_blocks == available // (16 * 98304)

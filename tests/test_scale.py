@@ -34,10 +34,19 @@ ON_OFF = {"kind": "on_off", "on_rate_per_s": 20.0, "on_s": 1.0, "off_s": 3.0,
           "off_rate_per_s": 2.0}
 DIURNAL = {"kind": "rate_curve", "points": [[0, 2.0], [20, 10.0], [40, 1.0]], "period_s": 60}
 
+def _has_rate(spec) -> bool:
+    """Whether the workload offers a rate (a fixed-concurrency benchmark does not)."""
+    return getattr(spec, "max_concurrency", None) is None
+
+
+BENCHMARK = {"kind": "benchmark", "num_prompts": 50, "request_rate": 6.0, "burstiness": 0.5,
+             "num_warmups": 2, "lengths": LENGTHS}
 # (id, workload, base_dir): every kind, from the shipped scenarios and by hand.
 WORKLOADS = [
     *((f"scenario:{path.stem}", load_scenario(path).workload, path.parent)
-      for path in sorted((ROOT / "scenarios").glob("*.yaml"))),
+      for path in sorted((ROOT / "scenarios").glob("*.yaml"))
+      if _has_rate(load_scenario(path).workload)),
+    ("benchmark_open_loop", workload(BENCHMARK), None),
     ("poisson", workload({"kind": "poisson", "rate_per_s": 4, "num_requests": 50,
                           "prompt_tokens": 64, "output_tokens": 8}), None),
     ("gamma", synthetic({"kind": "gamma", "rate_per_s": 3.0, "cv": 2.5}, num_requests=50), None),
@@ -76,7 +85,7 @@ def test_offered_rate_scales_by_the_factor(name, spec, base_dir, factor):
 def shape(spec) -> dict[str, Any]:
     """``spec`` as data with everything that sets the pace of arrivals taken out."""
     data = spec.model_dump()
-    for key in ("rate_per_s", "rate_multiplier"):
+    for key in ("rate_per_s", "rate_multiplier", "request_rate"):
         data.pop(key, None)
     arrivals = data.get("arrivals", {})
     for key in ("rate_per_s", "on_rate_per_s", "off_rate_per_s"):
@@ -153,6 +162,26 @@ def test_closed_loop_traffic_has_no_rate_to_scale():
             call()
         assert info.value.path == "workload.arrivals"
         assert "open-loop arrivals" in info.value.message
+
+
+def test_a_fixed_concurrency_benchmark_has_no_rate_to_scale():
+    closed = workload({**BENCHMARK, "max_concurrency": 8})
+    unpaced = workload({**BENCHMARK, "request_rate": "inf"})
+    for spec, field, says in ((closed, "workload.max_concurrency", "open-loop traffic"),
+                              (unpaced, "workload.request_rate", "dispatches every request")):
+        for call in (lambda spec=spec: scale_rate(spec, 2.0),
+                     lambda spec=spec: offered_rate(spec)):
+            with pytest.raises(ConfigError) as info:
+                call()
+            assert info.value.path == field
+            assert says in info.value.message
+    assert scale_rate(workload(BENCHMARK), 2.0).request_rate == 12.0
+
+
+def test_the_shipped_benchmark_is_refused_by_the_planner_in_one_line():
+    spec = load_scenario(ROOT / "scenarios" / "bench_rtx4090_mistral7b.yaml").workload
+    with pytest.raises(ConfigError, match="has no offered rate"):
+        offered_rate(spec)
 
 
 @pytest.mark.parametrize("factor", [0.0, -1.0, math.inf, math.nan])

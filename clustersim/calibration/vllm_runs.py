@@ -78,6 +78,8 @@ def run_scenario_dict(run: str, root: Path = VLLM_RUNS_DIR) -> dict:
         "gpu_memory_utilization", _VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
     )
     engine["enable_prefix_caching"] = kv.get("enable_prefix_caching", True)
+    if meta.get("vllm_version"):  # its start-up memory profile, where the log did not say
+        engine["vllm_version"] = ".".join(meta["vllm_version"].split(".")[:2])
     if kv.get("num_gpu_blocks"):
         engine["num_gpu_blocks_override"] = kv["num_gpu_blocks"]
     if kv.get("block_size"):

@@ -30,6 +30,7 @@ from clustersim.catalog.quantization import quantization_from_hf
 from clustersim.catalog.specs import GpuSpec, LinkSpec, ModelSpec
 from clustersim.errors import CatalogError, ConfigError
 from clustersim.inputs import load_yaml, parse_yaml
+from clustersim.validation import validation_lines
 
 __all__ = [
     "GpuSpec",
@@ -225,7 +226,6 @@ def _validate(spec: type[_SpecT], file_name: str, entry_id: str, entry: Any) -> 
     try:
         return spec.model_validate({**entry, "id": entry_id})
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = "".join(f".{part}" for part in first["loc"])
-        message = first["msg"].removeprefix("Value error, ")
-        raise CatalogError(f"{file_name}:{entry_id}{field}", message) from None
+        path, _, message = validation_lines(exc, entry, f"{file_name}:{entry_id}")[0].partition(
+            ": ")
+        raise CatalogError(path, message) from None

@@ -86,6 +86,29 @@ def print_summary(summary: RunSummary, header: str) -> None:
         typer.echo(f"SLO attainment ({terms}): {slo.attainment:.1%}")
     if summary.faults is not None:
         print_faults(summary)
+    if summary.benchmark is not None:
+        print_benchmark(summary)
+
+
+def print_benchmark(summary: RunSummary) -> None:
+    """The figures ``vllm bench serve`` prints that the lines above do not."""
+    b = summary.benchmark
+    assert b is not None
+    rate = "inf" if b.request_rate == float("inf") else f"{b.request_rate:g} req/s"
+    limit = "none" if b.max_concurrency is None else str(b.max_concurrency)
+    typer.echo(
+        f"benchmark (vllm bench serve: max concurrency {limit}, request rate {rate}, "
+        f"{b.num_warmups} warm-ups not measured): {b.completed} completed, {b.failed} failed "
+        f"in {b.duration_s:.2f} s")
+    if b.request_throughput is not None:
+        typer.echo(
+            f"  {b.request_throughput:.2f} req/s, {b.output_throughput:,.0f} output tok/s, "
+            f"{b.total_token_throughput:,.0f} total tok/s; peak concurrent requests "
+            f"{b.max_concurrent_requests}")
+    q = b.client_queue_s
+    if q.count:
+        typer.echo(f"  client queue (dispatch -> send, not in TTFT) ms: mean {ms(q.mean)}, "
+                   f"p50 {ms(q.p50)}, p99 {ms(q.p99)}")
 
 
 def print_faults(summary: RunSummary) -> None:

@@ -22,6 +22,7 @@ import simpy
 
 from clustersim.catalog import load_gpu
 from clustersim.catalog.specs import GpuSpec, ModelSpec
+from clustersim.cluster.api_server import ApiServer
 from clustersim.cluster.connectors import CONNECTORS, KVConnector
 from clustersim.cluster.faults import Faults
 from clustersim.cluster.router import InstanceLoad, Router
@@ -238,6 +239,12 @@ class Cluster:
             else None
         )
         """The failures of this run (``cluster.faults``), and what they did."""
+        api = scenario.api_server
+        self.api_server: ApiServer | None = (
+            ApiServer(api, scenario.seed) if api is not None and not api.is_zero else None
+        )
+        """vLLM's API server in front of the engines (``cluster.api_server``); None: a
+        request reaches its engine when it is sent, and its tokens the client when made."""
 
     # ------------------------------------------------------------------ build
     def _load_topology(self):
@@ -499,7 +506,16 @@ class Cluster:
 
     # ---------------------------------------------------------------- routing
     def submit(self, request: Request) -> None:
-        """A client request reaches the cluster's entry point now."""
+        """A client request reaches the cluster's entry point now; with an API server, its
+        engine sees it once the server has processed it."""
+        api = self.api_server
+        if api is None:
+            self._enter(request)
+            return
+        timer = self.env.timeout(api.before_engine_s(request))
+        timer.callbacks.append(lambda _event: self._enter(request))
+
+    def _enter(self, request: Request) -> None:
         kind = self.layout.kind
         if kind == "colocated":
             self._send("colocated", request)
@@ -614,7 +630,17 @@ class Cluster:
             self.routers[route[0]].returned(route[1], request)
         if self.connector is not None:
             self.connector.consumer_done(request)
-        self.on_done(request)
+        api = self.api_server
+        if api is None or request.status is not RequestStatus.FINISHED:
+            self.on_done(request)
+            return
+        # the client sees every token later by the same time, so its gaps are the engine's
+        delay = api.to_client_s()
+        assert request.first_token_s is not None and request.finish_s is not None
+        request.first_token_s += delay
+        request.finish_s += delay
+        timer = self.env.timeout(delay)
+        timer.callbacks.append(lambda _event: self.on_done(request))
 
     def served(self, instance_name: str) -> ModelSpec:
         """The model as the named engine serves it (its quantization and KV dtype)."""

@@ -4,6 +4,7 @@ Per GPU::
 
     requested  = ceil(mem_capacity x gpu_memory_utilization)
     available  = requested - weights / tp - activation peak - non-torch reserve
+                 - CUDA-graph estimate                      (vLLM 0.21 and later)
     num_blocks = available // bytes_per_block
 
 Weights count as stored (4-bit AWQ codes plus their scales, FP8 bytes, ...; see
@@ -15,6 +16,15 @@ element) halves a BF16 block and doubles the blocks that fit.
 vLLM measures the activation peak and the non-torch memory by profiling a dummy forward of
 ``max_num_batched_tokens`` tokens; here the first is estimated from the layer shapes and the
 second is a per-GPU catalog constant (``non_torch_memory_bytes``, to be calibrated).
+
+CUDA graphs are captured after the KV cache is allocated. Up to vLLM 0.20 the profile leaves
+them out (they take part of the memory ``gpu_memory_utilization`` leaves over); PR #30515 added
+an estimate behind ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``, on by default since v0.21.0
+(its log line: "CUDA graph memory profiling is enabled (default since v0.21.0)"), which is
+subtracted from the KV budget. vLLM captures one piecewise graph per capture size and, with
+``FULL_AND_PIECEWISE`` (the default mode), one full graph per size up to ``max_num_seqs``
+(uniform decode batches); :func:`cuda_graph_bytes` prices each graph per decoder layer, with
+the one published estimate we have (:data:`CUDA_GRAPH_BYTES_PER_GRAPH_LAYER`).
 """
 
 from __future__ import annotations
@@ -27,6 +37,47 @@ from clustersim.errors import ConfigError
 
 # Hidden-size tensors alive at the MLP's peak: the residual stream and the normed input.
 _HIDDEN_TENSORS_AT_PEAK = 2
+
+CUDA_GRAPH_PROFILE_SINCE = (0, 21)
+"""The first vLLM release whose start-up profile subtracts CUDA-graph memory by default."""
+
+CUDA_GRAPH_BYTES_PER_GRAPH_LAYER = 180_000
+"""CUDA-graph memory vLLM's profiler estimates per captured graph and decoder layer. From the
+one published estimate with its graph counts: vLLM 0.21.0 serving Qwen3-8B (36 layers) on an
+RTX A5000 logged "Profiling CUDA graph memory: PIECEWISE=51 (largest=512), FULL=35
+(largest=256)" and "Estimated CUDA graph memory: 0.52 GiB total" (LMCache issue #3430):
+0.52 GiB / (86 graphs x 36 layers) = 180 kB."""
+
+_MAX_CUDAGRAPH_CAPTURE_SIZE = 512
+
+
+def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> list[int]:
+    """vLLM's default ``cudagraph_capture_sizes``: 1, 2, 4, then every 8 up to 256, then every
+    16, up to ``min(2 x max_num_seqs, 512, max_num_batched_tokens)`` (the RTX 4090 run's
+    resolved config lists 51 sizes, 1 to 512, at max_num_seqs 256)."""
+    largest = min(2 * max_num_seqs, _MAX_CUDAGRAPH_CAPTURE_SIZE, max_num_batched_tokens)
+    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, _MAX_CUDAGRAPH_CAPTURE_SIZE + 1, 16)]
+    return [size for size in sizes if size <= largest]
+
+
+def cuda_graph_bytes(model: ModelSpec, max_num_seqs: int, max_num_batched_tokens: int) -> int:
+    """vLLM's start-up estimate of its CUDA graphs on one rank (0.21 and later): piecewise
+    graphs at every capture size and full graphs at those up to ``max_num_seqs``, each
+    :data:`CUDA_GRAPH_BYTES_PER_GRAPH_LAYER` per decoder layer."""
+    sizes = cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens)
+    graphs = len(sizes) + sum(1 for size in sizes if size <= max_num_seqs)
+    return graphs * model.num_layers * CUDA_GRAPH_BYTES_PER_GRAPH_LAYER
+
+
+def parse_vllm_version(version: str) -> tuple[int, int]:
+    """``"0.19"`` or ``"0.19.1"`` as ``(0, 19)``."""
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+def profiles_cuda_graphs(vllm_version: str) -> bool:
+    """Whether this vLLM release subtracts its CUDA-graph estimate from the KV budget."""
+    return parse_vllm_version(vllm_version) >= CUDA_GRAPH_PROFILE_SINCE
 
 
 def kv_bytes_per_block(
@@ -67,6 +118,7 @@ class KvBudget:
     weight_bytes: int
     activation_bytes: int
     non_torch_bytes: int
+    cuda_graph_bytes: int
     available_bytes: int
     bytes_per_block: int
     num_gpu_blocks: int
@@ -82,9 +134,12 @@ def kv_budget(
     max_num_batched_tokens: int,
     kv_dtype_bytes: int | None = None,
     dp: int = 1,
+    cuda_graph_bytes: int = 0,
 ) -> KvBudget:
     """Split one GPU's memory as vLLM does; raise ``ConfigError`` if no KV block fits.
-    ``dp``: data-parallel ranks sharing a MoE model's experts (spread over ``dp x tp`` GPUs)."""
+    ``dp``: data-parallel ranks sharing a MoE model's experts (spread over ``dp x tp`` GPUs).
+    ``cuda_graph_bytes``: the CUDA-graph estimate the profile subtracts (0: vLLM before 0.21,
+    or no graphs)."""
     if not 0.0 < gpu_memory_utilization <= 1.0:
         raise ConfigError(
             "engine.gpu_memory_utilization", f"must be in (0, 1], got {gpu_memory_utilization}"
@@ -94,7 +149,7 @@ def kv_budget(
     weights = math.ceil(weight_bytes_per_gpu(model, tp, dp))
     activation = activation_peak_bytes(model, tp, max_num_batched_tokens)
     non_torch = gpu.non_torch_memory_bytes
-    available = requested - weights - activation - non_torch
+    available = requested - weights - activation - non_torch - cuda_graph_bytes
     bytes_per_block = kv_bytes_per_block(model, tp, block_size, kv_dtype_bytes)
     num_blocks = max(0, available) // bytes_per_block
     if num_blocks < 1:
@@ -103,7 +158,9 @@ def kv_budget(
             f"{model.id} does not fit on {gpu.id} at tensor_parallel_size {tp}: "
             f"{gpu_memory_utilization:g} x {gpu.mem_capacity_bytes / GIGA:.2f} GB = "
             f"{requested / GIGA:.2f} GB requested, weights {weights / GIGA:.2f} GB + activations "
-            f"{activation / GIGA:.2f} GB + non-torch {non_torch / GIGA:.2f} GB leave "
+            f"{activation / GIGA:.2f} GB + non-torch {non_torch / GIGA:.2f} GB"
+            + (f" + CUDA graphs {cuda_graph_bytes / GIGA:.2f} GB" if cuda_graph_bytes else "")
+            + " leave "
             f"{available / GIGA:.2f} GB, less than one {bytes_per_block}-byte KV block",
         )
     return KvBudget(
@@ -111,6 +168,7 @@ def kv_budget(
         weight_bytes=weights,
         activation_bytes=activation,
         non_torch_bytes=non_torch,
+        cuda_graph_bytes=cuda_graph_bytes,
         available_bytes=available,
         bytes_per_block=bytes_per_block,
         num_gpu_blocks=num_blocks,
@@ -135,6 +193,7 @@ def num_gpu_blocks(
     max_num_batched_tokens: int,
     kv_dtype_bytes: int | None = None,
     dp: int = 1,
+    cuda_graph_bytes: int = 0,
 ) -> int:
     """KV blocks per GPU (vLLM's ``num_gpu_blocks``, block 0 included); see :func:`kv_budget`."""
     return kv_budget(
@@ -146,4 +205,5 @@ def num_gpu_blocks(
         max_num_batched_tokens=max_num_batched_tokens,
         kv_dtype_bytes=kv_dtype_bytes,
         dp=dp,
+        cuda_graph_bytes=cuda_graph_bytes,
     ).num_gpu_blocks

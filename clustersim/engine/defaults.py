@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from clustersim.catalog.specs import GpuSpec, ModelSpec
-from clustersim.cost.memory import num_gpu_blocks
+from clustersim.cost.memory import cuda_graph_bytes, num_gpu_blocks, profiles_cuda_graphs
 from clustersim.engine.config import SchedulerConfig
 from clustersim.engine.kv_manager import cdiv
 from clustersim.engine.quantization import served_model
@@ -130,6 +130,8 @@ def resolve_engine(
             block_size=settings.block_size,
             max_num_batched_tokens=max_num_batched_tokens,
             dp=dp if model.is_moe else 1,
+            cuda_graph_bytes=(cuda_graph_bytes(model, max_num_seqs, max_num_batched_tokens)
+                              if profiles_cuda_graphs(settings.vllm_version) else 0),
         )
     needed = cdiv(max_model_len, settings.block_size)
     if blocks - 1 < needed:

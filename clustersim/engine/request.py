@@ -84,6 +84,11 @@ class Request:
     ``arrival_s``); ``arrival_s`` stays the client's first arrival, which latencies start
     from."""
 
+    # Benchmark clients (``workload.sources.Benchmark``): ``arrival_s`` is the send.
+    dispatch_s: float | None = None
+    """When the client's rate process handed the request over, before it waited for a
+    concurrency slot (None: the client sends on arrival); the wait is its client queue time."""
+
     @property
     def engine_arrival_s(self) -> float:
         """When this attempt arrived: what an engine orders requests of equal priority by."""

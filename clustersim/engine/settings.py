@@ -8,12 +8,25 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from clustersim.catalog.quantization import QuantMethod
 from clustersim.catalog.specs import KvCacheDType
 from clustersim.limits import MAX_COUNT, NonNegativeTokens, NumRequests, Tokens, Within
 from clustersim.validation import Strict
+
+
+def _vllm_version(value: str) -> str:
+    """``major.minor`` or ``major.minor.patch``, numbers only."""
+    parts = value.split(".")
+    if not (2 <= len(parts) <= 3 and all(p.isdigit() and len(p) <= 3 for p in parts)):
+        raise ValueError(f"{value!r} is not a vLLM release number: give major.minor, e.g. 0.19 "
+                         "or 0.21.1")
+    return value
+
+
+VllmVersion = Annotated[str, AfterValidator(_vllm_version)]
+"""A vLLM release as ``0.19`` or ``0.19.1``."""
 
 
 class EngineSettings(Strict):
@@ -87,3 +100,10 @@ class EngineSettings(Strict):
     kv_cache_dtype: KvCacheDType = Field(
         "auto", description="vLLM's --kv-cache-dtype: auto (the model's dtype) or fp8 "
         "(= fp8_e4m3), fp8_e5m2: one byte per cached element.")
+    vllm_version: VllmVersion = Field(
+        "0.33",
+        description="The vLLM release whose start-up memory profile sizes the KV cache "
+        "(major.minor, e.g. 0.19): from 0.21 on it also subtracts its CUDA-graph estimate "
+        "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, on by default since v0.21.0); earlier ones "
+        "do not. Default 0.33, the release the scheduler follows. It switches nothing else: "
+        "gpu_memory_utilization keeps its default of 0.92 (0.9 before v0.25: set it).")

@@ -9,16 +9,18 @@ every summary).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from clustersim.cluster.spec import topology_label
 from clustersim.engine.request import RequestStatus
+from clustersim.metrics.benchmark import BenchmarkSummary, benchmark_summary
 from clustersim.metrics.goodput import SloVerdict, good_mask, slo_verdict
 from clustersim.metrics.requests import Distribution, RequestTable, pooled_gaps
 from clustersim.metrics.timeline import Window, slo_timeline
+from clustersim.workload.spec import BenchmarkWorkload
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -169,6 +171,8 @@ class RunSummary:
     num_transfers: int = 0
     faults: FaultSummary | None = None
     """Set when the scenario injects failures."""
+    benchmark: BenchmarkSummary | None = None
+    """Set for a ``benchmark`` workload: the run as ``vllm bench serve`` reports it."""
 
     @property
     def gpus_by_type(self) -> dict[str, int]:
@@ -223,6 +227,8 @@ class RunSummary:
             out["num_transfers"] = self.num_transfers
         if self.faults is not None:
             out["faults"] = self.faults.to_json()
+        if self.benchmark is not None:
+            out["benchmark"] = self.benchmark.to_json()
         out["definitions"] = DEFINITIONS + (FAULT_DEFINITIONS if self.faults is not None else "")
         return out
 
@@ -232,7 +238,7 @@ def summarize_run(result: RunResult) -> RunSummary:
     scenario = result.scenario
     layout = scenario.layout
     busiest = sorted(result.link_utilization.items(), key=lambda kv: (-kv[1], kv[0]))
-    return summarize(
+    summary = summarize(
         result.requests,
         result.steps,
         result.instances,
@@ -246,7 +252,13 @@ def summarize_run(result: RunResult) -> RunSummary:
         link_utilization=dict(busiest[:10]),
         num_transfers=len(result.transfers),
         faults=result.faults,
+        span_start_s=result.warmup_start_s,
     )
+    workload = scenario.workload
+    if isinstance(workload, BenchmarkWorkload) and result.measured_start_s is not None:
+        summary = replace(summary, benchmark=benchmark_summary(
+            result.requests, result.measured_start_s, workload))
+    return summary
 
 
 def summarize(
@@ -257,6 +269,7 @@ def summarize(
     *,
     totals: Mapping[str, StepTotals] | None = None,
     faults: FaultLog | None = None,
+    span_start_s: float | None = None,
     **identity: Any,
 ) -> RunSummary:
     """The figures of a run's requests and engine trace; ``identity`` fills the scenario
@@ -265,7 +278,9 @@ def summarize(
     The engine trace is read as per-instance :class:`StepTotals`: ``totals`` when the run
     accumulated them, else summed from ``steps`` (the same numbers either way). Token gaps
     are read from each request's kept token times or from its engine's step clock
-    (``metrics.requests.pooled_gaps``). ``faults``: the run's failures, when it had any."""
+    (``metrics.requests.pooled_gaps``). ``faults``: the run's failures, when it had any.
+    ``span_start_s``: when the engines' trace began, if before the first of ``requests``
+    arrived (a benchmark's warm-ups): utilization and KV use are read from there."""
     from clustersim.engine.steplog import StepTotals
 
     with_itl = slo is not None and slo.itl_s is not None  # only an ITL limit reads it
@@ -285,7 +300,7 @@ def summarize(
     window = last_arrival - first_arrival
     if window <= 0:
         window = last_finish - first_arrival
-    span = end_s - first_arrival
+    span = end_s - (first_arrival if span_start_s is None else min(span_start_s, first_arrival))
 
     def rate(amount: float) -> float | None:
         return amount / window if window > 0 else None

@@ -6,11 +6,14 @@ latency does not get worse, and the KV handoff stays within its budget. No singl
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from clustersim.cluster.spec import LayoutSpec, PoolSpec, RouterSpec
 from clustersim.errors import ConfigError
 from clustersim.metrics import RunSummary
+from clustersim.plan.result import CandidateResult, SplitVerdict
+from clustersim.plan.space import Candidate
 from clustersim.scenario import Scenario
 
 
@@ -134,3 +137,34 @@ def throughput(summary: RunSummary) -> float:
     if summary.slo is not None:
         return (summary.slo.attainment or 0.0) * summary.num_requests / span
     return summary.num_finished / span
+
+
+def common_rate_verdict(
+    recommended: CandidateResult, runner_up: CandidateResult | None, handoff_budget_s: float,
+    job: Callable[[Candidate, int, float], Scenario],
+    run: Callable[[str, list[Scenario]], list[RunSummary | str]],
+) -> SplitVerdict | None:
+    """Golden S7 between the best split and the best colocated layout of a plan, both run at
+    the lowest goodput any seed of either found (the same offered traffic, which both carry
+    within the SLO); None unless one of the two is each."""
+    if runner_up is None:
+        return None
+    pair = {recommended.candidate.layout: recommended, runner_up.candidate.layout: runner_up}
+    colocated, split = pair.get("colocated"), pair.get("disaggregated")
+    if colocated is None or split is None:
+        return None
+    assert colocated.goodput is not None and split.goodput is not None
+    rate = min(*colocated.goodput.per_seed_per_s, *split.goodput.per_seed_per_s)
+    outcomes = run("golden S7 at a common rate",
+                   [job(colocated.candidate, 0, rate), job(split.candidate, 0, rate)])
+    if any(isinstance(o, str) for o in outcomes):
+        return None
+    co, sp = outcomes
+    assert not isinstance(co, str) and not isinstance(sp, str)
+    handoff = (sp.handoff_s.p95 if sp.handoff_s is not None else None) or 0.0
+    v = split_verdict(
+        colocated.goodput_per_gpu or 0.0, split.goodput_per_gpu or 0.0,
+        {m: getattr(co, m).p95 or 0.0 for m in ("ttft_s", "tpot_s")},
+        {m: getattr(sp, m).p95 or 0.0 for m in ("ttft_s", "tpot_s")},
+        handoff, handoff_budget_s, unit="req/s per GPU")
+    return SplitVerdict(v.keep_split, v.reasons, rate)

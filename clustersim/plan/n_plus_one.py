@@ -20,6 +20,7 @@ tokens of the recommendation at goodput). A few simulations, one executor batch.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +29,8 @@ from clustersim.catalog.specs import ModelSpec
 from clustersim.cluster.faults_spec import ClientRetries, FaultsSpec, InstanceFault, NodeFault
 from clustersim.metrics import RunSummary
 from clustersim.metrics.goodput import cost_per_million_tokens
-from clustersim.plan.result import LossCheck
+from clustersim.plan.result import CandidateResult, LossCheck, NPlusOne
+from clustersim.plan.space import Candidate
 from clustersim.scenario import Scenario
 from clustersim.workload import build_requests
 from clustersim.workload.spec import ClosedLoopArrivals
@@ -127,3 +129,44 @@ def worst(checks: list[LossCheck]) -> LossCheck | None:
         return None
     return min(checks, key=lambda c: (c.holds, c.attainment_after or 0.0, c.attainment or 0.0,
                                       c.lost))
+
+
+JobFor = Callable[[Candidate, int, float], Scenario]
+"""(candidate, seed index, rate) -> the scenario a probe of it runs."""
+RunJobs = Callable[[str, list[Scenario]], list[RunSummary | str]]
+"""(stage, scenarios) -> their run summaries, or each one's error."""
+
+
+def check(rec: CandidateResult, scenario: Scenario, base_rate: float, model: ModelSpec,
+          prices: dict[str, float], job: JobFor, run: RunJobs) -> NPlusOne | None:
+    """The recommendation at its operating rate, losing each role's first instance, and the
+    busiest node, a third into the run for the rest of it. The operating rate is the plan's
+    target, else the scenario's own traffic (``base_rate``), at most the goodput."""
+    at = rec.at_goodput
+    plan = scenario.plan
+    if at is None or rec.at_goodput_rate_per_s is None or plan is None:
+        return None
+    goodput = rec.at_goodput_rate_per_s
+    if plan.target_rate_per_s is not None:
+        rate, basis = plan.target_rate_per_s, "the target rate"
+    else:
+        rate, basis = base_rate, "the scenario's own traffic"
+    if rate > goodput:
+        rate, basis = goodput, "goodput (the operating rate is above it)"
+    base = job(rec.candidate, at.seed - scenario.seed, rate)
+    lost, notes = targets(base, model)
+    at_s = fault_time(base, at.window_s)
+    client = scenario.faults.client if scenario.faults is not None else ClientRetries()
+    jobs = [base.model_copy(update={"faults": faults_for(t, at_s, client)}) for t in lost]
+    tokens = at.throughput.output_tokens_per_s or 0.0
+    checks = []
+    for target, outcome in zip(lost, run("N+1: one instance or node lost", jobs), strict=True):
+        if isinstance(outcome, str):
+            notes.append(f"losing {target.name}: {outcome}")
+            continue
+        checks.append(read_check(target, at_s, outcome, prices, tokens))
+    return NPlusOne(
+        candidate=rec.id, rate_per_s=rate, rate_basis=basis, max_retries=client.max_retries,
+        instance=worst([c for c in checks if c.kind == "instance"]),
+        node=worst([c for c in checks if c.kind == "node"]),
+        tried=tuple(checks), notes=tuple(notes))

@@ -15,42 +15,30 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
-
-import numpy as np
 
 from clustersim.catalog import default_prices, load_gpu, load_model
 from clustersim.catalog.specs import ModelSpec
-from clustersim.cluster.faults_spec import ClientRetries
 from clustersim.errors import ConfigError
 from clustersim.metrics import RunSummary
 from clustersim.metrics.goodput import cost_per_million_tokens
 from clustersim.plan import answer as answers
-from clustersim.plan import n_plus_one
+from clustersim.plan import n_plus_one, traffic
 from clustersim.plan.bisect import RateSearch, mean_interval
-from clustersim.plan.compare import split_verdict
+from clustersim.plan.compare import common_rate_verdict
 from clustersim.plan.estimate import Screen, Screened
 from clustersim.plan.executors import Executor
 from clustersim.plan.fleet import NodeTemplate, fleet_for, node_templates
 from clustersim.plan.result import (
     CandidateResult,
     Goodput,
-    NPlusOne,
     PlanResult,
     Probe,
-    SplitVerdict,
 )
 from clustersim.plan.space import Candidate, baseline, families, fill_budget, variant
 from clustersim.plan.spec import PlanSpec
 from clustersim.scenario import SLO, Scenario
-from clustersim.workload import build_requests, resolve_paths
-from clustersim.workload.scale import offered_rate, scale_rate
-from clustersim.workload.spec import (
-    ClosedLoopArrivals,
-    GammaArrivals,
-    PoissonWorkload,
-    SyntheticWorkload,
-)
+from clustersim.workload import resolve_paths
+from clustersim.workload.scale import offered_rate
 
 Progress = Callable[[str, int, int], None]
 """(stage, jobs done, jobs known so far)."""
@@ -92,8 +80,8 @@ class Planner:
                     "plan.prices_usd_per_gpu_hour",
                     f"min_cost needs a price for every GPU it may use; none for "
                     f"{', '.join(missing)} (defaults exist for {', '.join(default_prices())})")
-        self.num_seeds = self.plan.search.seeds if self._traffic_is_random() else 1
-        prompts, outputs, arrival_cv = self._traffic_sample()
+        self.num_seeds = self.plan.search.seeds if traffic.is_random(self.scenario) else 1
+        prompts, outputs, arrival_cv = traffic.sample(self.scenario)
         self.screen = Screen(self.scenario, self.model, (prompts, outputs), arrival_cv,
                              self.slo, self.templates, self.base_rate)
         self.traffic = self.screen.traffic
@@ -102,29 +90,6 @@ class Planner:
         self.check_n_plus_one = n_plus_one
 
     # ------------------------------------------------------------- inputs
-    def _traffic_sample(self) -> tuple[np.ndarray, np.ndarray, float]:
-        """The scenario's own requests, as the screen reads them: prompt and output tokens,
-        and the burstiness of their arrivals."""
-        scenario = self.scenario
-        requests = build_requests(scenario.workload, np.random.default_rng(scenario.seed),
-                                  block_size=scenario.engine.block_size,
-                                  base_dir=scenario.base_dir)
-        prompts = np.array([r.num_prompt_tokens for r in requests])
-        outputs = np.array([r.max_tokens for r in requests])
-        return prompts, outputs, _arrival_cv(scenario, requests)
-
-    def _traffic_is_random(self) -> bool:
-        """Whether seeds change the traffic: a trace replay or a list of requests arrives the
-        same way every time (and routers that draw nothing stay as they are), so one seed says
-        all there is."""
-        workload = self.scenario.workload
-        if isinstance(workload, PoissonWorkload | SyntheticWorkload):
-            return True
-        layout = self.scenario.layout
-        routers = ((layout.router, layout.prefill_router, layout.decode_router)
-                   if layout is not None else ())
-        return any(r.kind == "power_of_two" for r in routers)
-
     def _prices(self) -> dict[str, tuple[float, str]]:
         prices = dict(default_prices())
         for gpu, value in self.plan.prices_usd_per_gpu_hour.items():
@@ -275,7 +240,7 @@ class Planner:
         scenario = variant(base, candidate, topology)
         return scenario.model_copy(update={
             "seed": base.seed + seed_index,
-            "workload": self._probe_workload(rate_per_s),
+            "workload": traffic.at_rate(base, self.base_rate, rate_per_s, self.plan.search),
             "faults": None,  # a plan sizes the healthy deployment; N+1 injects its own
         })
 
@@ -285,20 +250,6 @@ class Planner:
         from clustersim.sim import run_scenario
 
         return run_scenario(self._job(candidate, seed_index, rate_per_s))
-
-    def _probe_workload(self, rate_per_s: float):
-        """The scenario's traffic at ``rate_per_s``, a count-bounded one lengthened to the
-        search's minimum requests and duration (the shape of the traffic is kept)."""
-        settings = self.plan.search
-        workload = scale_rate(self.scenario.workload, rate_per_s / self.base_rate)
-        if isinstance(workload, PoissonWorkload | SyntheticWorkload) and (
-                workload.num_requests is not None and getattr(workload, "duration_s", None)
-                is None and not isinstance(getattr(workload, "arrivals", None),
-                                           ClosedLoopArrivals)):
-            wanted = max(workload.num_requests, settings.min_requests,
-                         math.ceil(rate_per_s * settings.min_duration_s))
-            workload = workload.model_copy(update={"num_requests": wanted})
-        return workload
 
     def _run_jobs(self, stage: str, jobs: list[Scenario]) -> list[RunSummary | str]:
         total = len(jobs)
@@ -459,7 +410,8 @@ class Planner:
             other_kind = [r for r in simulated if _kind(r) != _kind(recommended)]
             runner_up = self._best(other_kind)
             # golden S7 is a second opinion, reported beside the answer; the SLO decides
-            verdict = self._split_verdict(recommended, runner_up)
+            verdict = common_rate_verdict(recommended, runner_up, self.plan.handoff_budget_s,
+                                          self._job, self._run_jobs)
         pareto = answers.pareto_front(simulated)
         seeds = tuple(self.scenario.seed + k for k in range(self.num_seeds))
         result = PlanResult(
@@ -472,9 +424,11 @@ class Planner:
                     for gpu, (v, src) in sorted(self.prices.items())
                     if any(gpu in r.candidate.gpus_by_type for r in ledger)},
         )
-        n_plus_one = (self._n_plus_one(recommended)
-                      if recommended is not None and self.check_n_plus_one else None)
-        result = replace(result, n_plus_one=n_plus_one)
+        if recommended is not None and self.check_n_plus_one:
+            result = replace(result, n_plus_one=n_plus_one.check(
+                recommended, self.scenario, self.base_rate, self.model,
+                {gpu: price for gpu, (price, _) in self.prices.items()},
+                self._job, self._run_jobs))
         return replace(
             result,
             num_simulations=self.num_simulations,
@@ -485,43 +439,6 @@ class Planner:
                                                 self.traffic),
         )
 
-    def _n_plus_one(self, rec: CandidateResult) -> NPlusOne | None:
-        """The recommendation at its operating rate, losing each role's first instance, and
-        the busiest node, a third into the run for the rest of it. The operating rate is the
-        plan's target, else the scenario's own traffic, at most the goodput (at goodput itself
-        any loss breaks the SLO: the deployment is sized to the edge of it)."""
-        at = rec.at_goodput
-        if at is None or rec.at_goodput_rate_per_s is None:
-            return None
-        goodput = rec.at_goodput_rate_per_s
-        if self.plan.target_rate_per_s is not None:
-            rate, basis = self.plan.target_rate_per_s, "the target rate"
-        else:
-            rate, basis = self.base_rate, "the scenario's own traffic"
-        if rate > goodput:
-            rate, basis = goodput, "goodput (the operating rate is above it)"
-        base = self._job(rec.candidate, at.seed - self.scenario.seed, rate)
-        targets, notes = n_plus_one.targets(base, self.model)
-        at_s = n_plus_one.fault_time(base, at.window_s)
-        own = self.scenario.faults
-        client = own.client if own is not None else ClientRetries()
-        jobs = [base.model_copy(update={"faults": n_plus_one.faults_for(t, at_s, client)})
-                for t in targets]
-        outcomes = self._run_jobs("N+1: one instance or node lost", jobs)
-        prices = {gpu: price for gpu, (price, _) in self.prices.items()}
-        tokens = at.throughput.output_tokens_per_s or 0.0
-        checks = []
-        for target, outcome in zip(targets, outcomes, strict=True):
-            if isinstance(outcome, str):
-                notes.append(f"losing {target.name}: {outcome}")
-                continue
-            checks.append(n_plus_one.read_check(target, at_s, outcome, prices, tokens))
-        return NPlusOne(
-            candidate=rec.id, rate_per_s=rate, rate_basis=basis, max_retries=client.max_retries,
-            instance=n_plus_one.worst([c for c in checks if c.kind == "instance"]),
-            node=n_plus_one.worst([c for c in checks if c.kind == "node"]),
-            tried=tuple(checks), notes=tuple(notes))
-
     def _qualifies(self, result: CandidateResult | None) -> bool:
         """Meets the objective's requirement: some goodput, and the target rate if set."""
         if result is None or result.goodput is None or result.goodput.mean_per_s <= 0:
@@ -530,49 +447,6 @@ class Planner:
             return True
         return result.goodput.mean_per_s >= (self.plan.target_rate_per_s or 0.0)
 
-    def _split_verdict(self, recommended: CandidateResult,
-                       runner_up: CandidateResult | None) -> SplitVerdict | None:
-        """Golden S7 between the best split and the best colocated layout, both run at the
-        lowest goodput any seed of either found (the same offered traffic, which both carry
-        within the SLO)."""
-        if runner_up is None:
-            return None
-        pair = {_kind(recommended): recommended, _kind(runner_up): runner_up}
-        colocated, split = pair.get("colocated"), pair.get("disaggregated")
-        if colocated is None or split is None:
-            return None
-        rate = min(*colocated.goodput.per_seed_per_s, *split.goodput.per_seed_per_s)
-        jobs = [self._job(colocated.candidate, 0, rate), self._job(split.candidate, 0, rate)]
-        outcomes = self._run_jobs("golden S7 at a common rate", jobs)
-        if any(isinstance(o, str) for o in outcomes):
-            return None
-        co, sp = outcomes
-        handoff = (sp.handoff_s.p95 if sp.handoff_s is not None else None) or 0.0
-        v = split_verdict(
-            colocated.goodput_per_gpu or 0.0, split.goodput_per_gpu or 0.0,
-            {m: getattr(co, m).p95 or 0.0 for m in ("ttft_s", "tpot_s")},
-            {m: getattr(sp, m).p95 or 0.0 for m in ("ttft_s", "tpot_s")},
-            handoff, self.plan.handoff_budget_s, unit="req/s per GPU")
-        return SplitVerdict(v.keep_split, v.reasons, rate)
-
 
 def _kind(result: CandidateResult) -> str:
     return result.candidate.layout
-
-
-def _arrival_cv(scenario: Scenario, requests: list[Any]) -> float:
-    workload = scenario.workload
-    if isinstance(workload, PoissonWorkload):
-        return 1.0
-    if isinstance(workload, SyntheticWorkload):
-        arrivals = workload.arrivals
-        if isinstance(arrivals, GammaArrivals):
-            return arrivals.cv
-        if arrivals.kind == "poisson":
-            return 1.0
-        if arrivals.kind == "constant":
-            return 0.0
-    gaps = np.diff(np.sort([r.arrival_s for r in requests]))
-    if gaps.size < 2 or gaps.mean() <= 0:
-        return 1.0
-    return float(gaps.std() / gaps.mean())

@@ -16,11 +16,13 @@ from clustersim.engine.request import Request
 from clustersim.errors import ConfigError
 from clustersim.limits import MAX_TIME_S, TIME_REASON
 from clustersim.workload.arrivals import arrival_times
+from clustersim.workload.benchmark import dispatch_offsets, warmup_requests
 from clustersim.workload.classify import REQUEST_CLASSES, RequestClass, classify_request
 from clustersim.workload.lengths import draw_lengths, joint_lengths
 from clustersim.workload.replay import chain_block_hashes, replay_requests
-from clustersim.workload.sources import ClosedLoop, OpenLoop, Submit
+from clustersim.workload.sources import Benchmark, ClosedLoop, OpenLoop, Submit
 from clustersim.workload.spec import (
+    BenchmarkWorkload,
     ClosedLoopArrivals,
     EmpiricalLengths,
     ExplicitWorkload,
@@ -36,7 +38,8 @@ from clustersim.workload.spec import (
 from clustersim.workload.traces import SHIPPED_TRACES, Trace, load_trace, resolve_trace_path
 
 __all__ = [
-    "REQUEST_CLASSES", "SHIPPED_TRACES", "ClosedLoop", "OpenLoop", "RequestClass", "Submit",
+    "REQUEST_CLASSES", "SHIPPED_TRACES", "Benchmark", "ClosedLoop", "OpenLoop", "RequestClass",
+    "Submit",
     "Trace", "build_requests", "build_workload", "chain_block_hashes", "classify_request",
     "draw_lengths", "load_trace", "resolve_paths",
 ]
@@ -82,7 +85,8 @@ def _table(source: TraceSource, base_dir: str | os.PathLike | None) -> Trace:
                       base_dir=base_dir)
 
 
-def _lengths(workload: SyntheticWorkload, n: int, rng: np.random.Generator, base_dir):
+def _lengths(workload: SyntheticWorkload | BenchmarkWorkload, n: int, rng: np.random.Generator,
+             base_dir):
     spec = workload.lengths
     table = _table(spec, base_dir) if isinstance(spec, EmpiricalLengths) else None
     return joint_lengths(spec, n, rng, table)
@@ -111,6 +115,18 @@ def _synthetic(workload: SyntheticWorkload, rng: np.random.Generator, base_dir) 
     return _requests(arrivals, prompts, outputs)
 
 
+def _benchmark(workload: BenchmarkWorkload, rng: np.random.Generator, block_size: int,
+               base_dir) -> Benchmark:
+    """Lengths first, then the dispatch gaps: the lengths stay the same whatever the rate."""
+    prompts, outputs = _lengths(workload, workload.num_prompts, rng, base_dir)
+    requests = _requests(np.zeros(len(prompts)), prompts, outputs)
+    offsets = dispatch_offsets(workload.num_prompts, workload.request_rate,
+                               workload.burstiness, rng)
+    warmups = warmup_requests(requests[0], workload.num_warmups, block_size)
+    return Benchmark(requests, offsets.tolist(), warmups, workload.max_concurrency,
+                     workload.start_s)
+
+
 def build_requests(
     workload: Workload,
     rng: np.random.Generator,
@@ -128,6 +144,16 @@ def build_requests(
     if isinstance(workload, ReplayWorkload):
         requests = replay_requests(workload, _table(workload, base_dir), block_size)
         return _in_time(requests, "workload.rate_multiplier")
+    if isinstance(workload, BenchmarkWorkload):
+        if workload.max_concurrency is not None:
+            raise ValueError("a fixed-concurrency benchmark's send times are set during the "
+                             "run (by its concurrency slots): use build_workload")
+        # without a concurrency limit every request is sent when dispatched; the times
+        # count from the client's start, not from the end of its warm-ups
+        source = _benchmark(workload, rng, block_size, base_dir)
+        for request, offset in zip(source.requests, source.offsets_s, strict=True):
+            request.arrival_s = workload.start_s + offset
+        return _in_time(source.requests, "workload.request_rate")
     where = "workload.rate_per_s" if isinstance(workload, PoissonWorkload) else "workload.arrivals"
     if isinstance(workload, PoissonWorkload):
         workload = _as_synthetic(workload)
@@ -152,8 +178,10 @@ def build_workload(
     *,
     block_size: int = 16,
     base_dir: str | os.PathLike | None = None,
-) -> OpenLoop | ClosedLoop:
+) -> OpenLoop | ClosedLoop | Benchmark:
     """The request source the simulator drives for this ``workload:`` section."""
+    if isinstance(workload, BenchmarkWorkload):
+        return _benchmark(workload, rng, block_size, base_dir)
     if isinstance(workload, SyntheticWorkload) and isinstance(
         workload.arrivals, ClosedLoopArrivals
     ):
@@ -170,7 +198,8 @@ def resolve_paths(workload: Workload, base_dir: str | os.PathLike) -> Workload:
     file's folder); shipped trace names and absolute paths are kept."""
     if isinstance(workload, ReplayWorkload):
         return workload.model_copy(update={"trace": resolve_trace_path(workload.trace, base_dir)})
-    if isinstance(workload, SyntheticWorkload) and isinstance(workload.lengths, EmpiricalLengths):
+    if (isinstance(workload, SyntheticWorkload | BenchmarkWorkload)
+            and isinstance(workload.lengths, EmpiricalLengths)):
         lengths = workload.lengths.model_copy(
             update={"trace": resolve_trace_path(workload.lengths.trace, base_dir)})
         return workload.model_copy(update={"lengths": lengths})

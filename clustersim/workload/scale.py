@@ -8,6 +8,7 @@ only what sets the pace of arrivals and keeps every length, window and count::
     rate_curve                 every rate x f                 (knot times kept)
     replay                     rate_multiplier x f            (window in trace time kept)
     explicit                   arrival_s / f, from time 0
+    benchmark                  request_rate x f               (only without max_concurrency)
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from clustersim.workload.arrivals import rate_curve
 from clustersim.workload.replay import replay_requests
 from clustersim.workload.spec import (
     Arrivals,
+    BenchmarkWorkload,
     ClosedLoopArrivals,
     OnOffArrivals,
     PoissonWorkload,
@@ -35,6 +37,20 @@ from clustersim.workload.spec import (
 _CLOSED_LOOP = ("closed_loop arrivals have no offered rate (each user sends its next request "
                 "when its answer is back): rate planning needs open-loop arrivals (poisson, "
                 "gamma, constant, on_off or rate_curve)")
+_BENCHMARK = ("a fixed-concurrency benchmark has no offered rate (its clients send when a "
+              "concurrency slot frees up, at the server's pace): rate planning needs "
+              "open-loop traffic (a finite request_rate and no max_concurrency, or a poisson "
+              "or synthetic workload)")
+
+
+def _open_benchmark(workload: BenchmarkWorkload) -> None:
+    """Refuse a benchmark whose pace is not its own (ConfigError with the field)."""
+    if workload.max_concurrency is not None:
+        raise ConfigError("workload.max_concurrency", _BENCHMARK)
+    if math.isinf(workload.request_rate):
+        raise ConfigError("workload.request_rate", "an infinite request rate dispatches every "
+                          "request at once: it has no offered rate to scale (give a finite "
+                          "request_rate)")
 
 
 def scale_rate(workload: Workload, factor: float) -> Workload:
@@ -47,7 +63,8 @@ def scale_rate(workload: Workload, factor: float) -> Workload:
     and brings about factor times as many requests. With the same seed, a count-bounded
     synthetic workload keeps its requests' lengths; a duration-bounded one in general does not
     (its arrivals are drawn first, from the same generator, and how many depends on the rate).
-    Closed-loop arrivals have no offered rate (their pace is the server's): ConfigError.
+    Closed-loop arrivals, and a benchmark with ``max_concurrency`` or an infinite rate, have
+    no offered rate (their pace is the server's): ConfigError.
     """
     if not (math.isfinite(factor) and factor > 0):
         raise ValueError(f"a rate factor must be positive and finite, got {factor}")
@@ -57,6 +74,9 @@ def scale_rate(workload: Workload, factor: float) -> Workload:
         return _revalidated(workload, arrivals=_scaled_arrivals(workload.arrivals, factor))
     if isinstance(workload, ReplayWorkload):
         return _revalidated(workload, rate_multiplier=workload.rate_multiplier * factor)
+    if isinstance(workload, BenchmarkWorkload):
+        _open_benchmark(workload)
+        return _revalidated(workload, request_rate=workload.request_rate * factor)
     # explicit
     return _revalidated(workload, requests=[
         request.model_copy(update={"arrival_s": request.arrival_s / factor})
@@ -95,7 +115,8 @@ def offered_rate(
     average of r(t) over the traffic's span (``duration_s``, else the period, else up to the
     last point). ``replay`` and ``explicit`` count their requests: the inverse of the mean gap
     between the first and the last arrival, (n - 1) / span, which is exactly the rate of evenly
-    spaced arrivals. ``base_dir`` and ``block_size`` are :func:`build_requests`'s.
+    spaced arrivals. An open-loop ``benchmark`` offers its ``request_rate``. ``base_dir`` and
+    ``block_size`` are :func:`build_requests`'s.
     """
     if isinstance(workload, PoissonWorkload):
         return workload.rate_per_s
@@ -104,6 +125,9 @@ def offered_rate(
     if isinstance(workload, ReplayWorkload):
         requests = replay_requests(workload, _table(workload, base_dir), block_size)
         return _rate_of([r.arrival_s for r in requests], "workload")
+    if isinstance(workload, BenchmarkWorkload):
+        _open_benchmark(workload)
+        return workload.request_rate
     # explicit
     return _rate_of([r.arrival_s for r in workload.requests], "workload.requests")
 

@@ -7,7 +7,8 @@ ever submit, for accounting), ``run(env, submit)`` (a SimPy process that submits
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections import deque
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 import simpy
@@ -84,3 +85,76 @@ class ClosedLoop:
         if self._num_claimed < len(self.requests):
             self._num_claimed += 1
             self._env.process(self._send_after_think())
+
+
+class Benchmark:
+    """The client of ``vllm bench serve --max-concurrency N`` (``workload.benchmark``).
+
+    First the warm-ups, at most ``max_concurrency`` in flight, until every one is done; then
+    the measured ``requests``, each dispatched at ``start + offset`` into a FIFO queue in
+    front of the semaphore (asyncio's ``Semaphore`` wakes its waiters in order) and sent as
+    soon as a slot is free. A request's ``dispatch_s`` is its dispatch, ``arrival_s`` its
+    send. A slot freed by an answer is taken by the next queued request as a separate event,
+    as the closed loop's next request is. ``measured_start_s`` is when the measured run
+    began (the tool's ``benchmark_start_time``).
+    """
+
+    def __init__(
+        self, requests: list[Request], offsets_s: Sequence[float], warmups: list[Request],
+        max_concurrency: int | None, start_s: float = 0.0,
+    ) -> None:
+        if len(offsets_s) != len(requests):
+            raise ValueError(f"{len(offsets_s)} dispatch times for {len(requests)} requests")
+        self.requests = requests
+        self.warmups = warmups
+        self.offsets_s = list(offsets_s)
+        self.max_concurrency = max_concurrency
+        self.start_s = start_s
+        self.measured_start_s: float | None = None
+        self._queue: deque[Request] = deque()
+        self._num_in_flight = 0
+        self._num_warmups_done = 0
+        self._warmups_done: simpy.Event | None = None
+        self._env: simpy.Environment | None = None
+        self._submit: Submit | None = None
+
+    def run(self, env: simpy.Environment, submit: Submit) -> Generator[Any, Any, None]:
+        self._env, self._submit = env, submit
+        yield env.timeout(max(self.start_s - env.now, 0.0))
+        if self.warmups:
+            self._warmups_done = env.event()
+            self._queue.extend(self.warmups)
+            self._fill()
+            yield self._warmups_done
+        start = self.measured_start_s = float(env.now)
+        for request, offset in zip(self.requests, self.offsets_s, strict=True):
+            delay = start + offset - env.now
+            if delay > 0:
+                yield env.timeout(delay)
+            request.dispatch_s = float(env.now)
+            self._queue.append(request)
+            self._fill()
+
+    def _fill(self) -> None:
+        """Send queued requests while a slot is free."""
+        assert self._env is not None and self._submit is not None
+        limit = self.max_concurrency
+        while self._queue and (limit is None or self._num_in_flight < limit):
+            request = self._queue.popleft()
+            self._num_in_flight += 1
+            request.arrival_s = float(self._env.now)
+            self._submit(request)
+
+    def on_done(self, request: Request) -> None:
+        """The answer is back: its slot goes to the next queued request."""
+        env = self._env
+        if env is None:
+            raise AssertionError(f"request {request.request_id} done before the source ran")
+        self._num_in_flight -= 1
+        if request.dispatch_s is None:  # a warm-up
+            self._num_warmups_done += 1
+            if self._num_warmups_done == len(self.warmups):
+                assert self._warmups_done is not None
+                self._warmups_done.succeed()
+        if self._queue:
+            env.timeout(0).callbacks.append(lambda _event: self._fill())

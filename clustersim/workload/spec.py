@@ -8,15 +8,20 @@ reproducible from the scenario's seed. Four kinds::
     synthetic  arrivals:  poisson | gamma | constant | on_off | rate_curve | closed_loop
                lengths:   independent | mixture | empirical
     replay     a trace file's arrivals and lengths (Azure, Mooncake, Vidur, vLLM, BurstGPT, ...)
+    benchmark  `vllm bench serve`: warm-ups, then requests dispatched at a rate through a
+               semaphore of max_concurrency (the client's own queue)
 """
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BeforeValidator,
     Field,
+    NonNegativeInt,
     PositiveFloat,
     ValidationInfo,
     field_validator,
@@ -25,7 +30,9 @@ from pydantic import (
 
 from clustersim.limits import (
     MAX_NUM_REQUESTS,
+    MAX_RATE_PER_S,
     MAX_TOKENS,
+    MIN_RATE_PER_S,
     TOKENS_REASON,
     Count,
     NonNegativeRate,
@@ -452,4 +459,58 @@ class ReplayWorkload(TraceSource):
         return end
 
 
-Workload = kind_union(ExplicitWorkload, PoissonWorkload, SyntheticWorkload, ReplayWorkload)
+def _inf_rate(value: Any) -> Any:
+    return float("inf") if value in ("inf", "Infinity", "infinity") else value
+
+
+def _finite_within(low: float, high: float, reason: str) -> Any:
+    """A check that a finite value lies in [low, high] (inf passes: vLLM's own word)."""
+    def check(value: float) -> float:
+        if math.isfinite(value) and not low <= value <= high:
+            raise ValueError(f"{value:g} is outside {low:g}..{high:g} (or inf): {reason}")
+        return value
+    return AfterValidator(check)
+
+
+NumWarmups = Annotated[NonNegativeInt, Within(
+    high=MAX_NUM_REQUESTS, reason="a run holds every request in memory (about 1 KB each)")]
+BenchmarkRate = Annotated[PositiveFloat, BeforeValidator(_inf_rate), _finite_within(
+    MIN_RATE_PER_S, MAX_RATE_PER_S, "from one request in the longest run (3 years) to the most "
+    "requests one run holds in one second")]
+Burstiness = Annotated[PositiveFloat, BeforeValidator(_inf_rate), _finite_within(
+    1e-3, 1e3, "gamma shapes below 0.001 put every request at one instant, above 1000 they "
+    "are evenly spaced already (inf: exactly even)")]
+
+
+class BenchmarkWorkload(Strict):
+    """The client of ``vllm bench serve`` (vllm/benchmarks/serve.py, ``benchmark``): the
+    ``num_warmups`` warm-up requests first, then ``num_prompts`` requests dispatched by the
+    rate process, each waiting for one of ``max_concurrency`` slots before it is sent.
+
+    Only the main requests are measured, and from their send (after the slot wait), as the
+    tool measures them; the wait itself is each request's client queue time."""
+
+    kind: Literal["benchmark"]
+    num_prompts: NumRequests = Field(
+        description="vLLM --num-prompts: measured requests.")
+    max_concurrency: NumRequests | None = Field(
+        None, description="vLLM --max-concurrency: most requests in flight; null: no limit "
+        "(every dispatched request is sent at once).")
+    request_rate: BenchmarkRate = Field(
+        default_factory=lambda: math.inf,  # (a factory: the JSON schema gets no Infinity)
+        allow_inf_nan=True,  # inf is vLLM's word for "all at once"; NaN fails gt=0
+        description="vLLM --request-rate, requests/s; inf (the default): every request is "
+        "dispatched at the start and only the semaphore paces them.")
+    burstiness: Burstiness = Field(
+        1.0, allow_inf_nan=True,
+        description="vLLM --burstiness: the gamma shape of the dispatch gaps (1 = Poisson, "
+        "< 1 burstier, > 1 more even, inf: evenly spaced); only with a finite request_rate.")
+    num_warmups: NumWarmups = Field(
+        0, description="vLLM --num-warmups: copies of the first request sent before the "
+        "measured run (at most max_concurrency at a time), all finished before it starts.")
+    lengths: Lengths = Field(description="Prompt and output lengths of the requests.")
+    start_s: Seconds = Field(0.0, description="When the client starts.")
+
+
+Workload = kind_union(ExplicitWorkload, PoissonWorkload, SyntheticWorkload, ReplayWorkload,
+                      BenchmarkWorkload)

@@ -165,7 +165,11 @@ def outputs_of(argv: list[str], folder: Path, stdout: str) -> list[str]:
     if command == "simulate":
         return run_outputs(folder / _option(argv, "--out", "runs/latest"))
     if command == "plan":
-        return finite_json(folder / _option(argv, "--out", "out") / "plan.json")[1]
+        out = _option(argv, "--out", "")
+        if not out:  # the default folder is runs/plan/<the scenario's name>
+            found = sorted((folder / "runs" / "plan").glob("*/plan.json"))
+            return finite_json(found[0])[1] if found else ["no runs/plan/*/plan.json written"]
+        return finite_json(folder / out / "plan.json")[1]
     if command == "compare":
         out = folder / _option(argv, "--out", "runs/compare")
         return run_outputs(out / "colocated") + run_outputs(out / "disaggregated")

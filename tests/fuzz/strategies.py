@@ -96,7 +96,10 @@ BAD_BYTES = [b"\xff", b"\xc3\x28", b"\x80", b"\xfe\xff", b"\x00", b"\x1b[31m", b
 
 
 def odd_values() -> st.SearchStrategy[Any]:
-    return st.one_of(st.sampled_from(ODD_VALUES), st.sampled_from(PAST_LIMITS),
+    """An odd value, a fresh copy each time: a case that mutates it further must not change
+    the shared constants (hypothesis then sees a different strategy on its next draw)."""
+    return st.one_of(st.sampled_from(ODD_VALUES).map(copy.deepcopy),
+                     st.sampled_from(PAST_LIMITS).map(copy.deepcopy),
                      st.integers(-(2**70), 2**70), st.floats(allow_nan=True),
                      st.text(max_size=30))
 
@@ -177,11 +180,12 @@ def mutated_doc(draw: st.DrawFn, doc: dict[str, Any], kinds: list[str]) -> dict[
             elif action == "deep":
                 parent[path[-1]] = _DEEP.format(draw(st.sampled_from([10, 63, 65, 300, 1000])))
             else:
-                parent[path[-1]] = draw(st.sampled_from(PAST_LIMITS))
+                parent[path[-1]] = copy.deepcopy(draw(st.sampled_from(PAST_LIMITS)))
         elif action == "unknown":
             target = _get(doc, draw(st.sampled_from(_mappings(doc))))
+            # a copy: a later mutation must not change the shared constant
             target[draw(st.sampled_from(["extra", "kind", "nme", "seed", "x" * 300, "1"]))] = (
-                draw(st.sampled_from(ODD_VALUES)))
+                copy.deepcopy(draw(st.sampled_from(ODD_VALUES))))
         elif action == "kind":
             holders = [p for p in _mappings(doc) if "kind" in _get(doc, p)]
             if holders:
