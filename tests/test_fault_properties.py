@@ -103,6 +103,31 @@ def test_faulty_disaggregated_runs_end_every_request(case):
     ended_with_reasons(cluster, done, objects)
 
 
+def test_sglang_prompt_prefilled_on_decode_side_then_decode_lost():
+    """Found by the test above: a one-token prompt under vllm_compat 0.10 has no full block to
+    push, so the decode side prefills it and gives the prefill router its request back; when
+    the decode instance then dies, the request was returned to that router a second time."""
+    engine = {"max_model_len": 256, "max_num_batched_tokens": 32, "max_num_seqs": 1,
+              "num_gpu_blocks_override": 17, "async_scheduling": False,
+              "enable_prefix_caching": False}
+    layout = {"kind": "disaggregated",
+              "pools": [{"name": "p", "role": "prefill", "instances": 1,
+                         "engine": {"max_model_len": 128}, "nodes": ["node0"]},
+                        {"name": "d", "role": "decode", "instances": 1,
+                         "engine": {"max_model_len": 128}, "nodes": ["node1"]}],
+              "kv_transfer": {"connector": "sglang", "vllm_compat": "0.10",
+                              "kv_load_failure_policy": "fail"},
+              "long_prompt_tokens": 64, "long_output_tokens": 6}
+    faults = {"events": [{"kind": "instance", "at_s": 0.0, "name": "p-0",
+                          "repair_after_s": 0.01},
+                         {"kind": "instance", "at_s": 0.1, "name": "d-0"}],
+              "kv_transfer_failure_probability": 0.0,
+              "client": {"max_retries": 0, "retry_delay_s": 0.0}}
+    case = ([("r0", 0.09375, 1, 1, ())], engine, layout, faults)
+    cluster, done, objects = simulate(parse_scenario(_pd(case)), "llama-3.1-8b", case[0])
+    ended_with_reasons(cluster, done, objects)
+
+
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pd_fault_cases(), st.sampled_from([0.01, 0.05]), st.sampled_from([0.01, 0.05]))
 def test_faulty_disaggregated_clusters_coalesce_exactly(case, quantum, step_s):

@@ -38,12 +38,15 @@ hold them until ``VLLM_NIXL_ABORT_REQUEST_TIMEOUT``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 import simpy
 
 from clustersim.cluster.flows import TransferFailed
+from clustersim.engine.clock import call_soon, on_event
 from clustersim.engine.request import Request, RequestStatus
 
 if TYPE_CHECKING:
@@ -148,34 +151,38 @@ class KVConnector:
             # async scheduling planned this read before a failure dropped the request (or
             # sent it to prefill locally): nothing is read, the event never fires
             return done
-        self.env.process(self._transfer(decode_index, handoff, num_tokens, done))
+        # the read is a chain of callbacks, each where a SimPy process would resume
+        call_soon(self.env, partial(self._read, decode_index, handoff, num_tokens, done))
         return done
 
     def _live(self, handoff: Handoff) -> bool:
         """The handoff is still this client's current one (no failure dropped it)."""
         return self._handoffs.get(id(handoff.client)) is handoff
 
-    def _transfer(self, decode_index: int, handoff: Handoff, num_tokens: int,
-                  done: simpy.Event):
-        cluster = self.cluster
-        client = handoff.client
+    def _read(self, decode_index: int, handoff: Handoff, num_tokens: int,
+              done: simpy.Event) -> None:
         if not self._live(handoff):
             return  # lost to a failure before the read began
-        prefill = cluster.instances["prefill"][handoff.prefill_index]
-        decode = cluster.instances["decode"][decode_index]
+        prefill = self.cluster.instances["prefill"][handoff.prefill_index]
         if num_tokens == 0:  # nothing to read (local prefix hit): the producer may free now
             self._nothing_to_read(handoff, prefill)
             handoff.kv_read = True
             done.succeed()
             return
-        ready = yield from self._before_transfer(handoff, prefill)
-        if not ready or not self._live(handoff):
+        self._when_readable(handoff, prefill, partial(
+            self._start_transfer, decode_index, handoff, num_tokens, done, prefill))
+
+    def _start_transfer(self, decode_index: int, handoff: Handoff, num_tokens: int,
+                        done: simpy.Event, prefill) -> None:
+        if not self._live(handoff):
             return  # the decode side has dropped the request
+        cluster = self.cluster
         faults = cluster.faults
         if handoff.source_lost is not None:
             self._load_failed(handoff, handoff.source_lost)
             return
         drawn = faults.transfer_fails() if faults is not None else None
+        decode = cluster.instances["decode"][decode_index]
         tp = len(decode.gpus)
         num_bytes = num_tokens * cluster.served(decode.name).kv_bytes_per_token(tp) * tp
         pair = (handoff.prefill_index, decode_index)
@@ -183,22 +190,27 @@ class KVConnector:
         if pair not in self._paired:
             self._paired.add(pair)
             extra = self.spec.handshake_s
-        handoff.transfer = cluster.flows.transfer(
-            client.request_id, list(prefill.gpus), list(decode.gpus), num_bytes, extra
+        transfer = handoff.transfer = cluster.flows.transfer(
+            handoff.client.request_id, list(prefill.gpus), list(decode.gpus), num_bytes, extra
         )
-        try:
-            yield handoff.transfer
-        except TransferFailed as error:
-            handoff.transfer = None
+        on_event(transfer, partial(self._transferred, handoff, done, prefill, drawn, num_bytes))
+
+    def _transferred(self, handoff: Handoff, done: simpy.Event, prefill, drawn: str | None,
+                     num_bytes: int, transfer: simpy.Event) -> None:
+        handoff.transfer = None
+        if not transfer.ok:
+            error = transfer.value
+            if not isinstance(error, TransferFailed):
+                raise error
             if self._live(handoff):
                 self._load_failed(handoff, error.cause)
             return
-        handoff.transfer = None
         if not self._live(handoff):
             return  # its reader failed at the very moment the bytes arrived
         if drawn is not None:  # the bytes moved, the read reports an error at its end
             self._load_failed(handoff, drawn)
             return
+        client = handoff.client
         prefill.release_kv(handoff.producer)
         handoff.kv_read = True
         client.handoff_bytes = num_bytes
@@ -206,10 +218,10 @@ class KVConnector:
         client.handoff_end_s = self.env.now
         done.succeed()
 
-    def _before_transfer(self, handoff: Handoff, prefill):
-        """Wait until the producer's KV can be read; False: the request was dropped."""
-        return True
-        yield  # a generator: subclasses may wait
+    def _when_readable(self, handoff: Handoff, prefill, then: Callable[[], None]) -> None:
+        """Call ``then`` once the producer's KV can be read (never: the request was
+        dropped)."""
+        then()
 
     def _nothing_to_read(self, handoff: Handoff, prefill) -> None:
         prefill.release_kv(handoff.producer)
@@ -310,8 +322,10 @@ class KVConnector:
             if not handoff.kv_read:
                 prefill.release_kv(producer)
             return
-        # sglang: the prefill is queued or running there, or still in the bootstrap queue
-        self._handoffs.pop(id(producer), None)
+        # sglang: the prefill is queued or running there, or still in the bootstrap queue;
+        # or it was never needed (nothing to push) and the prefill router has it back
+        if self._handoffs.pop(id(producer), None) is None:
+            return
         if handoff.producer_sent:
             prefill.remove(producer)
         cluster.routers["prefill"].returned(handoff.prefill_index, client)
@@ -353,11 +367,17 @@ class NixlConnector(KVConnector):
         prefill.submit(handoff.producer)
 
     def _producer_finished(self, handoff: Handoff) -> None:
-        self.env.process(self._proxy_to_decode(handoff))
+        call_soon(self.env, partial(self._proxy_to_decode, handoff))
 
-    def _proxy_to_decode(self, handoff: Handoff):
+    def _proxy_to_decode(self, handoff: Handoff) -> None:
+        """The proxy has the prefill's answer: after its latency, on to a decode instance."""
         if self.spec.proxy_latency_s > 0:
-            yield self.env.timeout(self.spec.proxy_latency_s)
+            timer = self.env.timeout(self.spec.proxy_latency_s)
+            timer.callbacks.append(lambda _event: self._proxied(handoff))
+            return
+        self._proxied(handoff)
+
+    def _proxied(self, handoff: Handoff) -> None:
         if self._live(handoff):
             self._to_decode(handoff)
 
@@ -380,12 +400,16 @@ class SGLangConnector(KVConnector):
         handoff.prefill_done = self.env.event()
         self._to_decode(handoff)
 
-    def _before_transfer(self, handoff: Handoff, prefill):
+    def _when_readable(self, handoff: Handoff, prefill, then: Callable[[], None]) -> None:
         if not handoff.producer_sent:
             handoff.producer_sent = True
             prefill.submit(handoff.producer)  # decode has allocated: prefill may start
-        yield handoff.prefill_done
-        return handoff.producer.status is not RequestStatus.REJECTED
+
+        def prefilled(_event: simpy.Event) -> None:
+            if handoff.producer.status is not RequestStatus.REJECTED:
+                then()
+
+        on_event(handoff.prefill_done, prefilled)  # type: ignore[arg-type]
 
     def _nothing_to_read(self, handoff: Handoff, prefill) -> None:
         if handoff.producer_sent:

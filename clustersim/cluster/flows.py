@@ -351,21 +351,22 @@ class FlowNetwork:
                 event.fail(TransferFailed(f"no path from {cut[0]} to {cut[1]}",
                                           self._cause_on(*cut)))
                 return event
-        latencies, subs = [], []  # subs: (start_s, edges, bytes)
+        latencies, subs, labels = [], [], []  # subs: (start_s, edges, bytes)
         for (src, dst), size in zip(pairs, sizes, strict=True):
-            edges, path_latency_s, _ = self._route(src, dst)
+            edges, path_latency_s, label = self._route(src, dst)  # type: ignore[misc]
             latency = path_latency_s + extra_latency_s
             latencies.append(latency)
+            labels.append(label)
             subs.append((now + latency, edges, size if edges else 0))
         ideal_s = (max(drain_alone(subs, self._capacity)) - now) if self.ideal_times else None
         transfer = _Transfer(
             tag=tag,
             src=tuple(src_gpus),
             dst=tuple(dst_gpus),
-            path=self._route(*pairs[0])[2],
+            path=labels[0],
             num_bytes=num_bytes,
             requested_s=now,
-            start_s=min(start for start, _, _ in subs),
+            start_s=subs[0][0] if len(subs) == 1 else min(start for start, _, _ in subs),
             ideal_s=ideal_s,
             event=self.env.event(),
             num_pending=len(subs),

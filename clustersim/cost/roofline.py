@@ -411,17 +411,15 @@ class CostModel:
         attn_s_per_pair = self._attn_s_per_pair
         kv_s_per_token = self._decode_kv_s_per_token
         rows = num_decodes * self._decode_rows_per_seq
-        times = []
-        append = times.append
-        for kv in range(decode_kv_tokens, decode_kv_tokens + num_steps * num_decodes,
-                        num_decodes):
-            t_compute = kv * attn_s_per_pair
-            t_memory = (kv + rows) * kv_s_per_token
-            if t_compute >= t_memory:
-                append(compute + t_compute + memory + communication + overhead)
-            else:
-                append(compute + (memory + t_memory) + communication + overhead)
-        return times
+        # per step: t_compute = kv x attn_s_per_pair, t_memory = (kv + rows) x kv_s_per_token,
+        # added as step_time adds the larger (one comprehension: this is the hot loop)
+        return [
+            compute + kv * attn_s_per_pair + memory + communication + overhead
+            if kv * attn_s_per_pair >= (kv + rows) * kv_s_per_token
+            else compute + (memory + (kv + rows) * kv_s_per_token) + communication + overhead
+            for kv in range(decode_kv_tokens, decode_kv_tokens + num_steps * num_decodes,
+                            num_decodes)
+        ]
 
     def kernel_floors_s(self, batch: BatchShape) -> float:
         """The kernel floors (attention, GEMMs, fused MoE, LM head) in ``step_time(batch)``'s

@@ -28,12 +28,38 @@ Everything else is plain SimPy.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from heapq import heappush
 from typing import Any, Protocol
 
 import simpy
 from simpy.core import NORMAL, URGENT
+
+
+def call_soon(env: simpy.Environment, callback: Callable[[], None]) -> None:
+    """Call ``callback`` exactly where a process started now would first run: from an urgent
+    event at now, as SimPy's ``Initialize`` (the same place in the event order), without a
+    process, a generator or the event a finished process leaves behind."""
+    event = simpy.Event(env)
+    event._ok, event._value = True, None
+    event.callbacks.append(lambda _event: callback())
+    env.schedule(event, URGENT)
+
+
+def on_event(event: simpy.Event, callback: Callable[[simpy.Event], None]) -> None:
+    """Call ``callback(event)`` when ``event`` is processed, where a process that yields it
+    now would resume (at once if it was processed already). A failed event counts as
+    handled: the callback reads ``event.ok`` and ``event.value``, as a process catches it."""
+    if event.callbacks is None:
+        callback(event)
+        return
+
+    def resume(event: simpy.Event) -> None:
+        if not event._ok:
+            event._defused = True
+        callback(event)
+
+    event.callbacks.append(resume)
 
 
 class StepEndOrder:
@@ -149,11 +175,16 @@ class Clock(simpy.Environment):
             del self._stand_ins[at_s]
 
     def fire_now(self, event: simpy.Event) -> None:
-        """Trigger ``event`` so that it is the very next one processed (a process resumed
-        straight from the event being processed, as if it had waited on that one)."""
+        """Trigger ``event`` and process it at once, from the last callback of the event
+        being processed: a process waiting on it resumes straight from that event, as if it
+        had waited on that one. (Scheduling it urgently at now would make it the very next
+        event anyway, when no urgent event is pending at now: true while a normal event at
+        now is processed, since those come first.)"""
         event._ok = True
         event._value = None
-        heappush(self._queue, (self._now, URGENT, (self._now, next(self._eid)), event))
+        callbacks, event.callbacks = event.callbacks, None  # type: ignore[assignment]
+        for callback in callbacks:
+            callback(event)
 
     # --------------------------------------------------------------- watching
     def watch(self, owner: Coalescer, times_s: list[float]) -> None:
@@ -170,12 +201,13 @@ class Clock(simpy.Environment):
     def unwatch(self, times_s: Iterable[float]) -> None:
         """Step ends no longer skipped (the run ends before them)."""
         watched = self._watched
+        remove = dict.__delitem__  # (Counter's own is a Python function: this is hot)
         for at_s in times_s:
             left = watched[at_s] - 1
             if left > 0:
                 watched[at_s] = left
             else:
-                del watched[at_s]
+                remove(watched, at_s)
 
     def release(self, owner: Coalescer) -> None:
         """``owner``'s run is over (the step ends it skipped are all in the past)."""

@@ -38,7 +38,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import accumulate, cycle, islice
+from itertools import accumulate
 
 from clustersim.engine.request import RequestStatus
 from clustersim.engine.scheduler import Scheduler, StepPlan
@@ -113,6 +113,8 @@ def plan_decode_run(scheduler: Scheduler, plan: StepPlan, num_steps: int) -> Dec
         left = (min(request.max_tokens, max_model_len - request.num_prompt_tokens)
                 - request.num_output_tokens)
         if left - 1 < finish_step:
+            if left - 1 < 1:
+                return None  # it finishes in step 0 (a prefill instance's every prompt)
             finish_step = left - 1
         computed = request.num_computed_tokens
         decode_kv += computed
@@ -136,17 +138,20 @@ def extend_run(run: DecodeRun, num_steps: int) -> int:
     takers = run.takers
     block_size = len(takers)
     start = (run.first_schedule - 1 + step) % block_size
-    needs = list(islice(cycle(takers[start:] + takers[:start]), count))
+    phases = takers[start:] + takers[:start]  # from this step's phase on
+    cycles, rest = divmod(count, block_size)
+    needs = phases * cycles + phases[:rest]
     taken = list(accumulate(needs))
     fits = bisect_right(taken, run.free_blocks)
     if fits < count:
         run.horizon = step + fits  # that step's allocation could fail: the run ends before it
-        del taken[fits:]
-    if taken:
-        run.free_blocks -= taken[-1]
-        blocks = used[-1]
-        used.extend([blocks + n for n in taken])
-    return len(taken)
+        del needs[fits:]
+    if fits:
+        run.free_blocks -= taken[fits - 1]
+        blocks_after = accumulate(needs, initial=used[-1])  # used[-1] + taken[i], from i = -1
+        next(blocks_after)
+        used.extend(blocks_after)
+    return fits
 
 
 def shrink_run(run: DecodeRun, num_steps: int) -> None:

@@ -289,10 +289,15 @@ class Instance:
         if steps is None:
             return None
         size = steps.batch_size
-        durations = self.price_step.decode_run(  # type: ignore[attr-defined]
-            size, steps.decode_kv_tokens + size, steps.num_steps - 1
-        )
-        durations.insert(0, self.price_step(plan))  # step 0 is any step in which all sample
+        decode_run = self.price_step.decode_run  # type: ignore[attr-defined]
+        if (plan.num_decode_tokens == plan.num_scheduled_tokens == size
+                and plan.decode_kv_tokens == steps.decode_kv_tokens):
+            # step 0 is already the batch decoding: priced as the run's first step, the
+            # same bits as pricing its plan (``CostModel.step_time_s``)
+            durations = decode_run(size, steps.decode_kv_tokens, steps.num_steps)
+        else:  # step 0 is any step in which all sample
+            durations = decode_run(size, steps.decode_kv_tokens + size, steps.num_steps - 1)
+            durations.insert(0, self.price_step(plan))
         self._steps = steps
         self._run = RunTimer(self.env, start_s, durations, first,  # type: ignore[arg-type]
                              self._plan_more)

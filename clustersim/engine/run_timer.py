@@ -101,6 +101,7 @@ class RunTimer:
         self.clock.schedule_stand_in(timer, self.ends_s[last], order)
 
     def _timer_fired(self, timer: simpy.Event) -> None:
+        # the stand-in's only callback, and it is a normal event: fire_now's condition holds
         if timer is not self.timer:
             return  # the run was cut shorter; this stand-in counted as gone then
         clock = self.clock

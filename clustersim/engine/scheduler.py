@@ -147,7 +147,8 @@ class Scheduler:
         if members is not None and len(members):
             num_members = len(members)
             if (num_members <= budget and num_members <= decode_budget
-                    and len(members.takers(members.num_scheduled)) <= self.kv.num_free_blocks):
+                    and members.phase_sizes[members.num_scheduled % block_size]
+                    <= self.kv.num_free_blocks):  # (the takers of this step)
                 members.schedule()
                 plan.num_bulk = index = num_members
                 plan.num_scheduled_tokens = num_members
