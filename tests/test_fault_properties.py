@@ -7,9 +7,13 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clustersim.engine.request import RequestStatus
 from clustersim.scenario import parse_scenario
-from tests.test_cluster_properties import cases, data_parallel_cases, simulate
+from tests.test_cluster_properties import (
+    cases,
+    data_parallel_cases,
+    everything_came_back,
+    simulate,
+)
 from tests.test_coalesce import _same_cluster_run
 
 EXPLICIT = {"kind": "explicit", "requests": [
@@ -52,31 +56,6 @@ DGX_LINKS = [("node0/gpu0", "node0/nvswitch"), ("node0/gpu1", "node0/nvswitch"),
              ("node0/nic1", "leaf0"), ("node1/nic0", "leaf0")]
 
 
-def ended_with_reasons(cluster, done, objects) -> None:
-    """Every request ended once (a rejection with its reason), and the instances that are
-    up hold nothing: no request, no KV block, nothing outstanding at their routers."""
-    assert sorted(r.request_id for r in done) == sorted(r.request_id for r in objects)
-    for request in objects:
-        assert request.is_done
-        if request.status is RequestStatus.FINISHED:
-            assert request.num_output_tokens == request.max_tokens
-        else:
-            assert request.reject_reason, request.request_id
-    for role, router in cluster.routers.items():
-        for index, load in enumerate(router.loads):
-            assert load.outstanding_requests == 0, (role, index)
-            assert load.outstanding_tokens == 0, (role, index)
-    assert cluster.connector is None or cluster.connector.num_in_flight == 0
-    for instance in cluster.all_instances():
-        if instance.failed:
-            continue
-        scheduler = instance.scheduler
-        assert not scheduler.kv_held, instance.name
-        assert scheduler.num_unfinished == 0, instance.name
-        assert scheduler.kv.num_used_blocks == 0, instance.name
-        scheduler.kv.check_invariants()
-
-
 @st.composite
 def pd_fault_cases(draw):
     requests, engine, layout = draw(cases())
@@ -100,7 +79,7 @@ def _pd(case, step_s: float = 0.01) -> dict:
 @given(pd_fault_cases())
 def test_faulty_disaggregated_runs_end_every_request(case):
     cluster, done, objects = simulate(parse_scenario(_pd(case)), "llama-3.1-8b", case[0])
-    ended_with_reasons(cluster, done, objects)
+    everything_came_back(cluster, done, objects)
 
 
 def test_sglang_prompt_prefilled_on_decode_side_then_decode_lost():
@@ -125,7 +104,7 @@ def test_sglang_prompt_prefilled_on_decode_side_then_decode_lost():
               "client": {"max_retries": 0, "retry_delay_s": 0.0}}
     case = ([("r0", 0.09375, 1, 1, ())], engine, layout, faults)
     cluster, done, objects = simulate(parse_scenario(_pd(case)), "llama-3.1-8b", case[0])
-    ended_with_reasons(cluster, done, objects)
+    everything_came_back(cluster, done, objects)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -152,7 +131,7 @@ def _dp(case) -> dict:
 @given(dp_fault_cases())
 def test_faulty_data_parallel_runs_end_every_request(case):
     cluster, done, objects = simulate(parse_scenario(_dp(case)), case[0], case[4])
-    ended_with_reasons(cluster, done, objects)
+    everything_came_back(cluster, done, objects)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -59,6 +59,7 @@ from clustersim.calibration.fit import (
     _concat,
     _fit_alpha_busbw,
     _layer_profile_gemm_rows,
+    collective_values,
     fit_gemm,
 )
 from clustersim.calibration.sources import FIT_DIR
@@ -379,16 +380,10 @@ def profile_values(fit: dict) -> dict:
         dec = fit["decode_attention"]
         values["decode_attention_memory_efficiency"] = dec["decode_attention_memory_efficiency"]
         values["decode_attention_half_tokens"] = dec["decode_attention_half_tokens"]
-    if "allreduce" in fit:
-        values["allreduce_latency_s"] = fit["allreduce"]["allreduce_latency_s"]
-        values["link_efficiency"] = fit["allreduce"]["link_efficiency"]
+    values.update(collective_values(fit))
     if "custom_allreduce" in fit:
         values["custom_allreduce_latency_s"] = fit["custom_allreduce"]["latency_s"]
         values["custom_allreduce_link_efficiency"] = fit["custom_allreduce"]["link_efficiency"]
-    for name, field in (("all_gather", "allgather"), ("reduce_scatter", "reduce_scatter")):
-        if name in fit:
-            values[f"{field}_latency_s"] = fit[name]["latency_s"]
-            values[f"{field}_link_efficiency"] = fit[name]["link_efficiency"]
     return values
 
 

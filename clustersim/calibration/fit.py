@@ -461,6 +461,21 @@ def _calibrate_rtx4090(read: Reader) -> dict:
     }
 
 
+
+def collective_values(fit: dict) -> dict:
+    """The GpuSpec fields a fit's NCCL collectives set: all-reduce, all-gather and
+    reduce-scatter latency and link efficiency, each where the fit has it."""
+    values = {}
+    if "allreduce" in fit:
+        values["allreduce_latency_s"] = fit["allreduce"]["allreduce_latency_s"]
+        values["link_efficiency"] = fit["allreduce"]["link_efficiency"]
+    for name, field in (("all_gather", "allgather"), ("reduce_scatter", "reduce_scatter")):
+        if name in fit:
+            values[f"{field}_latency_s"] = fit[name]["latency_s"]
+            values[f"{field}_link_efficiency"] = fit[name]["link_efficiency"]
+    return values
+
+
 def _assemble(fits: dict[str, dict]) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for gpu_id, fit in fits.items():
@@ -471,13 +486,7 @@ def _assemble(fits: dict[str, dict]) -> dict[str, dict]:
             "attention_efficiency": fit["attention"]["attention_efficiency"],
             **BLIS_OVERHEADS,
         }
-        if "allreduce" in fit:
-            values["allreduce_latency_s"] = fit["allreduce"]["allreduce_latency_s"]
-            values["link_efficiency"] = fit["allreduce"]["link_efficiency"]
-        for name, field in (("all_gather", "allgather"), ("reduce_scatter", "reduce_scatter")):
-            if name in fit:
-                values[f"{field}_latency_s"] = fit[name]["latency_s"]
-                values[f"{field}_link_efficiency"] = fit[name]["link_efficiency"]
+        values.update(collective_values(fit))
         out[gpu_id] = {
             **values,
             "calibration": f"{FIT_ID}:{gpu_id}",

@@ -239,10 +239,8 @@ def _judge(engine: Engine, traffic: TrafficStats, slo: SLO, q: float, lam: float
         failed = "tpot"
     elif slo.itl_s is not None and full_step_s > slo.itl_s:
         failed = "itl"
-    elif batch * context > KV_HEADROOM * engine.kv_capacity_tokens:
-        failed = "kv"
-    elif batch > engine.max_num_seqs:
-        failed = "seats"
+    else:
+        failed = _holding_failure(engine, batch, context)
     return _State(failed, tau, share, batch)
 
 
@@ -291,11 +289,19 @@ def decode_state(engine: Engine, traffic: TrafficStats, slo: SLO, lam: float) ->
         failed = "tpot"
     elif slo.itl_s is not None and tau > slo.itl_s:
         failed = "itl"
-    elif batch * context > KV_HEADROOM * engine.kv_capacity_tokens:
-        failed = "kv"
-    elif batch > engine.max_num_seqs:
-        failed = "seats"
+    else:
+        failed = _holding_failure(engine, batch, context)
     return _State(failed, tau, 1.0, batch)
+
+
+def _holding_failure(engine: Engine, batch: float, context: float) -> str | None:
+    """What an instance cannot hold of ``batch`` running requests of ``context`` tokens each:
+    their KV (within its headroom), or their seats; None when it holds them."""
+    if batch * context > KV_HEADROOM * engine.kv_capacity_tokens:
+        return "kv"
+    if batch > engine.max_num_seqs:
+        return "seats"
+    return None
 
 
 def prefill_state(engine: Engine, traffic: TrafficStats, slo: SLO, q: float, lam: float,
