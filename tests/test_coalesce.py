@@ -24,30 +24,47 @@ from clustersim.engine.clock import Clock
 from clustersim.engine.instance import Instance
 from clustersim.engine.kv_manager import KVCacheManager
 from clustersim.engine.request import Request
+from clustersim.engine.scheduler import Scheduler
+from clustersim.engine.step_plan import StepPlan
 from clustersim.metrics import summarize_run
 from clustersim.scenario import parse_scenario
 from clustersim.sim import RunResult, run_scenario
 from clustersim.workload import chain_block_hashes
 from tests.helpers import explicit, scenario
 from tests.test_cluster_properties import cases, data_parallel_cases
-from tests.test_scheduler_properties import CheckedScheduler, configs
+from tests.test_scheduler_properties import check_plan, configs
 
 
-class CheckedBulkScheduler(CheckedScheduler):
+def check_bulk_plan(scheduler: Scheduler, plan: StepPlan) -> None:
     """The property test's checks, counting the decode set's members (scheduled in bulk,
     not listed in the plan)."""
+    cfg = scheduler.config
+    listed = sum(n for _, n in plan.scheduled)
+    assert plan.num_scheduled_tokens == listed + plan.num_bulk <= cfg.token_budget
+    assert all(n > 0 for _, n in plan.scheduled)
+    members = set(map(id, scheduler.running[:plan.num_bulk]))
+    assert not members & {id(r) for r, _ in plan.scheduled}
+    assert len(scheduler.running) <= cfg.max_num_seqs
+    scheduler.kv.check_invariants()
 
-    def schedule(self):
-        plan = super(CheckedScheduler, self).schedule()
-        cfg = self.config
-        listed = sum(n for _, n in plan.scheduled)
-        assert plan.num_scheduled_tokens == listed + plan.num_bulk <= cfg.token_budget
-        assert all(n > 0 for _, n in plan.scheduled)
-        members = set(map(id, self.running[:plan.num_bulk]))
-        assert not members & {id(r) for r, _ in plan.scheduled}
-        assert len(self.running) <= cfg.max_num_seqs
-        self.kv.check_invariants()
-        return plan
+
+class CheckingPricer(FixedPricer):
+    """A fixed step time that first checks each plan it prices (every step run one by one,
+    and the first step of every coalesced run)."""
+
+    __slots__ = ("scheduler", "check", "num_checked")
+
+    def __init__(self, step_time_s: float, scheduler: Scheduler, bulk: bool) -> None:
+        super().__init__(step_time_s)
+        self.scheduler = scheduler
+        self.check = check_bulk_plan if bulk else check_plan
+        self.num_checked = 0
+
+    def __call__(self, plan: StepPlan) -> float:
+        self.check(self.scheduler, plan)
+        self.num_checked += 1
+        return self.step_time_s
+
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXED = {"kind": "fixed", "step_time_s": 1.0}
@@ -313,10 +330,9 @@ def _engine(config, blocks: int, requests: list[Request], coalesce: bool, step_s
     env = Clock() if coalesce else simpy.Environment()
     kv = KVCacheManager(blocks, config.block_size, config.max_model_len,
                         config.enable_prefix_caching)
-    checked = CheckedBulkScheduler if coalesce else CheckedScheduler
-    engine = Instance(env, "i0", checked(config, kv, keep_token_times=not lean,
-                                         bulk_decodes=coalesce),
-                      FixedPricer(step_s), coalesce=coalesce)
+    scheduler = Scheduler(config, kv, keep_token_times=not lean, bulk_decodes=coalesce)
+    pricer = CheckingPricer(step_s, scheduler, bulk=coalesce)
+    engine = Instance(env, "i0", scheduler, pricer, coalesce=coalesce)
 
     def arrivals():
         for request in requests:
@@ -326,6 +342,7 @@ def _engine(config, blocks: int, requests: list[Request], coalesce: bool, step_s
 
     env.process(arrivals())
     env.run(until=10_000)
+    assert pricer.num_checked or not engine.steps  # the invariants were checked
     return engine
 
 

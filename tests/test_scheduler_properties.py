@@ -63,33 +63,36 @@ def workloads(draw) -> list[Request]:
     return sorted(requests, key=lambda r: r.arrival_s)
 
 
-class CheckedScheduler(Scheduler):
-    """Checks the invariants at every schedule and update."""
-
-    def schedule(self) -> StepPlan:
-        plan = super().schedule()
-        cfg = self.config
-        assert plan.num_scheduled_tokens == sum(n for _, n in plan.scheduled)
-        assert plan.num_scheduled_tokens <= cfg.token_budget
-        assert all(n > 0 for _, n in plan.scheduled)
-        assert len({id(r) for r, _ in plan.scheduled}) == len(plan.scheduled)
-        assert len(self.running) <= cfg.max_num_seqs
-        assert self.kv.num_used_blocks <= self.kv.num_usable_blocks
-        self.kv.check_invariants()
-        for request in plan.sampled:
-            # every prompt token (and every earlier output) is computed before a token is sampled
-            assert request.num_computed_tokens >= request.num_tokens
-        for request, _ in plan.scheduled:
-            assert request.num_computed_tokens <= cfg.max_model_len
-            assert request.status is RequestStatus.RUNNING
-        return plan
+def check_plan(scheduler: Scheduler, plan: StepPlan) -> None:
+    """The invariants right after ``schedule()`` (the instance prices every plan then; the
+    scheduler, compiled, cannot be subclassed to check them)."""
+    cfg = scheduler.config
+    assert plan.num_scheduled_tokens == sum(n for _, n in plan.scheduled)
+    assert plan.num_scheduled_tokens <= cfg.token_budget
+    assert all(n > 0 for _, n in plan.scheduled)
+    assert len({id(r) for r, _ in plan.scheduled}) == len(plan.scheduled)
+    assert len(scheduler.running) <= cfg.max_num_seqs
+    assert scheduler.kv.num_used_blocks <= scheduler.kv.num_usable_blocks
+    scheduler.kv.check_invariants()
+    for request in plan.sampled:
+        # every prompt token (and every earlier output) is computed before a token is sampled
+        assert request.num_computed_tokens >= request.num_tokens
+    for request, _ in plan.scheduled:
+        assert request.num_computed_tokens <= cfg.max_model_len
+        assert request.status is RequestStatus.RUNNING
 
 
 def run(config: SchedulerConfig, blocks: int, requests: list[Request]) -> Instance:
     env = simpy.Environment()
     kv = KVCacheManager(blocks, config.block_size, config.max_model_len,
                         config.enable_prefix_caching)
-    instance = Instance(env, "i0", CheckedScheduler(config, kv), lambda plan: 0.01)
+    scheduler = Scheduler(config, kv)
+
+    def step_time(plan: StepPlan) -> float:
+        check_plan(scheduler, plan)
+        return 0.01
+
+    instance = Instance(env, "i0", scheduler, step_time)
 
     def arrivals():
         for request in requests:

@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from clustersim import native
 from clustersim.cli.calibrate import calibrate_cmd, validate_cmd
 from clustersim.cli.common import HELP_OPTIONS, Commands
 from clustersim.cli.compare import compare_cmd
@@ -32,7 +33,7 @@ app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
-        typer.echo(f"clustersim {version('clustersim')}")
+        typer.echo(f"clustersim {version('clustersim')} ({native.status()})")
         raise typer.Exit(0)
 
 

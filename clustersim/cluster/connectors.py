@@ -41,7 +41,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import simpy
 
@@ -93,7 +93,7 @@ class KVConnector:
     """What every connector shares: the bookkeeping of handoffs, the transfer over the links,
     and the producer's fate. Subclasses decide who is contacted when."""
 
-    name = ""
+    name: ClassVar[str] = ""
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
@@ -201,7 +201,7 @@ class KVConnector:
         if not transfer.ok:
             error = transfer.value
             if not isinstance(error, TransferFailed):
-                raise error
+                raise error  # type: ignore[misc]  # a failed event's value is its exception
             if self._live(handoff):
                 self._load_failed(handoff, error.cause)
             return
@@ -275,7 +275,7 @@ class KVConnector:
         prefill = cluster.instances["prefill"][handoff.prefill_index]
         prefill.release_kv(handoff.producer)  # its reader gives up (a no-op if it died)
         handoff.kv_read = True
-        decode = cluster.instances["decode"][handoff.decode_index]
+        decode = cluster.instances["decode"][handoff.decode_index]  # type: ignore[index]
         if self.recomputes_failed_loads:
             tally.num_recomputed += 1
             decode.recompute_remote_load(client)
@@ -356,7 +356,7 @@ class NixlConnector(KVConnector):
     prompt's blocks without a seat (WAITING_FOR_REMOTE_KVS), pulls them and recomputes one
     token. The prefill instance keeps its blocks until they are read."""
 
-    name = "nixl"
+    name: ClassVar[str] = "nixl"
 
     def __init__(self, cluster: Cluster) -> None:
         super().__init__(cluster)
@@ -388,7 +388,7 @@ class SGLangConnector(KVConnector):
     allocation), so a prefill never holds blocks for a decode that has no room for them; the
     prefill pushes the KV when it is done."""
 
-    name = "sglang"
+    name: ClassVar[str] = "sglang"
     # a failed push fails the request (SGLang has no recompute path for it)
 
     def _started(self, handoff: Handoff, prefill) -> None:
@@ -423,11 +423,11 @@ class SGLangConnector(KVConnector):
             super()._producer_rejected(handoff, reason)
             return
         # the decode side already holds blocks for it; take it back there
-        handoff.prefill_done.succeed()
+        handoff.prefill_done.succeed()  # type: ignore[union-attr]
         self.cluster.instances["decode"][handoff.decode_index].abort(handoff.client, reason)
 
     def _producer_finished(self, handoff: Handoff) -> None:
-        handoff.prefill_done.succeed()
+        handoff.prefill_done.succeed()  # type: ignore[union-attr]
 
     def _consumer_rejected(self, handoff: Handoff) -> None:
         if not handoff.producer_sent:  # the prefill never started

@@ -29,7 +29,7 @@ import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import simpy
 
@@ -105,7 +105,7 @@ class Drain:
     """One sub-flow while it moves bytes."""
 
     edges: tuple[Edge, ...]
-    num_bytes: int
+    num_bytes: float
     remaining: float
     rate: float = 0.0
     due_s: float = math.inf
@@ -137,7 +137,7 @@ class FluidState:
                 drain.remaining -= drain.rate * elapsed
         self.now_s = now_s
 
-    def add(self, key: int, edges: Sequence[Edge], num_bytes: int) -> None:
+    def add(self, key: int, edges: Sequence[Edge], num_bytes: float) -> None:
         self.active[key] = Drain(tuple(edges), num_bytes, float(num_bytes))
 
     def replan(self) -> float | None:
@@ -311,7 +311,9 @@ class FlowNetwork:
         edges = list(topology.graph.edges(data=True))
         self._link_ids = [attrs["link_id"] for _, _, attrs in edges]
         self._edge_index = {(u, v): i for i, (u, v, _) in enumerate(edges)}
-        self._capacity = {i: attrs["bytes_per_s"] for i, (_, _, attrs) in enumerate(edges)}
+        self._capacity: dict[Edge, float] = {
+            i: attrs["bytes_per_s"] for i, (_, _, attrs) in enumerate(edges)
+        }
         self._edge_bytes = [0.0] * len(edges)
         self._routes: dict[tuple[str, str], tuple[tuple[int, ...], float, str]] = {}
         self._fluid = FluidState(self._capacity, env.now)
@@ -393,7 +395,7 @@ class FlowNetwork:
         self._fluid.advance(self.env.now)
         carried = list(self._edge_bytes)
         for edge, moved in self._fluid.carried().items():
-            carried[edge] += moved
+            carried[cast(int, edge)] += moved
         return {
             link_id: (
                 moved / (self._capacity[edge] * span_s) if span_s else math.inf
@@ -500,7 +502,7 @@ class FlowNetwork:
             if key in self._fluid.active:
                 edges, moved = self._fluid.remove(key)
                 for edge in edges:
-                    self._edge_bytes[edge] += moved
+                    self._edge_bytes[cast(int, edge)] += moved
         transfer.num_pending = -1  # its pending starts and wake-ups find nothing
 
 

@@ -94,7 +94,7 @@ class StepEndOrder:
             if mine_real and theirs_real:
                 return -1 if real < o_real else 1
             when = real[0] if mine_real else ends[step - 1]
-            o_when = o_real[0] if theirs_real else o_ends[o_step - 1]
+            o_when = o_real[0] if theirs_real else o_ends[o_step - 1]  # type: ignore[index]
             if when != o_when:
                 return -1 if when < o_when else 1
             if mine_real:
@@ -143,7 +143,8 @@ class Clock(simpy.Environment):
         at = now + delay
         if at in self._watched:
             self._tie(at)
-        heappush(self._queue, (at, priority, (now, next(self._eid)), event))
+        # SimPy types a queue entry's third item as an int id; ours is an order key
+        heappush(self._queue, (at, priority, (now, next(self._eid)), event))  # type: ignore[misc]
 
     def order_now(self) -> tuple[float, int]:
         """The order key of an event scheduled at this moment."""
@@ -164,7 +165,7 @@ class Clock(simpy.Environment):
             self._tie(at_s)
         self._stand_ins[at_s] = self._stand_ins.get(at_s, 0) + 1
         self._num_stand_ins += 1
-        heappush(self._queue, (at_s, NORMAL, order, event))
+        heappush(self._queue, (at_s, NORMAL, order, event))  # type: ignore[misc]
 
     def stand_in_gone(self, at_s: float) -> None:
         """A stand-in at ``at_s`` fired or no longer matters."""

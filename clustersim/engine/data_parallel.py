@@ -18,7 +18,8 @@ steps.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
+from typing import Any
 
 import simpy
 
@@ -29,6 +30,7 @@ from clustersim.engine.instance import FIRST_CHUNK_STEPS, Instance
 from clustersim.engine.request import Request
 from clustersim.engine.run_timer import RunTimer
 from clustersim.engine.scheduler import Scheduler, StepPlan
+from clustersim.engine.steplog import StepRecord
 from clustersim.errors import ConfigError
 
 WAITING_WEIGHT = 4
@@ -170,7 +172,7 @@ class DataParallelGroup:
             self.process = self.env.process(self._loop())
 
     @property
-    def steps(self):
+    def steps(self) -> list[StepRecord]:
         return [step for rank in self.ranks for step in rank.steps]
 
     # -------------------------------------------------------------- lockstep
@@ -178,13 +180,13 @@ class DataParallelGroup:
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
 
-    def _loop(self):
+    def _loop(self) -> Generator[simpy.Event, Any, None]:
         try:
             yield from self._run()
         except simpy.Interrupt:
             return
 
-    def _run(self):
+    def _run(self) -> Generator[simpy.Event, Any, None]:
         """Sync scheduling across the group: every rank schedules, the step takes the slowest
         rank's time, every rank applies its output; idle ranks run dummy batches."""
         env = self.env
@@ -217,7 +219,7 @@ class DataParallelGroup:
                     for rank in ranks:
                         rank.end_run()
                     continue
-            yield env.timeout(self.price_steps(plans))
+            yield env.timeout(self.price_steps(plans))  # type: ignore[misc]
             for rank, plan in zip(ranks, plans, strict=True):
                 if plan is None:
                     rank.record_dummy_step(start, env.now)
@@ -243,7 +245,7 @@ class DataParallelGroup:
         num_steps = min(s.num_steps for s in busy)
         for s in busy:
             shrink_run(s, num_steps)
-        durations = [self.price_steps(plans), *self._price(steps, 1, num_steps - 1)]
+        durations = [self.price_steps(plans), *self._price(steps, 1, num_steps - 1)]  # type: ignore[misc]
         run = RunTimer(self.env, start_s, durations, first_chunk,  # type: ignore[arg-type]
                        self._plan_more)
         self._steps = steps

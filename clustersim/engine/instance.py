@@ -22,7 +22,9 @@ and every case ``plan_decode_run`` refuses.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from functools import partial
+from typing import Any
 
 import simpy
 
@@ -209,7 +211,7 @@ class Instance:
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
 
-    def _wait(self):
+    def _wait(self) -> Generator[simpy.Event, Any, None]:
         """Sleep until a request arrives or a KV pull finishes."""
         self._wakeup = self.env.event()
         yield self._wakeup
@@ -221,17 +223,15 @@ class Instance:
             if self.start_kv_load is None:
                 raise AssertionError(f"{self.name}: KV pull for {request.request_id} without "
                                      "a connector")
-            self.start_kv_load(request, num_blocks).callbacks.append(
-                lambda _event, request=request: self._pulled(request)
-            )
+            self.start_kv_load(request, num_blocks).callbacks.append(partial(self._pulled, request))
 
-    def _pulled(self, request: Request) -> None:
+    def _pulled(self, request: Request, _event: object = None) -> None:
         if self._run is not None:
             self._settle(apply=False)
         request.kv_transfer_done = True
         self._wake()
 
-    def _next_plan(self):
+    def _next_plan(self) -> Generator[simpy.Event, Any, StepPlan]:
         """Schedule until there is a step to run, waiting while there is nothing to do."""
         scheduler = self.scheduler
         while True:
@@ -253,7 +253,7 @@ class Instance:
                 continue
             self.reject_unschedulable()
 
-    def _loop(self):
+    def _loop(self) -> Generator[simpy.Event, Any, None]:
         """The step loop, until the engine fails (:meth:`fail` interrupts it)."""
         loop = self._run_async if self.scheduler.config.async_scheduling else self._run_sync
         try:
@@ -261,7 +261,7 @@ class Instance:
         except simpy.Interrupt:
             return
 
-    def _run_sync(self):
+    def _run_sync(self) -> Generator[simpy.Event, Any, None]:
         """Sync scheduling: schedule(N) -> run(N) -> update(N) -> schedule(N+1)."""
         env = self.env
         while True:
@@ -374,7 +374,7 @@ class Instance:
         self._log_run(run, steps, first, last + 1)
         self._done(finished)
 
-    def _run_async(self):
+    def _run_async(self) -> Generator[simpy.Event, Any, None]:
         """Async scheduling: schedule(N+1) runs before update(N), as vLLM's batch queue does."""
         env = self.env
         scheduler = self.scheduler

@@ -39,14 +39,15 @@ class Scheduler:
         self.kv = kv
         self.keep_token_times = keep_token_times
         bulk = bulk_decodes and not config.async_scheduling and config.policy == "fcfs"
-        self.step_clock: array | None = array("d") if bulk or not keep_token_times else None
+        step_clock = array("d") if bulk or not keep_token_times else None
+        self.step_clock: array | None = step_clock
         """The end time of every step applied, in order (decode-set members' tokens and a
         lean run's token records index it)."""
         self.token_clock: array | None = None if keep_token_times else self.step_clock
         """Lean run: the clock ``Request.token_streaks`` index."""
         self.decoding: DecodeSet | None = (
-            DecodeSet(kv, config.max_model_len, self.step_clock, keep_token_times)
-            if bulk else None
+            DecodeSet(kv, config.max_model_len, step_clock, keep_token_times)
+            if bulk and step_clock is not None else None
         )
         """Running requests that decode every step, advanced together (``bulk_decodes``)."""
         self.running: list[Request] = []
@@ -245,7 +246,7 @@ class Scheduler:
         holding = self.kv_holding
         running = self.running
         blocked: list[Request] = []  # holding requests whose pull is still in flight
-        stopped_by = "budget"
+        stopped_by: str | None = "budget"
         while budget > 0:
             from_holding = bool(holding)
             if not from_holding and not len(waiting):
