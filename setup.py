@@ -11,6 +11,7 @@ import json
 import os
 import runpy
 import sys
+import tempfile
 from pathlib import Path
 
 from setuptools import setup
@@ -48,7 +49,9 @@ def core_extensions() -> list:
     paths = [str(native["source_path"](m, Path("."))) for m in native["MODULES"]]
     # the modules they import are type-checked only as far as the core needs (and may be
     # absent: the build runs before clustersim's dependencies are installed)
-    options = ["--ignore-missing-imports", "--follow-imports=silent"]
+    # a fresh cache: types read in another environment must not leak into this build
+    cache = tempfile.mkdtemp(prefix="clustersim-mypy-")
+    options = ["--ignore-missing-imports", "--follow-imports=silent", f"--cache-dir={cache}"]
     try:
         return mypycify([*options, *paths], opt_level="3", group_name=native["GROUP"])
     except BaseException as error:  # noqa: BLE001  mypyc exits on a type error

@@ -60,6 +60,7 @@ from functools import lru_cache
 
 from clustersim.catalog.specs import GpuSpec, ModelSpec
 from clustersim.cost.collectives import custom_allreduce_max_bytes
+from clustersim.cost.decode_steps import decode_step_times
 from clustersim.cost.kernels import GemmKernel, gemm_kernel
 
 # FLOPs per multiply-accumulate.
@@ -408,18 +409,11 @@ class CostModel:
                 self._fixed_overhead_s + num_decodes * self._request_overhead_s,
             )
         compute, memory, communication, overhead = parts
-        attn_s_per_pair = self._attn_s_per_pair
-        kv_s_per_token = self._decode_kv_s_per_token
-        rows = num_decodes * self._decode_rows_per_seq
-        # per step: t_compute = kv x attn_s_per_pair, t_memory = (kv + rows) x kv_s_per_token,
-        # added as step_time adds the larger (one comprehension: this is the hot loop)
-        return [
-            compute + kv * attn_s_per_pair + memory + communication + overhead
-            if kv * attn_s_per_pair >= (kv + rows) * kv_s_per_token
-            else compute + (memory + (kv + rows) * kv_s_per_token) + communication + overhead
-            for kv in range(decode_kv_tokens, decode_kv_tokens + num_steps * num_decodes,
-                            num_decodes)
-        ]
+        return decode_step_times(
+            compute, memory, communication, overhead, self._attn_s_per_pair,
+            self._decode_kv_s_per_token, num_decodes * self._decode_rows_per_seq,
+            decode_kv_tokens, num_decodes, num_steps,
+        )
 
     def kernel_floors_s(self, batch: BatchShape) -> float:
         """The kernel floors (attention, GEMMs, fused MoE, LM head) in ``step_time(batch)``'s
