@@ -95,3 +95,42 @@ def test_the_compiled_core_writes_the_pure_runs_bytes(scenario, tmp_path):
     for name in files:
         assert (tmp_path / "compiled" / name).read_bytes() == (
             (tmp_path / "pure" / name).read_bytes()), name
+
+
+def _event_trace(env) -> list:
+    """What SimPy's loop does with: callbacks in order, a stop from inside one, a resumed run,
+    and a failure nobody defused."""
+    import simpy
+    from simpy.core import StopSimulation
+
+    trace: list = []
+
+    def sleeper(name: str, delay: float):
+        yield env.timeout(delay)
+        trace.append((name, env.now))
+
+    for i, delay in enumerate([2.0, 1.0, 1.0, 3.0]):
+        env.process(sleeper(f"p{i}", delay))
+    stop = env.timeout(1.5)
+    stop.callbacks += [lambda e: trace.append(("before stop", env.now)), StopSimulation.callback,
+                       lambda e: trace.append(("after stop", env.now))]
+    trace.append(("returned", env.run()))
+    trace.append(("returned", env.run()))
+    failing = env.event()
+    failing.fail(ValueError("boom"))
+    try:
+        env.run()
+    except ValueError as error:
+        trace.append(("raised", type(error).__name__, str(error), type(error.__cause__).__name__))
+    assert isinstance(env, simpy.Environment)
+    return trace
+
+
+def test_the_clocks_own_loop_processes_events_as_simpy_does():
+    from simpy import Environment
+
+    from clustersim.engine.clock import Clock
+
+    expected = _event_trace(Environment())
+    assert ("after stop", 1.5) in expected and expected[-1][0] == "raised"
+    assert _event_trace(Clock()) == expected

@@ -33,7 +33,7 @@ from heapq import heappop, heappush
 from typing import Any, Protocol
 
 import simpy
-from simpy.core import NORMAL, URGENT
+from simpy.core import NORMAL, URGENT, StopSimulation
 
 
 def call_soon(env: simpy.Environment, callback: Callable[[], None]) -> None:
@@ -141,16 +141,25 @@ class Clock(simpy.Environment):
     def run(self, until: Any = None) -> Any:
         """``simpy.Environment.run``; to the end of the schedule (``until`` None, how a
         simulation runs) with SimPy's own ``step`` inlined: this loop is compiled with the
-        core. Events are processed as SimPy does: callbacks in order, and a failed event
-        nobody defused stops the run with a copy of its exception."""
+        core. Events are processed as SimPy does: callbacks in order; a ``StopSimulation``
+        from one ends the run with its value (the event keeps the callbacks after it, for a
+        later run); a failed event nobody defused stops the run with a copy of its
+        exception."""
         if until is not None:
             return super().run(until)
         queue: list[Any] = self._queue  # (entries hold our order keys, not SimPy's ints)
         while queue:
             self._now, _, _, event = heappop(queue)
             callbacks, event.callbacks = event.callbacks, None  # type: ignore[assignment]
-            for callback in callbacks:
-                callback(event)
+            done = 0
+            try:
+                for callback in callbacks:
+                    done += 1
+                    callback(event)
+            except StopSimulation as stop:
+                event.callbacks = callbacks[done:]
+                self.schedule(event, URGENT - 1)
+                return stop.args[0]
             if not event._ok and not hasattr(event, "_defused"):
                 error = event._value
                 copy = type(error)(*error.args)
