@@ -17,6 +17,7 @@ from pathlib import Path
 
 import simpy
 
+from clustersim import native
 from clustersim.plan.executors import ProcessExecutor
 from clustersim.plan.planner import Planner
 from clustersim.scenario import load_scenario
@@ -72,6 +73,7 @@ def main() -> None:
     print("sims: simulations run (bisection probes and the S7 pair); sim req: the requests "
           "they served; req/s wall: simulated requests per wall second of the whole plan, "
           "screen included.")
+    print(f"clustersim {native.status()}")
 
 
 if __name__ == "__main__":

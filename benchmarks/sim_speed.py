@@ -2,11 +2,12 @@
 
     python benchmarks/sim_speed.py                 # cases a, b, c
     python benchmarks/sim_speed.py --cases b --repeat 3
-    python benchmarks/sim_speed.py --slow          # also case c step by step (long)
+    python benchmarks/sim_speed.py --slow          # also case c pure and step by step (long)
 
 Every case is a lean run (``record_steps=False``, what the planner runs) timed end to end in
-a fresh subprocess, so that its peak RSS is its own: once with coalesced decode runs and once
-step by step. Each subprocess also measures SimPy's null-event rate (a process doing
+a fresh subprocess, so that its peak RSS is its own: with coalesced decode runs on the
+compiled core (``clustersim.native``), the same on the pure Python core, and step by step.
+Each subprocess also measures SimPy's null-event rate (a process doing
 ``yield env.timeout(1)``), and the table divides the request rate by it, so that figures from
 machines of different speed compare. Columns: wall s = ``run_scenario`` (workload and
 cluster built, simulated to the end); summary s = ``summarize_run`` on top; events = SimPy
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -27,6 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 NULL_EVENTS = 300_000
+PURE_NOTE = "CLUSTERSIM_PURE=1 (clustersim's core modules as pure Python, as without a compiler)"
 
 
 def _one_h100_azure_hour() -> dict:
@@ -106,6 +109,7 @@ def null_event_rate(n: int = NULL_EVENTS) -> float:
 
 def worker(case: str, coalesce: bool) -> dict:
     """Runs in the subprocess: one case, one mode."""
+    from clustersim import native
     from clustersim.metrics import summarize_run
     from clustersim.scenario import parse_scenario
     from clustersim.sim import run_scenario
@@ -126,15 +130,24 @@ def worker(case: str, coalesce: bool) -> dict:
         "summary_s": summary_wall,
         "null_rate": null_rate,
         "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "core": native.status(),
     }
 
 
-def run_case(case: str, coalesce: bool) -> dict:
+def run_case(case: str, coalesce: bool, pure: bool = False) -> dict:
+    from clustersim import native
+
+    env = {**os.environ, native.PURE_ENV: "1" if pure else ""}
     out = subprocess.run(
         [sys.executable, __file__, "--worker", case, "--coalesce", str(int(coalesce))],
-        check=True, capture_output=True, text=True,
+        check=True, capture_output=True, text=True, env=env,
     )
     return json.loads(out.stdout.splitlines()[-1])
+
+
+MODES = (("coalesced", True, False), ("pure", True, True), ("stepped", False, False))
+"""(label, coalesced, pure Python core): the compiled core coalesced, the same run on the
+pure Python modules, and the compiled core one step per event."""
 
 
 def main() -> None:
@@ -152,23 +165,28 @@ def main() -> None:
               f"{'wall s':>8}{'summ s':>7}{'req/s':>9}{'null ev/s':>11}{'ratio':>8}{'RSS MB':>8}")
     print(header)
     print("-" * len(header))
+    cores = set()
     for key in args.cases.split(","):
         case = CASES[key]
-        for coalesce in (True, False):
+        for mode, coalesce, pure in MODES:
             label = f"({key}) {case.description}"
-            if not coalesce and not (case.stepped or args.slow):
-                print(f"{label:<50}{'stepped':>10}   skipped (--slow runs it)")
+            if mode != "coalesced" and not (case.stepped or args.slow):
+                print(f"{label:<50}{mode:>10}   skipped (--slow runs it)")
                 continue
-            runs = [run_case(key, coalesce) for _ in range(args.repeat)]
+            runs = [run_case(key, coalesce, pure) for _ in range(args.repeat)]
             r = min(runs, key=lambda run: run["wall_s"])
             rate = r["requests"] / r["wall_s"]
-            print(f"{label:<50}{'coalesced' if coalesce else 'stepped':>10}"
+            if not pure:
+                cores.add(r["core"])
+            print(f"{label:<50}{mode:>10}"
                   f"{r['requests']:>10,}{r['steps']:>11,}{r['events']:>10,}{r['wall_s']:>8.2f}"
                   f"{r['summary_s']:>7.2f}{rate:>9,.0f}{r['null_rate']:>11,.0f}"
                   f"{rate / r['null_rate']:>8.4f}{max(x['rss_mb'] for x in runs):>8.0f}",
                   flush=True)
     print("\nlean runs (record_steps=False); req/s = requests / wall s; ratio = req/s over "
-          "SimPy's null-event rate measured in the same subprocess.")
+          "SimPy's null-event rate measured in the same subprocess; pure: the coalesced run "
+          f"with {PURE_NOTE}.")
+    print("coalesced and stepped rows: " + "; ".join(sorted(cores)))
 
 
 if __name__ == "__main__":
