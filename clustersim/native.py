@@ -38,7 +38,7 @@ MODULES = (
     "clustersim.cluster.flows",
     "clustersim.cluster.router",
     "clustersim.cluster.connectors",
-    "clustersim.cost.decode_steps",
+    "clustersim.cost.prices",
 )
 """Compiled together, as one group: a compiled module calls another's classes natively."""
 GROUP = "clustersim._core"

@@ -12,7 +12,8 @@ import simpy
 from clustersim.catalog import load_gpu, load_model
 from clustersim.cluster.system import DUMMY_BATCH
 from clustersim.cost.memory import kv_budget, weight_bytes_per_gpu
-from clustersim.cost.roofline import BatchShape, CostModel, experts_touched
+from clustersim.cost.prices import experts_touched
+from clustersim.cost.roofline import BatchShape, CostModel
 from clustersim.engine.config import SchedulerConfig
 from clustersim.engine.data_parallel import STATS_INTERVAL_S, DataParallelGroup
 from clustersim.engine.instance import Instance

@@ -11,7 +11,8 @@ from pydantic import ValidationError
 
 from clustersim.catalog import load_gpu, load_model
 from clustersim.cost.memory import activation_peak_bytes, cuda_graph_bytes, kv_budget
-from clustersim.cost.roofline import BatchShape, CostModel, StepCost, experts_touched
+from clustersim.cost.prices import experts_touched
+from clustersim.cost.roofline import BatchShape, CostModel, StepCost
 from clustersim.errors import InputError
 from clustersim.scenario import parse_scenario
 from clustersim.sim import run_scenario

@@ -91,20 +91,21 @@ class FixedPricer:
 class RooflinePricer:
     """A step's seconds from the roofline cost model, read straight off the plan."""
 
-    __slots__ = ("cost_model",)
+    __slots__ = ("cost_model", "_prices")
 
     def __init__(self, cost_model: CostModel) -> None:
         self.cost_model = cost_model
+        self._prices = cost_model.prices
 
     def __call__(self, plan: StepPlan) -> float:
-        return self.cost_model.step_time_s(
+        return self._prices.step_time_s(
             plan.num_prefill_tokens, plan.prefill_attn_pairs, plan.prefill_kv_tokens,
             plan.num_decode_tokens, plan.decode_kv_tokens, plan.num_sampled, plan.num_seqs,
         )
 
     def decode_run(self, num_decodes: int, decode_kv_tokens: int, num_steps: int) -> list[float]:
         """Seconds of each of ``num_steps`` pure-decode steps (``CostModel.decode_run_s``)."""
-        return self.cost_model.decode_run_s(num_decodes, decode_kv_tokens, num_steps)
+        return self._prices.decode_run_s(num_decodes, decode_kv_tokens, num_steps)
 
 
 def make_pricer(cost_model: CostModel | None, cost: Cost) -> FixedPricer | RooflinePricer:

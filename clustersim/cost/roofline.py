@@ -60,8 +60,8 @@ from functools import lru_cache
 
 from clustersim.catalog.specs import GpuSpec, ModelSpec
 from clustersim.cost.collectives import custom_allreduce_max_bytes
-from clustersim.cost.decode_steps import decode_step_times
 from clustersim.cost.kernels import GemmKernel, gemm_kernel
+from clustersim.cost.prices import StepPrices
 
 # FLOPs per multiply-accumulate.
 _FLOPS_PER_MAC = 2
@@ -184,7 +184,7 @@ class CostModel:
         "_dp",
         "_gather_fixed_s",
         "_gather_s_per_token",
-        "_decode_parts",
+        "prices",
     )
 
     def __init__(
@@ -345,16 +345,15 @@ class CostModel:
             self._logits_fixed_s = self._logits_s_per_row = 0.0
         self._fixed_overhead_s = gpu.per_step_overhead_s + layers * gpu.per_layer_overhead_s
         self._request_overhead_s = gpu.per_request_overhead_s
-        self._decode_parts: dict[tuple[int, int | None], tuple[float, float, float, float]] = {}
-        """(compute, memory, communication, overhead) of a pure-decode batch by (size, MoE
-        tokens), all but its attention: what a run of decode steps shares."""
+        self.prices = StepPrices(self)
+        """The per-step arithmetic over these constants (compiled with the core)."""
 
     def step_time(self, batch: BatchShape, moe_tokens: int | None = None) -> StepCost:
         """Price one step; an empty batch costs 0. ``moe_tokens``: the tokens the MoE layers
         see (a data-parallel group's padded total; default this batch's)."""
         if not batch.num_prefill_tokens + batch.num_decode_tokens:
             return IDLE_COST
-        compute, memory, communication, overhead = self._parts(
+        compute, memory, communication, overhead = self.prices.parts(
             batch.num_prefill_tokens, batch.prefill_attn_pairs, batch.prefill_kv_tokens,
             batch.num_decode_tokens, batch.decode_kv_tokens, batch.num_sampled, batch.num_seqs,
             moe_tokens,
@@ -375,17 +374,11 @@ class CostModel:
         moe_tokens: int | None = None,
     ) -> float:
         """``step_time(BatchShape(...)).time_s`` without building either object (the hot path:
-        one call per engine step)."""
-        if not num_prefill_tokens:
-            if not num_decode_tokens:
-                return 0.0
-            if num_sampled == num_seqs == num_decode_tokens:  # a pure-decode step
-                return self.decode_run_s(num_decode_tokens, decode_kv_tokens, 1, moe_tokens)[0]
-        compute, memory, communication, overhead = self._parts(
+        one call per engine step; ``prices.step_time_s`` saves this call)."""
+        return self.prices.step_time_s(
             num_prefill_tokens, prefill_attn_pairs, prefill_kv_tokens, num_decode_tokens,
             decode_kv_tokens, num_sampled, num_seqs, moe_tokens,
         )
-        return compute + memory + communication + overhead
 
     def decode_run_s(
         self, num_decodes: int, decode_kv_tokens: int, num_steps: int,
@@ -400,20 +393,7 @@ class CostModel:
         the attention is compute- or memory-bound is decided per step as ``step_time`` does
         (both sides grow linearly with the context, so it flips at most once).
         """
-        parts = self._decode_parts.get((num_decodes, moe_tokens))
-        if parts is None:
-            if num_decodes <= 0:
-                raise ValueError(f"a decode run needs decodes, got {num_decodes}")
-            parts = self._decode_parts[num_decodes, moe_tokens] = (
-                *self._dense_parts(num_decodes, num_decodes, moe_tokens),
-                self._fixed_overhead_s + num_decodes * self._request_overhead_s,
-            )
-        compute, memory, communication, overhead = parts
-        return decode_step_times(
-            compute, memory, communication, overhead, self._attn_s_per_pair,
-            self._decode_kv_s_per_token, num_decodes * self._decode_rows_per_seq,
-            decode_kv_tokens, num_decodes, num_steps,
-        )
+        return self.prices.decode_run_s(num_decodes, decode_kv_tokens, num_steps, moe_tokens)
 
     def kernel_floors_s(self, batch: BatchShape) -> float:
         """The kernel floors (attention, GEMMs, fused MoE, LM head) in ``step_time(batch)``'s
@@ -425,95 +405,6 @@ class CostModel:
         floors = self._attn_floor_s + sum(g[4] for g in gemms)
         floors += sum(g[4] for g in self._expert_gemms)
         return floors + (self._lm_head_floor_s if batch.num_sampled else 0.0)
-
-    def _dense_parts(self, tokens: int, rows: int,
-                     moe_tokens: int | None) -> tuple[float, float, float]:
-        """(compute, memory, communication) seconds of every op but attention, in the order
-        ``step_time`` adds them: the layer GEMMs, the experts, the LM head."""
-        compute = 0.0
-        if tokens >= self._dequant_rows:
-            gemms, memory = self._gemms_large, self._dequant_s
-        else:
-            gemms, memory = self._gemms, 0.0
-        # the attention kernel's floor, once per layer whatever the batch; kernel floors are
-        # booked with the memory-bound time (neither FLOPs nor bytes explain them)
-        memory += self._attn_floor_s
-        for flop_s, weight_s, act_s, half, floor in gemms:
-            # GEMM efficiency saturates with M: eff x M / (M + half), so compute time is
-            # (M + half) x FLOPs per row / (eff x peak) -- a fixed M-independent part per GEMM
-            t_compute = (tokens + half) * flop_s
-            t_memory = weight_s + tokens * act_s
-            if t_compute >= t_memory:
-                compute += t_compute
-            else:
-                memory += t_memory
-            memory += floor
-        if tokens < self._custom_ar_max_tokens:
-            communication = self._custom_ar_fixed_s + tokens * self._custom_ar_s_per_token
-        else:
-            communication = self._allreduce_fixed_s + tokens * self._allreduce_s_per_token
-        if self._expert_gemms:
-            moe = tokens if moe_tokens is None else moe_tokens
-            share = self._expert_share
-            routed = moe * self._top_k * share
-            touched = experts_touched(self._num_experts, self._top_k, moe) * share
-            if self._dp > 1:
-                communication += self._gather_fixed_s + moe * self._gather_s_per_token
-            for flop_s, weight_s, act_s, half, floor in self._expert_gemms:
-                # touched experts of routed / touched rows each: (rows + half) x FLOPs per row;
-                # one fused call per layer serves them all: one floor
-                t_compute = (routed + touched * half) * flop_s
-                t_memory = touched * weight_s + routed * act_s
-                if t_compute >= t_memory:
-                    compute += t_compute
-                else:
-                    memory += t_memory
-                memory += floor
-        if rows:
-            communication += self._logits_fixed_s + rows * self._logits_s_per_row
-            t_compute = (rows + self._lm_head_half) * self._lm_head_s_per_row
-            t_memory = self._lm_head_weight_s + rows * self._lm_head_act_s_per_row
-            if t_compute >= t_memory:
-                compute += t_compute
-            else:
-                memory += t_memory
-            memory += self._lm_head_floor_s
-        return compute, memory, communication
-
-    def _parts(
-        self, num_prefill_tokens: int, prefill_attn_pairs: float, prefill_kv_tokens: int,
-        num_decode_tokens: int, decode_kv_tokens: int, num_sampled: int, num_seqs: int,
-        moe_tokens: int | None,
-    ) -> tuple[float, float, float, float]:
-        """(compute, memory, communication, overhead) seconds of a non-empty step."""
-        compute, memory, communication = self._dense_parts(
-            num_prefill_tokens + num_decode_tokens, num_sampled, moe_tokens
-        )
-        if num_prefill_tokens:
-            # reads the KV the chunks attend to, writes the chunks' own KV
-            t_compute = ((prefill_attn_pairs + self._attn_half_keys * num_prefill_tokens)
-                         * self._attn_s_per_pair)
-            t_memory = (prefill_kv_tokens + num_prefill_tokens) * self._kv_s_per_token
-            if t_compute >= t_memory:
-                compute += t_compute
-            else:
-                memory += t_memory
-        if num_decode_tokens:
-            t_compute = decode_kv_tokens * self._attn_s_per_pair
-            t_memory = ((decode_kv_tokens + num_decode_tokens * self._decode_rows_per_seq)
-                        * self._decode_kv_s_per_token)
-            if t_compute >= t_memory:
-                compute += t_compute
-            else:
-                memory += t_memory
-        overhead = self._fixed_overhead_s + num_seqs * self._request_overhead_s
-        return compute, memory, communication, overhead
-
-
-def experts_touched(num_experts: int, top_k: int, num_tokens: int) -> float:
-    """Expected distinct experts ``num_tokens`` tokens route to, each picking ``top_k`` of
-    ``num_experts`` uniformly: an expert escapes one token with probability ``1 - k/E``."""
-    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** num_tokens)
 
 
 def _layer_gemms(

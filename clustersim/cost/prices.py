@@ -1,0 +1,203 @@
+"""The roofline's per-step arithmetic over a cost model's precomputed constants: the hot half
+of :class:`clustersim.cost.roofline.CostModel`, on its own so that it compiles with the core
+(``clustersim.native``). ``CostModel`` derives the constants (from the model, the GPU, the
+kernels and the links) and hands itself to :class:`StepPrices`.
+
+Token counts are typed ``float``: the planner's screen prices fractional mean batches. The
+sums are the same floating-point operations in the same order as before the split, so a
+compiled and a pure run price every step to the same bits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Gemm = tuple[float, float, float, float, float]
+"""Per GEMM, summed over layers: (compute s per row, weight-read s, activation s per row,
+half-saturation rows, floor s)."""
+
+
+def experts_touched(num_experts: float, top_k: float, num_tokens: float) -> float:
+    """Expected distinct experts ``num_tokens`` tokens route to, each picking ``top_k`` of
+    ``num_experts`` uniformly: an expert escapes one token with probability ``1 - k/E``."""
+    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** num_tokens)
+
+
+def decode_step_times(
+    compute: float, memory: float, communication: float, overhead: float,
+    attn_s_per_pair: float, kv_s_per_token: float, rows: float,
+    first_kv_tokens: int, num_decodes: int, num_steps: int,
+) -> list[float]:
+    """``num_steps`` step times: step ``m`` attends to ``first_kv_tokens + m * num_decodes``
+    tokens; its attention is compute-bound (``kv x attn_s_per_pair``) or memory-bound
+    (``(kv + rows) x kv_s_per_token``), whichever is larger, added where ``step_time`` adds
+    it (the same floating-point sums, so each element is ``step_time_s`` bit for bit)."""
+    return [
+        compute + kv * attn_s_per_pair + memory + communication + overhead
+        if kv * attn_s_per_pair >= (kv + rows) * kv_s_per_token
+        else compute + (memory + (kv + rows) * kv_s_per_token) + communication + overhead
+        for kv in range(first_kv_tokens, first_kv_tokens + num_steps * num_decodes, num_decodes)
+    ]
+
+
+class StepPrices:
+    """A cost model's constants and what one step, or a run of decode steps, costs."""
+
+    def __init__(self, model: Any) -> None:
+        """``model``: a ``CostModel`` whose constants are set (read once, here)."""
+        self.gemms: tuple[Gemm, ...] = model._gemms
+        self.gemms_large: tuple[Gemm, ...] = model._gemms_large
+        self.dequant_rows: float = model._dequant_rows
+        self.dequant_s: float = model._dequant_s
+        self.attn_floor_s: float = model._attn_floor_s
+        self.custom_ar_max_tokens: float = model._custom_ar_max_tokens
+        self.custom_ar_fixed_s: float = model._custom_ar_fixed_s
+        self.custom_ar_s_per_token: float = model._custom_ar_s_per_token
+        self.allreduce_fixed_s: float = model._allreduce_fixed_s
+        self.allreduce_s_per_token: float = model._allreduce_s_per_token
+        self.expert_gemms: tuple[Gemm, ...] = model._expert_gemms
+        self.expert_share: float = model._expert_share
+        self.num_experts: float = model._num_experts
+        self.top_k: float = model._top_k
+        self.dp: int = model._dp
+        self.gather_fixed_s: float = model._gather_fixed_s
+        self.gather_s_per_token: float = model._gather_s_per_token
+        self.logits_fixed_s: float = model._logits_fixed_s
+        self.logits_s_per_row: float = model._logits_s_per_row
+        self.lm_head_half: float = model._lm_head_half
+        self.lm_head_s_per_row: float = model._lm_head_s_per_row
+        self.lm_head_weight_s: float = model._lm_head_weight_s
+        self.lm_head_act_s_per_row: float = model._lm_head_act_s_per_row
+        self.lm_head_floor_s: float = model._lm_head_floor_s
+        self.attn_half_keys: float = model._attn_half_keys
+        self.attn_s_per_pair: float = model._attn_s_per_pair
+        self.kv_s_per_token: float = model._kv_s_per_token
+        self.decode_kv_s_per_token: float = model._decode_kv_s_per_token
+        self.decode_rows_per_seq: float = model._decode_rows_per_seq
+        self.fixed_overhead_s: float = model._fixed_overhead_s
+        self.request_overhead_s: float = model._request_overhead_s
+        self.decode_parts: dict[tuple[int, Any], tuple[float, float, float, float]] = {}
+        """(compute, memory, communication, overhead) of a pure-decode batch by (size, MoE
+        tokens), all but its attention: what a run of decode steps shares."""
+
+    def step_time_s(
+        self, num_prefill_tokens: int, prefill_attn_pairs: float, prefill_kv_tokens: int,
+        num_decode_tokens: int, decode_kv_tokens: int, num_sampled: int, num_seqs: int,
+        moe_tokens: int | None = None,
+    ) -> float:
+        """``CostModel.step_time(BatchShape(...)).time_s`` without building either object
+        (the hot path: one call per engine step)."""
+        if not num_prefill_tokens:
+            if not num_decode_tokens:
+                return 0.0
+            if num_sampled == num_seqs == num_decode_tokens:  # a pure-decode step
+                return self.decode_run_s(num_decode_tokens, decode_kv_tokens, 1, moe_tokens)[0]
+        compute, memory, communication, overhead = self.parts(
+            num_prefill_tokens, prefill_attn_pairs, prefill_kv_tokens, num_decode_tokens,
+            decode_kv_tokens, num_sampled, num_seqs, moe_tokens,
+        )
+        return compute + memory + communication + overhead
+
+    def decode_run_s(
+        self, num_decodes: int, decode_kv_tokens: int, num_steps: int,
+        moe_tokens: int | None = None,
+    ) -> list[float]:
+        """``CostModel.decode_run_s``."""
+        parts = self.decode_parts.get((num_decodes, moe_tokens))
+        if parts is None:
+            if num_decodes <= 0:
+                raise ValueError(f"a decode run needs decodes, got {num_decodes}")
+            compute, memory, communication = self.dense_parts(
+                num_decodes, num_decodes, moe_tokens)
+            parts = (compute, memory, communication,
+                     self.fixed_overhead_s + num_decodes * self.request_overhead_s)
+            self.decode_parts[num_decodes, moe_tokens] = parts
+        compute, memory, communication, overhead = parts
+        return decode_step_times(
+            compute, memory, communication, overhead, self.attn_s_per_pair,
+            self.decode_kv_s_per_token, num_decodes * self.decode_rows_per_seq,
+            decode_kv_tokens, num_decodes, num_steps,
+        )
+
+    def dense_parts(self, tokens: float, rows: float,
+                    moe_tokens: float | None) -> tuple[float, float, float]:
+        """(compute, memory, communication) seconds of every op but attention, in the order
+        ``step_time`` adds them: the layer GEMMs, the experts, the LM head."""
+        compute = 0.0
+        if tokens >= self.dequant_rows:
+            gemms, memory = self.gemms_large, self.dequant_s
+        else:
+            gemms, memory = self.gemms, 0.0
+        # the attention kernel's floor, once per layer whatever the batch; kernel floors are
+        # booked with the memory-bound time (neither FLOPs nor bytes explain them)
+        memory += self.attn_floor_s
+        for flop_s, weight_s, act_s, half, floor in gemms:
+            # GEMM efficiency saturates with M: eff x M / (M + half), so compute time is
+            # (M + half) x FLOPs per row / (eff x peak) -- a fixed M-independent part per GEMM
+            t_compute = (tokens + half) * flop_s
+            t_memory = weight_s + tokens * act_s
+            if t_compute >= t_memory:
+                compute += t_compute
+            else:
+                memory += t_memory
+            memory += floor
+        if tokens < self.custom_ar_max_tokens:
+            communication = self.custom_ar_fixed_s + tokens * self.custom_ar_s_per_token
+        else:
+            communication = self.allreduce_fixed_s + tokens * self.allreduce_s_per_token
+        if self.expert_gemms:
+            moe = tokens if moe_tokens is None else moe_tokens
+            share = self.expert_share
+            routed = moe * self.top_k * share
+            touched = experts_touched(self.num_experts, self.top_k, moe) * share
+            if self.dp > 1:
+                communication += self.gather_fixed_s + moe * self.gather_s_per_token
+            for flop_s, weight_s, act_s, half, floor in self.expert_gemms:
+                # touched experts of routed / touched rows each: (rows + half) x FLOPs per row;
+                # one fused call per layer serves them all: one floor
+                t_compute = (routed + touched * half) * flop_s
+                t_memory = touched * weight_s + routed * act_s
+                if t_compute >= t_memory:
+                    compute += t_compute
+                else:
+                    memory += t_memory
+                memory += floor
+        if rows:
+            communication += self.logits_fixed_s + rows * self.logits_s_per_row
+            t_compute = (rows + self.lm_head_half) * self.lm_head_s_per_row
+            t_memory = self.lm_head_weight_s + rows * self.lm_head_act_s_per_row
+            if t_compute >= t_memory:
+                compute += t_compute
+            else:
+                memory += t_memory
+            memory += self.lm_head_floor_s
+        return compute, memory, communication
+
+    def parts(
+        self, num_prefill_tokens: float, prefill_attn_pairs: float, prefill_kv_tokens: float,
+        num_decode_tokens: float, decode_kv_tokens: float, num_sampled: float,
+        num_seqs: float, moe_tokens: float | None,
+    ) -> tuple[float, float, float, float]:
+        """(compute, memory, communication, overhead) seconds of a non-empty step."""
+        compute, memory, communication = self.dense_parts(
+            num_prefill_tokens + num_decode_tokens, num_sampled, moe_tokens
+        )
+        if num_prefill_tokens:
+            # reads the KV the chunks attend to, writes the chunks' own KV
+            t_compute = ((prefill_attn_pairs + self.attn_half_keys * num_prefill_tokens)
+                         * self.attn_s_per_pair)
+            t_memory = (prefill_kv_tokens + num_prefill_tokens) * self.kv_s_per_token
+            if t_compute >= t_memory:
+                compute += t_compute
+            else:
+                memory += t_memory
+        if num_decode_tokens:
+            t_compute = decode_kv_tokens * self.attn_s_per_pair
+            t_memory = ((decode_kv_tokens + num_decode_tokens * self.decode_rows_per_seq)
+                        * self.decode_kv_s_per_token)
+            if t_compute >= t_memory:
+                compute += t_compute
+            else:
+                memory += t_memory
+        overhead = self.fixed_overhead_s + num_seqs * self.request_overhead_s
+        return compute, memory, communication, overhead
