@@ -18,23 +18,37 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
-native = runpy.run_path(str(ROOT / "clustersim" / "native.py"))
+PACKAGE = ROOT / "clustersim"
+native = runpy.run_path(str(PACKAGE / "native.py"))
+compiled_sources: dict[str, str] = {}
+"""The hashes of the package's sources as mypyc read them (the stamp's)."""
 
 
 class OptionalBuildExt(build_ext):
     """Compiles the core if it can; writes the stamp that tells clustersim it may use it."""
 
     def run(self) -> None:
+        target = Path(self.get_ext_fullpath(native["GROUP"] + "__mypyc")).parent
+        self._clear(target)  # nothing from an older build may outlive this one
+        if not self.extensions:
+            return
         try:
             super().run()
         except Exception as error:  # noqa: BLE001  any build failure leaves pure Python
+            self._clear(target)
             print(f"clustersim: compiling the core failed ({error}); it runs as pure Python",
                   file=sys.stderr)
             return
-        package_dir = Path(self.get_ext_fullpath(native["GROUP"] + "__mypyc")).parent
-        stamp = {"cache_tag": sys.implementation.cache_tag,
-                 "sources": native["source_digests"](ROOT)}
-        (package_dir / native["STAMP"]).write_text(json.dumps(stamp, indent=1) + "\n")
+        stamp = {"cache_tag": sys.implementation.cache_tag, "sources": compiled_sources}
+        (target / native["STAMP"]).write_text(json.dumps(stamp, indent=1) + "\n")
+
+    @staticmethod
+    def _clear(package_dir: Path) -> None:
+        """Remove the stamp and every compiled file under ``package_dir``."""
+        (package_dir / native["STAMP"]).unlink(missing_ok=True)
+        if package_dir.is_dir():
+            for path in native["_package_files"](package_dir)[1]:
+                path.unlink()
 
 
 def core_extensions() -> list:
@@ -47,18 +61,18 @@ def core_extensions() -> list:
               file=sys.stderr)
         return []
     paths = [str(native["source_path"](m, Path("."))) for m in native["MODULES"]]
+    compiled_sources.update(native["source_digests"](PACKAGE))  # before mypyc reads them
     # the modules they import are type-checked only as far as the core needs (and may be
-    # absent: the build runs before clustersim's dependencies are installed)
-    # a fresh cache: types read in another environment must not leak into this build
-    cache = tempfile.mkdtemp(prefix="clustersim-mypy-")
-    options = ["--ignore-missing-imports", "--follow-imports=silent", f"--cache-dir={cache}"]
-    try:
-        return mypycify([*options, *paths], opt_level="3", group_name=native["GROUP"])
-    except BaseException as error:  # noqa: BLE001  mypyc exits on a type error
-        print(f"clustersim: mypyc could not compile the core ({error!r}; pip install -v shows"
-              " why); it runs as pure Python",
-              file=sys.stderr)
-        return []
+    # absent: the build runs before clustersim's dependencies are installed); a fresh cache,
+    # so that types read in another environment cannot leak into this build
+    with tempfile.TemporaryDirectory(prefix="clustersim-mypy-") as cache:
+        options = ["--ignore-missing-imports", "--follow-imports=silent", f"--cache-dir={cache}"]
+        try:
+            return mypycify([*options, *paths], opt_level="3", group_name=native["GROUP"])
+        except (Exception, SystemExit) as error:  # noqa: BLE001  mypyc exits on a type error
+            print(f"clustersim: mypyc could not compile the core ({error!r}; pip install -v "
+                  "shows why); it runs as pure Python", file=sys.stderr)
+            return []
 
 
 setup(ext_modules=core_extensions(), cmdclass={"build_ext": OptionalBuildExt})

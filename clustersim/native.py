@@ -1,11 +1,13 @@
 """The simulation's hot core, compiled to C with mypyc when the install could build it.
 
 ``pip install`` (``setup.py``) compiles the modules in :data:`MODULES` with mypyc when a C
-compiler is there, and writes a stamp with the hash of each source it compiled. At import,
-clustersim uses the compiled modules only if every one of them was built from the source
-beside it; otherwise (no compiler, a failed build, a source edited since, or
-``CLUSTERSIM_PURE=1``) it imports the pure Python modules: the same results, slower.
-:func:`status` says which and why (``clustersim --version`` prints it).
+compiler is there, and writes a stamp with the hash of every ``.py`` file of the package as
+it compiled them (the compiled modules also carry the types of the modules they import). At
+import, clustersim uses the compiled modules only if the stamp matches the sources beside it,
+every compiled file it expects is there and none other is; otherwise (no compiler, a failed
+build, any source edited since, a file left from another build, or ``CLUSTERSIM_PURE=1``) it
+imports the pure Python modules: the same results, slower. :func:`status` says which and why
+(``clustersim --version`` prints it).
 
 This file imports only the standard library: ``setup.py`` runs it before clustersim's
 dependencies are installed.
@@ -19,7 +21,6 @@ import importlib.util
 import json
 import os
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -55,9 +56,37 @@ def source_path(module: str, root: Path) -> Path:
     return root.joinpath(*module.split(".")).with_suffix(".py")
 
 
-def source_digests(root: Path, modules: Sequence[str] = MODULES) -> dict[str, str]:
-    """SHA-256 of each module's source under ``root``."""
-    return {m: hashlib.sha256(source_path(m, root).read_bytes()).hexdigest() for m in modules}
+def _package_files(package_dir: Path) -> tuple[list[Path], list[Path]]:
+    """The package's ``.py`` files and its extension-module files, each sorted."""
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    sources, extensions = [], []
+    for folder, _, names in os.walk(package_dir):
+        for name in names:
+            if name.endswith(".py"):
+                sources.append(Path(folder, name))
+            elif name.endswith(suffixes):
+                extensions.append(Path(folder, name))
+    return sorted(sources), sorted(extensions)
+
+
+def source_digests(package_dir: Path) -> dict[str, str]:
+    """SHA-256 of every ``.py`` file of the package, by its path relative to the package's
+    parent (``clustersim/engine/scheduler.py``)."""
+    root = package_dir.parent
+    return {path.relative_to(root).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in _package_files(package_dir)[0]}
+
+
+def expected_extensions(package_dir: Path) -> set[Path]:
+    """The files a build of :data:`MODULES` leaves in the package: a loader per module and
+    the group's library."""
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    root = package_dir.parent
+    files = {source_path(m, root).with_suffix("").with_name(m.rsplit(".", 1)[-1] + suffix)
+             for m in MODULES}
+    files.add(root.joinpath(*GROUP.split(".")).with_name(GROUP.rsplit(".", 1)[-1] + "__mypyc"
+                                                         + suffix))
+    return files
 
 
 def _why_pure(package_dir: Path) -> str | None:
@@ -72,28 +101,40 @@ def _why_pure(package_dir: Path) -> str | None:
         return f"unreadable {STAMP}"
     if stamp.get("cache_tag") != sys.implementation.cache_tag:
         return f"compiled for {stamp.get('cache_tag')}, running {sys.implementation.cache_tag}"
-    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     root = package_dir.parent
-    digests = stamp.get("sources", {})
-    for module in MODULES:
-        name = module.rsplit(".", 1)[-1]
-        if not source_path(module, root).with_name(name + suffix).exists():
-            return f"{module} has no compiled file"
-        if digests.get(module) != source_digests(root, (module,))[module]:
-            return f"{source_path(module, root).relative_to(root)} changed since it was compiled"
+    _, extensions = _package_files(package_dir)
+    expected = expected_extensions(package_dir)
+    for path in sorted(expected - set(extensions)):
+        return f"{path.relative_to(root).as_posix()} is missing"
+    for path in extensions:
+        if path not in expected:
+            return f"{path.relative_to(root).as_posix()} is left from another build"
+    built = stamp.get("sources", {})
+    now = source_digests(package_dir)
+    for name in sorted(built.keys() | now.keys()):
+        if built.get(name) != now.get(name):
+            change = "changed" if name in built and name in now else (
+                "added" if name in now else "removed")
+            return f"{name} {change} since the core was compiled"
     return None
 
 
 class _PureFinder:
-    """Finds the core modules' ``.py`` files ahead of their compiled ones."""
+    """Imports a clustersim module from its ``.py`` file when a compiled file sits beside it."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self.suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 
     def find_spec(self, fullname: str, path: object = None, target: ModuleType | None = None):
-        if fullname not in MODULES:
+        if not fullname.startswith("clustersim."):
             return None
-        return importlib.util.spec_from_file_location(fullname, source_path(fullname, self.root))
+        source = source_path(fullname, self.root)
+        stem = source.with_suffix("")
+        if not source.is_file() or not any(
+                stem.with_name(stem.name + s).exists() for s in self.suffixes):
+            return None
+        return importlib.util.spec_from_file_location(fullname, source)
 
 
 _WHY_PURE = _why_pure(_PACKAGE_DIR)

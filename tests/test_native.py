@@ -3,6 +3,7 @@ and a run through it is byte for byte the pure Python run."""
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import os
 import subprocess
@@ -27,18 +28,17 @@ def test_ci_runs_the_compiled_core():
 
 
 def _fake_build(tmp_path: Path) -> Path:
-    """A package tree holding every core module, a compiled file for each, and the stamp."""
-    import importlib.machinery
-
-    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    for module in native.MODULES:
+    """A package tree holding every core module and one other, a compiled file for each core
+    module and the group, and the stamp."""
+    package_dir = tmp_path / "clustersim"
+    for module in (*native.MODULES, "clustersim.cli.plan"):
         source = native.source_path(module, tmp_path)
         source.parent.mkdir(parents=True, exist_ok=True)
         source.write_text(f"# {module}\n")
-        source.with_name(source.stem + suffix).write_bytes(b"")
-    package_dir = tmp_path / "clustersim"
+    for path in native.expected_extensions(package_dir):
+        path.write_bytes(b"")
     stamp = {"cache_tag": sys.implementation.cache_tag,
-             "sources": native.source_digests(tmp_path)}
+             "sources": native.source_digests(package_dir)}
     (package_dir / native.STAMP).write_text(json.dumps(stamp))
     return package_dir
 
@@ -53,14 +53,28 @@ def test_the_compiled_core_is_used_only_when_built_from_these_sources(tmp_path, 
     monkeypatch.setenv(native.PURE_ENV, "0")
     assert native._why_pure(package_dir) is None
 
-    edited = native.source_path(native.MODULES[3], tmp_path)
-    edited.write_text(edited.read_text() + "x = 1\n")
-    assert native._why_pure(package_dir) == (
-        f"{edited.relative_to(tmp_path)} changed since it was compiled")
+    # any source: the compiled modules carry the types of the modules they import
+    for module in (native.MODULES[3], "clustersim.cli.plan"):
+        package_dir = _fake_build(tmp_path)
+        edited = native.source_path(module, tmp_path)
+        edited.write_text(edited.read_text() + "x = 1\n")
+        assert native._why_pure(package_dir) == (
+            f"{edited.relative_to(tmp_path).as_posix()} changed since the core was compiled")
+    package_dir = _fake_build(tmp_path)
+    (package_dir / "new.py").write_text("")
+    assert native._why_pure(package_dir) == "clustersim/new.py added since the core was compiled"
 
     package_dir = _fake_build(tmp_path)
-    next(package_dir.rglob("scheduler.*[!y]")).unlink()
-    assert native._why_pure(package_dir) == "clustersim.engine.scheduler has no compiled file"
+    scheduler = sorted(native.expected_extensions(package_dir))[-1]
+    scheduler.unlink()
+    assert native._why_pure(package_dir) == (
+        f"{scheduler.relative_to(tmp_path).as_posix()} is missing")
+
+    package_dir = _fake_build(tmp_path)
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    (package_dir / "cost" / f"decode_steps{suffix}").write_bytes(b"")  # a module no longer core
+    assert native._why_pure(package_dir) == (
+        f"clustersim/cost/decode_steps{suffix} is left from another build")
 
     package_dir = _fake_build(tmp_path)
     (package_dir / native.STAMP).unlink()
