@@ -51,9 +51,15 @@ class OptionalBuildExt(build_ext):
                 path.unlink()
 
 
+METADATA_ONLY = {"egg_info", "dist_info", "sdist"}
+"""setup.py commands (pip runs two before the build) that need no compiled extension."""
+
+
 def core_extensions() -> list:
     if os.environ.get(native["PURE_ENV"], "") not in ("", "0"):
         return []
+    if len(sys.argv) > 1 and sys.argv[1] in METADATA_ONLY:
+        return []  # mypyc reads and type-checks the core: only for the build itself
     try:
         from mypyc.build import mypycify
     except ImportError:
