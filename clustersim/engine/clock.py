@@ -22,7 +22,8 @@ step ``j`` while it processes the end of step ``j - 1``. So here:
       coalesced   .         .         .         stand-in    one event per run
       event X at exactly end 1:  the run stops at end 1 (a stand-in there), keys order it
 
-Everything else is plain SimPy.
+Everything else is plain SimPy, whose ``step`` :meth:`Clock.run` inlines (so that the event
+loop compiles with the core, ``clustersim.native``).
 """
 
 from __future__ import annotations
