@@ -47,7 +47,7 @@ class OptionalBuildExt(build_ext):
         """Remove the stamp and every compiled file under ``package_dir``."""
         (package_dir / native["STAMP"]).unlink(missing_ok=True)
         if package_dir.is_dir():
-            for path in native["_package_files"](package_dir)[1]:
+            for path in native["package_files"](package_dir)[1]:
                 path.unlink()
 
 

@@ -137,16 +137,16 @@ NonNegativeTokens = Annotated[NonNegativeInt, Within(high=MAX_TOKENS, reason=TOK
 Seconds = Annotated[NonNegativeFloat, Within(high=MAX_TIME_S, reason=TIME_REASON, unit="s")]
 """A time or duration in seconds, 0 allowed."""
 PositiveSeconds = Annotated[PositiveFloat, Within(high=MAX_TIME_S, reason=TIME_REASON, unit="s")]
+RATE_REASON = ("from one request in the longest run (3 years) to the most requests one run "
+               "holds in one second")
 Rate = Annotated[PositiveFloat, Within(
-    low=MIN_RATE_PER_S, high=MAX_RATE_PER_S, unit="/s",
-    reason="from one request in the longest run (3 years) to the most requests one run holds "
-    "in one second")]
+    low=MIN_RATE_PER_S, high=MAX_RATE_PER_S, unit="/s", reason=RATE_REASON)]
 """A positive rate, requests per second."""
 NonNegativeRate = Annotated[NonNegativeFloat, Within(
     high=MAX_RATE_PER_S, unit="/s",
     reason="ten million requests per second is the most requests one run holds, in one second")]
-NumRequests = Annotated[PositiveInt, Within(
-    high=MAX_NUM_REQUESTS, reason="a run holds every request in memory (about 1 KB each)")]
+REQUESTS_REASON = "a run holds every request in memory (about 1 KB each)"
+NumRequests = Annotated[PositiveInt, Within(high=MAX_NUM_REQUESTS, reason=REQUESTS_REASON)]
 Count = Annotated[int, Within(low=-MAX_COUNT - 1, high=MAX_COUNT, reason="int32, as vLLM takes "
                               "it")]
 GPUS_REASON = "as many as the largest clusters in use hold (Llama 3 trained on 16K H100s)"

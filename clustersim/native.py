@@ -56,7 +56,7 @@ def source_path(module: str, root: Path) -> Path:
     return root.joinpath(*module.split(".")).with_suffix(".py")
 
 
-def _package_files(package_dir: Path) -> tuple[list[Path], list[Path]]:
+def package_files(package_dir: Path) -> tuple[list[Path], list[Path]]:
     """The package's ``.py`` files and its extension-module files, each sorted."""
     suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
     sources, extensions = [], []
@@ -74,19 +74,19 @@ def source_digests(package_dir: Path) -> dict[str, str]:
     parent (``clustersim/engine/scheduler.py``)."""
     root = package_dir.parent
     return {path.relative_to(root).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
-            for path in _package_files(package_dir)[0]}
+            for path in package_files(package_dir)[0]}
+
+
+def extension_path(module: str, root: Path, suffix: str) -> Path:
+    """The compiled file of ``module`` under ``root`` with the extension ``suffix``."""
+    return source_path(module, root).with_name(module.rsplit(".", 1)[-1] + suffix)
 
 
 def expected_extensions(package_dir: Path) -> set[Path]:
     """The files a build of :data:`MODULES` leaves in the package: a loader per module and
     the group's library."""
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    root = package_dir.parent
-    files = {source_path(m, root).with_suffix("").with_name(m.rsplit(".", 1)[-1] + suffix)
-             for m in MODULES}
-    files.add(root.joinpath(*GROUP.split(".")).with_name(GROUP.rsplit(".", 1)[-1] + "__mypyc"
-                                                         + suffix))
-    return files
+    return {extension_path(m, package_dir.parent, suffix) for m in (*MODULES, GROUP + "__mypyc")}
 
 
 def _why_pure(package_dir: Path) -> str | None:
@@ -102,7 +102,7 @@ def _why_pure(package_dir: Path) -> str | None:
     if stamp.get("cache_tag") != sys.implementation.cache_tag:
         return f"compiled for {stamp.get('cache_tag')}, running {sys.implementation.cache_tag}"
     root = package_dir.parent
-    _, extensions = _package_files(package_dir)
+    _, extensions = package_files(package_dir)
     expected = expected_extensions(package_dir)
     for path in sorted(expected - set(extensions)):
         return f"{path.relative_to(root).as_posix()} is missing"
@@ -130,9 +130,8 @@ class _PureFinder:
         if not fullname.startswith("clustersim."):
             return None
         source = source_path(fullname, self.root)
-        stem = source.with_suffix("")
         if not source.is_file() or not any(
-                stem.with_name(stem.name + s).exists() for s in self.suffixes):
+                extension_path(fullname, self.root, s).exists() for s in self.suffixes):
             return None
         return importlib.util.spec_from_file_location(fullname, source)
 

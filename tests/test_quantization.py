@@ -423,13 +423,13 @@ def test_legacy_awq_dequantizes_from_256_tokens_by_hand():
     # the 16-bit fit's half-saturation rows on its compute: it beats BF16 on a decode batch
     # and loses to it just below the switch (why vLLM dequantizes from 256 rows)
     flop_s = t["gemms"][2][0]  # gate_up at the weight-only rate
-    assert legacy._gemms[2][0] == pytest.approx(flop_s, rel=1e-12)
-    assert legacy._gemms[2][3] == t["half16"] == 64
+    assert legacy.prices.gemms[2][0] == pytest.approx(flop_s, rel=1e-12)
+    assert legacy.prices.gemms[2][3] == t["half16"] == 64
     assert legacy.step_time(decodes(8, 511)).time_s < bf16.step_time(decodes(8, 511)).time_s
     small = BatchShape.from_chunks([(255, 0, True)])
     assert legacy.step_time(small).time_s > bf16.step_time(small).time_s
     assert math.isinf(CostModel(served_model(load_model("qwen2.5-7b-instruct-awq"), gpu),
-                                gpu)._dequant_rows)
+                                gpu).prices.dequant_rows)
 
 
 def test_sixteen_bit_pricing_is_the_w16a16_kernel():

@@ -43,19 +43,26 @@ stays (``c_half`` 0, the KV read at the GEMM memory efficiency).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from clustersim.calibration.fit import (
+    _LINK_FIELDS,
     _MIN_ATTN_CHUNK,
+    _SAME_LINK,
     BLIS_OVERHEADS,
     BLIS_SOURCE,
     FP8_MIN_WIDTH,
+    FP8_TRANSFERS,
+    TRANSFERS,
     GemmRows,
     Reader,
     _aic_gemm_rows,
+    _calibrate_rtx4090,
+    _calibrate_rtx_pro_6000,
     _concat,
     _fit_alpha_busbw,
     _layer_profile_gemm_rows,
@@ -122,13 +129,8 @@ def fit_prefill_attention(frame: pd.DataFrame, gpu: GpuSpec, floor_s: float) -> 
     batch = rows.batch_size.to_numpy(dtype=float)
     per_pair = 4.0 * rows.num_heads.to_numpy(dtype=float) * _HEAD_DIM / gpu.peak_flops
     log_t = np.log(rows.latency.to_numpy() * 1e-3)
-    best = (np.inf, 0.0, 0.0)
-    for half in _KEY_HALVES:
-        work = batch * (s * (s + 1) / 2 + half * s) * per_pair  # at efficiency 1
-        err = ((np.log(floor_s + work[None, :] / _ATTN_EFFS[:, None]) - log_t) ** 2).mean(1)
-        i = int(np.argmin(err))
-        if err[i] < best[0]:
-            best = (float(err[i]), float(_ATTN_EFFS[i]), half)
+    best = _search(_KEY_HALVES, lambda half: batch * (s * (s + 1) / 2 + half * s) * per_pair,
+                   floor_s, log_t)
     flat = ((np.log(batch * s * (s + 1) / 2 * per_pair)[None, :] - np.log(_ATTN_EFFS)[:, None]
              - log_t) ** 2).mean(1)
     return {
@@ -138,6 +140,20 @@ def fit_prefill_attention(frame: pd.DataFrame, gpu: GpuSpec, floor_s: float) -> 
         "flat_rms_log_error": round(float(flat.min()) ** 0.5, 4),
         "num_rows": int(log_t.size),
     }
+
+
+def _search(halves: tuple[float, ...], work_at: Callable[[float], np.ndarray],
+            floor_s: float, log_t: np.ndarray) -> tuple[float, float, float]:
+    """(mean squared log error, efficiency, half) of the best ``floor_s + work_at(half) / eff``
+    over ``halves`` x ``_ATTN_EFFS``; ``work_at(half)`` is each row's seconds at efficiency 1."""
+    best = (np.inf, 0.0, 0.0)
+    for half in halves:
+        work = work_at(half)
+        err = ((np.log(floor_s + work[None, :] / _ATTN_EFFS[:, None]) - log_t) ** 2).mean(1)
+        i = int(np.argmin(err))
+        if err[i] < best[0]:
+            best = (float(err[i]), float(_ATTN_EFFS[i]), half)
+    return best
 
 
 def attention_floor(frame: pd.DataFrame) -> float:
@@ -163,13 +179,9 @@ def fit_decode_attention(frame: pd.DataFrame, gpu: GpuSpec, floor_s: float) -> d
 def _fit_kv_read(batch: np.ndarray, context: np.ndarray, token_bytes: np.ndarray,
                  time_s: np.ndarray, gpu: GpuSpec, floor_s: float) -> dict[str, float]:
     log_t = np.log(time_s)
-    best = (np.inf, 0.0, 0.0)
-    for half in _SEQ_HALVES:
-        read_s = batch * (context + half) * token_bytes / gpu.mem_bytes_per_s
-        err = ((np.log(floor_s + read_s[None, :] / _ATTN_EFFS[:, None]) - log_t) ** 2).mean(1)
-        i = int(np.argmin(err))
-        if err[i] < best[0]:
-            best = (float(err[i]), float(_ATTN_EFFS[i]), half)
+    best = _search(_SEQ_HALVES,
+                   lambda half: batch * (context + half) * token_bytes / gpu.mem_bytes_per_s,
+                   floor_s, log_t)
     return {
         "decode_attention_memory_efficiency": round(best[1], 3),
         "decode_attention_half_tokens": best[2],
@@ -285,8 +297,6 @@ def calibrate_layer_profile(gpu_id: str, read: Reader, donor: dict | None) -> di
     fit-v2's forms: the GEMM floor searched on its dense rows unless a donor lends it, prefill
     attention with keys-per-query saturation, decode attention and the attention floor on its
     own decode rows."""
-    from clustersim.calibration.fit import _calibrate_rtx4090, _calibrate_rtx_pro_6000
-
     gpu = load_gpu(gpu_id, profile="default")
     pro = gpu_id != "rtx4090"
     v1 = _calibrate_rtx_pro_6000(read) if pro else _calibrate_rtx4090(read)
@@ -348,13 +358,7 @@ def _fit_chunk_attention(s: np.ndarray, c: np.ndarray, time_s: np.ndarray, q_siz
     pairs = s * c + s * (s + 1) / 2
     per_pair = 4.0 * q_size / gpu.peak_flops
     log_t = np.log(time_s)
-    best = (np.inf, 0.0, 0.0)
-    for half in _KEY_HALVES:
-        work = (pairs + half * s) * per_pair
-        err = ((np.log(floor_s + work[None, :] / _ATTN_EFFS[:, None]) - log_t) ** 2).mean(1)
-        i = int(np.argmin(err))
-        if err[i] < best[0]:
-            best = (float(err[i]), float(_ATTN_EFFS[i]), half)
+    best = _search(_KEY_HALVES, lambda half: (pairs + half * s) * per_pair, floor_s, log_t)
     return {"attention_efficiency": round(best[1], 3), "attention_half_keys": best[2],
             "rms_log_error": round(best[0] ** 0.5, 4), "num_rows": int(log_t.size)}
 
@@ -403,8 +407,6 @@ def calibrate_v2(read: Reader = pd.read_csv) -> dict[str, dict]:
     """fit-v2 for every GPU: the aiconfigurator GPUs on their tables, the RTX 4090 and RTX PRO
     6000 Server Edition on their own profiles in the same forms, the rest transferred from the
     nearest measured GPU as fit-v1 does (``fit.TRANSFERS``; the L40S now has its own)."""
-    from clustersim.calibration.fit import FP8_TRANSFERS, TRANSFERS
-
     fits = {gpu_id: calibrate_gpu(gpu_id, read) for gpu_id in TABLES}
     fits["rtx4090"] = calibrate_layer_profile("rtx4090", read, fits[DONORS["rtx4090"]])
     fits["rtx-pro-6000-server"] = calibrate_layer_profile("rtx-pro-6000-server", read, None)
@@ -440,17 +442,12 @@ def calibrate_v2(read: Reader = pd.read_csv) -> dict[str, dict]:
     return out
 
 
-LINK_FIELDS = ("link_efficiency", "allreduce_latency_s", "custom_allreduce_latency_s",
-               "custom_allreduce_link_efficiency", "allgather_latency_s",
-               "allgather_link_efficiency", "reduce_scatter_latency_s",
-               "reduce_scatter_link_efficiency")
+LINK_FIELDS = (*_LINK_FIELDS, "custom_allreduce_latency_s", "custom_allreduce_link_efficiency")
 """Fields measured on the donor's link: a transfer to another link keeps the catalog's."""
 
 
 def transferred(profile: dict, donor: str, gpu_id: str) -> dict:
     """``donor``'s fit-v2 values for ``gpu_id``, its link's fits only on the same link."""
-    from clustersim.calibration.fit import _SAME_LINK
-
     label = f"{FIT_ID}:{donor}->{gpu_id}"
     values = {k: v for k, v in profile.items() if k not in ("calibration", "provenance")}
     if "moe_gemm" in values:  # its own copy, labelled as borrowed

@@ -23,9 +23,15 @@ import yaml
 
 from clustersim.calibration.aiconfigurator import LINK_FIELDS
 from clustersim.calibration.splitwise import HARDWARE, GroupScore, validate_splitwise
-from clustersim.calibration.tp_check import GPU as TP_CHECK_GPU
 from clustersim.calibration.tp_check import StepCheck, decode_step_checks
-from clustersim.calibration.vllm_runs import METRICS, RUNS, STATS, RunScore, score_run
+from clustersim.calibration.vllm_runs import (
+    METRICS,
+    RUNS,
+    STATS,
+    RunScore,
+    score_run,
+    validate_vllm_runs,
+)
 from clustersim.catalog import load_profiles
 
 FITS = ("vidur", "aiconfigurator")
@@ -76,8 +82,7 @@ class PartScore:
 def validate_fits(with_parts: bool = True) -> Validation:
     """Score both fit sets (and, with ``with_parts``, fit-v1 with each part of fit-v2)."""
     splitwise = [s for fit in FITS for s in validate_splitwise(profile=fit)]
-    runs = [score_run(run, few_shot=mode, profile=fit)
-            for fit in FITS for mode in (False, True) for run in RUNS]
+    runs = [s for fit in FITS for s in validate_vllm_runs(profile=fit)]
     checks = {fit: decode_step_checks(profile=fit) for fit in FITS}
     return Validation(splitwise, runs, checks, part_scores() if with_parts else [])
 
@@ -151,6 +156,6 @@ def ship_verdict(scores: dict[str, dict[str, float]]) -> dict[str, str]:
             for gpu, s in scores.items()}
 
 
-__all__ = ["FITS", "MISS_RUNS", "PARTS", "COMPARE_RULE", "TP_CHECK_GPU", "PartScore",
+__all__ = ["FITS", "MISS_RUNS", "PARTS", "COMPARE_RULE", "PartScore",
            "Validation", "part_scores", "run_mape", "ship_scores", "ship_verdict",
            "splitwise_means", "validate_fits"]

@@ -11,8 +11,6 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     NonNegativeFloat,
     NonNegativeInt,
@@ -35,6 +33,7 @@ from clustersim.limits import (
     Tokens,
     Within,
 )
+from clustersim.validation import Strict
 
 GIGA = 1e9
 TERA = 1e12
@@ -65,13 +64,16 @@ Width = Annotated[PositiveInt, Within(high=MAX_MODEL_WIDTH, reason=(
     "20 times the widest model published (Llama 3.1 405B's MLP: 53,248)"))]
 """A model dimension: a hidden, MLP, expert or head size, or a head count."""
 
+HalfTokens = Annotated[NonNegativeFloat, Within(high=MAX_TOKENS, reason=TOKENS_REASON)]
+"""A fitted half-saturation point or fixed cost, in tokens (may be fractional)."""
+
 
 Experts = Annotated[NonNegativeInt, Within(
     high=MAX_NUM_EXPERTS, reason="256 times the most experts of any model (DeepSeek-V3: 256)")]
 
 
-class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+class _Spec(Strict):
+    """Base of the catalog specs: the input models' strict, frozen, finite-only base."""
 
 
 class LinkSpec(_Spec):
@@ -96,8 +98,7 @@ class GemmFit(_Spec):
     (memory_efficiency x bandwidth))``."""
 
     compute_efficiency: Fraction
-    compute_half_tokens: Annotated[NonNegativeFloat, Within(
-        high=MAX_TOKENS, reason=TOKENS_REASON)]
+    compute_half_tokens: HalfTokens
     memory_efficiency: Fraction
     floor_s: Overhead = Field(
         0.0, description="GPU time every call takes whatever its size (launch and tail of the "
@@ -131,8 +132,7 @@ class GpuSpec(_Spec):
     pcie_gen: PositiveInt
     pcie: LinkSpec = Field(description="PCIe fallback when TP spans more GPUs than ``link``.")
     compute_efficiency: Fraction = Field(description="Large-GEMM MFU.")
-    compute_half_tokens: Annotated[NonNegativeFloat, Within(
-        high=MAX_TOKENS, reason=TOKENS_REASON)] = Field(
+    compute_half_tokens: HalfTokens = Field(
         0.0,
         description="Tokens at which a GEMM reaches half of ``compute_efficiency``: small-M "
         "GEMMs run at ``compute_efficiency x tokens / (tokens + compute_half_tokens)``.",
@@ -142,8 +142,7 @@ class GpuSpec(_Spec):
         "its roofline (the 16-bit fit's ``floor_s``).")
     attention_efficiency: Fraction = Field(
         description="Prefill attention MFU on long prompts (the saturated value).")
-    attention_half_keys: Annotated[NonNegativeFloat, Within(
-        high=MAX_TOKENS, reason=TOKENS_REASON)] = Field(
+    attention_half_keys: HalfTokens = Field(
         0.0, description="Keys per query at which prefill attention reaches half of "
         "``attention_efficiency``: a chunk whose queries attend to K keys on average runs at "
         "``attention_efficiency x K / (K + attention_half_keys)``.")
@@ -153,8 +152,7 @@ class GpuSpec(_Spec):
     decode_attention_memory_efficiency: Fraction | None = Field(
         None, description="Achieved / peak bandwidth of decode attention's KV reads; None: "
         "``memory_efficiency``.")
-    decode_attention_half_tokens: Annotated[NonNegativeFloat, Within(
-        high=MAX_TOKENS, reason=TOKENS_REASON)] = Field(
+    decode_attention_half_tokens: HalfTokens = Field(
         0.0, description="Per decoding sequence and layer: a fixed cost, in tokens of KV read "
         "(a sequence of context c costs as c + this many tokens).")
     fp8_gemm: GemmFit | None = Field(

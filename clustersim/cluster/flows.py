@@ -355,6 +355,7 @@ class FlowNetwork:
                 return event
         latencies, subs, labels = [], [], []  # subs: (start_s, edges, bytes)
         for (src, dst), size in zip(pairs, sizes, strict=True):
+            # (a pair without a path failed the transfer above)
             edges, path_latency_s, label = self._route(src, dst)  # type: ignore[misc]
             latency = path_latency_s + extra_latency_s
             latencies.append(latency)
@@ -368,7 +369,7 @@ class FlowNetwork:
             path=labels[0],
             num_bytes=num_bytes,
             requested_s=now,
-            start_s=subs[0][0] if len(subs) == 1 else min(start for start, _, _ in subs),
+            start_s=min(start for start, _, _ in subs),
             ideal_s=ideal_s,
             event=self.env.event(),
             num_pending=len(subs),

@@ -1,7 +1,7 @@
 """The roofline's per-step arithmetic over a cost model's precomputed constants: the hot half
 of :class:`clustersim.cost.roofline.CostModel`, on its own so that it compiles with the core
 (``clustersim.native``). ``CostModel`` derives the constants (from the model, the GPU, the
-kernels and the links) and hands itself to :class:`StepPrices`.
+kernels and the links) and sets them on its :class:`StepPrices`.
 
 Token counts are typed ``float``: the planner's screen prices fractional mean batches. The
 sums are the same floating-point operations in the same order as before the split, so a
@@ -43,39 +43,39 @@ def decode_step_times(
 class StepPrices:
     """A cost model's constants and what one step, or a run of decode steps, costs."""
 
-    def __init__(self, model: Any) -> None:
-        """``model``: a ``CostModel`` whose constants are set (read once, here)."""
-        self.gemms: tuple[Gemm, ...] = model._gemms
-        self.gemms_large: tuple[Gemm, ...] = model._gemms_large
-        self.dequant_rows: float = model._dequant_rows
-        self.dequant_s: float = model._dequant_s
-        self.attn_floor_s: float = model._attn_floor_s
-        self.custom_ar_max_tokens: float = model._custom_ar_max_tokens
-        self.custom_ar_fixed_s: float = model._custom_ar_fixed_s
-        self.custom_ar_s_per_token: float = model._custom_ar_s_per_token
-        self.allreduce_fixed_s: float = model._allreduce_fixed_s
-        self.allreduce_s_per_token: float = model._allreduce_s_per_token
-        self.expert_gemms: tuple[Gemm, ...] = model._expert_gemms
-        self.expert_share: float = model._expert_share
-        self.num_experts: float = model._num_experts
-        self.top_k: float = model._top_k
-        self.dp: int = model._dp
-        self.gather_fixed_s: float = model._gather_fixed_s
-        self.gather_s_per_token: float = model._gather_s_per_token
-        self.logits_fixed_s: float = model._logits_fixed_s
-        self.logits_s_per_row: float = model._logits_s_per_row
-        self.lm_head_half: float = model._lm_head_half
-        self.lm_head_s_per_row: float = model._lm_head_s_per_row
-        self.lm_head_weight_s: float = model._lm_head_weight_s
-        self.lm_head_act_s_per_row: float = model._lm_head_act_s_per_row
-        self.lm_head_floor_s: float = model._lm_head_floor_s
-        self.attn_half_keys: float = model._attn_half_keys
-        self.attn_s_per_pair: float = model._attn_s_per_pair
-        self.kv_s_per_token: float = model._kv_s_per_token
-        self.decode_kv_s_per_token: float = model._decode_kv_s_per_token
-        self.decode_rows_per_seq: float = model._decode_rows_per_seq
-        self.fixed_overhead_s: float = model._fixed_overhead_s
-        self.request_overhead_s: float = model._request_overhead_s
+    def __init__(self) -> None:
+        """Zero constants (an idle model); ``CostModel.__init__`` sets them."""
+        self.gemms: tuple[Gemm, ...] = ()
+        self.gemms_large: tuple[Gemm, ...] = ()
+        self.dequant_rows: float = 0.0
+        self.dequant_s: float = 0.0
+        self.attn_floor_s: float = 0.0
+        self.custom_ar_max_tokens: float = 0.0
+        self.custom_ar_fixed_s: float = 0.0
+        self.custom_ar_s_per_token: float = 0.0
+        self.allreduce_fixed_s: float = 0.0
+        self.allreduce_s_per_token: float = 0.0
+        self.expert_gemms: tuple[Gemm, ...] = ()
+        self.expert_share: float = 0.0
+        self.num_experts: float = 0.0
+        self.top_k: float = 0.0
+        self.dp: int = 1
+        self.gather_fixed_s: float = 0.0
+        self.gather_s_per_token: float = 0.0
+        self.logits_fixed_s: float = 0.0
+        self.logits_s_per_row: float = 0.0
+        self.lm_head_half: float = 0.0
+        self.lm_head_s_per_row: float = 0.0
+        self.lm_head_weight_s: float = 0.0
+        self.lm_head_act_s_per_row: float = 0.0
+        self.lm_head_floor_s: float = 0.0
+        self.attn_half_keys: float = 0.0
+        self.attn_s_per_pair: float = 0.0
+        self.kv_s_per_token: float = 0.0
+        self.decode_kv_s_per_token: float = 0.0
+        self.decode_rows_per_seq: float = 0.0
+        self.fixed_overhead_s: float = 0.0
+        self.request_overhead_s: float = 0.0
         self.decode_parts: dict[tuple[int, Any], tuple[float, float, float, float]] = {}
         """(compute, memory, communication, overhead) of a pure-decode batch by (size, MoE
         tokens), all but its attention: what a run of decode steps shares."""

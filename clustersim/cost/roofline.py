@@ -148,44 +148,7 @@ IDLE_COST = StepCost(0.0, 0.0, 0.0, 0.0, 0.0)
 class CostModel:
     """Step pricing for one (model, GPU, tensor-parallel size), constants precomputed."""
 
-    __slots__ = (
-        "model",
-        "gpu",
-        "tp",
-        "_gemms",
-        "_lm_head_s_per_row",
-        "_lm_head_weight_s",
-        "_lm_head_act_s_per_row",
-        "_attn_s_per_pair",
-        "_kv_s_per_token",
-        "_allreduce_fixed_s",
-        "_allreduce_s_per_token",
-        "_custom_ar_max_tokens",
-        "_custom_ar_fixed_s",
-        "_custom_ar_s_per_token",
-        "_attn_half_keys",
-        "_attn_floor_s",
-        "_decode_kv_s_per_token",
-        "_decode_rows_per_seq",
-        "_logits_fixed_s",
-        "_logits_s_per_row",
-        "_fixed_overhead_s",
-        "_request_overhead_s",
-        "kernel",
-        "_lm_head_half",
-        "_lm_head_floor_s",
-        "_gemms_large",
-        "_dequant_rows",
-        "_dequant_s",
-        "_num_experts",
-        "_top_k",
-        "_expert_gemms",
-        "_expert_share",
-        "_dp",
-        "_gather_fixed_s",
-        "_gather_s_per_token",
-        "prices",
-    )
+    __slots__ = ("model", "gpu", "tp", "kernel", "prices")
 
     def __init__(
         self,
@@ -214,6 +177,9 @@ class CostModel:
         if tp_link_latency_s is not None and not tp_link_latency_s >= 0:
             raise ValueError(f"tp_link_latency_s must be >= 0, got {tp_link_latency_s}")
         self.model, self.gpu, self.tp = model, gpu, tp
+        self.prices = p = StepPrices()
+        """The constants below and the per-step arithmetic over them (compiled with the
+        core)."""
         layers = model.num_layers
         h, d, f, e = model.hidden_size, model.head_dim, model.intermediate_size, model.dtype_bytes
         q_out = model.num_attention_heads // tp * d
@@ -245,7 +211,7 @@ class CostModel:
         shapes = ((h, q_out + 2 * kv_out), (q_out, h), *mlp_shapes)
         # per GEMM, summed over layers: (compute s per token, weight-read s, activation s per
         # token, half-saturation tokens, floor s)
-        self._gemms = (*_layer_gemms(shapes, layers, e, kernel, gpu),
+        p.gemms = (*_layer_gemms(shapes, layers, e, kernel, gpu),
                        *_layer_gemms(router, layers, e, sixteen, gpu))
         # the same per expert: (compute s per routed row, weight-read s per expert touched,
         # activation s per routed row, half-saturation rows, floor s of the fused call)
@@ -255,27 +221,27 @@ class CostModel:
         if model.quantization is None and gpu.moe_gemm is not None:
             expert_kernel = GemmKernel("fused_moe", gpu.peak_flops, gpu.moe_gemm, 1.0, None, None)
         expert_gemms = _layer_gemms(expert_shapes, layers, e, expert_kernel, gpu)
-        self._expert_gemms = tuple((*g[:4], g[4] if i == 0 else 0.0)
+        p.expert_gemms = tuple((*g[:4], g[4] if i == 0 else 0.0)
                                    for i, g in enumerate(expert_gemms))
         # kernels that dequantize the whole weight from dequant_rows tokens on, then run a
         # 16-bit GEMM (legacy AWQ / GPTQ): the dequantization reads the codes and writes 16
         # bits per weight, a memory-bound op of its own
-        self._dequant_rows = kernel.dequant_rows
+        p.dequant_rows = kernel.dequant_rows
         if kernel.dequant_rows < float("inf"):
             assert kernel.weight is not None
-            self._gemms_large = (*_layer_gemms(shapes, layers, e, sixteen, gpu),
+            p.gemms_large = (*_layer_gemms(shapes, layers, e, sixteen, gpu),
                                  *_layer_gemms(router, layers, e, sixteen, gpu))
             dequant_bytes = sum(kernel.weight.weight_bytes(k, n) + k * n * e for k, n in shapes)
-            self._dequant_s = layers * dequant_bytes / (kernel.fit.memory_efficiency
+            p.dequant_s = layers * dequant_bytes / (kernel.fit.memory_efficiency
                                                         * gpu.mem_bytes_per_s)
         else:
-            self._gemms_large = self._gemms
-            self._dequant_s = 0.0
-        self._num_experts = model.num_experts
-        self._top_k = model.num_experts_per_tok
+            p.gemms_large = p.gemms
+            p.dequant_s = 0.0
+        p.num_experts = model.num_experts
+        p.top_k = model.num_experts_per_tok
         # the fraction of the routed rows and touched experts one GPU works on
-        self._expert_share = 1.0 / moe_gpus if expert_parallel else 1.0
-        self._dp = dp
+        p.expert_share = 1.0 / moe_gpus if expert_parallel else 1.0
+        p.dp = dp
         if dp > 1:
             if dp_link_bytes_per_s is None:  # the link that joins all dp x tp GPUs
                 dp_link_bytes_per_s = gpu.tp_link(dp * tp).effective_bytes_per_s
@@ -283,32 +249,32 @@ class CostModel:
             # moving (dp - 1) / dp of the group's tokens over every GPU's link
             (ag_latency, ag_speed), (rs_latency, rs_speed) = (
                 gpu.collective("all_gather", dp * tp), gpu.collective("reduce_scatter", dp * tp))
-            self._gather_fixed_s = layers * (ag_latency + rs_latency)
-            self._gather_s_per_token = (layers * (dp - 1) / dp * h * e / dp_link_bytes_per_s
+            p.gather_fixed_s = layers * (ag_latency + rs_latency)
+            p.gather_s_per_token = (layers * (dp - 1) / dp * h * e / dp_link_bytes_per_s
                                         * (1.0 / ag_speed + 1.0 / rs_speed))
         else:
-            self._gather_fixed_s = self._gather_s_per_token = 0.0
+            p.gather_fixed_s = p.gather_s_per_token = 0.0
         vocab_shard = model.vocab_size / tp
         lm_head_kernel = kernel if model.quantization and model.quantization.lm_head else sixteen
-        ((self._lm_head_s_per_row, self._lm_head_weight_s, self._lm_head_act_s_per_row,
-          self._lm_head_half, self._lm_head_floor_s),) = _layer_gemms(
+        ((p.lm_head_s_per_row, p.lm_head_weight_s, p.lm_head_act_s_per_row,
+          p.lm_head_half, p.lm_head_floor_s),) = _layer_gemms(
             ((h, vocab_shard),), 1, e, lm_head_kernel, gpu)
 
         # attention: FLOPs per query-key pair over this rank's query heads; K and V of one token
-        self._attn_s_per_pair = (
+        p.attn_s_per_pair = (
             layers * _FLOPS_PER_MAC * _ATTENTION_MATMULS * q_out * s_per_attn_flop
         )
         # prefill efficiency saturates with the keys per query K: eff x K / (K + half), so a
         # chunk of s queries costs (pairs + half x s) pairs at the saturated efficiency
-        self._attn_half_keys = gpu.attention_half_keys
-        self._attn_floor_s = layers * gpu.attention_floor_s
-        self._kv_s_per_token = model.kv_bytes_per_token(tp) * s_per_byte
+        p.attn_half_keys = gpu.attention_half_keys
+        p.attn_floor_s = layers * gpu.attention_floor_s
+        p.kv_s_per_token = model.kv_bytes_per_token(tp) * s_per_byte
         # decode: KV read at its own efficiency; each sequence adds its new token's KV write
         # and a fixed cost of decode_attention_half_tokens tokens of KV
         decode_eff = gpu.decode_attention_memory_efficiency or gpu.memory_efficiency
-        self._decode_kv_s_per_token = (model.kv_bytes_per_token(tp)
+        p.decode_kv_s_per_token = (model.kv_bytes_per_token(tp)
                                        / (decode_eff * gpu.mem_bytes_per_s))
-        self._decode_rows_per_seq = 1.0 + gpu.decode_attention_half_tokens
+        p.decode_rows_per_seq = 1.0 + gpu.decode_attention_half_tokens
 
         if tp > 1:
             if tp_link_bytes_per_s is None:
@@ -320,33 +286,31 @@ class CostModel:
                 ag_latency = tp_link_latency_s
             count = _ALLREDUCES_PER_LAYER * layers + _ALLREDUCES_PER_STEP
             ring_factor = _RING_PASSES * (tp - 1) / tp
-            self._allreduce_fixed_s = count * tp_link_latency_s
-            self._allreduce_s_per_token = count * ring_factor * h * e / tp_link_bytes_per_s
+            p.allreduce_fixed_s = count * tp_link_latency_s
+            p.allreduce_s_per_token = count * ring_factor * h * e / tp_link_bytes_per_s
             # vLLM's custom all-reduce below its size limit (clustersim.cost.collectives), at
             # its own latency and at its bandwidth relative to NCCL's on the same link
             link = gpu.tp_link(tp)
             max_bytes = custom_allreduce_max_bytes(gpu, tp, link)
-            self._custom_ar_max_tokens = max_bytes / (h * e)
+            p.custom_ar_max_tokens = max_bytes / (h * e)
             if max_bytes:
                 assert gpu.custom_allreduce_latency_s is not None
                 eff = gpu.custom_allreduce_link_efficiency or link.efficiency
-                self._custom_ar_fixed_s = count * gpu.custom_allreduce_latency_s
-                self._custom_ar_s_per_token = self._allreduce_s_per_token * link.efficiency / eff
+                p.custom_ar_fixed_s = count * gpu.custom_allreduce_latency_s
+                p.custom_ar_s_per_token = p.allreduce_s_per_token * link.efficiency / eff
             else:
-                self._custom_ar_fixed_s = self._custom_ar_s_per_token = 0.0
+                p.custom_ar_fixed_s = p.custom_ar_s_per_token = 0.0
             # every rank samples (vLLM V1), so the vocab-sharded logits are all-gathered: each
             # rank receives the other shards of every sampled row
-            self._logits_fixed_s = ag_latency
-            self._logits_s_per_row = (tp - 1) * vocab_shard * e / (tp_link_bytes_per_s * ag_speed)
+            p.logits_fixed_s = ag_latency
+            p.logits_s_per_row = (tp - 1) * vocab_shard * e / (tp_link_bytes_per_s * ag_speed)
         else:
-            self._allreduce_fixed_s = self._allreduce_s_per_token = 0.0
-            self._custom_ar_max_tokens = 0.0
-            self._custom_ar_fixed_s = self._custom_ar_s_per_token = 0.0
-            self._logits_fixed_s = self._logits_s_per_row = 0.0
-        self._fixed_overhead_s = gpu.per_step_overhead_s + layers * gpu.per_layer_overhead_s
-        self._request_overhead_s = gpu.per_request_overhead_s
-        self.prices = StepPrices(self)
-        """The per-step arithmetic over these constants (compiled with the core)."""
+            p.allreduce_fixed_s = p.allreduce_s_per_token = 0.0
+            p.custom_ar_max_tokens = 0.0
+            p.custom_ar_fixed_s = p.custom_ar_s_per_token = 0.0
+            p.logits_fixed_s = p.logits_s_per_row = 0.0
+        p.fixed_overhead_s = gpu.per_step_overhead_s + layers * gpu.per_layer_overhead_s
+        p.request_overhead_s = gpu.per_request_overhead_s
 
     def step_time(self, batch: BatchShape, moe_tokens: int | None = None) -> StepCost:
         """Price one step; an empty batch costs 0. ``moe_tokens``: the tokens the MoE layers
@@ -398,13 +362,14 @@ class CostModel:
     def kernel_floors_s(self, batch: BatchShape) -> float:
         """The kernel floors (attention, GEMMs, fused MoE, LM head) in ``step_time(batch)``'s
         memory-bound seconds: GPU time no efficiency scales (few-shot fits leave them fixed)."""
+        p = self.prices
         tokens = batch.num_prefill_tokens + batch.num_decode_tokens
         if not tokens:
             return 0.0
-        gemms = self._gemms_large if tokens >= self._dequant_rows else self._gemms
-        floors = self._attn_floor_s + sum(g[4] for g in gemms)
-        floors += sum(g[4] for g in self._expert_gemms)
-        return floors + (self._lm_head_floor_s if batch.num_sampled else 0.0)
+        gemms = p.gemms_large if tokens >= p.dequant_rows else p.gemms
+        floors = p.attn_floor_s + sum(g[4] for g in gemms)
+        floors += sum(g[4] for g in p.expert_gemms)
+        return floors + (p.lm_head_floor_s if batch.num_sampled else 0.0)
 
 
 def _layer_gemms(

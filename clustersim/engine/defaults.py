@@ -12,7 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from clustersim.catalog.specs import GpuSpec, ModelSpec
-from clustersim.cost.memory import cuda_graph_bytes, num_gpu_blocks, profiles_cuda_graphs
+from clustersim.cost.memory import (
+    cuda_graph_bytes,
+    kv_bytes_per_block,
+    num_gpu_blocks,
+    profiles_cuda_graphs,
+)
 from clustersim.engine.config import SchedulerConfig
 from clustersim.engine.kv_manager import cdiv
 from clustersim.engine.quantization import served_model
@@ -112,7 +117,7 @@ def resolve_engine(
 
     if settings.num_gpu_blocks_override is not None:
         blocks = settings.num_gpu_blocks_override
-        kv_bytes = blocks * settings.block_size * model.kv_bytes_per_token(tp)
+        kv_bytes = blocks * kv_bytes_per_block(model, tp, settings.block_size)
         if kv_bytes > gpu.mem_capacity_bytes:
             raise ConfigError(
                 "engine.num_gpu_blocks_override",

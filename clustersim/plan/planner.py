@@ -456,8 +456,10 @@ class Planner:
 
 def _work(job: Scenario) -> int:
     """A rough measure of a job's simulation time: its requests, where the traffic is
-    count-bounded; 0 where the count is only known after the run (ties keep their order)."""
-    return getattr(job.workload, "num_requests", None) or 0
+    count-bounded (a benchmark's prompts); 0 where the count is only known after the run
+    (ties keep their order)."""
+    workload = job.workload
+    return getattr(workload, "num_requests", None) or getattr(workload, "num_prompts", 0)
 
 
 def _kind(result: CandidateResult) -> str:

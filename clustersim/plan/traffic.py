@@ -14,7 +14,6 @@ from clustersim.workload import build_requests
 from clustersim.workload.scale import scale_rate
 from clustersim.workload.spec import (
     BenchmarkWorkload,
-    ClosedLoopArrivals,
     GammaArrivals,
     PoissonWorkload,
     SyntheticWorkload,
@@ -49,18 +48,18 @@ def at_rate(scenario: Scenario, base_rate: float, rate_per_s: float,
     """The scenario's traffic at ``rate_per_s``, a count-bounded one lengthened to the
     search's minimum requests and duration (the shape of the traffic is kept)."""
     workload = scale_rate(scenario.workload, rate_per_s / base_rate)
-    if isinstance(workload, PoissonWorkload | SyntheticWorkload) and (
-            workload.num_requests is not None and getattr(workload, "duration_s", None)
-            is None and not isinstance(getattr(workload, "arrivals", None),
-                                       ClosedLoopArrivals)):
-        wanted = max(workload.num_requests, settings.min_requests,
-                     math.ceil(rate_per_s * settings.min_duration_s))
-        workload = workload.model_copy(update={"num_requests": wanted})
-    elif isinstance(workload, BenchmarkWorkload):  # open-loop (scale_rate refuses the others)
-        wanted = max(workload.num_prompts, settings.min_requests,
-                     math.ceil(rate_per_s * settings.min_duration_s))
-        workload = workload.model_copy(update={"num_prompts": wanted})
-    return workload
+    # scale_rate refuses closed loops and benchmarks that are not open-loop
+    if isinstance(workload, BenchmarkWorkload):
+        field = "num_prompts"
+    elif isinstance(workload, PoissonWorkload) or (
+            isinstance(workload, SyntheticWorkload) and workload.num_requests is not None
+            and workload.duration_s is None):
+        field = "num_requests"
+    else:
+        return workload
+    wanted = max(getattr(workload, field), settings.min_requests,
+                 math.ceil(rate_per_s * settings.min_duration_s))
+    return workload.model_copy(update={field: wanted})
 
 
 def arrival_cv(scenario: Scenario, requests: list[Any]) -> float:

@@ -33,6 +33,8 @@ from clustersim.limits import (
     MAX_RATE_PER_S,
     MAX_TOKENS,
     MIN_RATE_PER_S,
+    RATE_REASON,
+    REQUESTS_REASON,
     TOKENS_REASON,
     Count,
     NonNegativeRate,
@@ -407,10 +409,11 @@ class SyntheticWorkload(Strict):
             raise ValueError("the rate curve ends at rate 0, so traffic stops there: "
                              "give duration_s")
         if self.num_requests is None and self.duration_s is not None:
-            expected = _peak_rate(arrivals) * self.duration_s
+            peak = _peak_rate(arrivals)
+            expected = peak * self.duration_s
             if expected > MAX_NUM_REQUESTS:
                 raise ValueError(
-                    f"duration_s {self.duration_s:g} s at up to {_peak_rate(arrivals):g} "
+                    f"duration_s {self.duration_s:g} s at up to {peak:g} "
                     f"requests/s brings up to {expected:,.0f} requests, more than "
                     f"{MAX_NUM_REQUESTS:,} (a run holds every request in memory): shorten it "
                     "or give num_requests too")
@@ -472,11 +475,9 @@ def _finite_within(low: float, high: float, reason: str) -> Any:
     return AfterValidator(check)
 
 
-NumWarmups = Annotated[NonNegativeInt, Within(
-    high=MAX_NUM_REQUESTS, reason="a run holds every request in memory (about 1 KB each)")]
+NumWarmups = Annotated[NonNegativeInt, Within(high=MAX_NUM_REQUESTS, reason=REQUESTS_REASON)]
 BenchmarkRate = Annotated[PositiveFloat, BeforeValidator(_inf_rate), _finite_within(
-    MIN_RATE_PER_S, MAX_RATE_PER_S, "from one request in the longest run (3 years) to the most "
-    "requests one run holds in one second")]
+    MIN_RATE_PER_S, MAX_RATE_PER_S, RATE_REASON)]
 Burstiness = Annotated[PositiveFloat, BeforeValidator(_inf_rate), _finite_within(
     1e-3, 1e3, "gamma shapes below 0.001 put every request at one instant, above 1000 they "
     "are evenly spaced already (inf: exactly even)")]

@@ -88,6 +88,8 @@ an error. Values at or inside a size limit are legitimate runs that may take min
 campaign does not draw them."""
 
 _DEEP = "__fuzz_deep_{}__"
+_DEEP_DEPTHS = (10, 63, 65, 300, 1000)
+"""Depths of the nesting a ``_DEEP`` marker stands for (around the limit of 64, and far past)."""
 UNSAFE_OUTPUTS = ["/proc/x", "/proc/self", "/sys/kernel/x", "/nonexistent/dir/x.md",
                   "/proc/self/x.yaml"]
 """Places a command cannot write (also as root), tried as output paths."""
@@ -178,7 +180,7 @@ def mutated_doc(draw: st.DrawFn, doc: dict[str, Any], kinds: list[str]) -> dict[
             elif action == "replace":
                 parent[path[-1]] = draw(odd_values())
             elif action == "deep":
-                parent[path[-1]] = _DEEP.format(draw(st.sampled_from([10, 63, 65, 300, 1000])))
+                parent[path[-1]] = _DEEP.format(draw(st.sampled_from(_DEEP_DEPTHS)))
             else:
                 parent[path[-1]] = copy.deepcopy(draw(st.sampled_from(PAST_LIMITS)))
         elif action == "unknown":
@@ -201,10 +203,14 @@ def mutated_doc(draw: st.DrawFn, doc: dict[str, Any], kinds: list[str]) -> dict[
 def dump_yaml(doc: Any) -> bytes:
     """YAML text of ``doc``; a ``_DEEP`` marker becomes that many nested flow lists."""
     text = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1000)
-    for depth in (10, 63, 65, 300, 1000):
-        marker = _DEEP.format(depth)
-        text = text.replace(marker, "[" * depth + "]" * depth)
-    return text.encode("utf-8", "surrogatepass")
+    return _expand_deep(text).encode("utf-8", "surrogatepass")
+
+
+def _expand_deep(text: str, quote: str = "") -> str:
+    """``text`` with each ``_DEEP`` marker (in ``quote``s) made that many nested lists."""
+    for depth in _DEEP_DEPTHS:
+        text = text.replace(f"{quote}{_DEEP.format(depth)}{quote}", "[" * depth + "]" * depth)
+    return text
 
 
 @st.composite
@@ -646,7 +652,6 @@ def trace_file(draw: st.DrawFn) -> tuple[str, str, bytes, list[str]]:
     action = draw(st.sampled_from(["none", "cell", "cell", "cell", "drop", "extra", "ragged",
                                    "header", "bytes", "truncate", "blank", "crlf", "bom",
                                    "line", "dupkey", "deep", "many"]))
-    data = b""
     if action == "cell":
         row, col = draw(st.integers(0, len(rows) - 1)), draw(st.integers(0, len(columns) - 1))
         rows[row][col] = draw(st.sampled_from(ODD_CELLS if kind == "csv" else ODD_JSON
@@ -789,9 +794,7 @@ def hf_config_cases(draw: st.DrawFn) -> Case:
                        "moe_intermediate_size": 1408})
     if draw(st.integers(0, 2)):
         doc = draw(mutated_doc(config, []))
-        text = json.dumps(doc, allow_nan=True, default=repr)
-        for depth in (10, 63, 65, 300, 1000):
-            text = text.replace(f'"{_DEEP.format(depth)}"', "[" * depth + "]" * depth)
+        text = _expand_deep(json.dumps(doc, allow_nan=True, default=repr), quote='"')
         data = text.encode("utf-8", "surrogatepass")
     else:
         data = draw(damaged_text(json.dumps(config, indent=1).encode()))
