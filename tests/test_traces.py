@@ -200,6 +200,16 @@ def test_azure_2024_timestamps_with_an_offset(tmp_path):
     assert load_trace(path).arrival_s.tolist() == pytest.approx([0.0, 0.5])
 
 
+def test_datetime_arrivals_are_exact_to_the_nanosecond(tmp_path):
+    # the difference is taken in int64 nanoseconds: through float64 nanoseconds since 1970
+    # (1.7e18, 256 ns apart) the first gap would come out as 0.049408960 s
+    path = write(tmp_path, "a23.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                 "2023-11-16 18:15:46.6444420,374,44\n"
+                 "2023-11-16 18:15:46.6938510,396,109\n"
+                 "2023-11-16 18:15:46.6938511,879,42\n")
+    assert load_trace(path).arrival_s.tolist() == [0.0, 0.049409, 0.0494091]
+
+
 def test_every_format_in_the_schema_has_a_reader():
     from typing import get_args
 

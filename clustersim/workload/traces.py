@@ -383,8 +383,9 @@ def _times_s(name: str, rows: _Rows, column: str, unit: str) -> np.ndarray:
         series = pd.Series(raw, dtype=object)
         stamps = pd.to_datetime(series.astype(str), format="ISO8601", errors="coerce", utc=True)
         ok = stamps.notna().to_numpy()
-        # float nanoseconds: the int64 difference of dates 300 years apart would wrap
-        numbers = stamps.to_numpy(dtype="datetime64[ns]").astype(np.int64).astype(float)
+        ns = stamps.to_numpy(dtype="datetime64[ns]").astype(np.int64)
+        # checked in float nanoseconds: the int64 difference of dates 300 years apart would wrap
+        numbers = ns.astype(float)
         scale = 1e-9
     else:
         numbers = _numbers(name, rows, column)
@@ -408,6 +409,9 @@ def _times_s(name: str, rows: _Rows, column: str, unit: str) -> np.ndarray:
         i = int(late[0])
         raise _bad(name, rows, i, f"{column} {_short(raw[i])} is more than {MAX_TIME_S:g} s "
                    f"after the first request ({TIME_REASON})")
+    if unit == "datetime":
+        # exact: the span is under MAX_TIME_S now, so the int64 difference cannot wrap
+        return (ns - ns[0]) / 1e9
     return times
 
 
