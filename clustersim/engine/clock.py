@@ -15,7 +15,8 @@ step ``j`` while it processes the end of step ``j - 1``. So here:
 * a step end a run skips has no event at all, and counts as processed after every event at
   its time. That is wrong only if an event is scheduled at exactly that time later on, or a
   stand-in of another run already sits there; the clock then tells the run (``on_tie``), which
-  ends at that step and so gives it a stand-in of its own::
+  ends at that step and so gives it a stand-in of its own. (The clock keeps a superset of the
+  skipped step ends, one hash set: a time no run skips any more only costs the runs a look.)::
 
       time ->     end 0     end 1     end 2 ... end K-1
       loop        e0        e1        e2        eK-1        one event per step
@@ -28,7 +29,7 @@ loop compiles with the core, ``clustersim.native``).
 
 from __future__ import annotations
 
-from collections import Counter
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from heapq import heappop, heappush
 from typing import Any, Protocol
@@ -128,9 +129,10 @@ class Clock(simpy.Environment):
 
     def __init__(self, initial_time: float = 0) -> None:
         super().__init__(initial_time)
-        self._watched: Counter[float] = Counter()
-        """Step ends that runs skip, with how many runs skip each (entries in the past are
-        harmless and purged now and then)."""
+        self._watched: set[float] = set()
+        """Every step end a run skips, and some no run skips any more (a run that ended early,
+        a time now past): an event at one of those asks the runs for nothing, and the set is
+        rebuilt from the live runs when it has grown to twice their size."""
         self._purge_at = 4096
         self._coalescers: dict[Coalescer, None] = {}
         self._stand_ins: dict[float, int] = {}
@@ -219,26 +221,20 @@ class Clock(simpy.Environment):
 
     # --------------------------------------------------------------- watching
     def watch(self, owner: Coalescer, times_s: list[float]) -> None:
-        """``owner`` skips the step ends ``times_s``; tell it when an event lands on one."""
+        """``owner`` skips the step ends ``times_s`` (ascending); tell it when an event lands
+        on one. (A run that ends before some of them need not say so: see ``_watched``.)"""
         self._coalescers[owner] = None
         watched = self._watched
         watched.update(times_s)
         if len(watched) > self._purge_at:
             self._purge()
-        if self._stand_ins and not self._stand_ins.keys().isdisjoint(times_s):
-            for at_s in sorted(self._stand_ins.keys() & set(times_s)):
-                owner.on_tie(at_s)  # a stand-in already there: the keys must order the two
-
-    def unwatch(self, times_s: Iterable[float]) -> None:
-        """Step ends no longer skipped (the run ends before them)."""
-        watched = self._watched
-        remove = dict.__delitem__  # (Counter's own is a Python function: this is hot)
-        for at_s in times_s:
-            left = watched[at_s] - 1
-            if left > 0:
-                watched[at_s] = left
-            else:
-                remove(watched, at_s)
+        if self._stand_ins and times_s:
+            first, last = times_s[0], times_s[-1]
+            for at_s in sorted(self._stand_ins):
+                if first <= at_s <= last:
+                    i = bisect_left(times_s, at_s)
+                    if times_s[i] == at_s:
+                        owner.on_tie(at_s)  # a stand-in already there: the keys order the two
 
     def release(self, owner: Coalescer) -> None:
         """``owner``'s run is over (the step ends it skipped are all in the past)."""
@@ -249,7 +245,7 @@ class Clock(simpy.Environment):
             owner.on_tie(at_s)
 
     def _purge(self) -> None:
-        live: Counter[float] = Counter()
+        live: set[float] = set()
         for owner in self._coalescers:
             live.update(owner.watched_times())
         self._watched = live

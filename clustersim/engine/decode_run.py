@@ -35,10 +35,8 @@ the run at the step in progress when one happens (``engine.instance``).
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import accumulate
 
 from clustersim.engine.request import RequestStatus
 from clustersim.engine.scheduler import Scheduler, StepPlan
@@ -137,20 +135,23 @@ def extend_run(run: DecodeRun, num_steps: int) -> int:
         return 0
     takers = run.takers
     block_size = len(takers)
-    start = (run.first_schedule - 1 + step) % block_size
-    phases = takers[start:] + takers[:start]  # from this step's phase on
-    cycles, rest = divmod(count, block_size)
-    needs = phases * cycles + phases[:rest]
-    taken = list(accumulate(needs))
-    fits = bisect_right(taken, run.free_blocks)
-    if fits < count:
-        run.horizon = step + fits  # that step's allocation could fail: the run ends before it
-        del needs[fits:]
-    if fits:
-        run.free_blocks -= taken[fits - 1]
-        blocks_after = accumulate(needs, initial=used[-1])  # used[-1] + taken[i], from i = -1
-        next(blocks_after)
-        used.extend(blocks_after)
+    phase = (run.first_schedule - 1 + step) % block_size  # this step's phase
+    free = run.free_blocks
+    base = used[-1]
+    taken = 0
+    fits = 0
+    while fits < count:
+        need = takers[phase]
+        if taken + need > free:
+            run.horizon = step + fits  # that step's allocation could fail: the run ends before it
+            break
+        taken += need
+        used.append(base + taken)
+        fits += 1
+        phase += 1
+        if phase == block_size:
+            phase = 0
+    run.free_blocks = free - taken
     return fits
 
 

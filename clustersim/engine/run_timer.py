@@ -133,7 +133,6 @@ class RunTimer:
         assert self.anchor_step <= step < self.last
         clock = self.clock
         clock.stand_in_gone(self.ends_s[self.last])
-        clock.unwatch(self.ends_s[step:self.last])
-        self.last = step
+        self.last = step  # (the clock may still list the ends after it: see ``Clock.watch``)
         self.truncated = True
         self._set_timer()

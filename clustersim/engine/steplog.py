@@ -11,11 +11,9 @@ one call and read back as one row per step.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import reduce
-from itertools import chain, repeat
-from operator import add, mul, sub
+from itertools import repeat
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,42 +123,54 @@ class StepLog:
     def add_decodes(
         self,
         start_s: float,
-        ends_s: Sequence[float],
+        ends_s: list[float],
+        kv_blocks_used: list[int],
+        first: int,
+        stop: int,
         num_decodes: int,
         num_running: int,
         num_waiting: int,
-        kv_blocks_used: Sequence[int],
     ) -> None:
-        """Consecutive pure-decode steps: the first starts at ``start_s``, each later one when
-        the previous ends; step ``m`` ends at ``ends_s[m]`` holding ``kv_blocks_used[m]``."""
-        n = len(ends_s)
-        if not n:
+        """Consecutive pure-decode steps ``first .. stop - 1`` of a run: the first starts at
+        ``start_s``, each later one when the previous ends; step ``m`` ends at ``ends_s[m]``
+        holding ``kv_blocks_used[m]``."""
+        if stop <= first:
             return
-        if len(kv_blocks_used) != n:
-            raise ValueError(f"{n} step ends but {len(kv_blocks_used)} block counts")
+        if stop > len(ends_s) or stop > len(kv_blocks_used):
+            raise ValueError(f"steps up to {stop} of {len(ends_s)} step ends and "
+                             f"{len(kv_blocks_used)} block counts")
         totals = self.totals
         # the same float operations, in the same order, as adding the steps one by one
-        # (a left fold from the totals so far), folded in C: a run can be 1024 steps
-        durations = list(map(sub, ends_s, chain((start_s,), ends_s)))
-        totals.busy_s = reduce(add, durations, totals.busy_s)
-        totals.kv_block_s = reduce(add, map(mul, kv_blocks_used, durations), totals.kv_block_s)
-        totals.num_steps += n
-        peak = max(kv_blocks_used)
-        if peak > totals.peak_kv_blocks:
-            totals.peak_kv_blocks = peak
-        last = ends_s[-1]
-        if totals.last_end_s is None or last > totals.last_end_s:
-            totals.last_end_s = last
+        busy = totals.busy_s
+        block_s = totals.kv_block_s
+        peak = totals.peak_kv_blocks
+        previous = start_s
+        for m in range(first, stop):
+            end = ends_s[m]
+            duration = end - previous
+            used = kv_blocks_used[m]
+            busy += duration
+            block_s += used * duration
+            if used > peak:
+                peak = used
+            previous = end
+        totals.busy_s = busy
+        totals.kv_block_s = block_s
+        totals.peak_kv_blocks = peak
+        totals.num_steps += stop - first
+        if totals.last_end_s is None or previous > totals.last_end_s:
+            totals.last_end_s = previous
         if self.record_steps:
+            n = stop - first
             self._start.append(start_s)
-            self._start.extend(ends_s[:-1])
-            self._end.extend(ends_s)
+            self._start.extend(ends_s[first:stop - 1])
+            self._end.extend(ends_s[first:stop])
             self._decode.extend(repeat(num_decodes, n))
             self._chunks.extend(repeat(_EMPTY, n))
             self._scheduled.extend(repeat(num_decodes, n))
             self._running.extend(repeat(num_running, n))
             self._waiting.extend(repeat(num_waiting, n))
-            self._kv_used.extend(kv_blocks_used)
+            self._kv_used.extend(kv_blocks_used[first:stop])
             self._preempted.extend(repeat(0, n))
 
     def take_records(self) -> list[StepRecord]:
