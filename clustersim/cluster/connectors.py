@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, ClassVar
 import simpy
 
 from clustersim.cluster.flows import TransferFailed
-from clustersim.engine.clock import call_soon, on_event
+from clustersim.engine.clock import Signal, Waitable, alarm, call_soon, on_event
 from clustersim.engine.request import Request, RequestStatus
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ class Handoff:
     producer: Request
     prefill_index: int
     decode_index: int | None = None
-    prefill_done: simpy.Event | None = None
+    prefill_done: Signal | None = None
     """sglang only: fires when the prefill copy finished (the push may start)."""
     producer_sent: bool = False
     """The prefill copy was submitted to its instance (sglang holds it back until the decode
@@ -142,10 +142,10 @@ class KVConnector:
         instance.submit(client)
 
     # ------------------------------------------------------------ transfer
-    def load(self, decode_index: int, client: Request, num_tokens: int) -> simpy.Event:
+    def load(self, decode_index: int, client: Request, num_tokens: int) -> Signal:
         """The decode instance starts reading a prompt's KV from its prefill instance; the
         event fires when the KV is resident."""
-        done = self.env.event()
+        done = Signal(self.env)
         handoff = self._handoffs.get(id(client))
         if handoff is None or handoff.kv_read:
             # async scheduling planned this read before a failure dropped the request (or
@@ -160,7 +160,7 @@ class KVConnector:
         return self._handoffs.get(id(handoff.client)) is handoff
 
     def _read(self, decode_index: int, handoff: Handoff, num_tokens: int,
-              done: simpy.Event) -> None:
+              done: Signal) -> None:
         if not self._live(handoff):
             return  # lost to a failure before the read began
         prefill = self.cluster.instances["prefill"][handoff.prefill_index]
@@ -173,7 +173,7 @@ class KVConnector:
             self._start_transfer, decode_index, handoff, num_tokens, done, prefill))
 
     def _start_transfer(self, decode_index: int, handoff: Handoff, num_tokens: int,
-                        done: simpy.Event, prefill) -> None:
+                        done: Signal, prefill) -> None:
         if not self._live(handoff):
             return  # the decode side has dropped the request
         cluster = self.cluster
@@ -195,7 +195,7 @@ class KVConnector:
         )
         on_event(transfer, partial(self._transferred, handoff, done, prefill, drawn, num_bytes))
 
-    def _transferred(self, handoff: Handoff, done: simpy.Event, prefill, drawn: str | None,
+    def _transferred(self, handoff: Handoff, done: Signal, prefill, drawn: str | None,
                      num_bytes: int, transfer: simpy.Event) -> None:
         handoff.transfer = None
         if not transfer.ok:
@@ -372,8 +372,7 @@ class NixlConnector(KVConnector):
     def _proxy_to_decode(self, handoff: Handoff) -> None:
         """The proxy has the prefill's answer: after its latency, on to a decode instance."""
         if self.spec.proxy_latency_s > 0:
-            timer = self.env.timeout(self.spec.proxy_latency_s)
-            timer.callbacks.append(lambda _event: self._proxied(handoff))
+            alarm(self.env, self.spec.proxy_latency_s, lambda _event: self._proxied(handoff))
             return
         self._proxied(handoff)
 
@@ -397,7 +396,7 @@ class SGLangConnector(KVConnector):
         if reason is not None:
             prefill.reject(producer, reason)
             return
-        handoff.prefill_done = self.env.event()
+        handoff.prefill_done = Signal(self.env)
         self._to_decode(handoff)
 
     def _when_readable(self, handoff: Handoff, prefill, then: Callable[[], None]) -> None:
@@ -405,7 +404,7 @@ class SGLangConnector(KVConnector):
             handoff.producer_sent = True
             prefill.submit(handoff.producer)  # decode has allocated: prefill may start
 
-        def prefilled(_event: simpy.Event) -> None:
+        def prefilled(_event: Waitable) -> None:
             if handoff.producer.status is not RequestStatus.REJECTED:
                 then()
 

@@ -34,6 +34,7 @@ from typing import Any, cast
 import simpy
 
 from clustersim.cluster.topology import Topology
+from clustersim.engine.clock import alarm
 
 Edge = Hashable
 """An edge as the pure core sees it: anything hashable (FlowNetwork uses small ints)."""
@@ -383,8 +384,7 @@ class FlowNetwork:
             by_latency.setdefault(latency, []).append(key)
         self._live[id(transfer.event)] = transfer
         for latency, keys in by_latency.items():
-            timeout = self.env.timeout(latency)
-            timeout.callbacks.append(partial(self._start, keys))
+            alarm(self.env, latency, partial(self._start, keys))
         return transfer.event
 
     def link_utilization(self, span_s: float) -> dict[str, float]:
@@ -539,8 +539,7 @@ class FlowNetwork:
         self._generation += 1
         delay = self._fluid.replan()
         if delay is not None:
-            wake = self.env.timeout(delay)
-            wake.callbacks.append(partial(self._wake, self._generation))
+            alarm(self.env, delay, partial(self._wake, self._generation))
 
     def _finish(self, key: int) -> None:
         transfer = self._owner.pop(key)

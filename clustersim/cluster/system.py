@@ -29,6 +29,7 @@ from clustersim.cluster.router import InstanceLoad, Router
 from clustersim.cluster.spec import LayoutSpec, PoolSpec
 from clustersim.cost.kernels import gemm_kernel
 from clustersim.cost.roofline import BatchShape, CostModel
+from clustersim.engine.clock import alarm
 from clustersim.engine.data_parallel import DataParallelGroup, check_group
 from clustersim.engine.defaults import EngineSetup, resolve_engine
 from clustersim.engine.instance import Instance
@@ -513,8 +514,7 @@ class Cluster:
         if api is None:
             self._enter(request)
             return
-        timer = self.env.timeout(api.before_engine_s(request))
-        timer.callbacks.append(lambda _event: self._enter(request))
+        alarm(self.env, api.before_engine_s(request), lambda _event: self._enter(request))
 
     def _enter(self, request: Request) -> None:
         kind = self.layout.kind
@@ -611,8 +611,7 @@ class Cluster:
             tally.num_retried += 1
             delay = client.delay_s(request.num_retries + 1)
             request.retry(now + delay)
-            timer = self.env.timeout(delay)
-            timer.callbacks.append(lambda _event: self.submit(request))
+            alarm(self.env, delay, lambda _event: self.submit(request))
             return
         tally.num_failed += 1
         tries = f" (sent {request.num_retries + 1} times)" if request.num_retries else ""
@@ -640,8 +639,7 @@ class Cluster:
         assert request.first_token_s is not None and request.finish_s is not None
         request.first_token_s += delay
         request.finish_s += delay
-        timer = self.env.timeout(delay)
-        timer.callbacks.append(lambda _event: self.on_done(request))
+        alarm(self.env, delay, lambda _event: self.on_done(request))
 
     def served(self, instance_name: str) -> ModelSpec:
         """The model as the named engine serves it (its quantization and KV dtype)."""

@@ -36,19 +36,65 @@ from typing import Any, Protocol
 
 import simpy
 from simpy.core import NORMAL, URGENT, StopSimulation
+from simpy.events import PENDING
+
+Waitable = Any
+"""What the engines and the cluster wait on: a ``simpy.Event``, or one of the two kinds below
+(which SimPy's environment, processes and this clock treat alike: they read ``callbacks``,
+``_ok`` and ``_value``)."""
+
+
+class Alarm:
+    """A ``simpy.Timeout`` without the rest: an event that succeeds, with no value, when it is
+    processed; made by :func:`alarm` (or scheduled by a run as its stand-in). Built in
+    compiled code, it costs a fraction of SimPy's own Python events."""
+
+    def __init__(self, callback: Callable[[Any], None] | None = None) -> None:
+        self.callbacks: list[Callable[[Any], None]] | None = (
+            [] if callback is None else [callback])
+        self._ok = True
+        self._value: Any = None
+
+
+class Signal:
+    """A ``simpy.Event`` that can only succeed: waited on, then triggered by ``succeed()``
+    (scheduled now, as SimPy's) or processed at once by ``Clock.fire_now``."""
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self.callbacks: list[Callable[[Any], None]] | None = []
+        self._ok = True
+        self._value: Any = PENDING
+
+    @property
+    def triggered(self) -> bool:
+        return self._value is not PENDING
+
+    def succeed(self, value: Any = None) -> Signal:
+        if self._value is not PENDING:
+            raise RuntimeError(f"{self} has already been triggered")
+        self._value = value
+        self.env.schedule(self, NORMAL)  # type: ignore[arg-type]
+        return self
+
+
+def alarm(env: simpy.Environment, delay: float,
+          callback: Callable[[Any], None] | None = None) -> Alarm:
+    """``env.timeout(delay)`` (the same place in the event order), calling ``callback`` with
+    it when it is processed."""
+    event = Alarm(callback)
+    env.schedule(event, NORMAL, delay)  # type: ignore[arg-type]
+    return event
 
 
 def call_soon(env: simpy.Environment, callback: Callable[[], None]) -> None:
     """Call ``callback`` exactly where a process started now would first run: from an urgent
     event at now, as SimPy's ``Initialize`` (the same place in the event order), without a
     process, a generator or the event a finished process leaves behind."""
-    event = simpy.Event(env)
-    event._ok, event._value = True, None
-    event.callbacks.append(lambda _event: callback())
-    env.schedule(event, URGENT)
+    env.schedule(Alarm(lambda _event: callback()), URGENT)  # type: ignore[arg-type]
 
 
-def on_event(event: simpy.Event, callback: Callable[[simpy.Event], None]) -> None:
+def on_event(event: Waitable, callback: Callable[[Any], None]) -> None:
     """Call ``callback(event)`` when ``event`` is processed, where a process that yields it
     now would resume (at once if it was processed already). A failed event counts as
     handled: the callback reads ``event.ok`` and ``event.value``, as a process catches it."""
@@ -56,7 +102,7 @@ def on_event(event: simpy.Event, callback: Callable[[simpy.Event], None]) -> Non
         callback(event)
         return
 
-    def resume(event: simpy.Event) -> None:
+    def resume(event: Any) -> None:
         if not event._ok:
             event._defused = True
         callback(event)
@@ -124,15 +170,24 @@ class Coalescer(Protocol):
         """The step ends its run still skips."""
 
 
+def _holds(times_s: list[float], at_s: float) -> bool:
+    """Whether the ascending ``times_s`` hold ``at_s``."""
+    i = bisect_left(times_s, at_s)
+    return i < len(times_s) and times_s[i] == at_s
+
+
 class Clock(simpy.Environment):
     """``simpy.Environment`` with order keys, stand-ins at exact times, and tie watching."""
 
     def __init__(self, initial_time: float = 0) -> None:
         super().__init__(initial_time)
         self._watched: set[float] = set()
-        """Every step end a run skips, and some no run skips any more (a run that ended early,
-        a time now past): an event at one of those asks the runs for nothing, and the set is
-        rebuilt from the live runs when it has grown to twice their size."""
+        """Every step end a run skips, and some no run skips any more (times now past, and
+        ends another run skipped too, kept when a run ends before them): an event at one of
+        those asks the runs for nothing, and the set is rebuilt from the live runs when it
+        has grown to twice their size."""
+        self._shared: set[float] = set()
+        """Times that may have been added by more than one run (a superset)."""
         self._purge_at = 4096
         self._coalescers: dict[Coalescer, None] = {}
         self._stand_ins: dict[float, int] = {}
@@ -170,7 +225,7 @@ class Clock(simpy.Environment):
                 raise copy
         return None
 
-    def schedule(self, event: simpy.Event, priority: Any = NORMAL, delay: Any = 0) -> None:
+    def schedule(self, event: Waitable, priority: Any = NORMAL, delay: Any = 0) -> None:
         now = self._now
         at = now + delay
         if at in self._watched:
@@ -188,7 +243,7 @@ class Clock(simpy.Environment):
         """Events scheduled so far (stand-ins included)."""
         return next(self._eid) - self._num_reserved + self._num_stand_ins
 
-    def schedule_stand_in(self, event: simpy.Event, at_s: float,
+    def schedule_stand_in(self, event: Waitable, at_s: float,
                           order: tuple | StepEndOrder) -> None:
         """Schedule ``event`` at exactly ``at_s`` with the given order key."""
         if at_s < self._now:
@@ -207,7 +262,7 @@ class Clock(simpy.Environment):
         else:
             del self._stand_ins[at_s]
 
-    def fire_now(self, event: simpy.Event) -> None:
+    def fire_now(self, event: Waitable) -> None:
         """Trigger ``event`` and process it at once, from the last callback of the event
         being processed: a process waiting on it resumes straight from that event, as if it
         had waited on that one. (Scheduling it urgently at now would make it the very next
@@ -222,19 +277,37 @@ class Clock(simpy.Environment):
     # --------------------------------------------------------------- watching
     def watch(self, owner: Coalescer, times_s: list[float]) -> None:
         """``owner`` skips the step ends ``times_s`` (ascending); tell it when an event lands
-        on one. (A run that ends before some of them need not say so: see ``_watched``.)"""
+        on one."""
         self._coalescers[owner] = None
         watched = self._watched
+        size = len(watched)
         watched.update(times_s)
+        if len(watched) != size + len(times_s):
+            self._shared.update(times_s)  # one of them was there already (or is twice here)
         if len(watched) > self._purge_at:
             self._purge()
-        if self._stand_ins and times_s:
-            first, last = times_s[0], times_s[-1]
-            for at_s in sorted(self._stand_ins):
-                if first <= at_s <= last:
-                    i = bisect_left(times_s, at_s)
-                    if times_s[i] == at_s:
-                        owner.on_tie(at_s)  # a stand-in already there: the keys order the two
+        stand_ins = self._stand_ins
+        if not stand_ins:
+            return
+        if len(times_s) <= len(stand_ins):
+            ties = [at_s for at_s in times_s if at_s in stand_ins]
+        else:  # (a stand-in time not in the set is none of these)
+            ties = sorted(at_s for at_s in stand_ins
+                          if at_s in watched and _holds(times_s, at_s))
+        for at_s in ties:
+            owner.on_tie(at_s)  # a stand-in already there: the keys must order the two
+
+    def unwatch(self, times_s: list[float]) -> None:
+        """Step ends no longer skipped (the run ends before them): an event at one of them
+        need not ask the runs any more, unless another run skips it too."""
+        shared = self._shared
+        if not shared:
+            self._watched.difference_update(times_s)
+            return
+        watched = self._watched
+        for at_s in times_s:
+            if at_s not in shared:
+                watched.discard(at_s)
 
     def release(self, owner: Coalescer) -> None:
         """``owner``'s run is over (the step ends it skipped are all in the past)."""
@@ -246,7 +319,13 @@ class Clock(simpy.Environment):
 
     def _purge(self) -> None:
         live: set[float] = set()
+        shared: set[float] = set()
         for owner in self._coalescers:
-            live.update(owner.watched_times())
+            times = list(owner.watched_times())
+            size = len(live)
+            live.update(times)
+            if len(live) != size + len(times):
+                shared.update(times)
         self._watched = live
+        self._shared = shared
         self._purge_at = 2 * len(live) + 4096

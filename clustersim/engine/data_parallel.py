@@ -24,7 +24,7 @@ from typing import Any
 import simpy
 
 from clustersim.catalog.specs import ModelSpec
-from clustersim.engine.clock import Clock
+from clustersim.engine.clock import Clock, Signal, Waitable, alarm
 from clustersim.engine.decode_run import DecodeRun, extend_run, plan_decode_run, shrink_run
 from clustersim.engine.instance import FIRST_CHUNK_STEPS, Instance
 from clustersim.engine.request import Request
@@ -84,7 +84,7 @@ class DataParallelGroup:
         self.gpus: tuple[str, ...] = tuple(g for rank in self.ranks for g in rank.gpus)
         self._view = [[0, 0] for _ in self.ranks]
         self._next_publish_s = 0.0
-        self._wakeup: simpy.Event | None = None
+        self._wakeup: Signal | None = None
         self.coalesce = (coalesce and isinstance(env, Clock)
                          and hasattr(price_steps, "decode_run")
                          and all(rank.scheduler.decoding is not None for rank in self.ranks))
@@ -180,20 +180,20 @@ class DataParallelGroup:
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
 
-    def _loop(self) -> Generator[simpy.Event, Any, None]:
+    def _loop(self) -> Generator[Waitable, Any, None]:
         try:
             yield from self._run()
         except simpy.Interrupt:
             return
 
-    def _run(self) -> Generator[simpy.Event, Any, None]:
+    def _run(self) -> Generator[Waitable, Any, None]:
         """Sync scheduling across the group: every rank schedules, the step takes the slowest
         rank's time, every rank applies its output; idle ranks run dummy batches."""
         env = self.env
         ranks = self.ranks
         while True:
             if not any(rank.scheduler.num_unfinished for rank in ranks):
-                self._wakeup = env.event()
+                self._wakeup = Signal(env)
                 yield self._wakeup
                 self._wakeup = None
                 continue
@@ -219,7 +219,7 @@ class DataParallelGroup:
                     for rank in ranks:
                         rank.end_run()
                     continue
-            yield env.timeout(self.price_steps(plans))  # type: ignore[misc]
+            yield alarm(env, self.price_steps(plans))  # type: ignore[misc]
             for rank, plan in zip(ranks, plans, strict=True):
                 if plan is None:
                     rank.record_dummy_step(start, env.now)

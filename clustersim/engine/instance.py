@@ -28,7 +28,7 @@ from typing import Any
 
 import simpy
 
-from clustersim.engine.clock import Clock
+from clustersim.engine.clock import Clock, Signal, Waitable, alarm
 from clustersim.engine.decode_run import (
     DecodeRun,
     advance_run,
@@ -66,7 +66,7 @@ class Instance:
         scheduler: Scheduler,
         price_step: Callable[[StepPlan], float],
         on_done: Callable[[Request], None] | None = None,
-        start_kv_load: Callable[[Request, int], simpy.Event] | None = None,
+        start_kv_load: Callable[[Request, int], Waitable] | None = None,
         poll_interval_s: float = 1e-3,
         run: bool = True,
         record_steps: bool = True,
@@ -90,7 +90,7 @@ class Instance:
         """The GPUs of this instance's tensor-parallel group (set by the cluster)."""
         self.log = StepLog(name, record_steps)
         self.rejected: list[Request] = []
-        self._wakeup: simpy.Event | None = None
+        self._wakeup: Signal | None = None
         self.waker: Callable[[], None] | None = None
         """Replaces waking this instance's own loop (a group that steps it)."""
         self.coalesce = (coalesce and isinstance(env, Clock) and run
@@ -211,9 +211,9 @@ class Instance:
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
 
-    def _wait(self) -> Generator[simpy.Event, Any, None]:
+    def _wait(self) -> Generator[Waitable, Any, None]:
         """Sleep until a request arrives or a KV pull finishes."""
-        self._wakeup = self.env.event()
+        self._wakeup = Signal(self.env)
         yield self._wakeup
         self._wakeup = None
 
@@ -231,7 +231,7 @@ class Instance:
         request.kv_transfer_done = True
         self._wake()
 
-    def _next_plan(self) -> Generator[simpy.Event, Any, StepPlan]:
+    def _next_plan(self) -> Generator[Waitable, Any, StepPlan]:
         """Schedule until there is a step to run, waiting while there is nothing to do."""
         scheduler = self.scheduler
         while True:
@@ -246,14 +246,14 @@ class Instance:
                 continue  # preemptions alone freed blocks; try again
             if any(not r.kv_transfer_done for r in scheduler.kv_holding):
                 yield from self._wait()  # a pull in flight will finish
-                yield self.env.timeout(self.poll_interval_s)
+                yield alarm(self.env, self.poll_interval_s)
                 continue
             if scheduler.kv_held and not scheduler.running:
                 yield from self._wait()  # blocks held for decode instances will come back
                 continue
             self.reject_unschedulable()
 
-    def _loop(self) -> Generator[simpy.Event, Any, None]:
+    def _loop(self) -> Generator[Waitable, Any, None]:
         """The step loop, until the engine fails (:meth:`fail` interrupts it)."""
         loop = self._run_async if self.scheduler.config.async_scheduling else self._run_sync
         try:
@@ -261,7 +261,7 @@ class Instance:
         except simpy.Interrupt:
             return
 
-    def _run_sync(self) -> Generator[simpy.Event, Any, None]:
+    def _run_sync(self) -> Generator[Waitable, Any, None]:
         """Sync scheduling: schedule(N) -> run(N) -> update(N) -> schedule(N+1)."""
         env = self.env
         while True:
@@ -276,7 +276,7 @@ class Instance:
                     self.end_run()
                     continue
             duration = self.price_step(plan)
-            yield env.timeout(duration)
+            yield alarm(env, duration)
             self.apply(plan, start)
 
     # ------------------------------------------------------- coalesced runs
@@ -374,7 +374,7 @@ class Instance:
         self._log_run(run, steps, first, last + 1)
         self._done(finished)
 
-    def _run_async(self) -> Generator[simpy.Event, Any, None]:
+    def _run_async(self) -> Generator[Waitable, Any, None]:
         """Async scheduling: schedule(N+1) runs before update(N), as vLLM's batch queue does."""
         env = self.env
         scheduler = self.scheduler
@@ -387,7 +387,7 @@ class Instance:
             duration = self.price_step(plan)
             self._record(plan, start, start + duration)
             next_plan = scheduler.schedule()
-            yield env.timeout(duration)
+            yield alarm(env, duration)
             self._done(scheduler.update_from_output(plan, env.now))
             self._give_up_thrashing(plan)
             self._give_up_thrashing(next_plan)

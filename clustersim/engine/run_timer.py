@@ -18,9 +18,7 @@ from bisect import bisect_left
 from collections.abc import Callable
 from itertools import accumulate
 
-import simpy
-
-from clustersim.engine.clock import Clock, StepEndOrder
+from clustersim.engine.clock import Alarm, Clock, Signal, StepEndOrder
 
 MAX_CHUNK_STEPS = 1024
 """The most steps a run plans at once; each chunk is four times the one before."""
@@ -49,8 +47,8 @@ class RunTimer:
         """The first step that had not ended at the last moment the run was processed (its
         start, or a chunk's end), and the order key its end event would have had: the step
         loop scheduled it at that moment."""
-        self.timer: simpy.Event | None = None
-        self.wake = simpy.Event(clock)
+        self.timer: Alarm | None = None
+        self.wake = Signal(clock)
         """Succeeds when the run is over (its last step ended)."""
         self.truncated = False
         self.chunk = 4 * chunk
@@ -95,12 +93,10 @@ class RunTimer:
         last = self.last
         order = (self.anchor_order if last == self.anchor_step
                  else StepEndOrder(self.ends_s, last, self.anchor_step, self.anchor_order))
-        timer = self.timer = simpy.Event(self.clock)
-        timer._ok, timer._value = True, None
-        timer.callbacks.append(self._timer_fired)
+        timer = self.timer = Alarm(self._timer_fired)
         self.clock.schedule_stand_in(timer, self.ends_s[last], order)
 
-    def _timer_fired(self, timer: simpy.Event) -> None:
+    def _timer_fired(self, timer: Alarm) -> None:
         # the stand-in's only callback, and it is a normal event: fire_now's condition holds
         if timer is not self.timer:
             return  # the run was cut shorter; this stand-in counted as gone then
@@ -133,6 +129,7 @@ class RunTimer:
         assert self.anchor_step <= step < self.last
         clock = self.clock
         clock.stand_in_gone(self.ends_s[self.last])
-        self.last = step  # (the clock may still list the ends after it: see ``Clock.watch``)
+        clock.unwatch(self.ends_s[step:self.last])
+        self.last = step
         self.truncated = True
         self._set_timer()

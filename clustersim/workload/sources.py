@@ -13,6 +13,7 @@ from typing import Any
 
 import simpy
 
+from clustersim.engine.clock import alarm
 from clustersim.engine.request import Request
 
 Submit = Callable[[Request], None]
@@ -28,7 +29,7 @@ class OpenLoop:
         for request in self.requests:
             delay = request.arrival_s - env.now
             if delay > 0:
-                yield env.timeout(delay)
+                yield alarm(env, delay)
             submit(request)
 
     def on_done(self, request: Request) -> None:
