@@ -96,7 +96,7 @@ class DataParallelGroup:
         self.process = None
         if price_steps is not None:
             for rank in self.ranks:
-                if rank.process is not None:
+                if rank.runs_own_loop:
                     raise ValueError(f"{rank.name} runs its own loop; create it with run=False")
                 if rank.scheduler.config.async_scheduling:
                     raise ValueError("lockstep data-parallel ranks schedule synchronously")

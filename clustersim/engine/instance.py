@@ -1,7 +1,9 @@
-"""One engine instance as a SimPy process: schedule, price, wait, apply.
+"""One engine instance on the SimPy clock: schedule, price, wait, apply.
 
-The process only waits; every decision is made by the :class:`Scheduler` (pure state
-transitions) and every duration by the step-cost function it is given.
+The step loop only waits; every decision is made by the :class:`Scheduler` (pure state
+transitions) and every duration by the step-cost function it is given. It is a chain of event
+callbacks rather than a SimPy process (no generator to resume, no process events), each
+called where the process would have resumed, so that the events keep SimPy's order.
 
 With ``coalesce``, a step whose plan starts a run of identical decode steps
 (``engine.decode_run``) waits once for the whole run instead of once per step::
@@ -22,13 +24,13 @@ and every case ``plan_decode_run`` refuses.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from functools import partial
-from typing import Any
 
 import simpy
+from simpy.core import URGENT
 
-from clustersim.engine.clock import Clock, Signal, Waitable, alarm
+from clustersim.engine.clock import Alarm, Clock, Signal, Waitable, alarm
 from clustersim.engine.decode_run import (
     DecodeRun,
     advance_run,
@@ -106,10 +108,18 @@ class Instance:
         """Steps this engine's recent runs lasted (a moving average: the first chunk)."""
         self.failed = False
         """Dead (a fault): it takes no requests until it is restarted."""
-        self._run_own_loop = run
-        self.process = None
+        self.runs_own_loop = run
+        """False: a lockstep group steps it."""
+        self.looping = False
+        """Its own step loop is on (it is not down)."""
+        self._awaited: Waitable | None = None
+        """What the step loop waits on now (its one callback is the loop's next move)."""
+        self._plan: StepPlan | None = None
+        self._plan_start_s = 0.0
+        self._next: StepPlan | None = None
+        """The step in progress (its start), and with async scheduling the one after it."""
         if run:
-            self.process = env.process(self._loop())
+            self._start_loop()
 
     # ----------------------------------------------------------------- intake
     def refusal(self, request: Request) -> str | None:
@@ -178,11 +188,14 @@ class Instance:
             self._settle()  # the steps that ended before now, as the step loop applied them
             self._run = self._steps = None
             self._dummies_logged = 0
-            if self.process is not None:
+            if self.looping:
                 run.release()  # its own run (a lockstep group releases the group's)
-        if self.process is not None and self.process.is_alive:
-            self.process.interrupt("failed")
-        self.process = None
+        if self.looping:  # the step in progress never ends: nothing waits for it
+            awaited = self._awaited
+            if awaited is not None and awaited.callbacks:
+                awaited.callbacks.clear()
+            self._awaited = self._plan = self._next = None
+            self.looping = False
         self.failed = True
         return self.scheduler.drain()
 
@@ -192,8 +205,8 @@ class Instance:
         self.scheduler = scheduler
         self.failed = False
         self._wakeup = None
-        if self._run_own_loop:
-            self.process = self.env.process(self._loop())
+        if self.runs_own_loop:
+            self._start_loop()
 
     def reject(self, request: Request, reason: str) -> None:
         request.status = RequestStatus.REJECTED
@@ -211,12 +224,6 @@ class Instance:
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
 
-    def _wait(self) -> Generator[Waitable, Any, None]:
-        """Sleep until a request arrives or a KV pull finishes."""
-        self._wakeup = Signal(self.env)
-        yield self._wakeup
-        self._wakeup = None
-
     def _begin(self, plan: StepPlan) -> None:
         """What the worker does as a step starts: issue the plan's KV reads (spec §7.4 step 5)."""
         for request, num_blocks in plan.kv_loads:
@@ -231,53 +238,107 @@ class Instance:
         request.kv_transfer_done = True
         self._wake()
 
-    def _next_plan(self) -> Generator[Waitable, Any, StepPlan]:
-        """Schedule until there is a step to run, waiting while there is nothing to do."""
+    # The step loop is a chain of callbacks, each where a SimPy process that yields the same
+    # events would resume (the same places in the event order, one callback per event):
+    # _start_loop -> _next_step -> _step (sync) or _step_async -> ... -> _next_step.
+    def _start_loop(self) -> None:
+        """The loop begins where a process started now would first run (SimPy's Initialize)."""
+        self.looping = True
+        start = self._awaited = Alarm(self._resume_loop)
+        self.env.schedule(start, URGENT)  # type: ignore[arg-type]
+
+    def _resume_loop(self, _event: Waitable = None) -> None:
+        self._awaited = None
+        self._next_step()
+
+    def _next_step(self) -> None:
+        """Schedule until there is a step to run and start it, or wait for something to do."""
         scheduler = self.scheduler
         while True:
             if scheduler.num_unfinished == 0:
-                yield from self._wait()
-                continue
+                self._sleep(self._woken)
+                return
             plan = scheduler.schedule()
             if not plan.is_empty:
-                return plan
+                if scheduler.config.async_scheduling:
+                    self._step_async(plan)
+                else:
+                    self._step(plan)
+                return
             self._begin(plan)  # a step with only KV reads still runs (no forward pass)
             if plan.preempted:
                 continue  # preemptions alone freed blocks; try again
             if any(not r.kv_transfer_done for r in scheduler.kv_holding):
-                yield from self._wait()  # a pull in flight will finish
-                yield alarm(self.env, self.poll_interval_s)
-                continue
+                self._sleep(self._woken_to_poll)  # a pull in flight will finish
+                return
             if scheduler.kv_held and not scheduler.running:
-                yield from self._wait()  # blocks held for decode instances will come back
-                continue
+                self._sleep(self._woken)  # blocks held for decode instances will come back
+                return
             self.reject_unschedulable()
 
-    def _loop(self) -> Generator[Waitable, Any, None]:
-        """The step loop, until the engine fails (:meth:`fail` interrupts it)."""
-        loop = self._run_async if self.scheduler.config.async_scheduling else self._run_sync
-        try:
-            yield from loop()
-        except simpy.Interrupt:
-            return
+    def _sleep(self, then: Callable[[Waitable], None]) -> None:
+        """Sleep until a request arrives or a KV pull finishes (``_wake``)."""
+        wakeup = self._wakeup = self._awaited = Signal(self.env)
+        wakeup.callbacks.append(then)  # type: ignore[union-attr]
 
-    def _run_sync(self) -> Generator[Waitable, Any, None]:
+    def _woken(self, _event: Waitable) -> None:
+        self._wakeup = self._awaited = None
+        self._next_step()
+
+    def _woken_to_poll(self, _event: Waitable) -> None:
+        """Awake; the engine notices the finished pull one poll interval later."""
+        self._wakeup = None
+        self._awaited = alarm(self.env, self.poll_interval_s, self._resume_loop)
+
+    def _step(self, plan: StepPlan) -> None:
         """Sync scheduling: schedule(N) -> run(N) -> update(N) -> schedule(N+1)."""
-        env = self.env
-        while True:
-            plan = yield from self._next_plan()
-            start = env.now
-            self._begin(plan)
-            if self.coalesce:
-                run = self._start_run(plan, start)
-                if run is not None:
-                    yield run.wake
-                    run.release()
-                    self.end_run()
-                    continue
-            duration = self.price_step(plan)
-            yield alarm(env, duration)
-            self.apply(plan, start)
+        start = self.env.now
+        self._begin(plan)
+        if self.coalesce:
+            run = self._start_run(plan, start)
+            if run is not None:
+                wake = self._awaited = run.wake
+                wake.callbacks.append(self._run_ended)  # type: ignore[union-attr]
+                return
+        self._plan, self._plan_start_s = plan, start
+        self._awaited = alarm(self.env, self.price_step(plan), self._stepped)
+
+    def _stepped(self, _event: Waitable) -> None:
+        plan = self._plan
+        assert plan is not None
+        self._awaited = self._plan = None
+        self.apply(plan, self._plan_start_s)
+        self._next_step()
+
+    def _run_ended(self, _event: Waitable) -> None:
+        run = self._run
+        assert run is not None
+        self._awaited = None
+        run.release()
+        self.end_run()
+        self._next_step()
+
+    def _step_async(self, plan: StepPlan) -> None:
+        """Async scheduling: schedule(N+1) runs before update(N), as vLLM's batch queue does."""
+        start = self.env.now
+        self._begin(plan)
+        duration = self.price_step(plan)
+        self._record(plan, start, start + duration)
+        self._plan, self._next = plan, self.scheduler.schedule()
+        self._awaited = alarm(self.env, duration, self._stepped_async)
+
+    def _stepped_async(self, _event: Waitable) -> None:
+        plan, next_plan = self._plan, self._next
+        assert plan is not None and next_plan is not None
+        self._awaited = self._plan = self._next = None
+        self._done(self.scheduler.update_from_output(plan, self.env.now))
+        self._give_up_thrashing(plan)
+        self._give_up_thrashing(next_plan)
+        if next_plan.is_empty:
+            self._begin(next_plan)
+            self._next_step()
+        else:
+            self._step_async(next_plan)
 
     # ------------------------------------------------------- coalesced runs
     def _start_run(self, plan: StepPlan, start_s: float) -> RunTimer | None:
@@ -373,29 +434,6 @@ class Instance:
         finished = finish_run_step(self.scheduler, steps, run.ends_s)
         self._log_run(run, steps, first, last + 1)
         self._done(finished)
-
-    def _run_async(self) -> Generator[Waitable, Any, None]:
-        """Async scheduling: schedule(N+1) runs before update(N), as vLLM's batch queue does."""
-        env = self.env
-        scheduler = self.scheduler
-        plan: StepPlan | None = None
-        while True:
-            if plan is None:
-                plan = yield from self._next_plan()
-            start = env.now
-            self._begin(plan)
-            duration = self.price_step(plan)
-            self._record(plan, start, start + duration)
-            next_plan = scheduler.schedule()
-            yield alarm(env, duration)
-            self._done(scheduler.update_from_output(plan, env.now))
-            self._give_up_thrashing(plan)
-            self._give_up_thrashing(next_plan)
-            if next_plan.is_empty:
-                self._begin(next_plan)
-                plan = None
-            else:
-                plan = next_plan
 
     def apply(self, plan: StepPlan, start_s: float) -> None:
         """The step that began at ``start_s`` ended now: apply its output, record it, hand the
