@@ -289,23 +289,26 @@ def test_the_scenarios_exercise_what_they_are_named_for():
     assert linked.num_rerouted and sum(t.num_recomputed for t in linked.tallies.values())
 
 
-def test_coalescing_advances_many_steps_per_event():
-    # the pricer (plain Python; the instance is compiled) sees every run priced, and every
-    # extension of one
+def test_coalescing_advances_many_steps_per_event(monkeypatch):
+    # every run priced, and every extension of one, goes through the pricer's decode_run
     from clustersim.cluster import system
 
     runs: list[int] = []
-    original = system.RooflinePricer.decode_run
+    make_pricer = system.make_pricer
 
-    def counting(self, num_decodes, decode_kv_tokens, num_steps):
-        runs.append(num_steps)
-        return original(self, num_decodes, decode_kv_tokens, num_steps)
+    class Counting:
+        def __init__(self, pricer):
+            self.pricer = pricer
 
-    system.RooflinePricer.decode_run = counting
-    try:
-        result = _run("pd-azure-conv")
-    finally:
-        system.RooflinePricer.decode_run = original
+        def __call__(self, plan):
+            return self.pricer(plan)
+
+        def decode_run(self, num_decodes, decode_kv_tokens, num_steps):
+            runs.append(num_steps)
+            return self.pricer.decode_run(num_decodes, decode_kv_tokens, num_steps)
+
+    monkeypatch.setattr(system, "make_pricer", lambda *args: Counting(make_pricer(*args)))
+    result = _run("pd-azure-conv")
     # most decode steps are priced in runs: far fewer pricings than steps
     assert len(runs) > 100
     assert len(result.steps) > 4 * len(runs)

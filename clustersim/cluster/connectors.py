@@ -101,6 +101,8 @@ class KVConnector:
         self.spec = cluster.kv_transfer
         self._handoffs: dict[int, Handoff] = {}  # id(producer copy or client) -> handoff
         self._paired: set[tuple[int, int]] = set()
+        self._kv_bytes: dict[int, int] = {}
+        """Per decode instance: KV bytes per token over its TP group (as it serves the model)."""
 
     @property
     def num_in_flight(self) -> int:
@@ -183,8 +185,12 @@ class KVConnector:
             return
         drawn = faults.transfer_fails() if faults is not None else None
         decode = cluster.instances["decode"][decode_index]
-        tp = len(decode.gpus)
-        num_bytes = num_tokens * cluster.served(decode.name).kv_bytes_per_token(tp) * tp
+        per_token = self._kv_bytes.get(decode_index)
+        if per_token is None:
+            tp = len(decode.gpus)
+            per_token = self._kv_bytes[decode_index] = (
+                cluster.served(decode.name).kv_bytes_per_token(tp) * tp)
+        num_bytes = num_tokens * per_token
         pair = (handoff.prefill_index, decode_index)
         extra = 0.0
         if pair not in self._paired:

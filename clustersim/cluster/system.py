@@ -37,6 +37,7 @@ from clustersim.engine.kv_manager import KVCacheManager
 from clustersim.engine.request import Request, RequestStatus
 from clustersim.engine.scheduler import Scheduler, StepPlan
 from clustersim.engine.settings import EngineSettings
+from clustersim.engine.step_plan import RooflinePricer
 from clustersim.errors import ClusterSimError, ConfigError
 from clustersim.scenario import Cost, FixedCost, Scenario
 
@@ -89,32 +90,12 @@ class FixedPricer:
         return [self.step_time_s] * num_steps
 
 
-class RooflinePricer:
-    """A step's seconds from the roofline cost model, read straight off the plan."""
-
-    __slots__ = ("cost_model", "_prices")
-
-    def __init__(self, cost_model: CostModel) -> None:
-        self.cost_model = cost_model
-        self._prices = cost_model.prices
-
-    def __call__(self, plan: StepPlan) -> float:
-        return self._prices.step_time_s(
-            plan.num_prefill_tokens, plan.prefill_attn_pairs, plan.prefill_kv_tokens,
-            plan.num_decode_tokens, plan.decode_kv_tokens, plan.num_sampled, plan.num_seqs,
-        )
-
-    def decode_run(self, num_decodes: int, decode_kv_tokens: int, num_steps: int) -> list[float]:
-        """Seconds of each of ``num_steps`` pure-decode steps (``CostModel.decode_run_s``)."""
-        return self._prices.decode_run_s(num_decodes, decode_kv_tokens, num_steps)
-
-
 def make_pricer(cost_model: CostModel | None, cost: Cost) -> FixedPricer | RooflinePricer:
     """StepPlan -> seconds, through the roofline cost model (or a fixed time per step)."""
     if isinstance(cost, FixedCost):
         return FixedPricer(cost.step_time_s)
     assert cost_model is not None, "a roofline cost needs a cost model"
-    return RooflinePricer(cost_model)
+    return RooflinePricer(cost_model.prices)
 
 
 class FixedGroupPricer:

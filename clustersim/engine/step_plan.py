@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from clustersim.cost.prices import StepPrices
 from clustersim.cost.roofline import BatchShape
 from clustersim.engine.request import Request
 
@@ -72,3 +73,21 @@ class StepPlan:
             num_sampled=self.num_sampled,
             num_seqs=self.num_seqs,
         )
+
+
+class RooflinePricer:
+    """A step's seconds from the roofline cost model (its ``StepPrices``), read straight off
+    the plan; compiled with the engine, which calls it for every step it prices."""
+
+    def __init__(self, prices: StepPrices) -> None:
+        self.prices = prices
+
+    def __call__(self, plan: StepPlan) -> float:
+        return self.prices.step_time_s(
+            plan.num_prefill_tokens, plan.prefill_attn_pairs, plan.prefill_kv_tokens,
+            plan.num_decode_tokens, plan.decode_kv_tokens, plan.num_sampled, plan.num_seqs,
+        )
+
+    def decode_run(self, num_decodes: int, decode_kv_tokens: int, num_steps: int) -> list[float]:
+        """Seconds of each of ``num_steps`` pure-decode steps (``CostModel.decode_run_s``)."""
+        return self.prices.decode_run_s(num_decodes, decode_kv_tokens, num_steps)
