@@ -1,8 +1,9 @@
-"""Workload sources: the SimPy processes that hand requests to the engine.
+"""Workload sources: what hands requests to the engine on the SimPy clock.
 
 Every source offers the simulator the same three things: ``requests`` (all the requests it will
-ever submit, for accounting), ``run(env, submit)`` (a SimPy process that submits them) and
-``on_done(request)`` (called when a request finishes or is rejected).
+ever submit, for accounting), ``start(env, submit)`` (starts submitting them: a SimPy process,
+or for fixed arrival times a chain of timers) and ``on_done(request)`` (called when a request
+finishes or is rejected).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 import simpy
+from simpy.core import URGENT
 
-from clustersim.engine.clock import alarm
+from clustersim.engine.clock import Alarm, alarm
 from clustersim.engine.request import Request
 
 Submit = Callable[[Request], None]
@@ -24,13 +26,32 @@ class OpenLoop:
 
     def __init__(self, requests: list[Request]) -> None:
         self.requests = requests
+        self._next = 0
 
-    def run(self, env: simpy.Environment, submit: Submit) -> Generator[Any, Any, None]:
-        for request in self.requests:
+    def start(self, env: simpy.Environment, submit: Submit) -> None:
+        """Submit each request at its arrival time: a chain of timer callbacks, the first
+        where a process started now would first run (the events a process waiting out each
+        gap would see, in the same places)."""
+        self._next = 0
+        event = Alarm(lambda _event: self._send(env, submit))
+        env.schedule(event, URGENT)  # type: ignore[arg-type]
+
+    def _send(self, env: simpy.Environment, submit: Submit) -> None:
+        """Submit every request due now, then wait for the next one."""
+        requests = self.requests
+        while self._next < len(requests):
+            request = requests[self._next]
             delay = request.arrival_s - env.now
             if delay > 0:
-                yield alarm(env, delay)
+                alarm(env, delay, lambda _event: self._arrived(env, submit))
+                return
+            self._next += 1
             submit(request)
+
+    def _arrived(self, env: simpy.Environment, submit: Submit) -> None:
+        self._next += 1
+        submit(self.requests[self._next - 1])
+        self._send(env, submit)
 
     def on_done(self, request: Request) -> None:
         """Open-loop clients do not wait for answers."""
@@ -59,6 +80,9 @@ class ClosedLoop:
         """Requests sent or waiting out a think time: a user took each of them."""
         self._env: simpy.Environment | None = None
         self._submit: Submit | None = None
+
+    def start(self, env: simpy.Environment, submit: Submit) -> None:
+        env.process(self.run(env, submit))
 
     def run(self, env: simpy.Environment, submit: Submit) -> Generator[Any, Any, None]:
         self._env, self._submit = env, submit
@@ -118,6 +142,9 @@ class Benchmark:
         self._warmups_done: simpy.Event | None = None
         self._env: simpy.Environment | None = None
         self._submit: Submit | None = None
+
+    def start(self, env: simpy.Environment, submit: Submit) -> None:
+        env.process(self.run(env, submit))
 
     def run(self, env: simpy.Environment, submit: Submit) -> Generator[Any, Any, None]:
         self._env, self._submit = env, submit
