@@ -79,11 +79,12 @@ class Signal:
 
 
 def alarm(env: simpy.Environment, delay: float,
-          callback: Callable[[Any], None] | None = None) -> Alarm:
+          callback: Callable[[Any], None] | None = None, priority: int = NORMAL) -> Alarm:
     """``env.timeout(delay)`` (the same place in the event order), calling ``callback`` with
-    it when it is processed."""
+    it when it is processed. ``priority=URGENT`` with no delay: where a process started now
+    would first run (SimPy's ``Initialize``)."""
     event = Alarm(callback)
-    env.schedule(event, NORMAL, delay)  # type: ignore[arg-type]
+    env.schedule(event, priority, delay)  # type: ignore[arg-type]
     return event
 
 
@@ -91,7 +92,7 @@ def call_soon(env: simpy.Environment, callback: Callable[[], None]) -> None:
     """Call ``callback`` exactly where a process started now would first run: from an urgent
     event at now, as SimPy's ``Initialize`` (the same place in the event order), without a
     process, a generator or the event a finished process leaves behind."""
-    env.schedule(Alarm(lambda _event: callback()), URGENT)  # type: ignore[arg-type]
+    alarm(env, 0.0, lambda _event: callback(), URGENT)
 
 
 def on_event(event: Waitable, callback: Callable[[Any], None]) -> None:

@@ -30,7 +30,7 @@ from functools import partial
 import simpy
 from simpy.core import URGENT
 
-from clustersim.engine.clock import Alarm, Clock, Signal, Waitable, alarm
+from clustersim.engine.clock import Clock, Signal, Waitable, alarm
 from clustersim.engine.decode_run import (
     DecodeRun,
     advance_run,
@@ -110,8 +110,6 @@ class Instance:
         """Dead (a fault): it takes no requests until it is restarted."""
         self.runs_own_loop = run
         """False: a lockstep group steps it."""
-        self.looping = False
-        """Its own step loop is on (it is not down)."""
         self._awaited: Waitable | None = None
         """What the step loop waits on now (its one callback is the loop's next move)."""
         self._plan: StepPlan | None = None
@@ -183,19 +181,19 @@ class Instance:
         """The engine dies now (vLLM's EngineDeadError): the step in progress never ends,
         the steps before it stay in the trace, and every request it held is returned, lost
         with its KV. The engine does nothing more until :meth:`restart`."""
+        looping = self.runs_own_loop and not self.failed  # its own step loop is on
         run = self._run
         if run is not None:
             self._settle()  # the steps that ended before now, as the step loop applied them
             self._run = self._steps = None
             self._dummies_logged = 0
-            if self.looping:
+            if looping:
                 run.release()  # its own run (a lockstep group releases the group's)
-        if self.looping:  # the step in progress never ends: nothing waits for it
+        if looping:  # the step in progress never ends: nothing waits for it
             awaited = self._awaited
             if awaited is not None and awaited.callbacks:
                 awaited.callbacks.clear()
             self._awaited = self._plan = self._next = None
-            self.looping = False
         self.failed = True
         return self.scheduler.drain()
 
@@ -243,12 +241,11 @@ class Instance:
     # _start_loop -> _next_step -> _step (sync) or _step_async -> ... -> _next_step.
     def _start_loop(self) -> None:
         """The loop begins where a process started now would first run (SimPy's Initialize)."""
-        self.looping = True
-        start = self._awaited = Alarm(self._resume_loop)
-        self.env.schedule(start, URGENT)  # type: ignore[arg-type]
+        self._awaited = alarm(self.env, 0.0, self._resume, URGENT)
 
-    def _resume_loop(self, _event: Waitable = None) -> None:
-        self._awaited = None
+    def _resume(self, _event: Waitable) -> None:
+        """What the loop waited on happened (its start, a wakeup, a poll): schedule again."""
+        self._wakeup = self._awaited = None
         self._next_step()
 
     def _next_step(self) -> None:
@@ -256,7 +253,7 @@ class Instance:
         scheduler = self.scheduler
         while True:
             if scheduler.num_unfinished == 0:
-                self._sleep(self._woken)
+                self._sleep(self._resume)
                 return
             plan = scheduler.schedule()
             if not plan.is_empty:
@@ -272,7 +269,7 @@ class Instance:
                 self._sleep(self._woken_to_poll)  # a pull in flight will finish
                 return
             if scheduler.kv_held and not scheduler.running:
-                self._sleep(self._woken)  # blocks held for decode instances will come back
+                self._sleep(self._resume)  # blocks held for decode instances will come back
                 return
             self.reject_unschedulable()
 
@@ -281,14 +278,10 @@ class Instance:
         wakeup = self._wakeup = self._awaited = Signal(self.env)
         wakeup.callbacks.append(then)  # type: ignore[union-attr]
 
-    def _woken(self, _event: Waitable) -> None:
-        self._wakeup = self._awaited = None
-        self._next_step()
-
     def _woken_to_poll(self, _event: Waitable) -> None:
         """Awake; the engine notices the finished pull one poll interval later."""
         self._wakeup = None
-        self._awaited = alarm(self.env, self.poll_interval_s, self._resume_loop)
+        self._awaited = alarm(self.env, self.poll_interval_s, self._resume)
 
     def _step(self, plan: StepPlan) -> None:
         """Sync scheduling: schedule(N) -> run(N) -> update(N) -> schedule(N+1)."""

@@ -15,7 +15,7 @@ from typing import Any
 import simpy
 from simpy.core import URGENT
 
-from clustersim.engine.clock import Alarm, alarm
+from clustersim.engine.clock import alarm
 from clustersim.engine.request import Request
 
 Submit = Callable[[Request], None]
@@ -27,37 +27,52 @@ class OpenLoop:
     def __init__(self, requests: list[Request]) -> None:
         self.requests = requests
         self._next = 0
+        """The next request to submit."""
+        self._env: simpy.Environment | None = None
+        self._submit: Submit | None = None
 
     def start(self, env: simpy.Environment, submit: Submit) -> None:
         """Submit each request at its arrival time: a chain of timer callbacks, the first
         where a process started now would first run (the events a process waiting out each
         gap would see, in the same places)."""
-        self._next = 0
-        event = Alarm(lambda _event: self._send(env, submit))
-        env.schedule(event, URGENT)  # type: ignore[arg-type]
+        self._env, self._submit, self._next = env, submit, 0
+        alarm(env, 0.0, self._send, URGENT)
 
-    def _send(self, env: simpy.Environment, submit: Submit) -> None:
+    def _send(self, _event: object = None) -> None:
         """Submit every request due now, then wait for the next one."""
+        env, submit = self._env, self._submit
+        assert env is not None and submit is not None
         requests = self.requests
         while self._next < len(requests):
             request = requests[self._next]
             delay = request.arrival_s - env.now
             if delay > 0:
-                alarm(env, delay, lambda _event: self._arrived(env, submit))
+                alarm(env, delay, self._arrived)
                 return
             self._next += 1
             submit(request)
 
-    def _arrived(self, env: simpy.Environment, submit: Submit) -> None:
+    def _arrived(self, _event: object) -> None:
+        assert self._submit is not None
         self._next += 1
-        submit(self.requests[self._next - 1])
-        self._send(env, submit)
+        self._submit(self.requests[self._next - 1])
+        self._send()
 
     def on_done(self, request: Request) -> None:
         """Open-loop clients do not wait for answers."""
 
 
-class ClosedLoop:
+class _ProcessSource:
+    """A source whose clients are a SimPy process (``run``)."""
+
+    def run(self, env: simpy.Environment, submit: Submit) -> Generator[Any, Any, None]:
+        raise NotImplementedError
+
+    def start(self, env: simpy.Environment, submit: Submit) -> None:
+        env.process(self.run(env, submit))
+
+
+class ClosedLoop(_ProcessSource):
     """``num_users`` clients: each sends its next request when its previous one is done.
 
     The requests (lengths fixed in advance, in order) are handed out first come, first served:
@@ -80,9 +95,6 @@ class ClosedLoop:
         """Requests sent or waiting out a think time: a user took each of them."""
         self._env: simpy.Environment | None = None
         self._submit: Submit | None = None
-
-    def start(self, env: simpy.Environment, submit: Submit) -> None:
-        env.process(self.run(env, submit))
 
     def run(self, env: simpy.Environment, submit: Submit) -> Generator[Any, Any, None]:
         self._env, self._submit = env, submit
@@ -112,7 +124,7 @@ class ClosedLoop:
             self._env.process(self._send_after_think())
 
 
-class Benchmark:
+class Benchmark(_ProcessSource):
     """The client of ``vllm bench serve --max-concurrency N`` (``workload.benchmark``).
 
     First the warm-ups, at most ``max_concurrency`` in flight, until every one is done; then
@@ -142,9 +154,6 @@ class Benchmark:
         self._warmups_done: simpy.Event | None = None
         self._env: simpy.Environment | None = None
         self._submit: Submit | None = None
-
-    def start(self, env: simpy.Environment, submit: Submit) -> None:
-        env.process(self.run(env, submit))
 
     def run(self, env: simpy.Environment, submit: Submit) -> Generator[Any, Any, None]:
         self._env, self._submit = env, submit
