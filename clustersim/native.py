@@ -37,8 +37,10 @@ MODULES = (
     "clustersim.engine.instance",
     "clustersim.engine.data_parallel",
     "clustersim.cluster.flows",
+    "clustersim.cluster.dispatch",
     "clustersim.cluster.router",
     "clustersim.cluster.connectors",
+    "clustersim.workload.sources",
     "clustersim.cost.prices",
 )
 """Compiled together, as one group: a compiled module calls another's classes natively."""

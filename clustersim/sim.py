@@ -79,7 +79,7 @@ def run_scenario(
         on_done = _stop_when_all_done(env, source.on_done, len(source.requests) + len(warmups))
     cluster = Cluster(env, scenario, model, router_rng, on_done=on_done,
                       record_steps=record_steps, coalesce=coalesce)
-    source.start(env, cluster.submit)
+    source.start(env, cluster.dispatch.submit)
     with _rare_collections():
         env.run()
 

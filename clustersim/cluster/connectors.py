@@ -41,21 +41,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import simpy
 
 from clustersim.cluster.flows import TransferFailed
+from clustersim.cluster.router import Router
 from clustersim.engine.clock import Signal, Waitable, alarm, call_soon, on_event
 from clustersim.engine.request import Request, RequestStatus
 
 if TYPE_CHECKING:
+    from clustersim.cluster.dispatch import Dispatch
     from clustersim.cluster.system import Cluster
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Handoff:
-    """A request on the disaggregated path: its prefill copy and where each half runs."""
+    """A request on the disaggregated path: its prefill copy and where each half runs.
+    (``__init__`` written out: it compiles with the core.)"""
 
     client: Request
     producer: Request
@@ -74,6 +77,17 @@ class Handoff:
     source_lost: str | None = None
     """The prefill instance holding the finished prompt's KV failed (the failure's label):
     reading it fails."""
+
+    def __init__(self, client: Request, producer: Request, prefill_index: int) -> None:
+        self.client = client
+        self.producer = producer
+        self.prefill_index = prefill_index
+        self.decode_index = None
+        self.prefill_done = None
+        self.producer_sent = False
+        self.transfer = None
+        self.kv_read = False
+        self.source_lost = None
 
 
 def producer_copy(client: Request, arrival_s: float) -> Request:
@@ -97,6 +111,9 @@ class KVConnector:
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
+        self.dispatch: Dispatch = cluster.dispatch
+        self.instances: dict[str, list[Any]] = cluster.instances
+        self.routers: dict[str, Router] = cluster.routers
         self.env = cluster.env
         self.spec = cluster.kv_transfer
         self._handoffs: dict[int, Handoff] = {}  # id(producer copy or client) -> handoff
@@ -113,11 +130,11 @@ class KVConnector:
     def start(self, client: Request) -> None:
         """The request enters the disaggregated path: its prompt goes to a prefill instance."""
         cluster = self.cluster
-        index = cluster.choose("prefill", client)
+        index = self.dispatch.choose("prefill", client)
         if index is None:
             cluster.lose(client, cluster.faults.down_cause("prefill"))  # type: ignore[union-attr]
             return
-        instance = cluster.instances["prefill"][index]
+        instance = self.instances["prefill"][index]
         producer = producer_copy(client, self.env.now)
         handoff = Handoff(client=client, producer=producer, prefill_index=index)
         self._handoffs[id(producer)] = handoff
@@ -132,13 +149,13 @@ class KVConnector:
         """The client request goes to a decode instance, which will read the prompt's KV."""
         cluster = self.cluster
         client = handoff.client
-        index = cluster.place("decode", client)
+        index = self.dispatch.place("decode", client)
         if index is None:
             self.client_lost(client)
             cluster.lose(client, cluster.faults.down_cause("decode"))  # type: ignore[union-attr]
             return
         handoff.decode_index = index
-        instance = cluster.instances["decode"][index]
+        instance = self.instances["decode"][index]
         client.decode_instance = instance.name
         client.do_remote_prefill = True
         instance.submit(client)
@@ -165,7 +182,7 @@ class KVConnector:
               done: Signal) -> None:
         if not self._live(handoff):
             return  # lost to a failure before the read began
-        prefill = self.cluster.instances["prefill"][handoff.prefill_index]
+        prefill = self.instances["prefill"][handoff.prefill_index]
         if num_tokens == 0:  # nothing to read (local prefix hit): the producer may free now
             self._nothing_to_read(handoff, prefill)
             handoff.kv_read = True
@@ -184,7 +201,7 @@ class KVConnector:
             self._load_failed(handoff, handoff.source_lost)
             return
         drawn = faults.transfer_fails() if faults is not None else None
-        decode = cluster.instances["decode"][decode_index]
+        decode = self.instances["decode"][decode_index]
         per_token = self._kv_bytes.get(decode_index)
         if per_token is None:
             tp = len(decode.gpus)
@@ -235,15 +252,14 @@ class KVConnector:
     # ---------------------------------------------------------- completion
     def producer_done(self, index: int, producer: Request) -> None:
         """The prefill copy finished (its blocks wait to be read) or was rejected."""
-        cluster = self.cluster
         handoff = self._handoffs.pop(id(producer))
         client = handoff.client
-        cluster.routers["prefill"].returned(index, client)
+        self.routers["prefill"].returned(index, client)
         client.num_preemptions += producer.num_preemptions
         if producer.status is RequestStatus.REJECTED:
             self._producer_rejected(handoff, f"prefill: {producer.reject_reason}")
             return
-        prefill = cluster.instances["prefill"][index]
+        prefill = self.instances["prefill"][index]
         if producer.request_id not in prefill.scheduler.kv_held and prefill.scheduler.offers_blocks(
             producer
         ):
@@ -260,7 +276,7 @@ class KVConnector:
         client.status = RequestStatus.REJECTED
         client.reject_reason = reason
         client.finish_s = self.env.now
-        self.cluster.on_done(client)
+        self.dispatch.on_done(client)
 
     def _producer_finished(self, handoff: Handoff) -> None:
         raise NotImplementedError
@@ -278,10 +294,10 @@ class KVConnector:
         client = handoff.client
         tally = cluster.faults.tally(cause)  # type: ignore[union-attr]
         tally.num_kv_load_failures += 1
-        prefill = cluster.instances["prefill"][handoff.prefill_index]
+        prefill = self.instances["prefill"][handoff.prefill_index]
         prefill.release_kv(handoff.producer)  # its reader gives up (a no-op if it died)
         handoff.kv_read = True
-        decode = cluster.instances["decode"][handoff.decode_index]  # type: ignore[index]
+        decode = self.instances["decode"][handoff.decode_index]  # type: ignore[index]
         if self.recomputes_failed_loads:
             tally.num_recomputed += 1
             decode.recompute_remote_load(client)
@@ -305,11 +321,11 @@ class KVConnector:
                     handoff.transfer = None
                     self._load_failed(handoff, cause)
                 continue  # a read not begun yet fails when it begins
-            cluster.routers["prefill"].returned(index, client)
+            self.routers["prefill"].returned(index, client)
             self._handoffs.pop(id(handoff.producer), None)
             self._handoffs.pop(id(client), None)
             if handoff.decode_index is not None:  # sglang: the decode side had allocated
-                cluster.instances["decode"][handoff.decode_index].remove(client)
+                self.instances["decode"][handoff.decode_index].remove(client)
             cluster.lose(client, cause)
 
     def client_lost(self, client: Request) -> None:
@@ -323,7 +339,7 @@ class KVConnector:
             cluster.flows.cancel(handoff.transfer)
             handoff.transfer = None
         producer = handoff.producer
-        prefill = cluster.instances["prefill"][handoff.prefill_index]
+        prefill = self.instances["prefill"][handoff.prefill_index]
         if producer.status is RequestStatus.FINISHED:
             if not handoff.kv_read:
                 prefill.release_kv(producer)
@@ -334,14 +350,14 @@ class KVConnector:
             return
         if handoff.producer_sent:
             prefill.remove(producer)
-        cluster.routers["prefill"].returned(handoff.prefill_index, client)
+        self.routers["prefill"].returned(handoff.prefill_index, client)
 
     def _rerun_prefill(self, index: int, handoff: Handoff) -> None:
         producer = producer_copy(handoff.client, self.env.now)
         handoff.producer = producer
         self._handoffs[id(producer)] = handoff
-        self.cluster.routers["prefill"].sent(index, handoff.client)
-        self.cluster.instances["prefill"][index].submit(producer)
+        self.routers["prefill"].sent(index, handoff.client)
+        self.instances["prefill"][index].submit(producer)
 
     def consumer_done(self, client: Request) -> None:
         """The decode half finished or was rejected (a request routed elsewhere: nothing)."""
@@ -352,7 +368,7 @@ class KVConnector:
 
     def _consumer_rejected(self, handoff: Handoff) -> None:
         if handoff.producer.status is RequestStatus.FINISHED:
-            prefill = self.cluster.instances["prefill"][handoff.prefill_index]
+            prefill = self.instances["prefill"][handoff.prefill_index]
             prefill.release_kv(handoff.producer)
 
 
@@ -420,7 +436,7 @@ class SGLangConnector(KVConnector):
         if handoff.producer_sent:
             prefill.release_kv(handoff.producer)
         else:  # the prefill never started; take it back from the prefill router
-            self.cluster.routers["prefill"].returned(handoff.prefill_index, handoff.client)
+            self.routers["prefill"].returned(handoff.prefill_index, handoff.client)
             self._handoffs.pop(id(handoff.producer), None)
 
     def _producer_rejected(self, handoff: Handoff, reason: str) -> None:
@@ -429,14 +445,14 @@ class SGLangConnector(KVConnector):
             return
         # the decode side already holds blocks for it; take it back there
         handoff.prefill_done.succeed()  # type: ignore[union-attr]
-        self.cluster.instances["decode"][handoff.decode_index].abort(handoff.client, reason)
+        self.instances["decode"][handoff.decode_index].abort(handoff.client, reason)
 
     def _producer_finished(self, handoff: Handoff) -> None:
         handoff.prefill_done.succeed()  # type: ignore[union-attr]
 
     def _consumer_rejected(self, handoff: Handoff) -> None:
         if not handoff.producer_sent:  # the prefill never started
-            self.cluster.routers["prefill"].returned(handoff.prefill_index, handoff.client)
+            self.routers["prefill"].returned(handoff.prefill_index, handoff.client)
             self._handoffs.pop(id(handoff.producer), None)
             return
         super()._consumer_rejected(handoff)

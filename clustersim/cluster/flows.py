@@ -101,9 +101,10 @@ def max_min_rates(
     return [rates[c] for c in class_of]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Drain:
-    """One sub-flow while it moves bytes."""
+    """One sub-flow while it moves bytes. (The ``__init__``s of this module's dataclasses
+    are written out so that they compile: a run builds them for every transfer.)"""
 
     edges: tuple[Edge, ...]
     num_bytes: float
@@ -111,6 +112,13 @@ class Drain:
     rate: float = 0.0
     due_s: float = math.inf
     """When it finishes at the current rates (set by :meth:`FluidState.replan`)."""
+
+    def __init__(self, edges: tuple[Edge, ...], num_bytes: float, remaining: float) -> None:
+        self.edges = edges
+        self.num_bytes = num_bytes
+        self.remaining = remaining
+        self.rate = 0.0
+        self.due_s = math.inf
 
 
 class FluidState:
@@ -236,9 +244,9 @@ def split_bytes(num_bytes: int, parts: int) -> list[int]:
 
 
 # ------------------------------------------------------------ SimPy shell
-@dataclass(frozen=True)
+@dataclass(slots=True, init=False)
 class TransferRecord:
-    """One finished KV handoff."""
+    """One finished KV handoff (read only)."""
 
     tag: str
     src: tuple[str, ...]
@@ -253,6 +261,19 @@ class TransferRecord:
     ideal_s: float | None
     """Duration alone on idle links (its own sub-flows still share what they both cross);
     None when the network was asked not to work it out (a lean run)."""
+
+    def __init__(self, tag: str, src: tuple[str, ...], dst: tuple[str, ...], path: str,
+                 bytes: int, requested_s: float, start_s: float, end_s: float,
+                 ideal_s: float | None) -> None:
+        self.tag = tag
+        self.src = src
+        self.dst = dst
+        self.path = path
+        self.bytes = bytes
+        self.requested_s = requested_s
+        self.start_s = start_s
+        self.end_s = end_s
+        self.ideal_s = ideal_s
 
     @property
     def queue_s(self) -> float | None:
@@ -274,7 +295,7 @@ class TransferFailed(Exception):
         return f"{self.args[0]}: {self.cause}"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class _Transfer:
     tag: str
     src: tuple[str, ...]
@@ -290,6 +311,22 @@ class _Transfer:
     """Key -> (edges, bytes still to count on them when it finishes)."""
     ends: dict[int, tuple[str, str]] = field(default_factory=dict)
     """Key -> the sub-flow's (source GPU, destination GPU)."""
+
+    def __init__(self, tag: str, src: tuple[str, ...], dst: tuple[str, ...], path: str,
+                 num_bytes: int, requested_s: float, start_s: float, ideal_s: float | None,
+                 event: simpy.Event, num_pending: int) -> None:
+        self.tag = tag
+        self.src = src
+        self.dst = dst
+        self.path = path
+        self.num_bytes = num_bytes
+        self.requested_s = requested_s
+        self.start_s = start_s
+        self.ideal_s = ideal_s
+        self.event = event
+        self.num_pending = num_pending
+        self.sub_flows = {}
+        self.ends = {}
 
 
 class FlowNetwork:

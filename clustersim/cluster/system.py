@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from clustersim.catalog import load_gpu
 from clustersim.catalog.specs import GpuSpec, ModelSpec
 from clustersim.cluster.api_server import ApiServer
 from clustersim.cluster.connectors import CONNECTORS, KVConnector
+from clustersim.cluster.dispatch import Dispatch
 from clustersim.cluster.faults import Faults
 from clustersim.cluster.router import InstanceLoad, Router
 from clustersim.cluster.spec import LayoutSpec, PoolSpec
@@ -202,8 +204,20 @@ class Cluster:
         self._served: dict[str, ModelSpec] = {}
         """Instance name -> the model as its engine serves it (quantization, KV dtype)."""
         self._fresh_scheduler: dict[str, Callable[[], Scheduler]] = {}
+        api = scenario.api_server
+        self.api_server: ApiServer | None = (
+            ApiServer(api, scenario.seed) if api is not None and not api.is_zero else None
+        )
+        """vLLM's API server in front of the engines (``cluster.api_server``); None: a
+        request reaches its engine when it is sent, and its tokens the client when made."""
+        self.routers: dict[str, Router] = {}
+        self.dispatch = Dispatch(
+            env, self.layout.kind, self.instances, self.routers, on_done, self._none_up,
+            self.api_server, self.layout.long_prompt_tokens, self.layout.long_output_tokens,
+        )
+        """Routes each request and takes it back when it is done (the cluster's hot path)."""
         self._build_pools()
-        self.routers = {
+        self.routers.update({
             role: Router(spec.kind, [InstanceLoad(i.name) for i in self.instances[role]], rng)
             for role, spec in (
                 ("colocated", self.layout.router),
@@ -211,23 +225,17 @@ class Cluster:
                 ("decode", self.layout.decode_router),
             )
             if self.instances[role]
-        }
-        self._route_of: dict[int, tuple[str, int]] = {}  # id(client) -> (role, index)
+        })
         self.connector: KVConnector | None = (
             CONNECTORS[self.kv_transfer.connector](self) if self.instances["prefill"] else None
         )
         """The prefill -> decode handoff (layouts with a prefill pool)."""
+        self.dispatch.connector = self.connector
         self.faults: Faults | None = (
             Faults(self, scenario.faults, scenario.seed) if scenario.faults is not None
             else None
         )
         """The failures of this run (``cluster.faults``), and what they did."""
-        api = scenario.api_server
-        self.api_server: ApiServer | None = (
-            ApiServer(api, scenario.seed) if api is not None and not api.is_zero else None
-        )
-        """vLLM's API server in front of the engines (``cluster.api_server``); None: a
-        request reaches its engine when it is sent, and its tokens the client when made."""
 
     # ------------------------------------------------------------------ build
     def _load_topology(self):
@@ -447,15 +455,8 @@ class Cluster:
             name,
             fresh_scheduler(),
             make_pricer(cost_model, self.scenario.cost) if run else _group_steps_it,
-            on_done=lambda request, role=role, position=position: self._done(
-                role, position, request
-            ),
-            start_kv_load=(
-                lambda request, tokens, position=position: self.connector.load(
-                    position, request, tokens)
-            )
-            if role == "decode"
-            else None,
+            on_done=self.dispatch.done_at(role, position),
+            start_kv_load=partial(self.dispatch.kv_load, position) if role == "decode" else None,
             poll_interval_s=self.kv_transfer.poll_interval_s,
             run=run,
             record_steps=self.record_steps,
@@ -489,61 +490,15 @@ class Cluster:
 
     # ---------------------------------------------------------------- routing
     def submit(self, request: Request) -> None:
-        """A client request reaches the cluster's entry point now; with an API server, its
-        engine sees it once the server has processed it."""
-        api = self.api_server
-        if api is None:
-            self._enter(request)
-            return
-        alarm(self.env, api.before_engine_s(request), lambda _event: self._enter(request))
-
-    def _enter(self, request: Request) -> None:
-        kind = self.layout.kind
-        if kind == "colocated":
-            self._send("colocated", request)
-        elif kind == "disaggregated":
-            self.connector.start(request)
-        else:
-            self._three_pool(request)
-
-    def _three_pool(self, request: Request) -> None:
-        """Golden S6: a long prompt with a short output takes the prefill -> decode path, a
-        long output with a short prompt goes to the decode pool, everything else shares."""
-        long_prompt = request.num_prompt_tokens > self.layout.long_prompt_tokens
-        long_output = request.max_tokens > self.layout.long_output_tokens
-        if long_prompt and not long_output:
-            self.connector.start(request)
-        elif long_output and not long_prompt:
-            self._send("decode", request)
-        else:
-            self._send("colocated", request)
+        """A client request reaches the cluster's entry point now (``Dispatch.submit``)."""
+        self.dispatch.submit(request)
 
     def choose(self, role: str, request: Request) -> int | None:
-        """The instance of ``role`` its router picks for ``request``, counted as sent there
-        (None: every one of them is down)."""
-        router = self.routers[role]
-        index = router.choose(request)
-        if index is not None:
-            router.sent(index, request)
-        return index
+        """The instance of ``role`` its router picks for ``request`` (``Dispatch.choose``)."""
+        return self.dispatch.choose(role, request)
 
-    def place(self, role: str, request: Request) -> int | None:
-        """:meth:`choose`, for an instance that will produce the request's tokens: its
-        router gets it back when the request is done."""
-        index = self.choose(role, request)
-        if index is not None:
-            self._route_of[id(request)] = (role, index)
-        return index
-
-    def _send(self, role: str, request: Request) -> None:
-        """Route a request to an instance that will produce all its tokens."""
-        index = self.place(role, request)
-        if index is None:
-            self.lose(request, self.faults.down_cause(role))  # type: ignore[union-attr]
-            return
-        instance = self.instances[role][index]
-        request.prefill_instance = request.decode_instance = instance.name
-        instance.submit(request)  # a data-parallel group names the rank it picks
+    def _none_up(self, request: Request, role: str) -> None:
+        self.lose(request, self.faults.down_cause(role))  # type: ignore[union-attr]
 
     # ----------------------------------------------------------------- faults
     def keyed_instances(self) -> list[tuple[tuple[str, int], Any]]:
@@ -581,9 +536,7 @@ class Cluster:
         instances): its client sends it again after a delay, or it ends rejected."""
         faults = self.faults
         assert faults is not None, "requests are lost only to faults"
-        route = self._route_of.pop(id(request), None)
-        if route is not None:
-            self.routers[route[0]].returned(route[1], request)
+        self.dispatch.returned(request)
         tally = faults.tally(cause)
         tally.num_lost += 1
         client = faults.spec.client
@@ -602,26 +555,6 @@ class Cluster:
         self.on_done(request)
 
     # ------------------------------------------------------------ completion
-    def _done(self, role: str, index: int, request: Request) -> None:
-        if request.kv_producer:
-            self.connector.producer_done(index, request)
-            return
-        route = self._route_of.pop(id(request), None)
-        if route is not None:
-            self.routers[route[0]].returned(route[1], request)
-        if self.connector is not None:
-            self.connector.consumer_done(request)
-        api = self.api_server
-        if api is None or request.status is not RequestStatus.FINISHED:
-            self.on_done(request)
-            return
-        # the client sees every token later by the same time, so its gaps are the engine's
-        delay = api.to_client_s()
-        assert request.first_token_s is not None and request.finish_s is not None
-        request.first_token_s += delay
-        request.finish_s += delay
-        alarm(self.env, delay, lambda _event: self.on_done(request))
-
     def served(self, instance_name: str) -> ModelSpec:
         """The model as the named engine serves it (its quantization and KV dtype)."""
         return self._served[instance_name]

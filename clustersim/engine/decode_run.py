@@ -47,10 +47,11 @@ BUDGET_STOPS = frozenset({"budget", "whole_prompt"})
 """Reasons that hold for a whole run if its steps leave the same budget as step 0."""
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class DecodeRun:
     """Steps ``0 .. num_steps - 1``: ``plan``, then the whole running batch decoding. More
-    steps are planned on demand (:func:`extend_run`) up to ``horizon``."""
+    steps are planned on demand (:func:`extend_run`) up to ``horizon``. (``__init__``
+    written out: it compiles with the engine.)"""
 
     plan: StepPlan
     batch_size: int
@@ -76,6 +77,21 @@ class DecodeRun:
     """Steps whose schedule is applied (step 0's by ``schedule()``)."""
     num_updated: int = 0
     """Steps whose output is applied."""
+
+    def __init__(self, plan: StepPlan, batch_size: int, decode_kv_tokens: int,
+                 first_schedule: int, takers: list[int], finish_step: int, horizon: int,
+                 free_blocks: int, kv_blocks_used: list[int]) -> None:
+        self.plan = plan
+        self.batch_size = batch_size
+        self.decode_kv_tokens = decode_kv_tokens
+        self.first_schedule = first_schedule
+        self.takers = takers
+        self.finish_step = finish_step
+        self.horizon = horizon
+        self.free_blocks = free_blocks
+        self.kv_blocks_used = kv_blocks_used
+        self.num_scheduled = 1
+        self.num_updated = 0
 
     @property
     def num_steps(self) -> int:

@@ -24,13 +24,14 @@ class RequestStatus(Enum):
     REJECTED = "rejected"
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class Request:
     """One request as an engine instance sees it.
 
     ``max_tokens`` is the number of output tokens the request generates (the trace's output
     length); the request stops after sampling that many, as vLLM does on EOS or on
-    ``max_tokens``.
+    ``max_tokens``. (Its ``__init__`` is written out, not the dataclass's, so that it
+    compiles with the engine: a run builds hundreds of thousands of requests.)
     """
 
     request_id: str
@@ -88,6 +89,42 @@ class Request:
     dispatch_s: float | None = None
     """When the client's rate process handed the request over, before it waited for a
     concurrency slot (None: the client sends on arrival); the wait is its client queue time."""
+
+    def __init__(self, request_id: str, arrival_s: float, num_prompt_tokens: int,
+                 max_tokens: int, priority: int = 0, block_hashes: tuple[int, ...] = (),
+                 kv_producer: bool = False) -> None:
+        self.request_id = request_id
+        self.arrival_s = arrival_s
+        self.num_prompt_tokens = num_prompt_tokens
+        self.max_tokens = max_tokens
+        self.priority = priority
+        self.block_hashes = block_hashes
+        self.status = RequestStatus.WAITING
+        self.num_computed_tokens = 0
+        self.num_output_tokens = 0
+        self.num_output_placeholders = 0
+        self.num_preemptions = 0
+        self.stalled_preemptions = 0
+        self.best_progress = 0
+        self.first_token_s = None
+        self.finish_s = None
+        self.reject_reason = None
+        self._token_times = None
+        self.token_clock = None
+        self.token_run_first = -1
+        self.token_run_last = -1
+        self.token_runs_before = None
+        self.kv_producer = kv_producer
+        self.do_remote_prefill = False
+        self.kv_transfer_done = False
+        self.prefill_instance = None
+        self.decode_instance = None
+        self.handoff_bytes = 0
+        self.handoff_start_s = None
+        self.handoff_end_s = None
+        self.num_retries = 0
+        self.attempt_arrival_s = None
+        self.dispatch_s = None
 
     @property
     def engine_arrival_s(self) -> float:

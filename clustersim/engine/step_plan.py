@@ -9,9 +9,12 @@ from clustersim.cost.roofline import BatchShape
 from clustersim.engine.request import Request
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class StepPlan:
-    """What one engine step runs: vLLM's ``SchedulerOutput``, reduced to what we simulate."""
+    """What one engine step runs: vLLM's ``SchedulerOutput``, reduced to what we simulate.
+
+    (Its ``__init__`` is written out, not the dataclass's: it is then compiled with the
+    engine, which builds one plan per step.)"""
 
     scheduled: list[tuple[Request, int]] = field(default_factory=list)
     """(request, tokens) in scheduling order, after the ``num_bulk`` members of the decode
@@ -49,6 +52,26 @@ class StepPlan:
     first in scheduling order and sample."""
     seq: int = 0
     """The scheduler's count of plans before this one (orders it against removals)."""
+
+    def __init__(self, seq: int = 0) -> None:
+        self.scheduled = []
+        self.sampled = []
+        self.preempted = []
+        self.num_scheduled_tokens = 0
+        self.num_decode_tokens = 0
+        self.num_prefill_tokens = 0
+        self.prefill_attn_pairs = 0.0
+        self.prefill_kv_tokens = 0
+        self.decode_kv_tokens = 0
+        self.num_running = 0
+        self.num_waiting = 0
+        self.kv_blocks_used = 0
+        self.prefill_chunks = []
+        self.kv_loads = []
+        self.waiting_stopped_by = None
+        self.waiting_head = None
+        self.num_bulk = 0
+        self.seq = seq
 
     @property
     def is_empty(self) -> bool:
