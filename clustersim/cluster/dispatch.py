@@ -13,10 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import simpy
-
 from clustersim.cluster.router import Router
-from clustersim.engine.clock import Waitable, alarm
+from clustersim.engine.clock import Env, Waitable, alarm
 from clustersim.engine.request import Request, RequestStatus
 
 if TYPE_CHECKING:
@@ -28,7 +26,7 @@ class Dispatch:
     """Routes requests to instances and takes them back when they are done."""
 
     def __init__(
-        self, env: simpy.Environment, kind: str, instances: dict[str, list[Any]],
+        self, env: Env, kind: str, instances: dict[str, list[Any]],
         routers: dict[str, Router], on_done: Callable[[Request], None],
         none_up: Callable[[Request, str], None], api_server: ApiServer | None,
         long_prompt_tokens: int = 0, long_output_tokens: int = 0,

@@ -34,7 +34,7 @@ from typing import Any, cast
 import simpy
 
 from clustersim.cluster.topology import Topology
-from clustersim.engine.clock import alarm
+from clustersim.engine.clock import Env, alarm
 
 Edge = Hashable
 """An edge as the pure core sees it: anything hashable (FlowNetwork uses small ints)."""
@@ -336,7 +336,7 @@ class FlowNetwork:
     re-plans and bumps a generation counter, so wake-ups planned before it are ignored.
     """
 
-    def __init__(self, env: simpy.Environment, topology: Topology,
+    def __init__(self, env: Env, topology: Topology,
                  ideal_times: bool = True) -> None:
         """``ideal_times=False``: records carry no time alone on idle links (``ideal_s`` None),
         which costs a fluid replay of every transfer's own sub-flows."""

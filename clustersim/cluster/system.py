@@ -19,7 +19,6 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-import simpy
 
 from clustersim.catalog import load_gpu
 from clustersim.catalog.specs import GpuSpec, ModelSpec
@@ -31,7 +30,7 @@ from clustersim.cluster.router import InstanceLoad, Router
 from clustersim.cluster.spec import LayoutSpec, PoolSpec
 from clustersim.cost.kernels import gemm_kernel
 from clustersim.cost.roofline import BatchShape, CostModel
-from clustersim.engine.clock import alarm
+from clustersim.engine.clock import Env, alarm
 from clustersim.engine.data_parallel import DataParallelGroup, check_group
 from clustersim.engine.defaults import EngineSetup, resolve_engine
 from clustersim.engine.instance import Instance
@@ -176,7 +175,7 @@ class Cluster:
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: Env,
         scenario: Scenario,
         model: ModelSpec,
         rng: np.random.Generator,

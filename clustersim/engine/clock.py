@@ -16,7 +16,8 @@ step ``j`` while it processes the end of step ``j - 1``. So here:
   its time. That is wrong only if an event is scheduled at exactly that time later on, or a
   stand-in of another run already sits there; the clock then tells the run (``on_tie``), which
   ends at that step and so gives it a stand-in of its own. (The clock keeps a superset of the
-  skipped step ends, one hash set: a time no run skips any more only costs the runs a look.)::
+  skipped step ends, one hash set of their nanoseconds: a time no run skips any more, or
+  one within a nanosecond of a skipped end, only costs the runs a look.)::
 
       time ->     end 0     end 1     end 2 ... end K-1
       loop        e0        e1        e2        eK-1        one event per step
@@ -29,14 +30,21 @@ loop compiles with the core, ``clustersim.native``).
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from heapq import heappop, heappush
+from itertools import count
 from typing import Any, Protocol
 
 import simpy
-from simpy.core import NORMAL, URGENT, StopSimulation
+from simpy.core import NORMAL, URGENT, EmptySchedule, StopSimulation
 from simpy.events import PENDING
+
+Env = Any
+"""What the engines and the cluster run on: a :class:`Clock`, or a plain ``simpy.Environment``
+(a stepped run in a test); SimPy's interface (``now``, ``schedule``, ``process``, ``timeout``,
+``event``, ``run``)."""
 
 Waitable = Any
 """What the engines and the cluster wait on: a ``simpy.Event``, or one of the two kinds below
@@ -60,7 +68,7 @@ class Signal:
     """A ``simpy.Event`` that can only succeed: waited on, then triggered by ``succeed()``
     (scheduled now, as SimPy's) or processed at once by ``Clock.fire_now``."""
 
-    def __init__(self, env: simpy.Environment) -> None:
+    def __init__(self, env: Env) -> None:
         self.env = env
         self.callbacks: list[Callable[[Any], None]] | None = []
         self._ok = True
@@ -78,7 +86,7 @@ class Signal:
         return self
 
 
-def alarm(env: simpy.Environment, delay: float,
+def alarm(env: Env, delay: float,
           callback: Callable[[Any], None] | None = None, priority: int = NORMAL) -> Alarm:
     """``env.timeout(delay)`` (the same place in the event order), calling ``callback`` with
     it when it is processed. ``priority=URGENT`` with no delay: where a process started now
@@ -88,7 +96,7 @@ def alarm(env: simpy.Environment, delay: float,
     return event
 
 
-def call_soon(env: simpy.Environment, callback: Callable[[], None]) -> None:
+def call_soon(env: Env, callback: Callable[[], None]) -> None:
     """Call ``callback`` exactly where a process started now would first run: from an urgent
     event at now, as SimPy's ``Initialize`` (the same place in the event order), without a
     process, a generator or the event a finished process leaves behind."""
@@ -171,24 +179,44 @@ class Coalescer(Protocol):
         """The step ends its run still skips."""
 
 
+def watch_key(at_s: float) -> int:
+    """A time's key in the clock's set of watched step ends: its nanoseconds. A float's own
+    hash takes its low bits from the top of the mantissa, nearly the same for nearby times,
+    and a hash set indexes by the low bits (thousands of step ends a few milliseconds apart
+    collided on a few dozen slots). Equal times share a key; two times within a nanosecond
+    share one too, which only costs the runs a look (``on_tie`` checks the exact time)."""
+    if at_s < 4.0e9:  # the key stays a machine integer (and a NaN gets the other branch)
+        return int(at_s * 1e9)
+    return -1
+
+
 def _holds(times_s: list[float], at_s: float) -> bool:
     """Whether the ascending ``times_s`` hold ``at_s``."""
     i = bisect_left(times_s, at_s)
     return i < len(times_s) and times_s[i] == at_s
 
 
-class Clock(simpy.Environment):
-    """``simpy.Environment`` with order keys, stand-ins at exact times, and tie watching."""
+class Clock:
+    """A SimPy environment (SimPy's events, processes and timeouts run on it as on
+    ``simpy.Environment``, whose interface it implements) with order keys, stand-ins at
+    exact times, and tie watching. It does not inherit from ``simpy.Environment`` so that it
+    compiles as a native class (``clustersim.native``): its state is read and written at C
+    speed on every event."""
 
     def __init__(self, initial_time: float = 0) -> None:
-        super().__init__(initial_time)
-        self._watched: set[float] = set()
-        """Every step end a run skips, and some no run skips any more (times now past, and
-        ends another run skipped too, kept when a run ends before them): an event at one of
-        those asks the runs for nothing, and the set is rebuilt from the live runs when it
-        has grown to twice their size."""
-        self._shared: set[float] = set()
-        """Times that may have been added by more than one run (a superset)."""
+        self._now: float = initial_time
+        self._queue: list[Any] = []
+        """SimPy's heap of ``(time, priority, order key, event)``."""
+        self._eid = count()
+        self._active_proc: Any = None
+        """The SimPy process running now (SimPy's processes set it)."""
+        self._watched: set[int] = set()
+        """The keys (:func:`watch_key`) of every step end a run skips, and of some no run
+        skips any more (times now past, and ends another run skipped too, kept when a run
+        ends before them): an event at one of those asks the runs for nothing, and the set
+        is rebuilt from the live runs when it has grown to twice their size."""
+        self._shared: set[int] = set()
+        """Keys that may have been added by more than one run (a superset)."""
         self._purge_at = 4096
         self._coalescers: dict[Coalescer, None] = {}
         self._stand_ins: dict[float, int] = {}
@@ -197,19 +225,66 @@ class Clock(simpy.Environment):
         self._num_stand_ins = 0
 
     # ---------------------------------------------------------------- events
+    @property
+    def now(self) -> float:
+        """The current simulation time."""
+        return self._now
+
+    @property
+    def active_process(self) -> Any:
+        """The SimPy process running now (None between processes)."""
+        return self._active_proc
+
+    def process(self, generator: Generator[Any, Any, Any]) -> simpy.Process:
+        return simpy.Process(self, generator)  # type: ignore[arg-type]
+
+    def timeout(self, delay: float = 0, value: Any = None) -> simpy.Timeout:
+        return simpy.Timeout(self, delay, value)  # type: ignore[arg-type]
+
+    def event(self) -> simpy.Event:
+        return simpy.Event(self)  # type: ignore[arg-type]
+
+    def all_of(self, events: Iterable[Any]) -> simpy.AllOf:
+        return simpy.AllOf(self, events)  # type: ignore[arg-type]
+
+    def any_of(self, events: Iterable[Any]) -> simpy.AnyOf:
+        return simpy.AnyOf(self, events)  # type: ignore[arg-type]
+
+    def peek(self) -> float:
+        """The time of the next event (infinity when none is left)."""
+        return self._queue[0][0] if self._queue else math.inf
+
+    def step(self) -> None:
+        """Process the next event (``simpy.Environment.step``)."""
+        if not self._queue:
+            raise EmptySchedule()
+        self._process(heappop(self._queue))
+
     def run(self, until: Any = None) -> Any:
-        """``simpy.Environment.run``; to the end of the schedule (``until`` None, how a
-        simulation runs) with SimPy's own ``step`` inlined: this loop is compiled with the
-        core. Events are processed as SimPy does: callbacks in order; a ``StopSimulation``
-        from one ends the run with its value (the event keeps the callbacks after it, for a
-        later run); a failed event nobody defused stops the run with a copy of its
-        exception."""
+        """``simpy.Environment.run``: to the end of the schedule, or until the event (or the
+        time) ``until``, with SimPy's ``step`` inlined (this loop compiles with the core).
+        Events are processed as SimPy does: callbacks in order; a ``StopSimulation`` from
+        one ends the run with its value (the event keeps the callbacks after it, for a later
+        run); a failed event nobody defused stops the run with a copy of its exception."""
         if until is not None:
-            return super().run(until)
-        queue: list[Any] = self._queue  # (entries hold our order keys, not SimPy's ints)
+            if not isinstance(until, simpy.Event):
+                at = float(until)
+                if at <= self._now:
+                    raise ValueError(
+                        f"until ({at}) must be greater than the current simulation time")
+                until = simpy.Event(self)  # type: ignore[arg-type]
+                until._ok = True
+                until._value = None
+                self.schedule(until, URGENT, at - self._now)
+            elif until.callbacks is None:
+                return until.value
+            until.callbacks.append(StopSimulation.callback)
+        queue = self._queue  # (entries hold our order keys, not SimPy's ints)
         while queue:
-            self._now, _, _, event = heappop(queue)
-            callbacks, event.callbacks = event.callbacks, None  # type: ignore[assignment]
+            entry = heappop(queue)
+            self._now = entry[0]
+            event = entry[3]
+            callbacks, event.callbacks = event.callbacks, None
             done = 0
             try:
                 for callback in callbacks:
@@ -224,12 +299,27 @@ class Clock(simpy.Environment):
                 copy = type(error)(*error.args)
                 copy.__cause__ = error
                 raise copy
+        if until is not None:
+            raise RuntimeError(
+                f'No scheduled events left but "until" event was not triggered: {until}')
         return None
+
+    def _process(self, entry: Any) -> None:
+        self._now = entry[0]
+        event = entry[3]
+        callbacks, event.callbacks = event.callbacks, None
+        for callback in callbacks:
+            callback(event)
+        if not event._ok and not hasattr(event, "_defused"):
+            error = event._value
+            copy = type(error)(*error.args)
+            copy.__cause__ = error
+            raise copy
 
     def schedule(self, event: Waitable, priority: Any = NORMAL, delay: Any = 0) -> None:
         now = self._now
         at = now + delay
-        if at in self._watched:
+        if watch_key(at) in self._watched:
             self._tie(at)
         # SimPy types a queue entry's third item as an int id; ours is an order key
         heappush(self._queue, (at, priority, (now, next(self._eid)), event))  # type: ignore[misc]
@@ -249,7 +339,7 @@ class Clock(simpy.Environment):
         """Schedule ``event`` at exactly ``at_s`` with the given order key."""
         if at_s < self._now:
             raise ValueError(f"stand-in at {at_s} is in the past (now {self._now})")
-        if at_s in self._watched:
+        if watch_key(at_s) in self._watched:
             self._tie(at_s)
         self._stand_ins[at_s] = self._stand_ins.get(at_s, 0) + 1
         self._num_stand_ins += 1
@@ -282,9 +372,10 @@ class Clock(simpy.Environment):
         self._coalescers[owner] = None
         watched = self._watched
         size = len(watched)
-        watched.update(times_s)
-        if len(watched) != size + len(times_s):
-            self._shared.update(times_s)  # one of them was there already (or is twice here)
+        keys = [watch_key(at_s) for at_s in times_s]
+        watched.update(keys)
+        if len(watched) != size + len(keys):
+            self._shared.update(keys)  # one of them was there already (or is twice here)
         if len(watched) > self._purge_at:
             self._purge()
         stand_ins = self._stand_ins
@@ -294,7 +385,7 @@ class Clock(simpy.Environment):
             ties = [at_s for at_s in times_s if at_s in stand_ins]
         else:  # (a stand-in time not in the set is none of these)
             ties = sorted(at_s for at_s in stand_ins
-                          if at_s in watched and _holds(times_s, at_s))
+                          if watch_key(at_s) in watched and _holds(times_s, at_s))
         for at_s in ties:
             owner.on_tie(at_s)  # a stand-in already there: the keys must order the two
 
@@ -302,13 +393,15 @@ class Clock(simpy.Environment):
         """Step ends no longer skipped (the run ends before them): an event at one of them
         need not ask the runs any more, unless another run skips it too."""
         shared = self._shared
-        if not shared:
-            self._watched.difference_update(times_s)
-            return
         watched = self._watched
+        if not shared:
+            for at_s in times_s:
+                watched.discard(watch_key(at_s))
+            return
         for at_s in times_s:
-            if at_s not in shared:
-                watched.discard(at_s)
+            key = watch_key(at_s)
+            if key not in shared:
+                watched.discard(key)
 
     def release(self, owner: Coalescer) -> None:
         """``owner``'s run is over (the step ends it skipped are all in the past)."""
@@ -319,14 +412,14 @@ class Clock(simpy.Environment):
             owner.on_tie(at_s)
 
     def _purge(self) -> None:
-        live: set[float] = set()
-        shared: set[float] = set()
+        live: set[int] = set()
+        shared: set[int] = set()
         for owner in self._coalescers:
-            times = list(owner.watched_times())
+            keys = [watch_key(at_s) for at_s in owner.watched_times()]
             size = len(live)
-            live.update(times)
-            if len(live) != size + len(times):
-                shared.update(times)
+            live.update(keys)
+            if len(live) != size + len(keys):
+                shared.update(keys)
         self._watched = live
         self._shared = shared
         self._purge_at = 2 * len(live) + 4096

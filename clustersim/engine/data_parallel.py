@@ -24,7 +24,7 @@ from typing import Any
 import simpy
 
 from clustersim.catalog.specs import ModelSpec
-from clustersim.engine.clock import Clock, Signal, Waitable, alarm
+from clustersim.engine.clock import Clock, Env, Signal, Waitable, alarm
 from clustersim.engine.decode_run import DecodeRun, extend_run, plan_decode_run, shrink_run
 from clustersim.engine.instance import FIRST_CHUNK_STEPS, Instance
 from clustersim.engine.request import Request
@@ -67,7 +67,7 @@ class DataParallelGroup:
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: Env,
         name: str,
         ranks: Sequence[Instance],
         price_steps: Callable[[list[StepPlan | None]], float] | None = None,

@@ -27,10 +27,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
-import simpy
 from simpy.core import URGENT
 
-from clustersim.engine.clock import Clock, Signal, Waitable, alarm
+from clustersim.engine.clock import Clock, Env, Signal, Waitable, alarm
 from clustersim.engine.decode_run import (
     DecodeRun,
     advance_run,
@@ -63,7 +62,7 @@ class Instance:
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: Env,
         name: str,
         scheduler: Scheduler,
         price_step: Callable[[StepPlan], float],

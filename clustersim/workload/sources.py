@@ -15,7 +15,7 @@ from typing import Any
 import simpy
 from simpy.core import URGENT
 
-from clustersim.engine.clock import alarm
+from clustersim.engine.clock import Env, alarm
 from clustersim.engine.request import Request
 
 Submit = Callable[[Request], None]
@@ -28,10 +28,10 @@ class OpenLoop:
         self.requests = requests
         self._next = 0
         """The next request to submit."""
-        self._env: simpy.Environment | None = None
+        self._env: Env | None = None
         self._submit: Submit | None = None
 
-    def start(self, env: simpy.Environment, submit: Submit) -> None:
+    def start(self, env: Env, submit: Submit) -> None:
         """Submit each request at its arrival time: a chain of timer callbacks, the first
         where a process started now would first run (the events a process waiting out each
         gap would see, in the same places)."""
@@ -65,10 +65,10 @@ class OpenLoop:
 class _ProcessSource:
     """A source whose clients are a SimPy process (``run``)."""
 
-    def run(self, env: simpy.Environment, submit: Submit) -> Generator[Any, Any, None]:
+    def run(self, env: Env, submit: Submit) -> Generator[Any, Any, None]:
         raise NotImplementedError
 
-    def start(self, env: simpy.Environment, submit: Submit) -> None:
+    def start(self, env: Env, submit: Submit) -> None:
         env.process(self.run(env, submit))
 
 
@@ -93,10 +93,10 @@ class ClosedLoop(_ProcessSource):
         self._num_sent = 0
         self._num_claimed = 0
         """Requests sent or waiting out a think time: a user took each of them."""
-        self._env: simpy.Environment | None = None
+        self._env: Env | None = None
         self._submit: Submit | None = None
 
-    def run(self, env: simpy.Environment, submit: Submit) -> Generator[Any, Any, None]:
+    def run(self, env: Env, submit: Submit) -> Generator[Any, Any, None]:
         self._env, self._submit = env, submit
         yield env.timeout(max(self.start_s - env.now, 0.0))
         self._num_claimed = min(self.num_users, len(self.requests))
@@ -152,10 +152,10 @@ class Benchmark(_ProcessSource):
         self._num_in_flight = 0
         self._num_warmups_done = 0
         self._warmups_done: simpy.Event | None = None
-        self._env: simpy.Environment | None = None
+        self._env: Env | None = None
         self._submit: Submit | None = None
 
-    def run(self, env: simpy.Environment, submit: Submit) -> Generator[Any, Any, None]:
+    def run(self, env: Env, submit: Submit) -> Generator[Any, Any, None]:
         self._env, self._submit = env, submit
         yield env.timeout(max(self.start_s - env.now, 0.0))
         if self.warmups:
