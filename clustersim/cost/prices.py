@@ -32,12 +32,16 @@ def decode_step_times(
     tokens; its attention is compute-bound (``kv x attn_s_per_pair``) or memory-bound
     (``(kv + rows) x kv_s_per_token``), whichever is larger, added where ``step_time`` adds
     it (the same floating-point sums, so each element is ``step_time_s`` bit for bit)."""
-    return [
-        compute + kv * attn_s_per_pair + memory + communication + overhead
-        if kv * attn_s_per_pair >= (kv + rows) * kv_s_per_token
-        else compute + (memory + (kv + rows) * kv_s_per_token) + communication + overhead
-        for kv in range(first_kv_tokens, first_kv_tokens + num_steps * num_decodes, num_decodes)
-    ]
+    times: list[float] = []
+    kv = first_kv_tokens
+    for _ in range(num_steps):  # (a counter, not a stepped range: no int object per step)
+        times.append(
+            compute + kv * attn_s_per_pair + memory + communication + overhead
+            if kv * attn_s_per_pair >= (kv + rows) * kv_s_per_token
+            else compute + (memory + (kv + rows) * kv_s_per_token) + communication + overhead
+        )
+        kv += num_decodes
+    return times
 
 
 class StepPrices:

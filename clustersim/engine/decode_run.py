@@ -35,7 +35,6 @@ the run at the step in progress when one happens (``engine.instance``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from clustersim.engine.request import RequestStatus
@@ -193,7 +192,7 @@ def _admission_stays_shut(scheduler: Scheduler, plan: StepPlan, batch_size: int)
 
 
 def advance_run(scheduler: Scheduler, run: DecodeRun, num_scheduled: int, num_updated: int,
-                ends_s: Sequence[float]) -> None:
+                ends_s: list[float]) -> None:
     """Apply the schedules of steps ``run.num_scheduled .. num_scheduled - 1`` and the outputs
     of steps ``run.num_updated .. num_updated - 1`` (ending at ``ends_s[m]``), as the step
     loop would have. Step 0's output is ``update_from_output`` of its plan (the batch joins
@@ -214,7 +213,7 @@ def advance_run(scheduler: Scheduler, run: DecodeRun, num_scheduled: int, num_up
         run.num_updated = num_updated
 
 
-def finish_run_step(scheduler: Scheduler, run: DecodeRun, ends_s: Sequence[float]) -> list:
+def finish_run_step(scheduler: Scheduler, run: DecodeRun, ends_s: list[float]) -> list:
     """Apply the output of the run's last reached step ``run.num_updated`` (>= 1; its
     schedule is applied): what ``update_from_output`` would do. Returns the requests that
     finish, in running order."""

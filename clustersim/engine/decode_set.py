@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import heapq
 from array import array
-from collections.abc import Sequence
 
 from clustersim.engine.kv_manager import KVCacheManager
 from clustersim.engine.request import Request
@@ -157,10 +156,10 @@ class DecodeSet:
         self.num_scheduled = first + num_steps
         self.sum_computed += num_steps * len(self.joined)
 
-    def update(self, ends_s: Sequence[float]) -> list[Request]:
+    def update(self, ends_s: list[float]) -> list[Request]:
         """Every member gets one token at the end of each step in ``ends_s`` (appended to the
         clock); returns the members that reach their last token (not yet removed)."""
-        self.clock.extend(ends_s)
+        self.clock.fromlist(ends_s)  # (extend would convert each float twice)
         self.num_updated += len(ends_s)
         return self.finishing()
 

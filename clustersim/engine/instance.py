@@ -52,7 +52,7 @@ client's timeout would."""
 
 FIRST_CHUNK_STEPS = 4
 """Steps a run plans and prices at first, at least (more if this engine's recent runs were
-longer); each time it gets that far unchanged it plans four times as many more
+longer); each time it gets that far unchanged it plans twice as many more
 (``engine.run_timer``). Only the cost of a run depends on this, not what it computes."""
 
 
