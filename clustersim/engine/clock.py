@@ -372,10 +372,10 @@ class Clock:
         self._coalescers[owner] = None
         watched = self._watched
         size = len(watched)
-        keys = [watch_key(at_s) for at_s in times_s]
-        watched.update(keys)
-        if len(watched) != size + len(keys):
-            self._shared.update(keys)  # one of them was there already (or is twice here)
+        for at_s in times_s:
+            watched.add(watch_key(at_s))
+        if len(watched) != size + len(times_s):  # one was there already (or is twice here)
+            self._shared.update([watch_key(at_s) for at_s in times_s])
         if len(watched) > self._purge_at:
             self._purge()
         stand_ins = self._stand_ins

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable
-from itertools import accumulate
 
 from clustersim.engine.clock import Alarm, Clock, Signal, StepEndOrder
 
@@ -24,6 +23,15 @@ MAX_CHUNK_STEPS = 1024
 """The most steps a run plans at once; each chunk is twice the one before (a run cut short
 wastes less of its last chunk than with four times the one before, for a few more chunk
 ends: measured, 1 % fewer instructions in ``benchmarks/sim_speed.py``'s case b)."""
+
+
+def _add_ends(ends_s: list[float], start_s: float, durations: list[float]) -> None:
+    """Append the ends of steps that follow one another from ``start_s``: each ends at the
+    previous end plus its duration, as a timeout adds it."""
+    end = start_s
+    for duration in durations:
+        end += duration
+        ends_s.append(end)
 
 
 class RunTimer:
@@ -40,8 +48,8 @@ class RunTimer:
         self.clock = clock
         self.plan_more = plan_more
         self.start_s = start_s
-        self.ends_s = list(accumulate(durations, initial=start_s))
-        del self.ends_s[0]  # each step ends at the previous end + its duration, as a timeout
+        self.ends_s: list[float] = []
+        _add_ends(self.ends_s, start_s, durations)
         self.last = len(self.ends_s) - 1
         """The step the run ends with, unless it grows."""
         self.anchor_step = 0
@@ -116,8 +124,7 @@ class RunTimer:
         if not durations:
             return False
         ends = self.ends_s
-        ends.extend(accumulate(durations, initial=ends[-1]))
-        del ends[first]  # the accumulation's start, the end of the step that just ended
+        _add_ends(ends, ends[-1], durations)
         self.last = len(ends) - 1
         self.anchor_step = first
         self.anchor_order = self.clock.order_now()
