@@ -35,7 +35,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Generator, Iterable
 from heapq import heappop, heappush
 from itertools import count
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import simpy
 from simpy.core import NORMAL, URGENT, EmptySchedule, StopSimulation
@@ -175,8 +175,11 @@ class Coalescer(Protocol):
         """An event will sit at exactly ``time_s``: if that is a step end the run skips, the run
         must end there."""
 
-    def watched_times(self) -> Iterable[float]:
+    def watched_times(self) -> list[float]:
         """The step ends its run still skips."""
+
+
+NS_PER_S: Final = 1e9
 
 
 def watch_key(at_s: float) -> int:
@@ -184,10 +187,16 @@ def watch_key(at_s: float) -> int:
     hash takes its low bits from the top of the mantissa, nearly the same for nearby times,
     and a hash set indexes by the low bits (thousands of step ends a few milliseconds apart
     collided on a few dozen slots). Equal times share a key; two times within a nanosecond
-    share one too, which only costs the runs a look (``on_tie`` checks the exact time)."""
-    if at_s < 4.0e9:  # the key stays a machine integer (and a NaN gets the other branch)
-        return int(at_s * 1e9)
+    share one too, which only costs the runs a look (``on_tie`` checks the exact time). A
+    time that is not finite (an event never due) gets -1."""
+    if at_s - at_s == 0.0:
+        return int(at_s * NS_PER_S)
     return -1
+
+
+def watch_keys(times_s: list[float]) -> list[int]:
+    """:func:`watch_key` of each of ``times_s`` (step ends, all finite)."""
+    return [int(at_s * NS_PER_S) for at_s in times_s]
 
 
 def _holds(times_s: list[float], at_s: float) -> bool:
@@ -372,10 +381,10 @@ class Clock:
         self._coalescers[owner] = None
         watched = self._watched
         size = len(watched)
-        for at_s in times_s:
-            watched.add(watch_key(at_s))
+        for at_s in times_s:  # (watch_key of a finite time, inline)
+            watched.add(int(at_s * NS_PER_S))
         if len(watched) != size + len(times_s):  # one was there already (or is twice here)
-            self._shared.update([watch_key(at_s) for at_s in times_s])
+            self._shared.update(watch_keys(times_s))
         if len(watched) > self._purge_at:
             self._purge()
         stand_ins = self._stand_ins
@@ -392,16 +401,10 @@ class Clock:
     def unwatch(self, times_s: list[float]) -> None:
         """Step ends no longer skipped (the run ends before them): an event at one of them
         need not ask the runs any more, unless another run skips it too."""
-        shared = self._shared
-        watched = self._watched
-        if not shared:
-            for at_s in times_s:
-                watched.discard(watch_key(at_s))
-            return
-        for at_s in times_s:
-            key = watch_key(at_s)
-            if key not in shared:
-                watched.discard(key)
+        keys = set(watch_keys(times_s))
+        if self._shared:
+            keys -= self._shared
+        self._watched -= keys
 
     def release(self, owner: Coalescer) -> None:
         """``owner``'s run is over (the step ends it skipped are all in the past)."""
@@ -415,7 +418,7 @@ class Clock:
         live: set[int] = set()
         shared: set[int] = set()
         for owner in self._coalescers:
-            keys = [watch_key(at_s) for at_s in owner.watched_times()]
+            keys = watch_keys(owner.watched_times())
             size = len(live)
             live.update(keys)
             if len(live) != size + len(keys):
