@@ -34,7 +34,6 @@ import math
 from bisect import bisect_left
 from collections.abc import Callable, Generator, Iterable
 from heapq import heappop, heappush
-from itertools import count
 from typing import Any, Final, Protocol
 
 import simpy
@@ -216,7 +215,8 @@ class Clock:
         self._now: float = initial_time
         self._queue: list[Any] = []
         """SimPy's heap of ``(time, priority, order key, event)``."""
-        self._eid = count()
+        self._eid = 0
+        """Events (and reserved order keys) numbered so far: the next one's number."""
         self._active_proc: Any = None
         """The SimPy process running now (SimPy's processes set it)."""
         self._watched: set[int] = set()
@@ -325,23 +325,27 @@ class Clock:
             copy.__cause__ = error
             raise copy
 
-    def schedule(self, event: Waitable, priority: Any = NORMAL, delay: Any = 0) -> None:
+    def schedule(self, event: Waitable, priority: int = NORMAL, delay: float = 0.0) -> None:
         now = self._now
         at = now + delay
         if watch_key(at) in self._watched:
             self._tie(at)
+        eid = self._eid
+        self._eid = eid + 1
         # SimPy types a queue entry's third item as an int id; ours is an order key
-        heappush(self._queue, (at, priority, (now, next(self._eid)), event))  # type: ignore[misc]
+        heappush(self._queue, (at, priority, (now, eid), event))
 
     def order_now(self) -> tuple[float, int]:
         """The order key of an event scheduled at this moment."""
         self._num_reserved += 1
-        return (self._now, next(self._eid))
+        eid = self._eid
+        self._eid = eid + 1
+        return (self._now, eid)
 
     @property
     def num_events(self) -> int:
         """Events scheduled so far (stand-ins included)."""
-        return next(self._eid) - self._num_reserved + self._num_stand_ins
+        return self._eid - self._num_reserved + self._num_stand_ins
 
     def schedule_stand_in(self, event: Waitable, at_s: float,
                           order: tuple | StepEndOrder) -> None:

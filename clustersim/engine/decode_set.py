@@ -139,18 +139,22 @@ class DecodeSet:
             self.num_scheduled = first + 1
             self.sum_computed += len(self.joined)
             return
+        sizes = self.phase_sizes  # (most phases are empty: only those with takers are read)
         if num_steps < block_size:
             takers: list[Request] = []
             for step in range(first, first + num_steps):
-                takers += phases[step % block_size]
+                if sizes[step % block_size]:
+                    takers.extend(phases[step % block_size])
         else:  # whole cycles of block_size steps repeat the same order
             cycles, rest = divmod(num_steps, block_size)
             cycle: list[Request] = []
             for step in range(first, first + block_size):
-                cycle += phases[step % block_size]
+                if sizes[step % block_size]:
+                    cycle.extend(phases[step % block_size])
             takers = cycle * cycles
             for step in range(first, first + rest):
-                takers += phases[step % block_size]
+                if sizes[step % block_size]:
+                    takers.extend(phases[step % block_size])
         if takers:
             self.kv.append_blocks(takers)
         self.num_scheduled = first + num_steps
