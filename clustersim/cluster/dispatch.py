@@ -118,11 +118,9 @@ class Dispatch:
         return self.connector.load(index, request, num_blocks)  # type: ignore[union-attr]
 
     # ------------------------------------------------------------ completion
-    def done_at(self, role: str, index: int) -> Callable[[Request], None]:
-        """What instance ``index`` of ``role`` calls with each request it is done with."""
-        return _Done(self, role, index)
-
     def done(self, role: str, index: int, request: Request) -> None:
+        """Instance ``index`` of ``role`` is done with ``request`` (it finished or was
+        rejected there)."""
         connector = self.connector
         if request.kv_producer:
             connector.producer_done(index, request)  # type: ignore[union-attr]
@@ -141,16 +139,3 @@ class Dispatch:
         request.finish_s += delay
         alarm(self.env, delay, lambda _event: self.on_done(request))
 
-
-class _Done:
-    """:meth:`Dispatch.done` for one instance."""
-
-    __slots__ = ("dispatch", "role", "index")
-
-    def __init__(self, dispatch: Dispatch, role: str, index: int) -> None:
-        self.dispatch = dispatch
-        self.role = role
-        self.index = index
-
-    def __call__(self, request: Request) -> None:
-        self.dispatch.done(self.role, self.index, request)

@@ -454,7 +454,7 @@ class Cluster:
             name,
             fresh_scheduler(),
             make_pricer(cost_model, self.scenario.cost) if run else _group_steps_it,
-            on_done=self.dispatch.done_at(role, position),
+            on_done=partial(self.dispatch.done, role, position),
             start_kv_load=partial(self.dispatch.kv_load, position) if role == "decode" else None,
             poll_interval_s=self.kv_transfer.poll_interval_s,
             run=run,

@@ -198,6 +198,14 @@ def watch_keys(times_s: list[float]) -> list[int]:
     return [int(at_s * NS_PER_S) for at_s in times_s]
 
 
+def _copy_of(error: BaseException) -> BaseException:
+    """What a failed event nobody defused raises: a copy of its exception, caused by it (as
+    SimPy's ``step``)."""
+    copy = type(error)(*error.args)
+    copy.__cause__ = error
+    return copy
+
+
 def _holds(times_s: list[float], at_s: float) -> bool:
     """Whether the ascending ``times_s`` hold ``at_s``."""
     i = bisect_left(times_s, at_s)
@@ -304,10 +312,7 @@ class Clock:
                 self.schedule(event, URGENT - 1)
                 return stop.args[0]
             if not event._ok and not hasattr(event, "_defused"):
-                error = event._value
-                copy = type(error)(*error.args)
-                copy.__cause__ = error
-                raise copy
+                raise _copy_of(event._value)
         if until is not None:
             raise RuntimeError(
                 f'No scheduled events left but "until" event was not triggered: {until}')
@@ -320,10 +325,7 @@ class Clock:
         for callback in callbacks:
             callback(event)
         if not event._ok and not hasattr(event, "_defused"):
-            error = event._value
-            copy = type(error)(*error.args)
-            copy.__cause__ = error
-            raise copy
+            raise _copy_of(event._value)
 
     def schedule(self, event: Waitable, priority: int = NORMAL, delay: float = 0.0) -> None:
         now = self._now
@@ -385,10 +387,10 @@ class Clock:
         self._coalescers[owner] = None
         watched = self._watched
         size = len(watched)
-        for at_s in times_s:  # (watch_key of a finite time, inline)
-            watched.add(int(at_s * NS_PER_S))
-        if len(watched) != size + len(times_s):  # one was there already (or is twice here)
-            self._shared.update(watch_keys(times_s))
+        keys = watch_keys(times_s)
+        watched.update(keys)
+        if len(watched) != size + len(keys):  # one was there already (or is twice here)
+            self._shared.update(keys)
         if len(watched) > self._purge_at:
             self._purge()
         stand_ins = self._stand_ins
