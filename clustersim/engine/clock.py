@@ -16,8 +16,8 @@ step ``j`` while it processes the end of step ``j - 1``. So here:
   its time. That is wrong only if an event is scheduled at exactly that time later on, or a
   stand-in of another run already sits there; the clock then tells the run (``on_tie``), which
   ends at that step and so gives it a stand-in of its own. (The clock keeps a superset of the
-  skipped step ends, one hash set of their nanoseconds: a time no run skips any more, or
-  one within a nanosecond of a skipped end, only costs the runs a look.)::
+  skipped step ends in one open-addressing hash table of the ends' own float objects, indexed
+  by their nanoseconds: a time no run skips any more only costs the runs a look.)::
 
       time ->     end 0     end 1     end 2 ... end K-1
       loop        e0        e1        e2        eK-1        one event per step
@@ -33,8 +33,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Callable, Generator, Iterable
-from heapq import heappop, heappush
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 import simpy
 from simpy.core import NORMAL, URGENT, EmptySchedule, StopSimulation
@@ -180,22 +179,19 @@ class Coalescer(Protocol):
 
 NS_PER_S: Final = 1e9
 
-
-def watch_key(at_s: float) -> int:
-    """A time's key in the clock's set of watched step ends: its nanoseconds. A float's own
-    hash takes its low bits from the top of the mantissa, nearly the same for nearby times,
-    and a hash set indexes by the low bits (thousands of step ends a few milliseconds apart
-    collided on a few dozen slots). Equal times share a key; two times within a nanosecond
-    share one too, which only costs the runs a look (``on_tie`` checks the exact time). A
-    time that is not finite (an event never due) gets -1."""
-    if at_s - at_s == 0.0:
-        return int(at_s * NS_PER_S)
-    return -1
+_GONE: Final = object()
+"""A slot of the watch table whose step end was taken out (probing goes on past it)."""
+MIN_TABLE_SLOTS: Final = 8192
+"""The watch table's least size (a power of 2); it is rebuilt, at least four times the size
+of what the runs still skip, whenever more than half its slots were ever filled."""
 
 
-def watch_keys(times_s: list[float]) -> list[int]:
-    """:func:`watch_key` of each of ``times_s`` (step ends, all finite)."""
-    return [int(at_s * NS_PER_S) for at_s in times_s]
+def _slot(at_s: float, mask: int) -> int:
+    """Where a time's probe starts in the watch table: the low bits of its nanoseconds. (A
+    float's own hash takes its low bits from the top of the mantissa, nearly the same for
+    nearby times: thousands of step ends a few milliseconds apart would share a few dozen
+    slots.) Equal times start at the same slot."""
+    return int(at_s * NS_PER_S) & mask
 
 
 def _copy_of(error: BaseException) -> BaseException:
@@ -206,10 +202,77 @@ def _copy_of(error: BaseException) -> BaseException:
     return copy
 
 
-def _holds(times_s: list[float], at_s: float) -> bool:
-    """Whether the ascending ``times_s`` hold ``at_s``."""
-    i = bisect_left(times_s, at_s)
-    return i < len(times_s) and times_s[i] == at_s
+class _Entry:
+    """One event in the clock's heap: processed in the order of ``(at, priority, order
+    key)``, as SimPy orders its ``(time, priority, id)``. The order key is ``(when, eid)``,
+    the moment and the number it was scheduled with (numbers grow with the clock, so two
+    such keys compare by ``eid`` alone), or a stand-in's :class:`StepEndOrder`."""
+
+    __slots__ = ("at", "priority", "eid", "when", "order", "event")
+
+    def __init__(self, at: float, priority: int, eid: int, when: float,
+                 order: StepEndOrder | None, event: Any) -> None:
+        self.at = at
+        self.priority = priority
+        self.eid = eid
+        self.when = when
+        self.order = order
+        self.event = event
+
+
+def _before(a: _Entry, b: _Entry) -> bool:
+    """Whether ``a`` is processed before ``b``."""
+    if a.at != b.at:
+        return a.at < b.at
+    if a.priority != b.priority:
+        return a.priority < b.priority
+    order, other = a.order, b.order
+    if order is None:
+        if other is None:
+            return a.eid < b.eid
+        return other._compare((a.when, a.eid)) > 0
+    return order._compare(other if other is not None else (b.when, b.eid)) < 0
+
+
+def _push(heap: list[_Entry], entry: _Entry) -> None:
+    """``heapq.heappush`` with :func:`_before` (the same algorithm, so the same heap)."""
+    heap.append(entry)
+    pos = len(heap) - 1
+    while pos > 0:
+        parent_pos = (pos - 1) >> 1
+        parent = heap[parent_pos]
+        if not _before(entry, parent):
+            break
+        heap[pos] = parent
+        pos = parent_pos
+    heap[pos] = entry
+
+
+def _pop(heap: list[_Entry]) -> _Entry:
+    """``heapq.heappop`` with :func:`_before` (its leaf-first sift, then back up)."""
+    last = heap.pop()
+    if not heap:
+        return last
+    top = heap[0]
+    end = len(heap)
+    pos = 0
+    child = 1
+    while child < end:
+        right = child + 1
+        if right < end and not _before(heap[child], heap[right]):
+            child = right
+        heap[pos] = heap[child]
+        pos = child
+        child = 2 * pos + 1
+    while pos > 0:
+        parent_pos = (pos - 1) >> 1
+        parent = heap[parent_pos]
+        if not _before(last, parent):
+            break
+        heap[pos] = parent
+        pos = parent_pos
+    heap[pos] = last
+    return top
 
 
 class Clock:
@@ -221,20 +284,20 @@ class Clock:
 
     def __init__(self, initial_time: float = 0) -> None:
         self._now: float = initial_time
-        self._queue: list[Any] = []
-        """SimPy's heap of ``(time, priority, order key, event)``."""
+        self._queue: list[_Entry] = []
+        """The events to process, a heap (SimPy's holds ``(time, priority, id, event)``)."""
         self._eid = 0
         """Events (and reserved order keys) numbered so far: the next one's number."""
         self._active_proc: Any = None
         """The SimPy process running now (SimPy's processes set it)."""
-        self._watched: set[int] = set()
-        """The keys (:func:`watch_key`) of every step end a run skips, and of some no run
-        skips any more (times now past, and ends another run skipped too, kept when a run
-        ends before them): an event at one of those asks the runs for nothing, and the set
-        is rebuilt from the live runs when it has grown to twice their size."""
-        self._shared: set[int] = set()
-        """Keys that may have been added by more than one run (a superset)."""
-        self._purge_at = 4096
+        self._table: list[object] = [None] * MIN_TABLE_SLOTS
+        """Every step end a run skips (the float objects of the runs' ``ends_s``, once per
+        run that skips it), and some no run skips any more (times now past, kept until the
+        table is rebuilt from the live runs): open addressing, linear probing, None for a
+        slot never filled, :data:`_GONE` for one whose end was taken out."""
+        self._mask = MIN_TABLE_SLOTS - 1
+        self._filled = 0
+        """Slots ever filled since the table was built (taken-out ones included)."""
         self._coalescers: dict[Coalescer, None] = {}
         self._stand_ins: dict[float, int] = {}
         """Times of live stand-in events, with how many sit at each."""
@@ -269,13 +332,13 @@ class Clock:
 
     def peek(self) -> float:
         """The time of the next event (infinity when none is left)."""
-        return self._queue[0][0] if self._queue else math.inf
+        return self._queue[0].at if self._queue else math.inf
 
     def step(self) -> None:
         """Process the next event (``simpy.Environment.step``)."""
         if not self._queue:
             raise EmptySchedule()
-        self._process(heappop(self._queue))
+        self._process(_pop(self._queue))
 
     def run(self, until: Any = None) -> Any:
         """``simpy.Environment.run``: to the end of the schedule, or until the event (or the
@@ -296,11 +359,11 @@ class Clock:
             elif until.callbacks is None:
                 return until.value
             until.callbacks.append(StopSimulation.callback)
-        queue = self._queue  # (entries hold our order keys, not SimPy's ints)
+        queue = self._queue
         while queue:
-            entry = heappop(queue)
-            self._now = entry[0]
-            event = entry[3]
+            entry = _pop(queue)
+            self._now = entry.at
+            event = entry.event
             callbacks, event.callbacks = event.callbacks, None
             done = 0
             try:
@@ -318,9 +381,9 @@ class Clock:
                 f'No scheduled events left but "until" event was not triggered: {until}')
         return None
 
-    def _process(self, entry: Any) -> None:
-        self._now = entry[0]
-        event = entry[3]
+    def _process(self, entry: _Entry) -> None:
+        self._now = entry.at
+        event = entry.event
         callbacks, event.callbacks = event.callbacks, None
         for callback in callbacks:
             callback(event)
@@ -330,12 +393,11 @@ class Clock:
     def schedule(self, event: Waitable, priority: int = NORMAL, delay: float = 0.0) -> None:
         now = self._now
         at = now + delay
-        if watch_key(at) in self._watched:
+        if self._filled and self._watched(at):
             self._tie(at)
         eid = self._eid
         self._eid = eid + 1
-        # SimPy types a queue entry's third item as an int id; ours is an order key
-        heappush(self._queue, (at, priority, (now, eid), event))
+        _push(self._queue, _Entry(at, priority, eid, now, None, event))
 
     def order_now(self) -> tuple[float, int]:
         """The order key of an event scheduled at this moment."""
@@ -354,11 +416,15 @@ class Clock:
         """Schedule ``event`` at exactly ``at_s`` with the given order key."""
         if at_s < self._now:
             raise ValueError(f"stand-in at {at_s} is in the past (now {self._now})")
-        if watch_key(at_s) in self._watched:
+        if self._filled and self._watched(at_s):
             self._tie(at_s)
         self._stand_ins[at_s] = self._stand_ins.get(at_s, 0) + 1
         self._num_stand_ins += 1
-        heappush(self._queue, (at_s, NORMAL, order, event))  # type: ignore[misc]
+        if isinstance(order, StepEndOrder):
+            entry = _Entry(at_s, NORMAL, 0, 0.0, order, event)
+        else:
+            entry = _Entry(at_s, NORMAL, order[1], order[0], None, event)
+        _push(self._queue, entry)
 
     def stand_in_gone(self, at_s: float) -> None:
         """A stand-in at ``at_s`` fired or no longer matters."""
@@ -381,36 +447,86 @@ class Clock:
             callback(event)
 
     # --------------------------------------------------------------- watching
-    def watch(self, owner: Coalescer, times_s: list[float]) -> None:
-        """``owner`` skips the step ends ``times_s`` (ascending); tell it when an event lands
-        on one."""
+    def watch(self, owner: Coalescer, times_s: list[float], lo: int, hi: int) -> None:
+        """``owner`` skips the step ends ``times_s[lo:hi]`` (ascending: all it skips now);
+        tell it when an event lands on one."""
+        if self._filled + hi - lo > (self._mask + 1) >> 1:
+            self._rebuild(owner, hi - lo)
         self._coalescers[owner] = None
-        watched = self._watched
-        size = len(watched)
-        keys = watch_keys(times_s)
-        watched.update(keys)
-        if len(watched) != size + len(keys):  # one was there already (or is twice here)
-            self._shared.update(keys)
-        if len(watched) > self._purge_at:
-            self._purge()
+        table = self._table
+        mask = self._mask
+        ends: list[object] = times_s  # type: ignore[assignment]  # (the objects, unboxed once)
+        for i in range(lo, hi):
+            end = ends[i]
+            slot = _slot(end, mask)  # type: ignore[arg-type]
+            while table[slot] is not None:
+                slot = (slot + 1) & mask
+            table[slot] = end
+        self._filled += hi - lo
         stand_ins = self._stand_ins
         if not stand_ins:
             return
-        if len(times_s) <= len(stand_ins):
-            ties = [at_s for at_s in times_s if at_s in stand_ins]
-        else:  # (a stand-in time not in the set is none of these)
+        if hi - lo <= len(stand_ins):
+            ties = [times_s[i] for i in range(lo, hi) if times_s[i] in stand_ins]
+        else:  # (a stand-in time not in the table is none of these)
             ties = sorted(at_s for at_s in stand_ins
-                          if watch_key(at_s) in watched and _holds(times_s, at_s))
+                          if self._watched(at_s) and _holds(times_s, lo, hi, at_s))
         for at_s in ties:
             owner.on_tie(at_s)  # a stand-in already there: the keys must order the two
 
-    def unwatch(self, times_s: list[float]) -> None:
-        """Step ends no longer skipped (the run ends before them): an event at one of them
-        need not ask the runs any more, unless another run skips it too."""
-        keys = set(watch_keys(times_s))
-        if self._shared:
-            keys -= self._shared
-        self._watched -= keys
+    def unwatch(self, times_s: list[float], lo: int, hi: int) -> None:
+        """Step ends ``times_s[lo:hi]`` no longer skipped (the run ends before them): an event
+        at one of them need not ask the runs any more, unless another run skips it too."""
+        table = self._table
+        mask = self._mask
+        gone = _GONE
+        for i in range(lo, hi):
+            at_s = times_s[i]
+            slot = _slot(at_s, mask)
+            while True:
+                held = table[slot]
+                if held is None:
+                    break  # not there (the table was rebuilt since)
+                if held is not gone and cast(float, held) == at_s:
+                    table[slot] = gone
+                    break
+                slot = (slot + 1) & mask
+
+    def _watched(self, at_s: float) -> bool:
+        """Whether the table holds ``at_s``: a run may skip a step end there."""
+        if at_s - at_s != 0.0:
+            return False  # not finite: never a step end
+        table = self._table
+        mask = self._mask
+        slot = _slot(at_s, mask)
+        while True:
+            held = table[slot]
+            if held is None:
+                return False
+            if held is not _GONE and cast(float, held) == at_s:
+                return True
+            slot = (slot + 1) & mask
+
+    def _rebuild(self, watcher: Coalescer, room: int) -> None:
+        """A fresh table of what the live runs other than ``watcher`` still skip, with room
+        for ``room`` more (``watcher``'s)."""
+        live: list[object] = []
+        for owner in self._coalescers:
+            if owner is not watcher:
+                live.extend(owner.watched_times())
+        size = MIN_TABLE_SLOTS
+        while size < 4 * (len(live) + room):
+            size *= 2
+        table: list[object] = [None] * size
+        mask = size - 1
+        for end in live:
+            slot = _slot(end, mask)  # type: ignore[arg-type]
+            while table[slot] is not None:
+                slot = (slot + 1) & mask
+            table[slot] = end
+        self._table = table
+        self._mask = mask
+        self._filled = len(live)
 
     def release(self, owner: Coalescer) -> None:
         """``owner``'s run is over (the step ends it skipped are all in the past)."""
@@ -420,15 +536,8 @@ class Clock:
         for owner in list(self._coalescers):
             owner.on_tie(at_s)
 
-    def _purge(self) -> None:
-        live: set[int] = set()
-        shared: set[int] = set()
-        for owner in self._coalescers:
-            keys = watch_keys(owner.watched_times())
-            size = len(live)
-            live.update(keys)
-            if len(live) != size + len(keys):
-                shared.update(keys)
-        self._watched = live
-        self._shared = shared
-        self._purge_at = 2 * len(live) + 4096
+
+def _holds(times_s: list[float], lo: int, hi: int, at_s: float) -> bool:
+    """Whether the ascending ``times_s[lo:hi]`` hold ``at_s``."""
+    i = bisect_left(times_s, at_s, lo, hi)
+    return i < hi and times_s[i] == at_s

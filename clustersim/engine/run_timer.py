@@ -63,7 +63,7 @@ class RunTimer:
         self.truncated = False
         self.chunk = 2 * chunk
         self._set_timer()
-        clock.watch(self, self.ends_s[:-1])  # may end the run at once, at a tie
+        clock.watch(self, self.ends_s, 0, self.last)  # may end the run at once, at a tie
 
     def start_of(self, step: int) -> float:
         return self.start_s if step == 0 else self.ends_s[step - 1]
@@ -130,7 +130,7 @@ class RunTimer:
         self.anchor_order = self.clock.order_now()
         self.chunk = min(2 * self.chunk, MAX_CHUNK_STEPS)
         self._set_timer()
-        self.clock.watch(self, ends[first:self.last])
+        self.clock.watch(self, ends, first, self.last)
         return True
 
     def _truncate(self, step: int) -> None:
@@ -138,7 +138,7 @@ class RunTimer:
         assert self.anchor_step <= step < self.last
         clock = self.clock
         clock.stand_in_gone(self.ends_s[self.last])
-        clock.unwatch(self.ends_s[step:self.last])
+        clock.unwatch(self.ends_s, step, self.last)
         self.last = step
         self.truncated = True
         self._set_timer()
