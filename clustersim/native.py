@@ -25,6 +25,7 @@ from pathlib import Path
 from types import ModuleType
 
 MODULES = (
+    "clustersim.engine.config",
     "clustersim.engine.request",
     "clustersim.engine.step_plan",
     "clustersim.engine.kv_manager",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 StepPolicy = Literal["decode_first", "prefill_first", "balanced"]
@@ -45,6 +45,11 @@ class SchedulerConfig:
     decode_reserve_tokens: int = 1
     kv_full_blocks_only: bool = False
     """Decode side of P/D as in vLLM <= 0.10: pull only the prompt's full blocks (spec §7.4)."""
+
+    def __reduce__(self) -> tuple[type[SchedulerConfig], tuple[object, ...]]:
+        # compiled (``clustersim.native``), a frozen dataclass cannot be unpickled by setting
+        # its fields one by one: it is rebuilt from them
+        return (SchedulerConfig, tuple(getattr(self, f.name) for f in fields(self)))
 
     @property
     def token_budget(self) -> int:

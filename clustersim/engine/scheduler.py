@@ -485,9 +485,10 @@ class Scheduler:
             clock.append(now_s)
         members = self.decoding
         if plan.num_bulk:
-            members.num_updated += 1  # type: ignore[union-attr]
-            for request in members.finishing():  # type: ignore[union-attr]
-                members.leave(request)  # type: ignore[union-attr]
+            assert members is not None
+            members.num_updated += 1
+            for request in members.finishing():
+                members.leave(request)
                 request.status = RequestStatus.FINISHED
                 request.finish_s = now_s
                 self.kv.free(request)  # in running order, before the others (§2)
