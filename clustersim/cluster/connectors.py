@@ -47,7 +47,7 @@ import simpy
 
 from clustersim.cluster.flows import TransferFailed
 from clustersim.cluster.router import Router
-from clustersim.engine.clock import Signal, Waitable, alarm, call_soon, on_event
+from clustersim.engine.clock import Signal, Waitable, alarm, call_soon, now_of, on_event
 from clustersim.engine.request import Request, RequestStatus
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ class KVConnector:
             cluster.lose(client, cluster.faults.down_cause("prefill"))  # type: ignore[union-attr]
             return
         instance = self.instances["prefill"][index]
-        producer = producer_copy(client, self.env.now)
+        producer = producer_copy(client, now_of(self.env))
         handoff = Handoff(client=client, producer=producer, prefill_index=index)
         self._handoffs[id(producer)] = handoff
         self._handoffs[id(client)] = handoff
@@ -238,7 +238,7 @@ class KVConnector:
         handoff.kv_read = True
         client.handoff_bytes = num_bytes
         client.handoff_start_s = handoff.producer.finish_s
-        client.handoff_end_s = self.env.now
+        client.handoff_end_s = now_of(self.env)
         done.succeed()
 
     def _when_readable(self, handoff: Handoff, prefill, then: Callable[[], None]) -> None:
@@ -275,7 +275,7 @@ class KVConnector:
         self._handoffs.pop(id(client), None)
         client.status = RequestStatus.REJECTED
         client.reject_reason = reason
-        client.finish_s = self.env.now
+        client.finish_s = now_of(self.env)
         self.dispatch.on_done(client)
 
     def _producer_finished(self, handoff: Handoff) -> None:
@@ -353,7 +353,7 @@ class KVConnector:
         self.routers["prefill"].returned(handoff.prefill_index, client)
 
     def _rerun_prefill(self, index: int, handoff: Handoff) -> None:
-        producer = producer_copy(handoff.client, self.env.now)
+        producer = producer_copy(handoff.client, now_of(self.env))
         handoff.producer = producer
         self._handoffs[id(producer)] = handoff
         self.routers["prefill"].sent(index, handoff.client)

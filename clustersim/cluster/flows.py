@@ -34,7 +34,7 @@ from typing import Any, cast
 import simpy
 
 from clustersim.cluster.topology import Topology
-from clustersim.engine.clock import Env, alarm
+from clustersim.engine.clock import Env, alarm, now_of
 
 Edge = Hashable
 """An edge as the pure core sees it: anything hashable (FlowNetwork uses small ints)."""
@@ -383,7 +383,7 @@ class FlowNetwork:
             raise ValueError(f"transfer {tag}: negative bytes or latency")
         pairs = pair_ranks(src_gpus, dst_gpus)
         sizes = split_bytes(num_bytes, len(pairs))
-        now = float(self.env.now)
+        now = now_of(self.env)
         if self._down:
             cut = next((p for p in pairs if self._route(*p) is None), None)
             if cut is not None:
@@ -430,7 +430,7 @@ class FlowNetwork:
         A link that carried nothing is 0.0, even over an empty span."""
         if span_s < 0:
             raise ValueError(f"span_s must be >= 0, got {span_s}")
-        self._fluid.advance(self.env.now)
+        self._fluid.advance(now_of(self.env))
         carried = list(self._edge_bytes)
         for edge, moved in self._fluid.carried().items():
             carried[cast(int, edge)] += moved
@@ -568,7 +568,7 @@ class FlowNetwork:
 
     def _settle(self) -> None:
         """Bring the bytes up to now and finish the sub-flows that are done."""
-        self._fluid.advance(self.env.now)
+        self._fluid.advance(now_of(self.env))
         for key in self._fluid.pop_done():
             self._finish(key)
 
@@ -595,7 +595,7 @@ class FlowNetwork:
             bytes=transfer.num_bytes,
             requested_s=transfer.requested_s,
             start_s=transfer.start_s,
-            end_s=float(self.env.now),
+            end_s=now_of(self.env),
             ideal_s=transfer.ideal_s,
         )
         self.records.append(record)

@@ -94,6 +94,14 @@ def alarm(env: Env, delay: float,
     return event
 
 
+def now_of(env: Env) -> float:
+    """``env.now``: read straight from a :class:`Clock` (compiled, a generic attribute read
+    of its property costs ten times more), else from the SimPy environment."""
+    if isinstance(env, Clock):
+        return env._now
+    return float(env.now)
+
+
 def call_soon(env: Env, callback: Callable[[], None]) -> None:
     """Call ``callback`` exactly where a process started now would first run: from an urgent
     event at now, as SimPy's ``Initialize`` (the same place in the event order), without a

@@ -24,7 +24,7 @@ from typing import Any
 import simpy
 
 from clustersim.catalog.specs import ModelSpec
-from clustersim.engine.clock import Clock, Env, Signal, Waitable, alarm
+from clustersim.engine.clock import Clock, Env, Signal, Waitable, alarm, now_of
 from clustersim.engine.decode_run import DecodeRun, extend_run, plan_decode_run, shrink_run
 from clustersim.engine.instance import FIRST_CHUNK_STEPS, Instance
 from clustersim.engine.request import Request
@@ -106,7 +106,7 @@ class DataParallelGroup:
     # ----------------------------------------------------------------- intake
     def choose(self) -> int:
         """The rank vLLM's DP load balancer picks for the next request."""
-        now = self.env.now
+        now = now_of(self.env)
         if now >= self._next_publish_s:
             self._view = [[len(r.scheduler.waiting), len(r.scheduler.running)]
                           for r in self.ranks]
@@ -207,7 +207,7 @@ class DataParallelGroup:
                 plans.append(plan)
             if all(plan is None for plan in plans):
                 continue
-            start = env.now
+            start = now_of(env)
             if self.coalesce:
                 run = self._start_run(plans, start)
                 if run is not None:
@@ -222,7 +222,7 @@ class DataParallelGroup:
             yield alarm(env, self.price_steps(plans))  # type: ignore[misc]
             for rank, plan in zip(ranks, plans, strict=True):
                 if plan is None:
-                    rank.record_dummy_step(start, env.now)
+                    rank.record_dummy_step(start, now_of(env))
                 else:
                     rank.apply(plan, start)
 

@@ -29,7 +29,7 @@ from functools import partial
 
 from simpy.core import URGENT
 
-from clustersim.engine.clock import Clock, Env, Signal, Waitable, alarm
+from clustersim.engine.clock import Clock, Env, Signal, Waitable, alarm, now_of
 from clustersim.engine.decode_run import (
     DecodeRun,
     advance_run,
@@ -94,9 +94,11 @@ class Instance:
         self._wakeup: Signal | None = None
         self.waker: Callable[[], None] | None = None
         """Replaces waking this instance's own loop (a group that steps it)."""
+        self._price_run: Callable[[int, int, int], list[float]] | None = getattr(
+            price_step, "decode_run", None)
+        """The pricer's ``decode_run(batch, kv_tokens, steps)``: a run's step durations."""
         self.coalesce = (coalesce and isinstance(env, Clock) and run
-                         and scheduler.decoding is not None
-                         and hasattr(price_step, "decode_run"))
+                         and scheduler.decoding is not None and self._price_run is not None)
         self._run: RunTimer | None = None
         """The coalesced run this engine is in (its own, or its lockstep group's)."""
         self._steps: DecodeRun | None = None
@@ -115,6 +117,10 @@ class Instance:
         self._plan_start_s = 0.0
         self._next: StepPlan | None = None
         """The step in progress (its start), and with async scheduling the one after it."""
+        # the loop's callbacks, bound once (binding a method builds an object every time)
+        self._on_resume = self._resume
+        self._on_stepped = self._stepped
+        self._on_run_ended = self._run_ended
         if run:
             self._start_loop()
 
@@ -208,7 +214,7 @@ class Instance:
     def reject(self, request: Request, reason: str) -> None:
         request.status = RequestStatus.REJECTED
         request.reject_reason = reason
-        request.finish_s = self.env.now
+        request.finish_s = now_of(self.env)
         self.rejected.append(request)
         if self.on_done is not None:
             self.on_done(request)
@@ -240,7 +246,7 @@ class Instance:
     # _start_loop -> _next_step -> _step (sync) or _step_async -> ... -> _next_step.
     def _start_loop(self) -> None:
         """The loop begins where a process started now would first run (SimPy's Initialize)."""
-        self._awaited = alarm(self.env, 0.0, self._resume, URGENT)
+        self._awaited = alarm(self.env, 0.0, self._on_resume, URGENT)
 
     def _resume(self, _event: Waitable) -> None:
         """What the loop waited on happened (its start, a wakeup, a poll): schedule again."""
@@ -252,7 +258,7 @@ class Instance:
         scheduler = self.scheduler
         while True:
             if scheduler.num_unfinished == 0:
-                self._sleep(self._resume)
+                self._sleep(self._on_resume)
                 return
             plan = scheduler.schedule()
             if not plan.is_empty:
@@ -268,7 +274,7 @@ class Instance:
                 self._sleep(self._woken_to_poll)  # a pull in flight will finish
                 return
             if scheduler.kv_held and not scheduler.running:
-                self._sleep(self._resume)  # blocks held for decode instances will come back
+                self._sleep(self._on_resume)  # blocks held for decode instances will come back
                 return
             self.reject_unschedulable()
 
@@ -280,20 +286,20 @@ class Instance:
     def _woken_to_poll(self, _event: Waitable) -> None:
         """Awake; the engine notices the finished pull one poll interval later."""
         self._wakeup = None
-        self._awaited = alarm(self.env, self.poll_interval_s, self._resume)
+        self._awaited = alarm(self.env, self.poll_interval_s, self._on_resume)
 
     def _step(self, plan: StepPlan) -> None:
         """Sync scheduling: schedule(N) -> run(N) -> update(N) -> schedule(N+1)."""
-        start = self.env.now
+        start = now_of(self.env)
         self._begin(plan)
         if self.coalesce:
             run = self._start_run(plan, start)
             if run is not None:
                 wake = self._awaited = run.wake
-                wake.callbacks.append(self._run_ended)  # type: ignore[union-attr]
+                wake.callbacks.append(self._on_run_ended)  # type: ignore[union-attr]
                 return
         self._plan, self._plan_start_s = plan, start
-        self._awaited = alarm(self.env, self.price_step(plan), self._stepped)
+        self._awaited = alarm(self.env, self.price_step(plan), self._on_stepped)
 
     def _stepped(self, _event: Waitable) -> None:
         plan = self._plan
@@ -312,7 +318,7 @@ class Instance:
 
     def _step_async(self, plan: StepPlan) -> None:
         """Async scheduling: schedule(N+1) runs before update(N), as vLLM's batch queue does."""
-        start = self.env.now
+        start = now_of(self.env)
         self._begin(plan)
         duration = self.price_step(plan)
         self._record(plan, start, start + duration)
@@ -323,7 +329,7 @@ class Instance:
         plan, next_plan = self._plan, self._next
         assert plan is not None and next_plan is not None
         self._awaited = self._plan = self._next = None
-        self._done(self.scheduler.update_from_output(plan, self.env.now))
+        self._done(self.scheduler.update_from_output(plan, now_of(self.env)))
         self._give_up_thrashing(plan)
         self._give_up_thrashing(next_plan)
         if next_plan.is_empty:
@@ -342,7 +348,8 @@ class Instance:
         if steps is None:
             return None
         size = steps.batch_size
-        decode_run = self.price_step.decode_run  # type: ignore[attr-defined]
+        decode_run = self._price_run
+        assert decode_run is not None
         if (plan.num_decode_tokens == plan.num_scheduled_tokens == size
                 and plan.decode_kv_tokens == steps.decode_kv_tokens):
             # step 0 is already the batch decoding: priced as the run's first step, the
@@ -368,7 +375,7 @@ class Instance:
         if not added:
             return []
         size = steps.batch_size
-        return self.price_step.decode_run(  # type: ignore[attr-defined]
+        return self._price_run(  # type: ignore[misc]  # (coalescing: it has one)
             size, steps.decode_kv_tokens + first * size, added
         )
 
@@ -430,8 +437,8 @@ class Instance:
     def apply(self, plan: StepPlan, start_s: float) -> None:
         """The step that began at ``start_s`` ended now: apply its output, record it, hand the
         finished requests back, give up on thrashing ones (sync scheduling)."""
-        finished = self.scheduler.update_from_output(plan, self.env.now)
-        self._record(plan, start_s, self.env.now)
+        finished = self.scheduler.update_from_output(plan, now_of(self.env))
+        self._record(plan, start_s, now_of(self.env))
         self._done(finished)
         self._give_up_thrashing(plan)
 

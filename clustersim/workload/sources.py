@@ -15,7 +15,7 @@ from typing import Any
 import simpy
 from simpy.core import URGENT
 
-from clustersim.engine.clock import Env, alarm
+from clustersim.engine.clock import Env, alarm, now_of
 from clustersim.engine.request import Request
 
 Submit = Callable[[Request], None]
@@ -45,7 +45,7 @@ class OpenLoop:
         requests = self.requests
         while self._next < len(requests):
             request = requests[self._next]
-            delay = request.arrival_s - env.now
+            delay = request.arrival_s - now_of(env)
             if delay > 0:
                 alarm(env, delay, self._arrived)
                 return
@@ -98,7 +98,7 @@ class ClosedLoop(_ProcessSource):
 
     def run(self, env: Env, submit: Submit) -> Generator[Any, Any, None]:
         self._env, self._submit = env, submit
-        yield env.timeout(max(self.start_s - env.now, 0.0))
+        yield env.timeout(max(self.start_s - now_of(env), 0.0))
         self._num_claimed = min(self.num_users, len(self.requests))
         for _ in range(self._num_claimed):
             self._send()
@@ -107,7 +107,7 @@ class ClosedLoop(_ProcessSource):
         assert self._env is not None and self._submit is not None
         request = self.requests[self._num_sent]
         self._num_sent += 1
-        request.arrival_s = float(self._env.now)
+        request.arrival_s = now_of(self._env)
         self._submit(request)
 
     def _send_after_think(self) -> Generator[Any, Any, None]:
@@ -157,18 +157,18 @@ class Benchmark(_ProcessSource):
 
     def run(self, env: Env, submit: Submit) -> Generator[Any, Any, None]:
         self._env, self._submit = env, submit
-        yield env.timeout(max(self.start_s - env.now, 0.0))
+        yield env.timeout(max(self.start_s - now_of(env), 0.0))
         if self.warmups:
             self._warmups_done = env.event()
             self._queue.extend(self.warmups)
             self._fill()
             yield self._warmups_done
-        start = self.measured_start_s = float(env.now)
+        start = self.measured_start_s = now_of(env)
         for request, offset in zip(self.requests, self.offsets_s, strict=True):
-            delay = start + offset - env.now
+            delay = start + offset - now_of(env)
             if delay > 0:
                 yield env.timeout(delay)
-            request.dispatch_s = float(env.now)
+            request.dispatch_s = now_of(env)
             self._queue.append(request)
             self._fill()
 
@@ -179,7 +179,7 @@ class Benchmark(_ProcessSource):
         while self._queue and (limit is None or self._num_in_flight < limit):
             request = self._queue.popleft()
             self._num_in_flight += 1
-            request.arrival_s = float(self._env.now)
+            request.arrival_s = now_of(self._env)
             self._submit(request)
 
     def on_done(self, request: Request) -> None:
