@@ -140,21 +140,25 @@ class DecodeSet:
             self.sum_computed += len(self.joined)
             return
         sizes = self.phase_sizes  # (most phases are empty: only those with takers are read)
+        # (members appended one by one: extending a list by a dict copies the dict's keys
+        # into a list first)
+        takers: list[Request] = []
         if num_steps < block_size:
-            takers: list[Request] = []
             for step in range(first, first + num_steps):
                 if sizes[step % block_size]:
-                    takers.extend(phases[step % block_size])
+                    for request in phases[step % block_size]:
+                        takers.append(request)
         else:  # whole cycles of block_size steps repeat the same order
             cycles, rest = divmod(num_steps, block_size)
-            cycle: list[Request] = []
             for step in range(first, first + block_size):
                 if sizes[step % block_size]:
-                    cycle.extend(phases[step % block_size])
-            takers = cycle * cycles
+                    for request in phases[step % block_size]:
+                        takers.append(request)
+            takers *= cycles
             for step in range(first, first + rest):
                 if sizes[step % block_size]:
-                    takers.extend(phases[step % block_size])
+                    for request in phases[step % block_size]:
+                        takers.append(request)
         if takers:
             self.kv.append_blocks(takers)
         self.num_scheduled = first + num_steps

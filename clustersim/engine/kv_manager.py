@@ -23,6 +23,10 @@ from collections.abc import Sequence
 
 from clustersim.engine.request import Request
 
+TAKE_BY_POPS = 16
+"""Up to this many blocks are taken off the free stack one by one (a decode crossing into a
+new block takes one); more as a slice."""
+
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
@@ -178,7 +182,7 @@ class KVCacheManager:
             return
         if not self.shares_blocks(request):
             # nobody else references them and none carries a hash: all go to the head
-            self._plain.extend(reversed(blocks))
+            self._plain.extend(blocks[::-1])  # (a list: extending by an iterator copies it first)
             self._num_free += len(blocks)
             return
         ref_cnt = self._ref_cnt
@@ -216,6 +220,8 @@ class KVCacheManager:
         plain = self._plain
         self._num_free -= n
         if n <= len(plain):
+            if n <= TAKE_BY_POPS:
+                return [plain.pop() for _ in range(n)]
             taken = plain[-n:]
             del plain[-n:]
             taken.reverse()

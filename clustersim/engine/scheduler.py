@@ -308,7 +308,8 @@ class Scheduler:
             self._record(plan, request, num_new)
             budget -= num_new
         plan.waiting_stopped_by = stopped_by
-        holding.extendleft(reversed(blocked))
+        if blocked:
+            holding.extendleft(reversed(blocked))
         return budget
 
     def _start_remote_load(self, request: Request, plan: StepPlan) -> bool | None:
