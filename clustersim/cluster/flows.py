@@ -152,14 +152,16 @@ class FluidState:
     def replan(self) -> float | None:
         """Recompute rates and due times; the delay to the earliest completion (None: idle)."""
         drains = list(self.active.values())
-        paths = tuple(d.edges for d in drains)
+        paths = tuple([d.edges for d in drains])  # (a list first: compiled, no generator)
         rates = self._rates.get(paths)
         if rates is None:
             if len(self._rates) >= RATE_CACHE_SIZE:
                 self._rates.clear()
             rates = self._rates[paths] = max_min_rates(paths, self.capacity)
         earliest = None
-        for drain, rate in zip(drains, rates, strict=True):
+        for i in range(len(drains)):  # (an index: no zip object per replan)
+            drain = drains[i]
+            rate = rates[i]
             drain.rate = rate
             delay = max(drain.remaining, 0.0) / rate
             drain.due_s = self.now_s + delay
@@ -391,8 +393,12 @@ class FlowNetwork:
                 event.fail(TransferFailed(f"no path from {cut[0]} to {cut[1]}",
                                           self._cause_on(*cut)))
                 return event
-        latencies, subs, labels = [], [], []  # subs: (start_s, edges, bytes)
-        for (src, dst), size in zip(pairs, sizes, strict=True):
+        latencies: list[float] = []
+        subs: list[tuple[float, tuple[int, ...], int]] = []  # (start_s, edges, bytes)
+        labels: list[str] = []
+        for i in range(len(pairs)):  # (indexes, not zip objects: this runs per transfer)
+            src, dst = pairs[i]
+            size = sizes[i]
             # (a pair without a path failed the transfer above)
             edges, path_latency_s, label = self._route(src, dst)  # type: ignore[misc]
             latency = path_latency_s + extra_latency_s
@@ -413,7 +419,10 @@ class FlowNetwork:
             num_pending=len(subs),
         )
         by_latency: dict[float, list[int]] = {}  # one timeout per distinct latency
-        for pair, latency, (_, edges, size) in zip(pairs, latencies, subs, strict=True):
+        for i in range(len(pairs)):
+            pair = pairs[i]
+            latency = latencies[i]
+            _, edges, size = subs[i]
             key = next(self._keys)
             transfer.sub_flows[key] = (edges, size)
             transfer.ends[key] = pair

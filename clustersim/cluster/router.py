@@ -48,7 +48,12 @@ class Router:
         caller then calls :meth:`sent`."""
         if not self._up:
             return None
-        return _CHOOSERS[self.kind](self, request)
+        kind = self.kind  # (the two common policies called natively)
+        if kind == "least_outstanding_tokens":
+            return self._least_tokens(request)
+        if kind == "least_outstanding_requests":
+            return self._least_requests(request)
+        return _CHOOSERS[kind](self, request)
 
     def set_down(self, index: int, down: bool) -> None:
         """Take an instance out of the choice (it failed) or put it back (repaired, empty:
@@ -87,11 +92,21 @@ class Router:
 
     def _least_requests(self, request: Request) -> int:
         loads = self.loads
-        return min(self._up, key=lambda i: loads[i].outstanding_requests)  # first of the least
+        best, least = -1, 0
+        for i in self._up:  # the first of the least (a loop: no key function per instance)
+            n = loads[i].outstanding_requests
+            if best < 0 or n < least:
+                best, least = i, n
+        return best
 
     def _least_tokens(self, request: Request) -> int:
         loads = self.loads
-        return min(self._up, key=lambda i: loads[i].outstanding_tokens)
+        best, least = -1, 0
+        for i in self._up:  # the first of the least
+            n = loads[i].outstanding_tokens
+            if best < 0 or n < least:
+                best, least = i, n
+        return best
 
     def _power_of_two(self, request: Request) -> int:
         up = self._up

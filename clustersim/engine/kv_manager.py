@@ -19,7 +19,6 @@ with prefix hashes are reference-counted, since only they can be hit and shared.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
 
 from clustersim.engine.request import Request
 
@@ -163,15 +162,18 @@ class KVCacheManager:
             self.cache_blocks(request, min(total, request.num_tokens))
         return True
 
-    def append_blocks(self, requests: Sequence[Request]) -> None:
+    def append_blocks(self, requests: list[Request]) -> None:
         """One more block for each of ``requests``, popped in that order (decodes crossing a
         block boundary); the caller has checked that they fit."""
         taken = self._take(len(requests))
         req_to_blocks = self.req_to_blocks
         ref_cnt = self._ref_cnt
-        for request, block_id in zip(requests, taken, strict=True):
+        sharing = self.enable_prefix_caching
+        for i in range(len(requests)):  # (an index: no zip object per call)
+            request = requests[i]
+            block_id = taken[i]
             req_to_blocks[request.request_id].append(block_id)
-            if self.enable_prefix_caching and request.block_hashes:
+            if sharing and request.block_hashes:
                 ref_cnt[block_id] = 1
 
     def free(self, request: Request) -> None:
