@@ -256,15 +256,7 @@ def _before(a: _Entry, b: _Entry) -> bool:
 def _push(heap: list[_Entry], entry: _Entry) -> None:
     """``heapq.heappush`` with :func:`_before` (the same algorithm, so the same heap)."""
     heap.append(entry)
-    pos = len(heap) - 1
-    while pos > 0:
-        parent_pos = (pos - 1) >> 1
-        parent = heap[parent_pos]
-        if not _before(entry, parent):
-            break
-        heap[pos] = parent
-        pos = parent_pos
-    heap[pos] = entry
+    _sift_up(heap, len(heap) - 1, entry)
 
 
 def _pop(heap: list[_Entry]) -> _Entry:
@@ -283,15 +275,21 @@ def _pop(heap: list[_Entry]) -> _Entry:
         heap[pos] = heap[child]
         pos = child
         child = 2 * pos + 1
+    _sift_up(heap, pos, last)
+    return top
+
+
+def _sift_up(heap: list[_Entry], pos: int, entry: _Entry) -> None:
+    """Put ``entry`` at ``pos`` or above it, moving down the parents it comes before
+    (heapq's ``_siftdown``)."""
     while pos > 0:
         parent_pos = (pos - 1) >> 1
         parent = heap[parent_pos]
-        if not _before(last, parent):
+        if not _before(entry, parent):
             break
         heap[pos] = parent
         pos = parent_pos
-    heap[pos] = last
-    return top
+    heap[pos] = entry
 
 
 class Clock:
