@@ -180,6 +180,17 @@ def _check_expansion(root: Node) -> None:
     measure(root)
 
 
+_FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def parse_shipped_yaml(text: str) -> Any:
+    """A YAML file shipped with the package (the catalog, the shipped topologies), parsed by
+    libyaml where PyYAML has it: about eight times faster than the pure Python parser, and
+    every process reads the catalog. The files are ours, so :func:`parse_yaml`'s guards
+    against hostile input are not needed."""
+    return yaml.load(text, Loader=_FAST_LOADER)  # noqa: S506 (a safe loader)
+
+
 def parse_yaml(text: str, where: str) -> Any:
     """The one YAML document in ``text``; errors located as ``where:line``."""
     loader = None

@@ -173,6 +173,30 @@ def test_traces_replay_identically_whatever_the_seed():
     assert fingerprint(requests_of(spec, 1)) == fingerprint(requests_of(spec, 2))
 
 
+def test_a_trace_file_is_read_once_per_process_until_it_changes(tmp_path):
+    """A plan replays one trace hundreds of times: the process keeps what it read, and reads
+    the file again once it changes (size or modification time)."""
+    import os
+
+    from clustersim import workload as workload_module
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,100,10\n0.5,200,20\n")
+    spec = workload({"kind": "replay", "trace": str(trace),
+                     "format": "csv", "columns": {"arrival": "arrival_s",
+                                                  "prompt_tokens": "prompt_tokens",
+                                                  "output_tokens": "output_tokens"}})
+    first = fingerprint(requests_of(spec))
+    assert first == [("0", 0.0, 100, 10), ("1", 0.5, 200, 20)]
+    cached = workload_module._table(spec, None)
+    assert cached is workload_module._table(spec, None)
+    assert not cached.prompt_tokens.flags.writeable  # no reader can change the next one's
+    stat = trace.stat()
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,300,30\n0.5,200,20\n")
+    os.utime(trace, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    assert fingerprint(requests_of(spec))[0] == ("0", 0.0, 300, 30)
+
+
 # --------------------------------------------------------------- statistics
 def gaps_of(spec, seed: int = 0) -> np.ndarray:
     return np.diff(np.concatenate(([0.0], arrivals_of(spec, seed))))

@@ -30,7 +30,7 @@ from clustersim.catalog.hf_config import model_from_hf_config
 from clustersim.catalog.quantization import quantization_from_hf
 from clustersim.catalog.specs import GpuSpec, LinkSpec, ModelSpec
 from clustersim.errors import CatalogError, ConfigError
-from clustersim.inputs import load_yaml, parse_yaml
+from clustersim.inputs import load_yaml, parse_shipped_yaml
 from clustersim.validation import validation_lines
 
 __all__ = [
@@ -155,7 +155,10 @@ def load_profiles(profile: str = "calibrated") -> dict[str, dict[str, Any]]:
         file = resources.files(__package__).joinpath(name)
         if not file.is_file():  # before the first `clustersim calibrate`
             return {}
-        data = parse_yaml(file.read_text(encoding="utf-8"), name)
+        try:
+            data = parse_shipped_yaml(file.read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            raise CatalogError(name, f"not valid YAML: {exc}") from exc
     else:
         path = Path(profile).expanduser()
         if not path.exists():
@@ -228,7 +231,7 @@ def _with_quantization(model_id: str, entry: Any) -> Any:
 def _read_table(file_name: str, key: str) -> dict[str, Any]:
     text = resources.files(__package__).joinpath(file_name).read_text(encoding="utf-8")
     try:
-        data = yaml.safe_load(text)
+        data = parse_shipped_yaml(text)
     except yaml.YAMLError as exc:
         raise CatalogError(file_name, f"not valid YAML: {exc}") from exc
     table = data.get(key) if isinstance(data, dict) else None

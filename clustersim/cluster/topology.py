@@ -48,7 +48,7 @@ from clustersim.cluster.topology_spec import (
     replicate_node,
 )
 from clustersim.errors import ConfigError, InputError
-from clustersim.inputs import load_yaml, parse_yaml
+from clustersim.inputs import load_yaml, parse_shipped_yaml
 
 GIGA = 1e9
 _PS_PER_US = 1_000_000  # latencies are summed as integer picoseconds: exact ties, stable paths
@@ -79,7 +79,7 @@ def load_spec(
         resource = resources.files(__package__).joinpath(_SHIPPED, f"{name_or_path}.yaml")
         where = f"{name_or_path}.yaml"
         text = resource.read_text(encoding="utf-8")
-        return parse_topology(_mapping(parse_yaml(text, where), where))
+        return parse_topology(_mapping(parse_shipped_yaml(text), where))
     path = Path(name_or_path).expanduser()
     if not path.is_absolute() and base_dir is not None:
         path = Path(base_dir) / path

@@ -9,6 +9,8 @@ classes), ``stats`` (trace statistics) and ``sources`` (the SimPy processes).
 from __future__ import annotations
 
 import os
+import stat
+from collections import OrderedDict
 
 import numpy as np
 
@@ -80,9 +82,46 @@ def _as_synthetic(workload: PoissonWorkload) -> SyntheticWorkload:
     )
 
 
+TRACE_CACHE_SIZE = 4
+"""Traces a process keeps once read (a plan simulates the same trace hundreds of times)."""
+
+_traces: OrderedDict[tuple, Trace] = OrderedDict()
+
+
 def _table(source: TraceSource, base_dir: str | os.PathLike | None) -> Trace:
-    return load_trace(source.trace, source.format, source.columns, source.time_unit,
-                      base_dir=base_dir)
+    """``load_trace`` of the source, read once per process while the file stays the same
+    (same size and modification time; a pipe or a missing file is read every time, so that
+    its error comes as before). The cached arrays are read-only, so no reader can change
+    what the next one gets."""
+    key = _trace_key(source, base_dir)
+    if key is not None and key in _traces:
+        _traces.move_to_end(key)
+        return _traces[key]
+    trace = load_trace(source.trace, source.format, source.columns, source.time_unit,
+                       base_dir=base_dir)
+    if key is not None:
+        for array in (trace.prompt_tokens, trace.output_tokens, trace.lines, trace.arrival_s):
+            if array is not None:
+                array.setflags(write=False)
+        _traces[key] = trace
+        while len(_traces) > TRACE_CACHE_SIZE:
+            _traces.popitem(last=False)
+    return trace
+
+
+def _trace_key(source: TraceSource, base_dir: str | os.PathLike | None) -> tuple | None:
+    columns = None if source.columns is None else tuple(sorted(source.columns.model_dump().items()))
+    how = (source.format, columns, source.time_unit)
+    if source.trace in SHIPPED_TRACES:
+        return (source.trace, *how)  # shipped with the package: they do not change
+    try:
+        info = os.stat(resolve_trace_path(source.trace, base_dir))
+    except (OSError, ValueError):
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    return (os.path.realpath(resolve_trace_path(source.trace, base_dir)), info.st_size,
+            info.st_mtime_ns, *how)
 
 
 def _lengths(workload: SyntheticWorkload | BenchmarkWorkload, n: int, rng: np.random.Generator,
@@ -93,14 +132,14 @@ def _lengths(workload: SyntheticWorkload | BenchmarkWorkload, n: int, rng: np.ra
 
 
 def _requests(arrivals: np.ndarray, prompts: np.ndarray, outputs: np.ndarray) -> list[Request]:
+    # (plain Python numbers first: indexing numpy arrays one element at a time is slow)
     return [
-        Request(
-            request_id=str(i),
-            arrival_s=float(arrivals[i]),
-            num_prompt_tokens=int(prompts[i]),
-            max_tokens=int(outputs[i]),
-        )
-        for i in range(len(prompts))
+        Request(request_id=str(i), arrival_s=arrival, num_prompt_tokens=prompt,
+                max_tokens=output)
+        for i, (arrival, prompt, output) in enumerate(zip(
+            np.asarray(arrivals, dtype=float).tolist(),
+            np.asarray(prompts).astype(np.int64, copy=False).tolist(),
+            np.asarray(outputs).astype(np.int64, copy=False).tolist(), strict=True))
     ]
 
 

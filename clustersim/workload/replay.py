@@ -87,14 +87,14 @@ def replay_requests(spec: ReplayWorkload, trace: Trace, block_size: int = 16) ->
         cache: dict[int, tuple[int, ...]] = {}
         hashes = [expand_block_ids(trace.hash_ids[i], int(trace.prompt_tokens[i]),
                                    trace.hash_block_tokens, block_size, cache) for i in rows]
-    ids = trace.request_ids
+    # plain Python numbers first: indexing numpy arrays one element at a time costs more
+    # than building the requests
+    ids = ([trace.request_ids[i] for i in rows.tolist()] if trace.request_ids is not None
+           else [str(i) for i in rows.tolist()])
     return [
-        Request(
-            request_id=ids[i] if ids is not None else str(i),
-            arrival_s=float(arrivals[k]),
-            num_prompt_tokens=int(trace.prompt_tokens[i]),
-            max_tokens=int(trace.output_tokens[i]),
-            block_hashes=hashes[k],
-        )
-        for k, i in enumerate(rows)
+        Request(request_id=ids[k], arrival_s=arrival, num_prompt_tokens=prompt,
+                max_tokens=output, block_hashes=hashes[k])
+        for k, (arrival, prompt, output) in enumerate(zip(
+            arrivals.tolist(), trace.prompt_tokens[rows].tolist(),
+            trace.output_tokens[rows].tolist(), strict=True))
     ]
