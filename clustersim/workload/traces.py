@@ -265,6 +265,8 @@ class _Rows:
 
     lines: np.ndarray
     values: dict[str, list[Any] | np.ndarray]
+    all_text: bool = False
+    """Every value is a string (a CSV file, read as text): no JSON type to check."""
 
 
 def _too_many(name: str, line: int) -> InputError:
@@ -294,7 +296,7 @@ def _read_csv(text: str, name: str, fmt: TraceFormat) -> _Rows:
     lines = np.arange(len(frame), dtype=np.int64) + 2
     blank = (frame.fillna("") == "").all(axis=1).to_numpy()  # blank lines are layout, not rows
     frame, lines = frame[~blank], lines[~blank]
-    return _Rows(lines, {c: _column(frame, c) for c in wanted})
+    return _Rows(lines, {c: _column(frame, c) for c in wanted}, all_text=True)
 
 
 def _column(frame: pd.DataFrame, column: str) -> np.ndarray:
@@ -343,7 +345,7 @@ def _numbers(name: str, rows: _Rows, column: str) -> np.ndarray:
     would otherwise count as 1, a list as missing)."""
     _check_present(name, rows, column)
     raw = rows.values[column]
-    for i, value in enumerate(raw):
+    for i, value in enumerate(() if rows.all_text else raw):
         if isinstance(value, bool) or not isinstance(value, int | float | str):
             raise _bad(name, rows, i, f"{column} must be a number, got {_short(value)}")
     return pd.to_numeric(pd.Series(raw, dtype=object), errors="coerce").to_numpy(float)
