@@ -70,8 +70,14 @@ class DecodeRun:
     free blocks would not cover that step's allocations."""
     free_blocks: int
     """Free blocks left after the planned steps' allocations."""
-    kv_blocks_used: list[int]
-    """Blocks in use after each planned step's schedule."""
+    first_blocks_used: int
+    """Blocks in use after step 0's schedule; step ``m``'s add the takers of steps
+    ``1 .. m`` (:meth:`blocks_used`), counted, not listed: a run plans steps by the
+    thousand."""
+    num_planned: int = 1
+    """Steps planned so far (step 0 included)."""
+    blocks_taken: int = 0
+    """Blocks the planned steps after step 0 take."""
     num_scheduled: int = 1
     """Steps whose schedule is applied (step 0's by ``schedule()``)."""
     num_updated: int = 0
@@ -79,7 +85,7 @@ class DecodeRun:
 
     def __init__(self, plan: StepPlan, batch_size: int, decode_kv_tokens: int,
                  first_schedule: int, takers: list[int], finish_step: int, horizon: int,
-                 free_blocks: int, kv_blocks_used: list[int]) -> None:
+                 free_blocks: int, first_blocks_used: int) -> None:
         self.plan = plan
         self.batch_size = batch_size
         self.decode_kv_tokens = decode_kv_tokens
@@ -88,14 +94,39 @@ class DecodeRun:
         self.finish_step = finish_step
         self.horizon = horizon
         self.free_blocks = free_blocks
-        self.kv_blocks_used = kv_blocks_used
+        self.first_blocks_used = first_blocks_used
+        self.num_planned = 1
+        self.blocks_taken = 0
         self.num_scheduled = 1
         self.num_updated = 0
 
     @property
     def num_steps(self) -> int:
         """Steps planned so far."""
-        return len(self.kv_blocks_used)
+        return self.num_planned
+
+    def phase(self, step: int) -> int:
+        """Step ``step``'s (>= 1) index into :attr:`takers`."""
+        return (self.first_schedule - 1 + step) % len(self.takers)
+
+    def blocks_used(self, step: int) -> int:
+        """Blocks in use after step ``step``'s schedule: step 0's, plus what steps
+        ``1 .. step`` take (whole cycles of the takers, then the part of one)."""
+        takers = self.takers
+        block_size = len(takers)
+        cycles, rest = divmod(step, block_size)
+        taken = 0
+        if cycles:
+            for need in takers:
+                taken += need
+            taken *= cycles
+        phase = self.phase(1)
+        for _ in range(rest):
+            taken += takers[phase]
+            phase += 1
+            if phase == block_size:
+                phase = 0
+        return self.first_blocks_used + taken
 
 
 def plan_decode_run(scheduler: Scheduler, plan: StepPlan, num_steps: int) -> DecodeRun | None:
@@ -136,23 +167,21 @@ def plan_decode_run(scheduler: Scheduler, plan: StepPlan, num_steps: int) -> Dec
     if finish_step < 1:
         return None  # somebody finishes in step 0
     run = DecodeRun(plan, batch_size, decode_kv, first_schedule, takers, finish_step,
-                    finish_step + 1, kv.num_free_blocks, [plan.kv_blocks_used])
+                    finish_step + 1, kv.num_free_blocks, plan.kv_blocks_used)
     extend_run(run, num_steps - 1)
     return run if run.num_steps >= 2 else None
 
 
 def extend_run(run: DecodeRun, num_steps: int) -> int:
     """Plan up to ``num_steps`` more steps; how many were added (0: the run is complete)."""
-    used = run.kv_blocks_used
-    step = len(used)
+    step = run.num_planned
     count = min(run.horizon, step + num_steps) - step
     if count <= 0:
         return 0
     takers = run.takers
     block_size = len(takers)
-    phase = (run.first_schedule - 1 + step) % block_size  # this step's phase
+    phase = run.phase(step)
     free = run.free_blocks
-    base = used[-1]
     taken = 0
     fits = 0
     while fits < count:
@@ -161,21 +190,23 @@ def extend_run(run: DecodeRun, num_steps: int) -> int:
             run.horizon = step + fits  # that step's allocation could fail: the run ends before it
             break
         taken += need
-        used.append(base + taken)
         fits += 1
         phase += 1
         if phase == block_size:
             phase = 0
     run.free_blocks = free - taken
+    run.blocks_taken += taken
+    run.num_planned = step + fits
     return fits
 
 
 def shrink_run(run: DecodeRun, num_steps: int) -> None:
     """Plan only the first ``num_steps`` steps (giving back the later ones' blocks)."""
-    used = run.kv_blocks_used
-    if len(used) > num_steps:
-        run.free_blocks += used[-1] - used[num_steps - 1]
-        del used[num_steps:]
+    if run.num_planned > num_steps:
+        kept = run.blocks_used(num_steps - 1) - run.first_blocks_used
+        run.free_blocks += run.blocks_taken - kept
+        run.blocks_taken = kept
+        run.num_planned = num_steps
 
 
 def _admission_stays_shut(scheduler: Scheduler, plan: StepPlan, batch_size: int) -> bool:

@@ -402,9 +402,9 @@ class Instance:
             first = 1
             if stop == 1:
                 return
-        self.log.add_decodes(run.ends_s[first - 1], run.ends_s, steps.kv_blocks_used, first,
-                             stop, steps.batch_size, steps.plan.num_running,
-                             steps.plan.num_waiting)
+        self.log.add_decodes(run.ends_s[first - 1], run.ends_s, first, stop,
+                             steps.blocks_used(first - 1), steps.takers, steps.phase(first),
+                             steps.batch_size, steps.plan.num_running, steps.plan.num_waiting)
 
     def _log_dummies(self, run: RunTimer, stop: int) -> None:
         """An idle rank of a lockstep group ran the run's steps before ``stop`` on dummy

@@ -124,35 +124,47 @@ class StepLog:
         self,
         start_s: float,
         ends_s: list[float],
-        kv_blocks_used: list[int],
         first: int,
         stop: int,
+        blocks_before: int,
+        takers: list[int],
+        phase: int,
         num_decodes: int,
         num_running: int,
         num_waiting: int,
     ) -> None:
         """Consecutive pure-decode steps ``first .. stop - 1`` of a run: the first starts at
-        ``start_s``, each later one when the previous ends; step ``m`` ends at ``ends_s[m]``
-        holding ``kv_blocks_used[m]``."""
+        ``start_s``, each later one when the previous ends; step ``m`` ends at ``ends_s[m]``.
+        Blocks in use: ``blocks_before`` before step ``first``, and each step's schedule
+        takes ``takers[phase]`` more, the phase one further each step (cyclically)."""
         if stop <= first:
             return
-        if stop > len(ends_s) or stop > len(kv_blocks_used):
-            raise ValueError(f"steps up to {stop} of {len(ends_s)} step ends and "
-                             f"{len(kv_blocks_used)} block counts")
+        if stop > len(ends_s) or not 0 <= phase < len(takers):
+            raise ValueError(f"steps up to {stop} of {len(ends_s)} step ends, phase {phase} "
+                             f"of {len(takers)}")
         totals = self.totals
         # the same float operations, in the same order, as adding the steps one by one
         busy = totals.busy_s
         block_s = totals.kv_block_s
         peak = totals.peak_kv_blocks
         previous = start_s
+        used = blocks_before
+        num_phases = len(takers)
+        recording = self.record_steps
+        kv_used = self._kv_used
         for m in range(first, stop):
             end = ends_s[m]
             duration = end - previous
-            used = kv_blocks_used[m]
+            used += takers[phase]
+            phase += 1
+            if phase == num_phases:
+                phase = 0
             busy += duration
             block_s += used * duration
             if used > peak:
                 peak = used
+            if recording:
+                kv_used.append(used)
             previous = end
         totals.busy_s = busy
         totals.kv_block_s = block_s
@@ -170,7 +182,6 @@ class StepLog:
             self._scheduled.extend(repeat(num_decodes, n))
             self._running.extend(repeat(num_running, n))
             self._waiting.extend(repeat(num_waiting, n))
-            self._kv_used.extend(kv_blocks_used[first:stop])
             self._preempted.extend(repeat(0, n))
 
     def take_records(self) -> list[StepRecord]:
