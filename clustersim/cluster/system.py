@@ -36,6 +36,7 @@ from clustersim.engine.defaults import EngineSetup, resolve_engine
 from clustersim.engine.instance import Instance
 from clustersim.engine.kv_manager import KVCacheManager
 from clustersim.engine.request import Request, RequestStatus
+from clustersim.engine.run_timer import append_ends
 from clustersim.engine.scheduler import Scheduler, StepPlan
 from clustersim.engine.settings import EngineSettings
 from clustersim.engine.step_plan import RooflinePricer
@@ -89,6 +90,10 @@ class FixedPricer:
 
     def decode_run(self, num_decodes: int, decode_kv_tokens: int, num_steps: int) -> list[float]:
         return [self.step_time_s] * num_steps
+
+    def decode_run_ends(self, ends_s: list[float], start_s: float, num_decodes: int,
+                        decode_kv_tokens: int, num_steps: int) -> None:
+        append_ends(ends_s, start_s, self.decode_run(num_decodes, decode_kv_tokens, num_steps))
 
 
 def make_pricer(cost_model: CostModel | None, cost: Cost) -> FixedPricer | RooflinePricer:

@@ -23,25 +23,53 @@ def experts_touched(num_experts: float, top_k: float, num_tokens: float) -> floa
     return num_experts * (1.0 - (1.0 - top_k / num_experts) ** num_tokens)
 
 
+def decode_step_s(
+    compute: float, memory: float, communication: float, overhead: float,
+    attn_s_per_pair: float, kv_s_per_token: float, rows: float, kv: float,
+) -> float:
+    """One pure-decode step that attends to ``kv`` tokens: its attention is compute-bound
+    (``kv x attn_s_per_pair``) or memory-bound (``(kv + rows) x kv_s_per_token``), whichever
+    is larger, added where ``step_time`` adds it (the same floating-point sums, so it is
+    ``step_time_s`` bit for bit)."""
+    if kv * attn_s_per_pair >= (kv + rows) * kv_s_per_token:
+        return compute + kv * attn_s_per_pair + memory + communication + overhead
+    return compute + (memory + (kv + rows) * kv_s_per_token) + communication + overhead
+
+
 def decode_step_times(
     compute: float, memory: float, communication: float, overhead: float,
     attn_s_per_pair: float, kv_s_per_token: float, rows: float,
     first_kv_tokens: int, num_decodes: int, num_steps: int,
 ) -> list[float]:
     """``num_steps`` step times: step ``m`` attends to ``first_kv_tokens + m * num_decodes``
-    tokens; its attention is compute-bound (``kv x attn_s_per_pair``) or memory-bound
-    (``(kv + rows) x kv_s_per_token``), whichever is larger, added where ``step_time`` adds
-    it (the same floating-point sums, so each element is ``step_time_s`` bit for bit)."""
+    tokens (:func:`decode_step_s`). (The token counts as floats: exact below 2^53, and the
+    products are what an int times a float gives.)"""
     times: list[float] = []
-    kv = first_kv_tokens
-    for _ in range(num_steps):  # (a counter, not a stepped range: no int object per step)
-        times.append(
-            compute + kv * attn_s_per_pair + memory + communication + overhead
-            if kv * attn_s_per_pair >= (kv + rows) * kv_s_per_token
-            else compute + (memory + (kv + rows) * kv_s_per_token) + communication + overhead
-        )
-        kv += num_decodes
+    kv = float(first_kv_tokens)
+    step = float(num_decodes)
+    for _step in range(num_steps):  # (named: mypyc boxes a loop variable called _)
+        times.append(decode_step_s(compute, memory, communication, overhead, attn_s_per_pair,
+                                   kv_s_per_token, rows, kv))
+        kv += step
     return times
+
+
+def decode_step_ends(
+    ends_s: list[float], start_s: float, compute: float, memory: float, communication: float,
+    overhead: float, attn_s_per_pair: float, kv_s_per_token: float, rows: float,
+    first_kv_tokens: int, num_decodes: int, num_steps: int,
+) -> None:
+    """:func:`decode_step_times` appended to ``ends_s`` as end times: each step ends at the
+    previous end (the first at ``start_s``) plus its time, as a timeout adds it; no list of
+    durations in between."""
+    end = start_s
+    kv = float(first_kv_tokens)
+    step = float(num_decodes)
+    for _step in range(num_steps):
+        end += decode_step_s(compute, memory, communication, overhead, attn_s_per_pair,
+                             kv_s_per_token, rows, kv)
+        ends_s.append(end)
+        kv += step
 
 
 class StepPrices:
@@ -107,6 +135,31 @@ class StepPrices:
         moe_tokens: int | None = None,
     ) -> list[float]:
         """``CostModel.decode_run_s``."""
+        compute, memory, communication, overhead = self.decode_batch_parts(
+            num_decodes, moe_tokens)
+        return decode_step_times(
+            compute, memory, communication, overhead, self.attn_s_per_pair,
+            self.decode_kv_s_per_token, num_decodes * self.decode_rows_per_seq,
+            decode_kv_tokens, num_decodes, num_steps,
+        )
+
+    def decode_run_ends(
+        self, ends_s: list[float], start_s: float, num_decodes: int, decode_kv_tokens: int,
+        num_steps: int,
+    ) -> None:
+        """:meth:`decode_run_s`'s steps appended to ``ends_s`` as end times from ``start_s``
+        (:func:`decode_step_ends`)."""
+        compute, memory, communication, overhead = self.decode_batch_parts(num_decodes, None)
+        decode_step_ends(
+            ends_s, start_s, compute, memory, communication, overhead, self.attn_s_per_pair,
+            self.decode_kv_s_per_token, num_decodes * self.decode_rows_per_seq,
+            decode_kv_tokens, num_decodes, num_steps,
+        )
+
+    def decode_batch_parts(self, num_decodes: int,
+                           moe_tokens: int | None) -> tuple[float, float, float, float]:
+        """(compute, memory, communication, overhead) of a pure-decode batch, all but its
+        attention (:attr:`decode_parts`, filled on first use)."""
         parts = self.decode_parts.get((num_decodes, moe_tokens))
         if parts is None:
             if num_decodes <= 0:
@@ -116,12 +169,7 @@ class StepPrices:
             parts = (compute, memory, communication,
                      self.fixed_overhead_s + num_decodes * self.request_overhead_s)
             self.decode_parts[num_decodes, moe_tokens] = parts
-        compute, memory, communication, overhead = parts
-        return decode_step_times(
-            compute, memory, communication, overhead, self.attn_s_per_pair,
-            self.decode_kv_s_per_token, num_decodes * self.decode_rows_per_seq,
-            decode_kv_tokens, num_decodes, num_steps,
-        )
+        return parts
 
     def dense_parts(self, tokens: float, rows: float,
                     moe_tokens: float | None) -> tuple[float, float, float]:

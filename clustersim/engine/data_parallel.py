@@ -28,7 +28,7 @@ from clustersim.engine.clock import Clock, Env, Signal, Waitable, alarm, now_of
 from clustersim.engine.decode_run import DecodeRun, extend_run, plan_decode_run, shrink_run
 from clustersim.engine.instance import FIRST_CHUNK_STEPS, Instance
 from clustersim.engine.request import Request
-from clustersim.engine.run_timer import RunTimer
+from clustersim.engine.run_timer import RunTimer, append_ends
 from clustersim.engine.scheduler import Scheduler, StepPlan
 from clustersim.engine.steplog import StepRecord
 from clustersim.errors import ConfigError
@@ -246,7 +246,9 @@ class DataParallelGroup:
         for s in busy:
             shrink_run(s, num_steps)
         durations = [self.price_steps(plans), *self._price(steps, 1, num_steps - 1)]  # type: ignore[misc]
-        run = RunTimer(self.env, start_s, durations, first_chunk,  # type: ignore[arg-type]
+        ends: list[float] = []
+        append_ends(ends, start_s, durations)
+        run = RunTimer(self.env, start_s, ends, first_chunk,  # type: ignore[arg-type]
                        self._plan_more)
         self._steps = steps
         for rank, rank_steps in zip(self.ranks, steps, strict=True):
@@ -258,11 +260,13 @@ class DataParallelGroup:
                    for s in steps]
         return self.price_steps.decode_run(batches, num_steps)  # type: ignore[union-attr]
 
-    def _plan_more(self, first: int, num_steps: int) -> list[float]:
-        """Durations of up to ``num_steps`` more lockstep steps, as many as every busy rank
-        can take."""
+    def _plan_more(self, first: int, num_steps: int, ends_s: list[float]) -> int:
+        """Append the ends of up to ``num_steps`` more lockstep steps, as many as every busy
+        rank can take; how many."""
         busy = [s for s in self._steps if s is not None]
         added = min(extend_run(s, num_steps) for s in busy)
         for s in busy:
             shrink_run(s, first + added)
-        return self._price(self._steps, first, added) if added else []
+        if added:
+            append_ends(ends_s, ends_s[-1], self._price(self._steps, first, added))
+        return added

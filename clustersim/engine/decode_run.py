@@ -121,7 +121,7 @@ class DecodeRun:
                 taken += need
             taken *= cycles
         phase = self.phase(1)
-        for _ in range(rest):
+        for _step in range(rest):
             taken += takers[phase]
             phase += 1
             if phase == block_size:

@@ -38,7 +38,7 @@ from clustersim.engine.decode_run import (
     plan_decode_run,
 )
 from clustersim.engine.request import Request, RequestStatus
-from clustersim.engine.run_timer import RunTimer
+from clustersim.engine.run_timer import RunTimer, append_ends
 from clustersim.engine.scheduler import Scheduler, StepPlan
 from clustersim.engine.steplog import StepLog, StepRecord
 
@@ -97,6 +97,10 @@ class Instance:
         self._price_run: Callable[[int, int, int], list[float]] | None = getattr(
             price_step, "decode_run", None)
         """The pricer's ``decode_run(batch, kv_tokens, steps)``: a run's step durations."""
+        self._price_ends: Callable[[list[float], float, int, int, int], None] | None = getattr(
+            price_step, "decode_run_ends", None)
+        """The pricer's ``decode_run_ends(ends, start, batch, kv_tokens, steps)``, if it has
+        one: the same steps appended as end times (no list of durations in between)."""
         self.coalesce = (coalesce and isinstance(env, Clock) and run
                          and scheduler.decoding is not None and self._price_run is not None)
         self._run: RunTimer | None = None
@@ -348,36 +352,48 @@ class Instance:
         if steps is None:
             return None
         size = steps.batch_size
-        decode_run = self._price_run
-        assert decode_run is not None
+        ends: list[float] = []
         if (plan.num_decode_tokens == plan.num_scheduled_tokens == size
                 and plan.decode_kv_tokens == steps.decode_kv_tokens):
             # step 0 is already the batch decoding: priced as the run's first step, the
             # same bits as pricing its plan (``CostModel.step_time_s``)
-            durations = decode_run(size, steps.decode_kv_tokens, steps.num_steps)
+            self._run_ends(ends, start_s, size, steps.decode_kv_tokens, steps.num_steps)
         else:  # step 0 is any step in which all sample
-            durations = decode_run(size, steps.decode_kv_tokens + size, steps.num_steps - 1)
-            durations.insert(0, self.price_step(plan))
+            ends.append(start_s + self.price_step(plan))
+            self._run_ends(ends, ends[0], size, steps.decode_kv_tokens + size,
+                           steps.num_steps - 1)
         self._steps = steps
-        self._run = RunTimer(self.env, start_s, durations, first,  # type: ignore[arg-type]
+        self._run = RunTimer(self.env, start_s, ends, first,  # type: ignore[arg-type]
                              self._plan_more)
         return self._run
+
+    def _run_ends(self, ends_s: list[float], start_s: float, size: int, kv_tokens: int,
+                  num_steps: int) -> None:
+        """Append the ends of ``num_steps`` steps of ``size`` decodes from ``start_s``, the
+        first attending to ``kv_tokens`` tokens."""
+        price_ends = self._price_ends
+        if price_ends is not None:
+            price_ends(ends_s, start_s, size, kv_tokens, num_steps)
+            return
+        decode_run = self._price_run
+        assert decode_run is not None
+        append_ends(ends_s, start_s, decode_run(size, kv_tokens, num_steps))
 
     def join_run(self, run: RunTimer, steps: DecodeRun | None) -> None:
         """This rank takes part in its lockstep group's run (``steps`` None: idle in it)."""
         self._run, self._steps, self._dummies_logged = run, steps, 0
 
-    def _plan_more(self, first: int, num_steps: int) -> list[float]:
-        """Durations of up to ``num_steps`` more steps of the run, from step ``first``."""
+    def _plan_more(self, first: int, num_steps: int, ends_s: list[float]) -> int:
+        """Append the ends of up to ``num_steps`` more steps of the run, from step ``first``;
+        how many."""
         steps = self._steps
         assert steps is not None
         added = extend_run(steps, num_steps)
-        if not added:
-            return []
-        size = steps.batch_size
-        return self._price_run(  # type: ignore[misc]  # (coalescing: it has one)
-            size, steps.decode_kv_tokens + first * size, added
-        )
+        if added:
+            size = steps.batch_size
+            self._run_ends(ends_s, ends_s[-1], size, steps.decode_kv_tokens + first * size,
+                           added)
+        return added
 
     def _settle(self, apply: bool = True) -> None:
         """Something from outside changes this engine now: end the run with the step in

@@ -223,7 +223,7 @@ class KVCacheManager:
         self._num_free -= n
         if n <= len(plain):
             if n <= TAKE_BY_POPS:
-                return [plain.pop() for _ in range(n)]
+                return [plain.pop() for _i in range(n)]
             taken = plain[-n:]
             del plain[-n:]
             taken.reverse()

@@ -25,7 +25,7 @@ wastes less of its last chunk than with four times the one before, for a few mor
 ends: measured, 1 % fewer instructions in ``benchmarks/sim_speed.py``'s case b)."""
 
 
-def _add_ends(ends_s: list[float], start_s: float, durations: list[float]) -> None:
+def append_ends(ends_s: list[float], start_s: float, durations: list[float]) -> None:
     """Append the ends of steps that follow one another from ``start_s``: each ends at the
     previous end plus its duration, as a timeout adds it."""
     end = start_s
@@ -40,17 +40,16 @@ class RunTimer:
     __slots__ = ("clock", "plan_more", "start_s", "ends_s", "last", "anchor_step",
                  "anchor_order", "timer", "wake", "truncated", "chunk")
 
-    def __init__(self, clock: Clock, start_s: float, durations: list[float], chunk: int,
-                 plan_more: Callable[[int, int], list[float]]) -> None:
-        """``durations``: of the steps planned first (at least 2); ``plan_more(first, n)``:
-        the durations of up to ``n`` more steps from step ``first`` (fewer or none: the run
-        is complete)."""
+    def __init__(self, clock: Clock, start_s: float, ends_s: list[float], chunk: int,
+                 plan_more: Callable[[int, int, list[float]], int]) -> None:
+        """``ends_s``: the end times of the steps planned first (at least 2), the run's own
+        from now on; ``plan_more(first, n, ends_s)`` appends the ends of up to ``n`` more
+        steps from step ``first`` and says how many (fewer or none: the run is complete)."""
         self.clock = clock
         self.plan_more = plan_more
         self.start_s = start_s
-        self.ends_s: list[float] = []
-        _add_ends(self.ends_s, start_s, durations)
-        self.last = len(self.ends_s) - 1
+        self.ends_s = ends_s
+        self.last = len(ends_s) - 1
         """The step the run ends with, unless it grows."""
         self.anchor_step = 0
         self.anchor_order = clock.order_now()
@@ -120,11 +119,9 @@ class RunTimer:
     def _grow(self) -> bool:
         """The run got to its planned end unchanged: plan and wait for its next chunk."""
         first = self.last + 1
-        durations = self.plan_more(first, self.chunk)
-        if not durations:
-            return False
         ends = self.ends_s
-        _add_ends(ends, ends[-1], durations)
+        if not self.plan_more(first, self.chunk, ends):
+            return False
         self.last = len(ends) - 1
         self.anchor_step = first
         self.anchor_order = self.clock.order_now()

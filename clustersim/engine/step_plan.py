@@ -114,3 +114,8 @@ class RooflinePricer:
     def decode_run(self, num_decodes: int, decode_kv_tokens: int, num_steps: int) -> list[float]:
         """Seconds of each of ``num_steps`` pure-decode steps (``CostModel.decode_run_s``)."""
         return self.prices.decode_run_s(num_decodes, decode_kv_tokens, num_steps)
+
+    def decode_run_ends(self, ends_s: list[float], start_s: float, num_decodes: int,
+                        decode_kv_tokens: int, num_steps: int) -> None:
+        """The same steps appended to ``ends_s`` as end times from ``start_s``."""
+        self.prices.decode_run_ends(ends_s, start_s, num_decodes, decode_kv_tokens, num_steps)
