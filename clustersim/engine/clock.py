@@ -213,6 +213,32 @@ def _slot(at_s: float, mask: int) -> int:
     return int(at_s * NS_PER_S) & mask
 
 
+def _take_callbacks(event: Waitable) -> list[Callable[[Any], None]]:
+    """An event's callbacks, leaving None (processed) in their place. The clock's own two
+    kinds, most of the events, are read as what they are (compiled fields, not Python
+    attribute lookups)."""
+    callbacks: list[Callable[[Any], None]] | None
+    if isinstance(event, Alarm):
+        callbacks = event.callbacks
+        event.callbacks = None
+        return callbacks  # type: ignore[return-value]  # (scheduled once, processed once)
+    if isinstance(event, Signal):
+        callbacks = event.callbacks
+        event.callbacks = None
+        return callbacks  # type: ignore[return-value]
+    callbacks, event.callbacks = event.callbacks, None
+    return callbacks  # type: ignore[return-value]
+
+
+def _ok(event: Waitable) -> bool:
+    """Whether the processed event succeeded (read as :func:`_take_callbacks` reads it)."""
+    if isinstance(event, Alarm):
+        return event._ok
+    if isinstance(event, Signal):
+        return event._ok
+    return bool(event._ok)
+
+
 def _copy_of(error: BaseException) -> BaseException:
     """What a failed event nobody defused raises: a copy of its exception, caused by it (as
     SimPy's ``step``)."""
@@ -381,7 +407,7 @@ class Clock:
             entry = _pop(queue)
             self._now = entry.at
             event = entry.event
-            callbacks, event.callbacks = event.callbacks, None
+            callbacks = _take_callbacks(event)
             done = 0
             try:
                 for callback in callbacks:
@@ -391,7 +417,7 @@ class Clock:
                 event.callbacks = callbacks[done:]
                 self.schedule(event, URGENT - 1)
                 return stop.args[0]
-            if not event._ok and not hasattr(event, "_defused"):
+            if not _ok(event) and not hasattr(event, "_defused"):
                 raise _copy_of(event._value)
         if until is not None:
             raise RuntimeError(
