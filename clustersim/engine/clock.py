@@ -483,10 +483,12 @@ class Clock:
         had waited on that one. (Scheduling it urgently at now would make it the very next
         event anyway, when no urgent event is pending at now: true while a normal event at
         now is processed, since those come first.)"""
-        event._ok = True
-        event._value = None
-        callbacks, event.callbacks = event.callbacks, None  # type: ignore[assignment]
-        for callback in callbacks:
+        if isinstance(event, Signal):  # a run's wake (compiled fields; a Signal is never not ok)
+            event._value = None
+        else:
+            event._ok = True
+            event._value = None
+        for callback in _take_callbacks(event):
             callback(event)
 
     # --------------------------------------------------------------- watching

@@ -125,6 +125,7 @@ class Instance:
         self._on_resume = self._resume
         self._on_stepped = self._stepped
         self._on_run_ended = self._run_ended
+        self._on_plan_more = self._plan_more
         if run:
             self._start_loop()
 
@@ -364,7 +365,7 @@ class Instance:
                            steps.num_steps - 1)
         self._steps = steps
         self._run = RunTimer(self.env, start_s, ends, first,  # type: ignore[arg-type]
-                             self._plan_more)
+                             self._on_plan_more)
         return self._run
 
     def _run_ends(self, ends_s: list[float], start_s: float, size: int, kv_tokens: int,
