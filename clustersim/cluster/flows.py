@@ -29,7 +29,7 @@ import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import simpy
 
@@ -39,9 +39,9 @@ from clustersim.engine.clock import Env, alarm, now_of
 Edge = Hashable
 """An edge as the pure core sees it: anything hashable (FlowNetwork uses small ints)."""
 
-RATE_CACHE_SIZE = 4096
+RATE_CACHE_SIZE: Final = 4096
 """Configurations of active paths whose max-min rates a FluidState remembers."""
-DONE_BYTES = 1e-6
+DONE_BYTES: Final = 1e-6
 """A sub-flow with at most this many bytes left is finished (float round-off, not data)."""
 
 

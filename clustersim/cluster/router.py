@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Final
 
 import numpy as np
 
@@ -128,7 +129,7 @@ class Router:
         )
 
 
-_CHOOSERS = {
+_CHOOSERS: Final = {
     "round_robin": Router._round_robin,
     "least_outstanding_requests": Router._least_requests,
     "least_outstanding_tokens": Router._least_tokens,

@@ -37,7 +37,11 @@ from typing import Any, Final, Protocol, cast
 
 import simpy
 from simpy.core import NORMAL, URGENT, EmptySchedule, StopSimulation
-from simpy.events import PENDING
+from simpy.events import PENDING as _SIMPY_PENDING
+
+PENDING: Final = _SIMPY_PENDING
+"""SimPy's value of an event not yet triggered (bound once: compiled code reads a Final
+name directly, another module's name through its dictionary)."""
 
 Env = Any
 """What the engines and the cluster run on: a :class:`Clock`, or a plain ``simpy.Environment``

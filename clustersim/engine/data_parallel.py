@@ -19,7 +19,7 @@ steps.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
-from typing import Any
+from typing import Any, Final
 
 import simpy
 
@@ -33,9 +33,9 @@ from clustersim.engine.scheduler import Scheduler, StepPlan
 from clustersim.engine.steplog import StepRecord
 from clustersim.errors import ConfigError
 
-WAITING_WEIGHT = 4
+WAITING_WEIGHT: Final = 4
 """vLLM's balancer score: ``waiting * 4 + running``."""
-STATS_INTERVAL_S = 0.1
+STATS_INTERVAL_S: Final = 0.1
 """How often the DP coordinator publishes the ranks' request counts."""
 
 

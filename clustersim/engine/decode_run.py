@@ -36,13 +36,14 @@ the run at the step in progress when one happens (``engine.instance``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from clustersim.engine.request import RequestStatus
 from clustersim.engine.scheduler import Scheduler, StepPlan
 
-BUDGET_FREE_STOPS = frozenset({"seats", "remote_kv"})
+BUDGET_FREE_STOPS: Final = frozenset({"seats", "remote_kv"})
 """Reasons admission stopped (``StepPlan.waiting_stopped_by``) that hold for a whole run."""
-BUDGET_STOPS = frozenset({"budget", "whole_prompt"})
+BUDGET_STOPS: Final = frozenset({"budget", "whole_prompt"})
 """Reasons that hold for a whole run if its steps leave the same budget as step 0."""
 
 

@@ -24,11 +24,12 @@ from __future__ import annotations
 import heapq
 from array import array
 from struct import pack
+from typing import Final
 
 from clustersim.engine.kv_manager import KVCacheManager
 from clustersim.engine.request import Request
 
-PACK_STEPS = 6
+PACK_STEPS: Final = 6
 """A run's step ends go onto the token clock as packed doubles (native, as the array holds
 them) from this many on: parsing each float alone costs more from about five."""
 

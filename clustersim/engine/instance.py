@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import Final
 
 from simpy.core import URGENT
 
@@ -44,13 +45,13 @@ from clustersim.engine.steplog import StepLog, StepRecord
 
 __all__ = ["MAX_STALLED_PREEMPTIONS", "Instance", "StepRecord"]
 
-MAX_STALLED_PREEMPTIONS = 64
+MAX_STALLED_PREEMPTIONS: Final = 64
 """A request preempted this many times in a row without getting further than before is
 thrashing: requests that do not fit the KV cache together keep preempting each other and, as in
 vLLM, none would ever finish. The simulation gives it up (rejected with the reason), as a
 client's timeout would."""
 
-FIRST_CHUNK_STEPS = 4
+FIRST_CHUNK_STEPS: Final = 4
 """Steps a run plans and prices at first, at least (more if this engine's recent runs were
 longer); each time it gets that far unchanged it plans twice as many more
 (``engine.run_timer``). Only the cost of a run depends on this, not what it computes."""

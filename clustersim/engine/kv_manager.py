@@ -19,10 +19,11 @@ with prefix hashes are reference-counted, since only they can be hit and shared.
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Final
 
 from clustersim.engine.request import Request
 
-TAKE_BY_POPS = 16
+TAKE_BY_POPS: Final = 16
 """Up to this many blocks are taken off the free stack one by one (a decode crossing into a
 new block takes one); more as a slice."""
 

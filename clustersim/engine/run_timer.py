@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable
+from typing import Final
 
 from clustersim.engine.clock import Alarm, Clock, Signal, StepEndOrder
 
-MAX_CHUNK_STEPS = 1024
+MAX_CHUNK_STEPS: Final = 1024
 """The most steps a run plans at once; each chunk is twice the one before (a run cut short
 wastes less of its last chunk than with four times the one before, for a few more chunk
 ends: measured, 1 % fewer instructions in ``benchmarks/sim_speed.py``'s case b)."""

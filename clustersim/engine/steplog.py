@@ -14,6 +14,7 @@ from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import repeat
+from typing import Final
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +70,7 @@ class StepTotals:
         return totals
 
 
-_EMPTY: tuple[tuple[str, int], ...] = ()
+_EMPTY: Final[tuple[tuple[str, int], ...]] = ()
 
 
 class StepLog:
