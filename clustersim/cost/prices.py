@@ -111,6 +111,9 @@ class StepPrices:
         self.decode_parts: dict[tuple[int, Any], tuple[float, float, float, float]] = {}
         """(compute, memory, communication, overhead) of a pure-decode batch by (size, MoE
         tokens), all but its attention: what a run of decode steps shares."""
+        self.dense_decode_parts: dict[int, tuple[float, float, float, float]] = {}
+        """The same by size alone, for batches whose MoE layers see only their own tokens
+        (no tuple to build and hash per run)."""
 
     def step_time_s(
         self, num_prefill_tokens: int, prefill_attn_pairs: float, prefill_kv_tokens: int,
@@ -149,7 +152,11 @@ class StepPrices:
     ) -> None:
         """:meth:`decode_run_s`'s steps appended to ``ends_s`` as end times from ``start_s``
         (:func:`decode_step_ends`)."""
-        compute, memory, communication, overhead = self.decode_batch_parts(num_decodes, None)
+        parts = self.dense_decode_parts.get(num_decodes)
+        if parts is None:
+            parts = self.dense_decode_parts[num_decodes] = self.decode_batch_parts(
+                num_decodes, None)
+        compute, memory, communication, overhead = parts
         decode_step_ends(
             ends_s, start_s, compute, memory, communication, overhead, self.attn_s_per_pair,
             self.decode_kv_s_per_token, num_decodes * self.decode_rows_per_seq,
