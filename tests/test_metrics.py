@@ -122,11 +122,13 @@ def test_wilson_interval_and_cost_per_million_tokens():
 
 # ------------------------------------------------- exact statistics from multisets
 from fractions import Fraction  # noqa: E402
+from unittest.mock import patch  # noqa: E402
 
 import numpy as np  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from clustersim.metrics import requests as requests_module  # noqa: E402
 from clustersim.metrics.requests import (  # noqa: E402
     Distribution,
     exact_sum,
@@ -145,14 +147,24 @@ def test_linear_percentile_is_numpys_bit_for_bit(values, p):
     assert linear_percentile(data, p) == float(np.percentile(data, p, method="linear"))
 
 
+SORT_OR_BUCKETS = pytest.mark.parametrize("sort_at_once", [1 << 18, 0, 7],
+                                          ids=["sorted whole", "in buckets", "switching"])
+"""Both ways a distribution finds its order statistics: one sort of every piece (small
+multisets), or buckets of the bit patterns (large ones; forced here with a limit of 0, or of
+7 entries, past which it switches after the pieces it has kept)."""
+
+
+@SORT_OR_BUCKETS
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.floats(1e-6, 10.0, allow_nan=False), st.integers(0, 50)),
                 min_size=1, max_size=60), st.randoms())
-def test_a_multiset_has_the_expanded_samples_percentiles_and_its_exact_mean(pairs, rnd):
+def test_a_multiset_has_the_expanded_samples_percentiles_and_its_exact_mean(
+        sort_at_once, pairs, rnd):
     values = np.array([v for v, _ in pairs])
     counts = np.array([c for _, c in pairs])
     expanded = np.repeat(values, counts)
-    d = Distribution.of_counts(values, counts)
+    with patch.object(requests_module, "_SORT_AT_ONCE", sort_at_once):
+        d = Distribution.of_counts(values, counts)
     if not expanded.size:
         assert d.count == 0 and d.mean is None
         return
@@ -164,7 +176,8 @@ def test_a_multiset_has_the_expanded_samples_percentiles_and_its_exact_mean(pair
     assert d.mean == float(exact) / int(counts.sum())
     shuffled = list(range(len(pairs)))
     rnd.shuffle(shuffled)
-    assert Distribution.of_counts(values[shuffled], counts[shuffled]) == d
+    with patch.object(requests_module, "_SORT_AT_ONCE", sort_at_once):
+        assert Distribution.of_counts(values[shuffled], counts[shuffled]) == d
 
 
 def test_exact_sum_survives_large_counts():
@@ -192,15 +205,18 @@ def test_a_lean_requests_token_clock_gives_the_same_gaps_as_kept_times():
     assert request_metrics(lean) == request_metrics(full)
 
 
+@SORT_OR_BUCKETS
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2000), st.integers(0, 30)), min_size=1, max_size=200),
        st.integers(1, 5), st.sampled_from([2.0**-30, 2.0**-40, 2.0**-50]))
-def test_clustered_and_repeated_values_are_ranked_exactly_in_pieces(pairs, num_pieces, step):
+def test_clustered_and_repeated_values_are_ranked_exactly_in_pieces(
+        sort_at_once, pairs, num_pieces, step):
     # values packed into one coarse and often one fine bucket, with exact repeats
     values = np.array([0.008 * (1 + k * step) for k, _ in pairs])
     counts = np.array([c for _, c in pairs])
     pieces = [(values[i::num_pieces], counts[i::num_pieces]) for i in range(num_pieces)]
-    d = Distribution.of_chunks([lambda p=p: p for p in pieces])
+    with patch.object(requests_module, "_SORT_AT_ONCE", sort_at_once):
+        d = Distribution.of_chunks([lambda p=p: p for p in pieces])
     expanded = np.repeat(values, counts)
     if not expanded.size:
         assert d.count == 0

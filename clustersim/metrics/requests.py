@@ -109,21 +109,38 @@ class Distribution:
         mean is the exact sum rounded once, divided by the count, so any grouping or order of
         the same multiset gives the same bits.
 
-        The order statistics are found without sorting everything: a first pass counts the
+        Pieces of up to ``_SORT_AT_ONCE`` entries in all are kept from the first pass and
+        sorted together. Larger multisets are not sorted whole: the first pass counts the
         values per coarse bucket of their bit pattern (which orders non-negative doubles), a
         second sorts only the buckets the wanted ranks fall in."""
-        histogram = np.zeros(_NUM_BUCKETS, dtype=np.float64)  # exact counts below 2**53
+        histogram = np.zeros(0)  # the coarse buckets' counts, once the pieces are large
+        # the pieces while they hold at most _SORT_AT_ONCE entries in all: the order
+        # statistics then come from one sort, without the buckets' fixed cost
+        kept: list[tuple[np.ndarray, np.ndarray]] | None = []
+        num_kept = 0
         n = 0
 
+        def count(values: np.ndarray, counts: np.ndarray) -> None:
+            histogram[:] += np.bincount(_bucket(values), weights=counts,
+                                        minlength=_NUM_BUCKETS)
+
         def products():
-            nonlocal n
+            nonlocal n, kept, num_kept, histogram
             for chunk in chunks:
                 values, counts = _checked(*chunk())
                 if not values.size:
                     continue
                 n += int(counts.sum())
-                histogram[:] += np.bincount(_bucket(values), weights=counts,
-                                            minlength=_NUM_BUCKETS)
+                if kept is None:
+                    count(values, counts)
+                else:
+                    kept.append((values, counts))
+                    num_kept += values.size
+                    if num_kept > _SORT_AT_ONCE:  # too many to hold: the buckets from here
+                        histogram = np.zeros(_NUM_BUCKETS, dtype=np.float64)  # exact < 2**53
+                        for piece in kept:
+                            count(*piece)
+                        kept = None
                 for start in range(0, len(values), _TERMS_AT_ONCE):  # bounded Python floats
                     stop = start + _TERMS_AT_ONCE
                     yield _exact_terms(values[start:stop], counts[start:stop]).tolist()
@@ -142,7 +159,10 @@ class Distribution:
             below = math.floor(virtual)
             plan.append((below, below + 1, virtual - below))
             wanted[below] = wanted[below + 1] = math.nan
-        _order_statistics(chunks, np.cumsum(histogram), wanted)
+        if kept is not None:
+            _sorted_order_statistics(kept, wanted)
+        else:
+            _order_statistics(chunks, np.cumsum(histogram), wanted)
         quantiles = [wanted[lo] if hi is None else _lerp(wanted[lo], wanted[hi], t)
                      for lo, hi, t in plan]
         p50, p90, p95, p99 = quantiles
@@ -156,6 +176,9 @@ class Distribution:
                 "p99": self.p99, "count": self.count}
 
 
+_SORT_AT_ONCE = 1 << 18
+"""Distinct entries (values with their counts) a distribution sorts in one piece; beyond
+that it finds its order statistics in buckets, holding one piece at a time."""
 _TERMS_AT_ONCE = 1 << 16
 """Values turned into Python floats for ``math.fsum`` at a time."""
 _BUCKET_BITS = 18
@@ -180,6 +203,20 @@ def _checked(values: Any, counts: Any) -> tuple[np.ndarray, np.ndarray]:
     if values.size and not (values >= 0).all():  # also refuses NaN
         raise ValueError("a multiset of gaps holds only non-negative values")
     return values, counts
+
+
+def _sorted_order_statistics(pieces: list[tuple[np.ndarray, np.ndarray]],
+                             wanted: dict[int, float]) -> None:
+    """Fill ``wanted`` (0-based rank -> value of the sorted expanded multiset) from all the
+    pieces at once: one sort of the values, the counts summed along it."""
+    values = np.concatenate([v for v, _ in pieces])
+    counts = np.concatenate([c for _, c in pieces])
+    order = np.argsort(values, kind="stable")
+    values, within = values[order], np.cumsum(counts[order])
+    ranks = np.fromiter(wanted, dtype=np.int64)
+    at = np.searchsorted(within, ranks, side="right")
+    for rank, index in zip(ranks.tolist(), at.tolist(), strict=True):
+        wanted[rank] = float(values[index])
 
 
 def _order_statistics(chunks, cumulative: np.ndarray, wanted: dict[int, float]) -> None:
