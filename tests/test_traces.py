@@ -254,6 +254,12 @@ MALFORMED = [
     ("backwards.csv", AZURE_HEAD + "2023-11-16 18:15:46.1,5,3\n\n2023-11-16 18:15:45.1,5,3\n", 4,
      "TIMESTAMP '2023-11-16 18:15:45.1' is earlier than the previous row's "
      "'2023-11-16 18:15:46.1': rows must be in arrival order"),
+    ("underscore.csv", AZURE_HEAD + "2023-11-16 18:15:46.1,5,3\n2023-11-16 18:15:47.1,1_000,3\n",
+     3, "ContextTokens '1_000' is not a whole number of tokens"),
+    ("unicode.csv", AZURE_HEAD + "2023-11-16 18:15:46.1,5,3\n2023-11-16 18:15:47.1,\u0665,3\n",
+     3, "ContextTokens '\u0665' is not a whole number of tokens"),
+    ("huge.csv", AZURE_HEAD + "2023-11-16 18:15:46.1,5,3\n2023-11-16 18:15:47.1,"
+     + "9" * 30 + ",3\n", 3, "ContextTokens '" + "9" * 30 + "' is more than 100,000,000 tokens"),
     ("badtime.csv", AZURE_HEAD + "2023-11-16 18:15:46.1,5,3\nyesterday,5,3\n", 3,
      "TIMESTAMP 'yesterday' is not an ISO 8601 time"),
     ("short.csv", AZURE_HEAD + "2023-11-16 18:15:46.1,5,3\n2023-11-16 18:15:47.1,5\n", 3,

@@ -358,6 +358,9 @@ def _short(value: Any) -> str:
 
 def _tokens(name: str, rows: _Rows, column: str) -> np.ndarray:
     raw = rows.values[column]
+    plain = _plain_counts(name, rows, column)
+    if plain is not None:
+        return plain
     numbers = _numbers(name, rows, column)
     with np.errstate(invalid="ignore"):
         bad = np.flatnonzero(np.isnan(numbers) | (np.isfinite(numbers)
@@ -376,6 +379,24 @@ def _tokens(name: str, rows: _Rows, column: str) -> np.ndarray:
         raise _bad(name, rows, i, f"{column} {_short(raw[i])} is more than {MAX_TOKENS:,} "
                    f"tokens ({TOKENS_REASON})")
     return numbers.astype(np.int64)
+
+
+def _plain_counts(name: str, rows: _Rows, column: str) -> np.ndarray | None:
+    """A CSV column of nothing but ASCII digits (what a trace's token columns are) read as
+    integers at once; None for anything else, which :func:`_tokens` reads (and refuses)
+    value by value. Digits only, so every value means what the careful reading makes of it."""
+    if not rows.all_text:
+        return None
+    _check_present(name, rows, column)
+    raw = rows.values[column]
+    text = "".join(raw)  # (every value is a non-empty string here)
+    if not (text.isascii() and text.isdigit()):
+        return None
+    try:
+        numbers = raw.astype(np.int64)
+    except (ValueError, OverflowError):
+        return None
+    return None if (numbers > MAX_TOKENS).any() else numbers
 
 
 def _times_s(name: str, rows: _Rows, column: str, unit: str) -> np.ndarray:
