@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,23 +64,25 @@ def run_scenario(
     ``summarize_run`` gives the same summary. ``coalesce=False`` steps every engine one step
     per event (the reference the coalesced runs are tested against); both give the same
     results."""
-    model = load_model(scenario.model, path="model")
-    rng = np.random.default_rng(scenario.seed)
-    # Routers draw from their own stream so that changing the layout never changes the traffic.
-    router_rng = np.random.default_rng([scenario.seed, 1])
-    source = build_workload(
-        scenario.workload, rng, block_size=scenario.engine.block_size, base_dir=scenario.base_dir
-    )
+    with _rare_collections() as freeze:
+        model = load_model(scenario.model, path="model")
+        rng = np.random.default_rng(scenario.seed)
+        # Routers draw from their own stream so that changing the layout never changes the
+        # traffic.
+        router_rng = np.random.default_rng([scenario.seed, 1])
+        source = build_workload(scenario.workload, rng, block_size=scenario.engine.block_size,
+                                base_dir=scenario.base_dir)
 
-    env = Clock()
-    on_done = source.on_done
-    warmups = getattr(source, "warmups", [])
-    if scenario.faults is not None:  # a failure or repair after the last request is moot
-        on_done = _stop_when_all_done(env, source.on_done, len(source.requests) + len(warmups))
-    cluster = Cluster(env, scenario, model, router_rng, on_done=on_done,
-                      record_steps=record_steps, coalesce=coalesce)
-    source.start(env, cluster.dispatch.submit)
-    with _rare_collections():
+        env = Clock()
+        on_done = source.on_done
+        warmups = getattr(source, "warmups", [])
+        if scenario.faults is not None:  # a failure or repair after the last request is moot
+            on_done = _stop_when_all_done(env, source.on_done,
+                                          len(source.requests) + len(warmups))
+        cluster = Cluster(env, scenario, model, router_rng, on_done=on_done,
+                          record_steps=record_steps, coalesce=coalesce)
+        source.start(env, cluster.dispatch.submit)
+        freeze()
         env.run()
 
     requests = source.requests
@@ -122,15 +124,17 @@ of them by reference counting, so frequent passes only rescan what lives for the
 
 
 @contextmanager
-def _rare_collections() -> Iterator[None]:
-    """The cyclic garbage collector runs rarely inside the block and leaves alone what was
-    allocated before it (the workload, the catalog, the modules: ``gc.freeze``), which would
-    otherwise be rescanned at every full pass; no effect on any result."""
+def _rare_collections() -> Iterator[Callable[[], None]]:
+    """The cyclic garbage collector runs rarely inside the block (a run's requests and its
+    cluster are built by the hundred thousand and live to its end: at Python's default
+    threshold their building alone set off collections that rescanned every request built
+    so far), and the function it yields moves everything alive (the catalog, the modules,
+    the workload and the cluster) out of the collector's sight until the block ends
+    (``gc.freeze``), where every full pass would rescan it. No effect on any result."""
     thresholds = gc.get_threshold()
     gc.set_threshold(max(thresholds[0], GC_THRESHOLD_0), *thresholds[1:])
-    gc.freeze()
     try:
-        yield
+        yield gc.freeze
     finally:
         gc.unfreeze()
         gc.set_threshold(*thresholds)
