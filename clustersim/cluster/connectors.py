@@ -43,11 +43,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import simpy
-
 from clustersim.cluster.flows import TransferFailed
 from clustersim.cluster.router import Router
-from clustersim.engine.clock import Signal, Waitable, alarm, call_soon, now_of, on_event
+from clustersim.engine.clock import Outcome, Signal, Waitable, alarm, call_soon, now_of, on_event
 from clustersim.engine.request import Request, RequestStatus
 
 if TYPE_CHECKING:
@@ -69,7 +67,7 @@ class Handoff:
     producer_sent: bool = False
     """The prefill copy was submitted to its instance (sglang holds it back until the decode
     side has allocated)."""
-    transfer: simpy.Event | None = None
+    transfer: Outcome | None = None
     """The KV transfer under way (``FlowNetwork.transfer``'s event)."""
     kv_read: bool = False
     """The decode side has what it needs: the KV arrived, nothing had to be read, or the
@@ -219,7 +217,7 @@ class KVConnector:
         on_event(transfer, partial(self._transferred, handoff, done, prefill, drawn, num_bytes))
 
     def _transferred(self, handoff: Handoff, done: Signal, prefill, drawn: str | None,
-                     num_bytes: int, transfer: simpy.Event) -> None:
+                     num_bytes: int, transfer: Outcome) -> None:
         handoff.transfer = None
         if not transfer.ok:
             error = transfer.value

@@ -31,10 +31,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Final, cast
 
-import simpy
-
 from clustersim.cluster.topology import Topology
-from clustersim.engine.clock import Env, alarm, now_of
+from clustersim.engine.clock import Env, Outcome, alarm, now_of
 
 Edge = Hashable
 """An edge as the pure core sees it: anything hashable (FlowNetwork uses small ints)."""
@@ -307,7 +305,7 @@ class _Transfer:
     requested_s: float
     start_s: float
     ideal_s: float | None
-    event: simpy.Event
+    event: Outcome
     num_pending: int
     sub_flows: dict[int, tuple[tuple[int, ...], float]] = field(default_factory=dict)
     """Key -> (edges, bytes still to count on them when it finishes)."""
@@ -316,7 +314,7 @@ class _Transfer:
 
     def __init__(self, tag: str, src: tuple[str, ...], dst: tuple[str, ...], path: str,
                  num_bytes: int, requested_s: float, start_s: float, ideal_s: float | None,
-                 event: simpy.Event, num_pending: int) -> None:
+                 event: Outcome, num_pending: int) -> None:
         self.tag = tag
         self.src = src
         self.dst = dst
@@ -376,7 +374,7 @@ class FlowNetwork:
         dst_gpus: list[str],
         num_bytes: int,
         extra_latency_s: float = 0.0,
-    ) -> simpy.Event:
+    ) -> Outcome:
         """Move ``num_bytes`` of KV from one TP group to another; the event's value is the
         :class:`TransferRecord`. Same GPUs on both sides, or no bytes: latency only."""
         if not src_gpus or not dst_gpus:
@@ -389,7 +387,7 @@ class FlowNetwork:
         if self._down:
             cut = next((p for p in pairs if self._route(*p) is None), None)
             if cut is not None:
-                event = self.env.event()
+                event = Outcome(self.env)
                 event.fail(TransferFailed(f"no path from {cut[0]} to {cut[1]}",
                                           self._cause_on(*cut)))
                 return event
@@ -415,7 +413,7 @@ class FlowNetwork:
             requested_s=now,
             start_s=min(start for start, _, _ in subs),
             ideal_s=ideal_s,
-            event=self.env.event(),
+            event=Outcome(self.env),
             num_pending=len(subs),
         )
         by_latency: dict[float, list[int]] = {}  # one timeout per distinct latency
@@ -473,7 +471,7 @@ class FlowNetwork:
         return self._detours[key]
 
     # --------------------------------------------------------------- faults
-    def fail_edges(self, edges: Sequence[tuple[str, str]], cause: str) -> list[simpy.Event]:
+    def fail_edges(self, edges: Sequence[tuple[str, str]], cause: str) -> list[Outcome]:
         """These directed edges go down now (``cause`` says why): sub-flows on them move to a
         path around every failed edge, and the transfers that have none fail (their events
         fail with :class:`TransferFailed`). Returns the events of those that failed."""
@@ -517,7 +515,7 @@ class FlowNetwork:
                 return self._down[edge][0]
         return next(iter(self._down.values()))[0]
 
-    def cancel(self, event: simpy.Event) -> None:
+    def cancel(self, event: Outcome) -> None:
         """Stop a transfer under way (its reader is gone); its event never fires."""
         transfer = self._live.get(id(event))
         if transfer is None:

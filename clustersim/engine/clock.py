@@ -49,7 +49,7 @@ Env = Any
 ``event``, ``run``)."""
 
 Waitable = Any
-"""What the engines and the cluster wait on: a ``simpy.Event``, or one of the two kinds below
+"""What the engines and the cluster wait on: a ``simpy.Event``, or one of the three kinds below
 (which SimPy's environment, processes and this clock treat alike: they read ``callbacks``,
 ``_ok`` and ``_value``)."""
 
@@ -84,6 +84,53 @@ class Signal:
         if self._value is not PENDING:
             raise RuntimeError(f"{self} has already been triggered")
         self._value = value
+        _schedule(self.env, self, NORMAL, 0.0)
+        return self
+
+
+class Outcome:
+    """A ``simpy.Event`` that succeeds with a value or fails with an exception (a KV
+    transfer's), scheduled now when it is triggered, as SimPy's; compiled, unlike SimPy's.
+    Read as SimPy reads its events (``callbacks``, ``_ok``, ``_value``; ``_defused`` exists
+    once a waiter has handled its failure), and as a process reads what it yielded (``ok``,
+    ``value``)."""
+
+    _defused: bool
+
+    def __init__(self, env: Env) -> None:
+        self.env = env
+        self.callbacks: list[Callable[[Any], None]] | None = []
+        self._ok = True
+        self._value: Any = PENDING
+
+    @property
+    def triggered(self) -> bool:
+        return self._value is not PENDING
+
+    @property
+    def ok(self) -> bool:
+        return self._ok
+
+    @property
+    def value(self) -> Any:
+        if self._value is PENDING:
+            raise AttributeError(f"Value of {self} is not yet available")
+        return self._value
+
+    def succeed(self, value: Any = None) -> Outcome:
+        if self._value is not PENDING:
+            raise RuntimeError(f"{self} has already been triggered")
+        self._value = value
+        _schedule(self.env, self, NORMAL, 0.0)
+        return self
+
+    def fail(self, exception: BaseException) -> Outcome:
+        if self._value is not PENDING:
+            raise RuntimeError(f"{self} has already been triggered")
+        if not isinstance(exception, BaseException):
+            raise TypeError(f"{exception} is not an exception.")
+        self._ok = False
+        self._value = exception
         _schedule(self.env, self, NORMAL, 0.0)
         return self
 
@@ -230,6 +277,10 @@ def _take_callbacks(event: Waitable) -> list[Callable[[Any], None]]:
         callbacks = event.callbacks
         event.callbacks = None
         return callbacks  # type: ignore[return-value]
+    if isinstance(event, Outcome):
+        callbacks = event.callbacks
+        event.callbacks = None
+        return callbacks  # type: ignore[return-value]
     callbacks, event.callbacks = event.callbacks, None
     return callbacks  # type: ignore[return-value]
 
@@ -239,6 +290,8 @@ def _ok(event: Waitable) -> bool:
     if isinstance(event, Alarm):
         return event._ok
     if isinstance(event, Signal):
+        return event._ok
+    if isinstance(event, Outcome):
         return event._ok
     return bool(event._ok)
 

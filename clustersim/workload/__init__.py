@@ -133,9 +133,8 @@ def _lengths(workload: SyntheticWorkload | BenchmarkWorkload, n: int, rng: np.ra
 
 def _requests(arrivals: np.ndarray, prompts: np.ndarray, outputs: np.ndarray) -> list[Request]:
     # (plain Python numbers first: indexing numpy arrays one element at a time is slow)
-    return [
-        Request(request_id=str(i), arrival_s=arrival, num_prompt_tokens=prompt,
-                max_tokens=output)
+    return [  # (positional: a compiled class parses keyword arguments by name)
+        Request(str(i), arrival, prompt, output)
         for i, (arrival, prompt, output) in enumerate(zip(
             np.asarray(arrivals, dtype=float).tolist(),
             np.asarray(prompts).astype(np.int64, copy=False).tolist(),

@@ -91,9 +91,8 @@ def replay_requests(spec: ReplayWorkload, trace: Trace, block_size: int = 16) ->
     # than building the requests
     ids = ([trace.request_ids[i] for i in rows.tolist()] if trace.request_ids is not None
            else [str(i) for i in rows.tolist()])
-    return [
-        Request(request_id=ids[k], arrival_s=arrival, num_prompt_tokens=prompt,
-                max_tokens=output, block_hashes=hashes[k])
+    return [  # (positional: a compiled class parses keyword arguments by name)
+        Request(ids[k], arrival, prompt, output, 0, hashes[k])
         for k, (arrival, prompt, output) in enumerate(zip(
             arrivals.tolist(), trace.prompt_tokens[rows].tolist(),
             trace.output_tokens[rows].tolist(), strict=True))
