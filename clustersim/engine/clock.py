@@ -17,7 +17,8 @@ step ``j`` while it processes the end of step ``j - 1``. So here:
   stand-in of another run already sits there; the clock then tells the run (``on_tie``), which
   ends at that step and so gives it a stand-in of its own. (The clock keeps a superset of the
   skipped step ends in one open-addressing hash table of the ends' own float objects, indexed
-  by their nanoseconds: a time no run skips any more only costs the runs a look.)::
+  by their nanoseconds, the live stand-ins beside them: a time no run skips any more only
+  costs the runs a look, and a run meets a stand-in at one of its ends while it adds it.)::
 
       time ->     end 0     end 1     end 2 ... end K-1
       loop        e0        e1        e2        eK-1        one event per step
@@ -31,7 +32,6 @@ loop compiles with the core, ``clustersim.native``).
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 from collections.abc import Callable, Generator, Iterable
 from typing import Any, Final, Protocol, cast
 
@@ -393,14 +393,14 @@ class Clock:
         self._table: list[object] = [None] * MIN_TABLE_SLOTS
         """Every step end a run skips (the float objects of the runs' ``ends_s``, once per
         run that skips it), and some no run skips any more (times now past, kept until the
-        table is rebuilt from the live runs): open addressing, linear probing, None for a
-        slot never filled, :data:`_GONE` for one whose end was taken out."""
+        table is rebuilt from the live runs), and the heap entry of every live stand-in, at
+        its time: open addressing, linear probing, None for a slot never filled,
+        :data:`_GONE` for one whose end or stand-in was taken out."""
         self._mask = MIN_TABLE_SLOTS - 1
         self._filled = 0
         """Slots ever filled since the table was built (taken-out ones included)."""
         self._coalescers: dict[Coalescer, None] = {}
-        self._stand_ins: dict[float, int] = {}
-        """Times of live stand-in events, with how many sit at each."""
+        # (live stand-ins sit in the table too, as their heap entries: see schedule_stand_in)
         self._num_reserved = 0
         self._num_stand_ins = 0
 
@@ -518,21 +518,38 @@ class Clock:
             raise ValueError(f"stand-in at {at_s} is in the past (now {self._now})")
         if self._filled and self._watched(at_s):
             self._tie(at_s)
-        self._stand_ins[at_s] = self._stand_ins.get(at_s, 0) + 1
         self._num_stand_ins += 1
         if isinstance(order, StepEndOrder):
             entry = _Entry(at_s, NORMAL, 0, 0.0, order, event)
         else:
             entry = _Entry(at_s, NORMAL, order[1], order[0], None, event)
         _push(self._queue, entry)
+        # its entry goes into the watch table as well, beside the skipped step ends: a run
+        # that later skips an end at its time meets it while probing (watch)
+        if self._filled + 1 > (self._mask + 1) >> 1:
+            self._rebuild(None, 1)
+        table = self._table
+        mask = self._mask
+        slot = _slot(at_s, mask)
+        while table[slot] is not None:
+            slot = (slot + 1) & mask
+        table[slot] = entry
+        self._filled += 1
 
     def stand_in_gone(self, at_s: float) -> None:
-        """A stand-in at ``at_s`` fired or no longer matters."""
-        left = self._stand_ins[at_s] - 1
-        if left:
-            self._stand_ins[at_s] = left
-        else:
-            del self._stand_ins[at_s]
+        """A stand-in at ``at_s`` fired or no longer matters: one of the stand-in entries at
+        that time leaves the watch table."""
+        table = self._table
+        mask = self._mask
+        slot = _slot(at_s, mask)
+        while True:
+            held = table[slot]
+            if held is None:
+                raise AssertionError(f"no stand-in at {at_s}")
+            if isinstance(held, _Entry) and held.at == at_s:
+                table[slot] = _GONE
+                return
+            slot = (slot + 1) & mask
 
     def fire_now(self, event: Waitable) -> None:
         """Trigger ``event`` and process it at once, from the last callback of the event
@@ -558,21 +575,22 @@ class Clock:
         table = self._table
         mask = self._mask
         ends: list[object] = times_s  # type: ignore[assignment]  # (the objects, unboxed once)
+        ties: list[float] = []
         for i in range(lo, hi):
             end = ends[i]
             slot = _slot(end, mask)  # type: ignore[arg-type]
-            while table[slot] is not None:
+            tied = False
+            while True:
+                held = table[slot]
+                if held is None:
+                    break
+                if not tied and isinstance(held, _Entry) and held.at == times_s[i]:
+                    tied = True  # a stand-in at this very time (any on the probe's way)
                 slot = (slot + 1) & mask
             table[slot] = end
+            if tied:
+                ties.append(times_s[i])
         self._filled += hi - lo
-        stand_ins = self._stand_ins
-        if not stand_ins:
-            return
-        if hi - lo <= len(stand_ins):
-            ties = [times_s[i] for i in range(lo, hi) if times_s[i] in stand_ins]
-        else:  # (a stand-in time not in the table is none of these)
-            ties = sorted(at_s for at_s in stand_ins
-                          if self._watched(at_s) and _holds(times_s, lo, hi, at_s))
         for at_s in ties:
             owner.on_tie(at_s)  # a stand-in already there: the keys must order the two
 
@@ -589,7 +607,7 @@ class Clock:
                 held = table[slot]
                 if held is None:
                     break  # not there (the table was rebuilt since)
-                if held is not gone and cast(float, held) == at_s:
+                if isinstance(held, float) and held == at_s:
                     table[slot] = gone
                     break
                 slot = (slot + 1) & mask
@@ -605,14 +623,14 @@ class Clock:
             held = table[slot]
             if held is None:
                 return False
-            if held is not _GONE and cast(float, held) == at_s:
-                return True
+            if isinstance(held, float) and held == at_s:
+                return True  # (a stand-in's entry is no skipped end)
             slot = (slot + 1) & mask
 
-    def _rebuild(self, watcher: Coalescer, room: int) -> None:
-        """A fresh table of what the live runs other than ``watcher`` still skip, with room
-        for ``room`` more (``watcher``'s)."""
-        live: list[object] = []
+    def _rebuild(self, watcher: Coalescer | None, room: int) -> None:
+        """A fresh table of what the live runs other than ``watcher`` still skip and of the
+        live stand-ins, with room for ``room`` more (``watcher``'s, or a new stand-in's)."""
+        live: list[object] = [held for held in self._table if isinstance(held, _Entry)]
         for owner in self._coalescers:
             if owner is not watcher:
                 live.extend(owner.watched_times())
@@ -621,11 +639,12 @@ class Clock:
             size *= 2
         table: list[object] = [None] * size
         mask = size - 1
-        for end in live:
-            slot = _slot(end, mask)  # type: ignore[arg-type]
+        for held in live:
+            at_s = held.at if isinstance(held, _Entry) else cast(float, held)
+            slot = _slot(at_s, mask)
             while table[slot] is not None:
                 slot = (slot + 1) & mask
-            table[slot] = end
+            table[slot] = held
         self._table = table
         self._mask = mask
         self._filled = len(live)
@@ -637,9 +656,3 @@ class Clock:
     def _tie(self, at_s: float) -> None:
         for owner in list(self._coalescers):
             owner.on_tie(at_s)
-
-
-def _holds(times_s: list[float], lo: int, hi: int, at_s: float) -> bool:
-    """Whether the ascending ``times_s[lo:hi]`` hold ``at_s``."""
-    i = bisect_left(times_s, at_s, lo, hi)
-    return i < hi and times_s[i] == at_s
