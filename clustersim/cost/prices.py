@@ -108,12 +108,12 @@ class StepPrices:
         self.decode_rows_per_seq: float = 0.0
         self.fixed_overhead_s: float = 0.0
         self.request_overhead_s: float = 0.0
-        self.decode_parts: dict[tuple[int, Any], tuple[float, float, float, float]] = {}
-        """(compute, memory, communication, overhead) of a pure-decode batch by (size, MoE
-        tokens), all but its attention: what a run of decode steps shares."""
         self.dense_decode_parts: dict[int, tuple[float, float, float, float]] = {}
-        """The same by size alone, for batches whose MoE layers see only their own tokens
-        (no tuple to build and hash per run)."""
+        """(compute, memory, communication, overhead) of a pure-decode batch by its size, all
+        but its attention: what a run of decode steps shares."""
+        self.decode_parts: dict[tuple[int, Any], tuple[float, float, float, float]] = {}
+        """The same by (size, MoE tokens), for batches whose MoE layers see more tokens than
+        their own (a lockstep group's)."""
 
     def step_time_s(
         self, num_prefill_tokens: int, prefill_attn_pairs: float, prefill_kv_tokens: int,
@@ -152,11 +152,7 @@ class StepPrices:
     ) -> None:
         """:meth:`decode_run_s`'s steps appended to ``ends_s`` as end times from ``start_s``
         (:func:`decode_step_ends`)."""
-        parts = self.dense_decode_parts.get(num_decodes)
-        if parts is None:
-            parts = self.dense_decode_parts[num_decodes] = self.decode_batch_parts(
-                num_decodes, None)
-        compute, memory, communication, overhead = parts
+        compute, memory, communication, overhead = self.decode_batch_parts(num_decodes, None)
         decode_step_ends(
             ends_s, start_s, compute, memory, communication, overhead, self.attn_s_per_pair,
             self.decode_kv_s_per_token, num_decodes * self.decode_rows_per_seq,
@@ -166,8 +162,11 @@ class StepPrices:
     def decode_batch_parts(self, num_decodes: int,
                            moe_tokens: int | None) -> tuple[float, float, float, float]:
         """(compute, memory, communication, overhead) of a pure-decode batch, all but its
-        attention (:attr:`decode_parts`, filled on first use)."""
-        parts = self.decode_parts.get((num_decodes, moe_tokens))
+        attention (:attr:`dense_decode_parts` or :attr:`decode_parts`, filled on first use)."""
+        if moe_tokens is None:
+            parts = self.dense_decode_parts.get(num_decodes)
+        else:
+            parts = self.decode_parts.get((num_decodes, moe_tokens))
         if parts is None:
             if num_decodes <= 0:
                 raise ValueError(f"a decode run needs decodes, got {num_decodes}")
@@ -175,7 +174,10 @@ class StepPrices:
                 num_decodes, num_decodes, moe_tokens)
             parts = (compute, memory, communication,
                      self.fixed_overhead_s + num_decodes * self.request_overhead_s)
-            self.decode_parts[num_decodes, moe_tokens] = parts
+            if moe_tokens is None:
+                self.dense_decode_parts[num_decodes] = parts
+            else:
+                self.decode_parts[num_decodes, moe_tokens] = parts
         return parts
 
     def dense_parts(self, tokens: float, rows: float,

@@ -49,7 +49,7 @@ Env = Any
 ``event``, ``run``)."""
 
 Waitable = Any
-"""What the engines and the cluster wait on: a ``simpy.Event``, or one of the three kinds below
+"""What the engines and the cluster wait on: a ``simpy.Event``, or one of the kinds below
 (which SimPy's environment, processes and this clock treat alike: they read ``callbacks``,
 ``_ok`` and ``_value``)."""
 
@@ -88,24 +88,12 @@ class Signal:
         return self
 
 
-class Outcome:
-    """A ``simpy.Event`` that succeeds with a value or fails with an exception (a KV
-    transfer's), scheduled now when it is triggered, as SimPy's; compiled, unlike SimPy's.
-    Read as SimPy reads its events (``callbacks``, ``_ok``, ``_value``; ``_defused`` exists
-    once a waiter has handled its failure), and as a process reads what it yielded (``ok``,
-    ``value``)."""
+class Outcome(Signal):
+    """A :class:`Signal` that can also fail with an exception (a KV transfer's), read as a
+    process reads what it yielded (``ok``, ``value``) and as SimPy reads a failed event
+    (``_defused`` exists once a waiter has handled the failure)."""
 
     _defused: bool
-
-    def __init__(self, env: Env) -> None:
-        self.env = env
-        self.callbacks: list[Callable[[Any], None]] | None = []
-        self._ok = True
-        self._value: Any = PENDING
-
-    @property
-    def triggered(self) -> bool:
-        return self._value is not PENDING
 
     @property
     def ok(self) -> bool:
@@ -116,13 +104,6 @@ class Outcome:
         if self._value is PENDING:
             raise AttributeError(f"Value of {self} is not yet available")
         return self._value
-
-    def succeed(self, value: Any = None) -> Outcome:
-        if self._value is not PENDING:
-            raise RuntimeError(f"{self} has already been triggered")
-        self._value = value
-        _schedule(self.env, self, NORMAL, 0.0)
-        return self
 
     def fail(self, exception: BaseException) -> Outcome:
         if self._value is not PENDING:
@@ -265,7 +246,7 @@ def _slot(at_s: float, mask: int) -> int:
 
 
 def _take_callbacks(event: Waitable) -> list[Callable[[Any], None]]:
-    """An event's callbacks, leaving None (processed) in their place. The clock's own two
+    """An event's callbacks, leaving None (processed) in their place. The clock's own
     kinds, most of the events, are read as what they are (compiled fields, not Python
     attribute lookups)."""
     callbacks: list[Callable[[Any], None]] | None
@@ -273,11 +254,7 @@ def _take_callbacks(event: Waitable) -> list[Callable[[Any], None]]:
         callbacks = event.callbacks
         event.callbacks = None
         return callbacks  # type: ignore[return-value]  # (scheduled once, processed once)
-    if isinstance(event, Signal):
-        callbacks = event.callbacks
-        event.callbacks = None
-        return callbacks  # type: ignore[return-value]
-    if isinstance(event, Outcome):
+    if isinstance(event, Signal):  # (an Outcome too)
         callbacks = event.callbacks
         event.callbacks = None
         return callbacks  # type: ignore[return-value]
@@ -290,8 +267,6 @@ def _ok(event: Waitable) -> bool:
     if isinstance(event, Alarm):
         return event._ok
     if isinstance(event, Signal):
-        return event._ok
-    if isinstance(event, Outcome):
         return event._ok
     return bool(event._ok)
 
@@ -557,7 +532,8 @@ class Clock:
         had waited on that one. (Scheduling it urgently at now would make it the very next
         event anyway, when no urgent event is pending at now: true while a normal event at
         now is processed, since those come first.)"""
-        if isinstance(event, Signal):  # a run's wake (compiled fields; a Signal is never not ok)
+        if isinstance(event, Signal):  # a run's wake, read as compiled fields
+            event._ok = True
             event._value = None
         else:
             event._ok = True

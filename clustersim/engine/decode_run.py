@@ -116,11 +116,7 @@ class DecodeRun:
         takers = self.takers
         block_size = len(takers)
         cycles, rest = divmod(step, block_size)
-        taken = 0
-        if cycles:
-            for need in takers:
-                taken += need
-            taken *= cycles
+        taken = sum(takers) * cycles if cycles else 0
         phase = self.phase(1)
         for _step in range(rest):
             taken += takers[phase]

@@ -114,14 +114,14 @@ def _trace_key(source: TraceSource, base_dir: str | os.PathLike | None) -> tuple
     how = (source.format, columns, source.time_unit)
     if source.trace in SHIPPED_TRACES:
         return (source.trace, *how)  # shipped with the package: they do not change
+    path = resolve_trace_path(source.trace, base_dir)
     try:
-        info = os.stat(resolve_trace_path(source.trace, base_dir))
+        info = os.stat(path)
     except (OSError, ValueError):
         return None
     if not stat.S_ISREG(info.st_mode):
         return None
-    return (os.path.realpath(resolve_trace_path(source.trace, base_dir)), info.st_size,
-            info.st_mtime_ns, *how)
+    return (os.path.realpath(path), info.st_size, info.st_mtime_ns, *how)
 
 
 def _lengths(workload: SyntheticWorkload | BenchmarkWorkload, n: int, rng: np.random.Generator,

@@ -387,14 +387,13 @@ def _plain_counts(name: str, rows: _Rows, column: str) -> np.ndarray | None:
     value by value. Digits only, so every value means what the careful reading makes of it."""
     if not rows.all_text:
         return None
-    _check_present(name, rows, column)
     raw = rows.values[column]
-    text = "".join(raw)  # (every value is a non-empty string here)
-    if not (text.isascii() and text.isdigit()):
-        return None
-    try:
+    try:  # (a short row's NaN fails the join, an empty field the cast: read carefully then)
+        text = "".join(raw)
+        if not (text.isascii() and text.isdigit()):
+            return None
         numbers = raw.astype(np.int64)
-    except (ValueError, OverflowError):
+    except (TypeError, ValueError, OverflowError):
         return None
     return None if (numbers > MAX_TOKENS).any() else numbers
 
