@@ -114,7 +114,7 @@ class KVConnector:
         self.routers: dict[str, Router] = cluster.routers
         self.env = cluster.env
         self.spec = cluster.kv_transfer
-        self._handoffs: dict[int, Handoff] = {}  # id(producer copy or client) -> handoff
+        self._handoffs: dict[Request, Handoff] = {}  # producer copy or client -> handoff
         self._paired: set[tuple[int, int]] = set()
         self._kv_bytes: dict[int, int] = {}
         """Per decode instance: KV bytes per token over its TP group (as it serves the model)."""
@@ -135,8 +135,8 @@ class KVConnector:
         instance = self.instances["prefill"][index]
         producer = producer_copy(client, now_of(self.env))
         handoff = Handoff(client=client, producer=producer, prefill_index=index)
-        self._handoffs[id(producer)] = handoff
-        self._handoffs[id(client)] = handoff
+        self._handoffs[producer] = handoff
+        self._handoffs[client] = handoff
         client.prefill_instance = instance.name
         self._started(handoff, instance)
 
@@ -163,7 +163,7 @@ class KVConnector:
         """The decode instance starts reading a prompt's KV from its prefill instance; the
         event fires when the KV is resident."""
         done = Signal(self.env)
-        handoff = self._handoffs.get(id(client))
+        handoff = self._handoffs.get(client)
         if handoff is None or handoff.kv_read:
             # async scheduling planned this read before a failure dropped the request (or
             # sent it to prefill locally): nothing is read, the event never fires
@@ -174,7 +174,7 @@ class KVConnector:
 
     def _live(self, handoff: Handoff) -> bool:
         """The handoff is still this client's current one (no failure dropped it)."""
-        return self._handoffs.get(id(handoff.client)) is handoff
+        return self._handoffs.get(handoff.client) is handoff
 
     def _read(self, decode_index: int, handoff: Handoff, num_tokens: int,
               done: Signal) -> None:
@@ -250,7 +250,7 @@ class KVConnector:
     # ---------------------------------------------------------- completion
     def producer_done(self, index: int, producer: Request) -> None:
         """The prefill copy finished (its blocks wait to be read) or was rejected."""
-        handoff = self._handoffs.pop(id(producer))
+        handoff = self._handoffs.pop(producer)
         client = handoff.client
         self.routers["prefill"].returned(index, client)
         client.num_preemptions += producer.num_preemptions
@@ -270,7 +270,7 @@ class KVConnector:
     def _producer_rejected(self, handoff: Handoff, reason: str) -> None:
         """The prefill instance refused the prompt: the client gets its reason."""
         client = handoff.client
-        self._handoffs.pop(id(client), None)
+        self._handoffs.pop(client, None)
         client.status = RequestStatus.REJECTED
         client.reject_reason = reason
         client.finish_s = now_of(self.env)
@@ -300,7 +300,7 @@ class KVConnector:
             tally.num_recomputed += 1
             decode.recompute_remote_load(client)
             return
-        self._handoffs.pop(id(client), None)
+        self._handoffs.pop(client, None)
         decode.remove(client)
         cluster.lose(client, cause)
 
@@ -320,8 +320,8 @@ class KVConnector:
                     self._load_failed(handoff, cause)
                 continue  # a read not begun yet fails when it begins
             self.routers["prefill"].returned(index, client)
-            self._handoffs.pop(id(handoff.producer), None)
-            self._handoffs.pop(id(client), None)
+            self._handoffs.pop(handoff.producer, None)
+            self._handoffs.pop(client, None)
             if handoff.decode_index is not None:  # sglang: the decode side had allocated
                 self.instances["decode"][handoff.decode_index].remove(client)
             cluster.lose(client, cause)
@@ -329,7 +329,7 @@ class KVConnector:
     def client_lost(self, client: Request) -> None:
         """A failure lost ``client`` on the decode side (or before it got there): stop its
         transfer and let its producer go."""
-        handoff = self._handoffs.pop(id(client), None)
+        handoff = self._handoffs.pop(client, None)
         if handoff is None:
             return
         cluster = self.cluster
@@ -344,7 +344,7 @@ class KVConnector:
             return
         # sglang: the prefill is queued or running there, or still in the bootstrap queue;
         # or it was never needed (nothing to push) and the prefill router has it back
-        if self._handoffs.pop(id(producer), None) is None:
+        if self._handoffs.pop(producer, None) is None:
             return
         if handoff.producer_sent:
             prefill.remove(producer)
@@ -353,13 +353,13 @@ class KVConnector:
     def _rerun_prefill(self, index: int, handoff: Handoff) -> None:
         producer = producer_copy(handoff.client, now_of(self.env))
         handoff.producer = producer
-        self._handoffs[id(producer)] = handoff
+        self._handoffs[producer] = handoff
         self.routers["prefill"].sent(index, handoff.client)
         self.instances["prefill"][index].submit(producer)
 
     def consumer_done(self, client: Request) -> None:
         """The decode half finished or was rejected (a request routed elsewhere: nothing)."""
-        handoff = self._handoffs.pop(id(client), None)
+        handoff = self._handoffs.pop(client, None)
         if handoff is not None and client.status is RequestStatus.REJECTED:
             # rejected on the decode side: the prefill copy's blocks will never be read
             self._consumer_rejected(handoff)
@@ -435,7 +435,7 @@ class SGLangConnector(KVConnector):
             prefill.release_kv(handoff.producer)
         else:  # the prefill never started; take it back from the prefill router
             self.routers["prefill"].returned(handoff.prefill_index, handoff.client)
-            self._handoffs.pop(id(handoff.producer), None)
+            self._handoffs.pop(handoff.producer, None)
 
     def _producer_rejected(self, handoff: Handoff, reason: str) -> None:
         if handoff.decode_index is None:
@@ -451,7 +451,7 @@ class SGLangConnector(KVConnector):
     def _consumer_rejected(self, handoff: Handoff) -> None:
         if not handoff.producer_sent:  # the prefill never started
             self.routers["prefill"].returned(handoff.prefill_index, handoff.client)
-            self._handoffs.pop(id(handoff.producer), None)
+            self._handoffs.pop(handoff.producer, None)
             return
         super()._consumer_rejected(handoff)
 

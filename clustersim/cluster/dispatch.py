@@ -46,8 +46,8 @@ class Dispatch:
         self.long_output_tokens = long_output_tokens
         self.connector: KVConnector | None = None
         """The prefill -> decode handoff (layouts with a prefill pool; set by the cluster)."""
-        self.route_of: dict[int, tuple[str, int]] = {}
-        """id(client) -> (role, index) of the instance producing its tokens."""
+        self.route_of: dict[Request, tuple[str, int]] = {}
+        """client -> (role, index) of the instance producing its tokens."""
 
     # ---------------------------------------------------------------- routing
     def submit(self, request: Request) -> None:
@@ -94,7 +94,7 @@ class Dispatch:
         router gets it back when the request is done."""
         index = self.choose(role, request)
         if index is not None:
-            self.route_of[id(request)] = (role, index)
+            self.route_of[request] = (role, index)
         return index
 
     def send(self, role: str, request: Request) -> None:
@@ -109,7 +109,7 @@ class Dispatch:
 
     def returned(self, request: Request) -> None:
         """The request no longer holds the instance it was routed to (done, or lost)."""
-        route = self.route_of.pop(id(request), None)
+        route = self.route_of.pop(request, None)
         if route is not None:
             self.routers[route[0]].returned(route[1], request)
 

@@ -393,25 +393,31 @@ class FlowNetwork:
                 return event
         latencies: list[float] = []
         subs: list[tuple[float, tuple[int, ...], int]] = []  # (start_s, edges, bytes)
-        labels: list[str] = []
+        first_label = ""
+        start_s = math.inf
         for i in range(len(pairs)):  # (indexes, not zip objects: this runs per transfer)
             src, dst = pairs[i]
             size = sizes[i]
-            # (a pair without a path failed the transfer above)
-            edges, path_latency_s, label = self._route(src, dst)  # type: ignore[misc]
+            route = self._route(src, dst)
+            assert route is not None  # (a pair without a path failed the transfer above)
+            edges, path_latency_s, label = route
             latency = path_latency_s + extra_latency_s
             latencies.append(latency)
-            labels.append(label)
-            subs.append((now + latency, edges, size if edges else 0))
+            if not i:
+                first_label = label
+            sub_start = now + latency
+            if sub_start < start_s:
+                start_s = sub_start
+            subs.append((sub_start, edges, size if edges else 0))
         ideal_s = (max(drain_alone(subs, self._capacity)) - now) if self.ideal_times else None
         transfer = _Transfer(
             tag=tag,
             src=tuple(src_gpus),
             dst=tuple(dst_gpus),
-            path=labels[0],
+            path=first_label,
             num_bytes=num_bytes,
             requested_s=now,
-            start_s=min(start for start, _, _ in subs),
+            start_s=start_s,
             ideal_s=ideal_s,
             event=Outcome(self.env),
             num_pending=len(subs),

@@ -57,13 +57,42 @@ Waitable = Any
 class Alarm:
     """A ``simpy.Timeout`` without the rest: an event that succeeds, with no value, when it is
     processed; made by :func:`alarm` (or scheduled by a run as its stand-in). Built in
-    compiled code, it costs a fraction of SimPy's own Python events."""
+    compiled code, it costs a fraction of SimPy's own Python events.
+
+    It is also what the clock's heap holds: an alarm is its own entry there (``event`` None;
+    it is scheduled once), and any other event sits in an alarm of its own (``event``, with
+    no callbacks). Entries are processed in the order of ``(at, priority, order key)``, as
+    SimPy orders its ``(time, priority, id)``; the order key is ``(when, eid)``, the moment
+    and the number it was scheduled with (numbers grow with the clock, so two such keys
+    compare by ``eid`` alone), or a stand-in's :class:`StepEndOrder`. (One class, with no
+    subclass: the heap's entries are then checked by their exact type.)"""
 
     def __init__(self, callback: Callable[[Any], None] | None = None) -> None:
+        self.at = 0.0
+        self.priority: int = NORMAL
+        self.eid = 0
+        self.when = 0.0
+        self.order: StepEndOrder | None = None
+        self.event: Any = None
+        """The event this entry stands for (None: this alarm itself)."""
         self.callbacks: list[Callable[[Any], None]] | None = (
             [] if callback is None else [callback])
         self._ok = True
         self._value: Any = None
+
+
+def _entry(at: float, priority: int, eid: int, when: float, order: StepEndOrder | None,
+           event: Any) -> Alarm:
+    """The heap entry of an event that is not an alarm."""
+    entry = Alarm()
+    entry.at = at
+    entry.priority = priority
+    entry.eid = eid
+    entry.when = when
+    entry.order = order
+    entry.event = event
+    entry.callbacks = None
+    return entry
 
 
 class Signal:
@@ -279,25 +308,7 @@ def _copy_of(error: BaseException) -> BaseException:
     return copy
 
 
-class _Entry:
-    """One event in the clock's heap: processed in the order of ``(at, priority, order
-    key)``, as SimPy orders its ``(time, priority, id)``. The order key is ``(when, eid)``,
-    the moment and the number it was scheduled with (numbers grow with the clock, so two
-    such keys compare by ``eid`` alone), or a stand-in's :class:`StepEndOrder`."""
-
-    __slots__ = ("at", "priority", "eid", "when", "order", "event")
-
-    def __init__(self, at: float, priority: int, eid: int, when: float,
-                 order: StepEndOrder | None, event: Any) -> None:
-        self.at = at
-        self.priority = priority
-        self.eid = eid
-        self.when = when
-        self.order = order
-        self.event = event
-
-
-def _before(a: _Entry, b: _Entry) -> bool:
+def _before(a: Alarm, b: Alarm) -> bool:
     """Whether ``a`` is processed before ``b``."""
     if a.at != b.at:
         return a.at < b.at
@@ -311,13 +322,13 @@ def _before(a: _Entry, b: _Entry) -> bool:
     return order._compare(other if other is not None else (b.when, b.eid)) < 0
 
 
-def _push(heap: list[_Entry], entry: _Entry) -> None:
+def _push(heap: list[Alarm], entry: Alarm) -> None:
     """``heapq.heappush`` with :func:`_before` (the same algorithm, so the same heap)."""
     heap.append(entry)
     _sift_up(heap, len(heap) - 1, entry)
 
 
-def _pop(heap: list[_Entry]) -> _Entry:
+def _pop(heap: list[Alarm]) -> Alarm:
     """``heapq.heappop`` with :func:`_before` (its leaf-first sift, then back up)."""
     last = heap.pop()
     if not heap:
@@ -337,7 +348,7 @@ def _pop(heap: list[_Entry]) -> _Entry:
     return top
 
 
-def _sift_up(heap: list[_Entry], pos: int, entry: _Entry) -> None:
+def _sift_up(heap: list[Alarm], pos: int, entry: Alarm) -> None:
     """Put ``entry`` at ``pos`` or above it, moving down the parents it comes before
     (heapq's ``_siftdown``)."""
     while pos > 0:
@@ -359,7 +370,7 @@ class Clock:
 
     def __init__(self, initial_time: float = 0) -> None:
         self._now: float = initial_time
-        self._queue: list[_Entry] = []
+        self._queue: list[Alarm] = []
         """The events to process, a heap (SimPy's holds ``(time, priority, id, event)``)."""
         self._eid = 0
         """Events (and reserved order keys) numbered so far: the next one's number."""
@@ -438,7 +449,9 @@ class Clock:
         while queue:
             entry = _pop(queue)
             self._now = entry.at
-            event = entry.event
+            event: Any = entry.event
+            if event is None:
+                event = entry  # an alarm: its own entry
             callbacks = _take_callbacks(event)
             done = 0
             try:
@@ -456,9 +469,11 @@ class Clock:
                 f'No scheduled events left but "until" event was not triggered: {until}')
         return None
 
-    def _process(self, entry: _Entry) -> None:
+    def _process(self, entry: Alarm) -> None:
         self._now = entry.at
-        event = entry.event
+        event: Any = entry.event
+        if event is None:
+            event = entry
         callbacks, event.callbacks = event.callbacks, None
         for callback in callbacks:
             callback(event)
@@ -472,7 +487,15 @@ class Clock:
             self._tie(at)
         eid = self._eid
         self._eid = eid + 1
-        _push(self._queue, _Entry(at, priority, eid, now, None, event))
+        if isinstance(event, Alarm):  # its own entry
+            event.at = at
+            event.priority = priority
+            event.eid = eid
+            event.when = now
+            event.order = None
+            _push(self._queue, event)
+            return
+        _push(self._queue, _entry(at, priority, eid, now, None, event))
 
     def order_now(self) -> tuple[float, int]:
         """The order key of an event scheduled at this moment."""
@@ -494,10 +517,23 @@ class Clock:
         if self._filled and self._watched(at_s):
             self._tie(at_s)
         self._num_stand_ins += 1
-        if isinstance(order, StepEndOrder):
-            entry = _Entry(at_s, NORMAL, 0, 0.0, order, event)
+        entry: Alarm
+        if isinstance(event, Alarm):  # (a run's stand-in: its own entry)
+            entry = event
+            entry.at = at_s
+            entry.priority = NORMAL
+            if isinstance(order, StepEndOrder):
+                entry.eid = 0
+                entry.when = 0.0
+                entry.order = order
+            else:
+                entry.eid = order[1]
+                entry.when = order[0]
+                entry.order = None
+        elif isinstance(order, StepEndOrder):
+            entry = _entry(at_s, NORMAL, 0, 0.0, order, event)
         else:
-            entry = _Entry(at_s, NORMAL, order[1], order[0], None, event)
+            entry = _entry(at_s, NORMAL, order[1], order[0], None, event)
         _push(self._queue, entry)
         # its entry goes into the watch table as well, beside the skipped step ends: a run
         # that later skips an end at its time meets it while probing (watch)
@@ -521,7 +557,7 @@ class Clock:
             held = table[slot]
             if held is None:
                 raise AssertionError(f"no stand-in at {at_s}")
-            if isinstance(held, _Entry) and held.at == at_s:
+            if isinstance(held, Alarm) and held.at == at_s:
                 table[slot] = _GONE
                 return
             slot = (slot + 1) & mask
@@ -560,7 +596,7 @@ class Clock:
                 held = table[slot]
                 if held is None:
                     break
-                if not tied and isinstance(held, _Entry) and held.at == times_s[i]:
+                if not tied and isinstance(held, Alarm) and held.at == times_s[i]:
                     tied = True  # a stand-in at this very time (any on the probe's way)
                 slot = (slot + 1) & mask
             table[slot] = end
@@ -606,7 +642,7 @@ class Clock:
     def _rebuild(self, watcher: Coalescer | None, room: int) -> None:
         """A fresh table of what the live runs other than ``watcher`` still skip and of the
         live stand-ins, with room for ``room`` more (``watcher``'s, or a new stand-in's)."""
-        live: list[object] = [held for held in self._table if isinstance(held, _Entry)]
+        live: list[object] = [held for held in self._table if isinstance(held, Alarm)]
         for owner in self._coalescers:
             if owner is not watcher:
                 live.extend(owner.watched_times())
@@ -616,7 +652,7 @@ class Clock:
         table: list[object] = [None] * size
         mask = size - 1
         for held in live:
-            at_s = held.at if isinstance(held, _Entry) else cast(float, held)
+            at_s = held.at if isinstance(held, Alarm) else cast(float, held)
             slot = _slot(at_s, mask)
             while table[slot] is not None:
                 slot = (slot + 1) & mask

@@ -79,6 +79,8 @@ class DecodeRun:
     """Steps planned so far (step 0 included)."""
     blocks_taken: int = 0
     """Blocks the planned steps after step 0 take."""
+    cycle_blocks: int = 0
+    """Blocks a whole cycle of ``block_size`` steps takes (``sum(takers)``)."""
     num_scheduled: int = 1
     """Steps whose schedule is applied (step 0's by ``schedule()``)."""
     num_updated: int = 0
@@ -98,6 +100,7 @@ class DecodeRun:
         self.first_blocks_used = first_blocks_used
         self.num_planned = 1
         self.blocks_taken = 0
+        self.cycle_blocks = sum(takers)
         self.num_scheduled = 1
         self.num_updated = 0
 
@@ -116,7 +119,7 @@ class DecodeRun:
         takers = self.takers
         block_size = len(takers)
         cycles, rest = divmod(step, block_size)
-        taken = sum(takers) * cycles if cycles else 0
+        taken = self.cycle_blocks * cycles if cycles else 0
         phase = self.phase(1)
         for _step in range(rest):
             taken += takers[phase]
@@ -179,6 +182,20 @@ def extend_run(run: DecodeRun, num_steps: int) -> int:
     block_size = len(takers)
     phase = run.phase(step)
     free = run.free_blocks
+    # what all ``count`` steps take: whole cycles of the takers, then the part of one
+    cycles, rest = divmod(count, block_size)
+    taken = run.cycle_blocks * cycles if cycles else 0
+    at = phase
+    for _step in range(rest):
+        taken += takers[at]
+        at += 1
+        if at == block_size:
+            at = 0
+    if taken <= free:  # they all fit (the usual case): no step-by-step check
+        run.free_blocks = free - taken
+        run.blocks_taken += taken
+        run.num_planned = step + count
+        return count
     taken = 0
     fits = 0
     while fits < count:

@@ -32,6 +32,9 @@ from clustersim.engine.request import Request
 PACK_STEPS: Final = 6
 """A run's step ends go onto the token clock as packed doubles (native, as the array holds
 them) from this many on: parsing each float alone costs more from about five."""
+PACK_FORMATS: Final = tuple(f"{n}d" for n in range(2048))
+"""``struct`` formats of up to 2,047 doubles, built once (a run's chunks are at most 1,024
+steps; longer updates build theirs)."""
 
 
 class DecodeSet:
@@ -175,7 +178,8 @@ class DecodeSet:
         clock); returns the members that reach their last token (not yet removed)."""
         n = len(ends_s)
         if n >= PACK_STEPS:  # packed: fromlist parses every float on its own
-            self.clock.frombytes(pack(f"{n}d", *ends_s))
+            fmt = PACK_FORMATS[n] if n < len(PACK_FORMATS) else f"{n}d"
+            self.clock.frombytes(pack(fmt, *ends_s))
         else:
             self.clock.fromlist(ends_s)  # (extend would convert each float twice)
         self.num_updated += len(ends_s)

@@ -19,7 +19,7 @@ with prefix hashes are reference-counted, since only they can be hit and shared.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Final
+from typing import Final, cast
 
 from clustersim.engine.request import Request
 
@@ -167,15 +167,17 @@ class KVCacheManager:
         """One more block for each of ``requests``, popped in that order (decodes crossing a
         block boundary); the caller has checked that they fit."""
         taken = self._take(len(requests))
-        req_to_blocks = self.req_to_blocks
+        # the block ids as the objects they are (read as ints, each would be unboxed and
+        # boxed again into a new int object)
+        ids = cast(list[object], taken)
+        req_to_blocks = cast(dict[str, list[object]], self.req_to_blocks)
         ref_cnt = self._ref_cnt
         sharing = self.enable_prefix_caching
         for i in range(len(requests)):  # (an index: no zip object per call)
             request = requests[i]
-            block_id = taken[i]
-            req_to_blocks[request.request_id].append(block_id)
+            req_to_blocks[request.request_id].append(ids[i])
             if sharing and request.block_hashes:
-                ref_cnt[block_id] = 1
+                ref_cnt[taken[i]] = 1
 
     def free(self, request: Request) -> None:
         """Drop the request's references; blocks reaching zero return to the free queue."""
@@ -185,7 +187,8 @@ class KVCacheManager:
             return
         if not self.shares_blocks(request):
             # nobody else references them and none carries a hash: all go to the head
-            self._plain.extend(blocks[::-1])  # (a list: extending by an iterator copies it first)
+            blocks.reverse()  # (the list is no one's now: reversed in place, then copied)
+            self._plain.extend(blocks)
             self._num_free += len(blocks)
             return
         ref_cnt = self._ref_cnt
@@ -224,7 +227,9 @@ class KVCacheManager:
         self._num_free -= n
         if n <= len(plain):
             if n <= TAKE_BY_POPS:
-                return [plain.pop() for _i in range(n)]
+                stack = cast(list[object], plain)  # (popped as objects: see append_blocks)
+                popped = [stack.pop() for _i in range(n)]
+                return cast(list[int], popped)
             taken = plain[-n:]
             del plain[-n:]
             taken.reverse()
