@@ -25,7 +25,7 @@ from clustersim.engine.instance import Instance
 from clustersim.engine.kv_manager import KVCacheManager
 from clustersim.engine.request import Request
 from clustersim.engine.scheduler import Scheduler
-from clustersim.engine.step_plan import StepPlan
+from clustersim.engine.step_plan import NOTHING, StepPlan
 from clustersim.metrics import summarize_run
 from clustersim.scenario import parse_scenario
 from clustersim.sim import RunResult, run_scenario
@@ -257,6 +257,7 @@ def test_coalesced_runs_match_the_step_by_step_loop(name):
     assert coalesced.transfers == stepped.transfers
     assert coalesced.end_s == stepped.end_s
     assert summarize_run(coalesced).to_json() == summarize_run(stepped).to_json()
+    assert NOTHING == [], "the plans' shared empty list was appended to"
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))

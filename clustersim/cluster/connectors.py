@@ -177,7 +177,7 @@ class KVConnector:
         return self._handoffs.get(handoff.client) is handoff
 
     def _read(self, decode_index: int, handoff: Handoff, num_tokens: int,
-              done: Signal) -> None:
+              done: Signal, _event: object = None) -> None:
         if not self._live(handoff):
             return  # lost to a failure before the read began
         prefill = self.instances["prefill"][handoff.prefill_index]
@@ -389,7 +389,7 @@ class NixlConnector(KVConnector):
     def _producer_finished(self, handoff: Handoff) -> None:
         call_soon(self.env, partial(self._proxy_to_decode, handoff))
 
-    def _proxy_to_decode(self, handoff: Handoff) -> None:
+    def _proxy_to_decode(self, handoff: Handoff, _event: object = None) -> None:
         """The proxy has the prefill's answer: after its latency, on to a decode instance."""
         if self.spec.proxy_latency_s > 0:
             alarm(self.env, self.spec.proxy_latency_s, lambda _event: self._proxied(handoff))

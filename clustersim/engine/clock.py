@@ -67,7 +67,9 @@ class Alarm:
     compare by ``eid`` alone), or a stand-in's :class:`StepEndOrder`. (One class, with no
     subclass: the heap's entries are then checked by their exact type.)"""
 
-    def __init__(self, callback: Callable[[Any], None] | None = None) -> None:
+    def __init__(self, callbacks: list[Callable[[Any], None]] | None) -> None:
+        """``callbacks``: what it calls when processed (None: a heap entry for another
+        event, which holds its own)."""
         self.at = 0.0
         self.priority: int = NORMAL
         self.eid = 0
@@ -75,8 +77,7 @@ class Alarm:
         self.order: StepEndOrder | None = None
         self.event: Any = None
         """The event this entry stands for (None: this alarm itself)."""
-        self.callbacks: list[Callable[[Any], None]] | None = (
-            [] if callback is None else [callback])
+        self.callbacks = callbacks
         self._ok = True
         self._value: Any = None
 
@@ -84,14 +85,13 @@ class Alarm:
 def _entry(at: float, priority: int, eid: int, when: float, order: StepEndOrder | None,
            event: Any) -> Alarm:
     """The heap entry of an event that is not an alarm."""
-    entry = Alarm()
+    entry = Alarm(None)
     entry.at = at
     entry.priority = priority
     entry.eid = eid
     entry.when = when
     entry.order = order
     entry.event = event
-    entry.callbacks = None
     return entry
 
 
@@ -150,7 +150,7 @@ def alarm(env: Env, delay: float,
     """``env.timeout(delay)`` (the same place in the event order), calling ``callback`` with
     it when it is processed. ``priority=URGENT`` with no delay: where a process started now
     would first run (SimPy's ``Initialize``)."""
-    event = Alarm(callback)
+    event = Alarm([] if callback is None else [callback])
     _schedule(env, event, priority, delay)
     return event
 
@@ -172,11 +172,12 @@ def now_of(env: Env) -> float:
     return float(env.now)
 
 
-def call_soon(env: Env, callback: Callable[[], None]) -> None:
-    """Call ``callback`` exactly where a process started now would first run: from an urgent
-    event at now, as SimPy's ``Initialize`` (the same place in the event order), without a
-    process, a generator or the event a finished process leaves behind."""
-    alarm(env, 0.0, lambda _event: callback(), URGENT)
+def call_soon(env: Env, callback: Callable[[Any], None]) -> None:
+    """Call ``callback`` (with the event that calls it) exactly where a process started now
+    would first run: from an urgent event at now, as SimPy's ``Initialize`` (the same place in
+    the event order), without a process, a generator or the event a finished process leaves
+    behind."""
+    alarm(env, 0.0, callback, URGENT)
 
 
 def on_event(event: Waitable, callback: Callable[[Any], None]) -> None:
@@ -590,7 +591,7 @@ class Clock:
         ties: list[float] = []
         for i in range(lo, hi):
             end = ends[i]
-            slot = _slot(end, mask)  # type: ignore[arg-type]
+            slot = int(cast(float, end) * NS_PER_S) & mask  # (_slot, inline: 1.2 M a run)
             tied = False
             while True:
                 held = table[slot]
@@ -614,7 +615,7 @@ class Clock:
         gone = _GONE
         for i in range(lo, hi):
             at_s = times_s[i]
-            slot = _slot(at_s, mask)
+            slot = int(at_s * NS_PER_S) & mask  # (_slot, inline)
             while True:
                 held = table[slot]
                 if held is None:
@@ -630,7 +631,7 @@ class Clock:
             return False  # not finite: never a step end
         table = self._table
         mask = self._mask
-        slot = _slot(at_s, mask)
+        slot = int(at_s * NS_PER_S) & mask  # (_slot, inline)
         while True:
             held = table[slot]
             if held is None:

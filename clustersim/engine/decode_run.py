@@ -118,7 +118,8 @@ class DecodeRun:
         ``1 .. step`` take (whole cycles of the takers, then the part of one)."""
         takers = self.takers
         block_size = len(takers)
-        cycles, rest = divmod(step, block_size)
+        cycles = step // block_size  # (not divmod: a boxed tuple)
+        rest = step - cycles * block_size
         taken = self.cycle_blocks * cycles if cycles else 0
         phase = self.phase(1)
         for _step in range(rest):
@@ -183,7 +184,8 @@ def extend_run(run: DecodeRun, num_steps: int) -> int:
     phase = run.phase(step)
     free = run.free_blocks
     # what all ``count`` steps take: whole cycles of the takers, then the part of one
-    cycles, rest = divmod(count, block_size)
+    cycles = count // block_size  # (not divmod: a boxed tuple)
+    rest = count - cycles * block_size
     taken = run.cycle_blocks * cycles if cycles else 0
     at = phase
     for _step in range(rest):

@@ -28,13 +28,14 @@ from typing import Final
 
 from clustersim.engine.kv_manager import KVCacheManager
 from clustersim.engine.request import Request
+from clustersim.engine.step_plan import NOTHING
 
 PACK_STEPS: Final = 6
 """A run's step ends go onto the token clock as packed doubles (native, as the array holds
 them) from this many on: parsing each float alone costs more from about five."""
 PACK_FORMATS: Final = tuple(f"{n}d" for n in range(2048))
-"""``struct`` formats of up to 2,047 doubles, built once (a run's chunks are at most 1,024
-steps; longer updates build theirs)."""
+"""``struct`` formats of up to 2,047 doubles, built once (an update covers the steps of a
+run since it was last applied, nearly always fewer; longer updates build theirs)."""
 
 
 class DecodeSet:
@@ -158,7 +159,8 @@ class DecodeSet:
                     for request in phases[step % block_size]:
                         takers.append(request)
         else:  # whole cycles of block_size steps repeat the same order
-            cycles, rest = divmod(num_steps, block_size)
+            cycles = num_steps // block_size  # (not divmod: a boxed tuple)
+            rest = num_steps - cycles * block_size
             for step in range(first, first + block_size):
                 if sizes[step % block_size]:
                     for request in phases[step % block_size]:
@@ -186,9 +188,12 @@ class DecodeSet:
         return self.finishing()
 
     def finishing(self) -> list[Request]:
-        """Members whose last token came with the latest update, in running order."""
+        """Members whose last token came with the latest update, in running order (to read
+        only: :data:`~clustersim.engine.step_plan.NOTHING` when none)."""
         finishes = self.finishes
         joined = self.joined
+        if not finishes or finishes[0][0] > self.num_updated:
+            return NOTHING  # (most steps: no list built)
         done: list[Request] = []
         while finishes and finishes[0][0] <= self.num_updated:
             at, _, request = heapq.heappop(finishes)

@@ -19,7 +19,7 @@ from clustersim.engine.decode_set import DecodeSet
 from clustersim.engine.kv_manager import KVCacheManager, cdiv
 from clustersim.engine.queues import FCFSQueue, PriorityQueue
 from clustersim.engine.request import Request, RequestStatus
-from clustersim.engine.step_plan import StepPlan
+from clustersim.engine.step_plan import NOTHING, StepPlan, listed
 
 __all__ = ["FCFSQueue", "PriorityQueue", "Scheduler", "StepPlan"]
 
@@ -139,7 +139,6 @@ class Scheduler:
 
         running = self.running
         deferred_decodes: list[Request] = []
-        preempted = plan.preempted
 
         # Phase 1: RUNNING requests in admission order (§3.2), the decode set's members (the
         # first ones) in bulk when every one of them gets its token and fits its block.
@@ -204,7 +203,7 @@ class Scheduler:
 
         # Phase 2: WAITING requests, only if nobody was preempted (§3.4).
         num_running_before = len(running)
-        if not preempted:
+        if not plan.preempted:
             budget = self._schedule_waiting(plan, budget, threshold)
         else:
             plan.waiting_stopped_by = "preempted"
@@ -328,7 +327,8 @@ class Scheduler:
         pulled = (prompt // block_size) * block_size if cfg.kv_full_blocks_only else prompt
         external = pulled - hit
         if external <= 0:
-            plan.kv_loads.append((request, 0))  # nothing to read: only tell the producer
+            # nothing to read: only tell the producer
+            plan.kv_loads = listed(plan.kv_loads, (request, 0))
             return None
         if not kv.allocate_slots(
             request,
@@ -349,7 +349,7 @@ class Scheduler:
         request.num_computed_tokens = hit + external
         self.kv_holding.append(request)
         # tokens found in the local prefix cache are not read again
-        plan.kv_loads.append((request, external))
+        plan.kv_loads = listed(plan.kv_loads, (request, external))
         return True
 
     def _finish_remote_load(self, request: Request) -> None:
@@ -408,7 +408,7 @@ class Scheduler:
             del running[victim_index]
             self._unrecord(plan, victim)
             self._preempt(victim)
-            plan.preempted.append(victim)
+            plan.preempted = listed(plan.preempted, victim)
             if victim is request:
                 return False, removed_before
         return True, removed_before
@@ -443,7 +443,7 @@ class Scheduler:
         """Advance ``num_computed_tokens`` and collect what the cost model needs (§3.5)."""
         async_mode = self.config.async_scheduling
         sampled = plan.sampled
-        prefill_chunks = plan.prefill_chunks
+        prefill_chunks: list[tuple[Request, int]] | None = None
         num_decodes = decode_kv = prefill_tokens = prefill_kv = 0
         attn_pairs = 0.0
         for request, num_new in plan.scheduled:
@@ -460,7 +460,10 @@ class Scheduler:
                 num_decodes += 1
                 decode_kv += context + 1
             else:
-                prefill_chunks.append((request, num_new))
+                if prefill_chunks is None:
+                    prefill_chunks = plan.prefill_chunks = [(request, num_new)]
+                else:
+                    prefill_chunks.append((request, num_new))
                 prefill_tokens += num_new
                 attn_pairs += num_new * context + num_new * (num_new + 1) / 2
                 prefill_kv += context + num_new
@@ -475,10 +478,11 @@ class Scheduler:
 
     # ----------------------------------------------------------------- update
     def update_from_output(self, plan: StepPlan, now_s: float) -> list[Request]:
-        """Apply a finished step: sampled tokens, stops, freed blocks. Returns finished ones."""
+        """Apply a finished step: sampled tokens, stops, freed blocks. Returns finished ones
+        (to read only: :data:`~clustersim.engine.step_plan.NOTHING` when none)."""
         async_mode = self.config.async_scheduling
         max_model_len = self.config.max_model_len
-        finished: list[Request] = []
+        finished: list[Request] = NOTHING
         clock = self.step_clock
         position = 0
         if clock is not None:
@@ -493,7 +497,7 @@ class Scheduler:
                 request.status = RequestStatus.FINISHED
                 request.finish_s = now_s
                 self.kv.free(request)  # in running order, before the others (§2)
-                finished.append(request)
+                finished = listed(finished, request)
         keep_times = self.keep_token_times
         removed = self._removed
         for request in plan.sampled:
@@ -524,7 +528,7 @@ class Scheduler:
                     self.kv_held[request.request_id] = request  # freed once the consumer reads
                 else:
                     self.kv.free(request)
-                finished.append(request)
+                finished = listed(finished, request)
                 if was_waiting:  # async: preempted while its last token was in flight
                     self.waiting.remove(request)
         if finished:

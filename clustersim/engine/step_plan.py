@@ -3,10 +3,26 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Final
 
 from clustersim.cost.prices import StepPrices
 from clustersim.cost.roofline import BatchShape
 from clustersim.engine.request import Request
+
+NOTHING: Final[list[Any]] = []
+"""What a new plan's ``preempted``, ``prefill_chunks`` and ``kv_loads`` are, and the finished
+requests of a step in which none finished: one shared empty list, never appended to (most
+steps have none of them: a list each cost an allocation and a free per step). Use
+:func:`listed` to add to one; ``tests/test_coalesce.py`` checks that it stays empty."""
+
+
+def listed(entries: list[Any], entry: Any) -> list[Any]:
+    """``entries`` with ``entry`` appended: a list of its own if ``entries`` is
+    :data:`NOTHING`; assign the result back (``plan.preempted = listed(plan.preempted, r)``)."""
+    if entries is NOTHING:
+        return [entry]
+    entries.append(entry)
+    return entries
 
 
 @dataclass(slots=True, init=False)
@@ -56,7 +72,7 @@ class StepPlan:
     def __init__(self, seq: int = 0) -> None:
         self.scheduled = []
         self.sampled = []
-        self.preempted = []
+        self.preempted = NOTHING
         self.num_scheduled_tokens = 0
         self.num_decode_tokens = 0
         self.num_prefill_tokens = 0
@@ -66,8 +82,8 @@ class StepPlan:
         self.num_running = 0
         self.num_waiting = 0
         self.kv_blocks_used = 0
-        self.prefill_chunks = []
-        self.kv_loads = []
+        self.prefill_chunks = NOTHING
+        self.kv_loads = NOTHING
         self.waiting_stopped_by = None
         self.waiting_head = None
         self.num_bulk = 0
