@@ -152,7 +152,8 @@ def plan_decode_run(scheduler: Scheduler, plan: StepPlan, num_steps: int) -> Dec
     decode_kv = members.sum_computed
     max_model_len = config.max_model_len
     req_to_blocks = kv.req_to_blocks
-    for request in running[len(members):]:
+    for i in range(len(members), batch_size):  # (an index: no copy of the list's tail)
+        request = running[i]
         if kv.has_uncached_blocks(request):
             return None
         left = (min(request.max_tokens, max_model_len - request.num_prompt_tokens)
@@ -267,7 +268,7 @@ def finish_run_step(scheduler: Scheduler, run: DecodeRun, ends_s: list[float]) -
     step = run.num_updated
     members = scheduler.decoding
     assert members is not None and step >= 1 and run.num_scheduled == step + 1
-    finished = members.update(ends_s[step:step + 1])
+    finished = members.update_one(ends_s[step])
     run.num_updated = step + 1
     if finished:
         assert step == run.finish_step

@@ -187,6 +187,12 @@ class DecodeSet:
         self.num_updated += len(ends_s)
         return self.finishing()
 
+    def update_one(self, end_s: float) -> list[Request]:
+        """:meth:`update` with one step ending at ``end_s``."""
+        self.clock.append(end_s)
+        self.num_updated += 1
+        return self.finishing()
+
     def finishing(self) -> list[Request]:
         """Members whose last token came with the latest update, in running order (to read
         only: :data:`~clustersim.engine.step_plan.NOTHING` when none)."""

@@ -138,7 +138,7 @@ class Scheduler:
             threshold = max(threshold, cfg.max_num_batched_tokens // num_eligible)
 
         running = self.running
-        deferred_decodes: list[Request] = []
+        deferred_decodes: list[Request] = NOTHING
 
         # Phase 1: RUNNING requests in admission order (§3.2), the decode set's members (the
         # first ones) in bulk when every one of them gets its token and fits its block.
@@ -170,7 +170,7 @@ class Scheduler:
             num_new = request.num_prompt_tokens + num_outputs + placeholders - num_computed
             is_decode = num_new == 1 and num_outputs + placeholders > 0
             if is_decode and decode_budget <= 0:
-                deferred_decodes.append(request)
+                deferred_decodes = listed(deferred_decodes, request)
                 index += 1
                 continue
             if 0 < threshold < num_new:
@@ -210,21 +210,21 @@ class Scheduler:
 
         # Decodes held back by the step policy get what is left; they never preempt a request
         # admitted in this very step (that would undo the policy's choice).
-        admitted = (frozenset(id(r) for r in running[num_running_before:])
-                    if deferred_decodes else frozenset())
-        for request in deferred_decodes:
-            if budget <= 0:
-                break
-            if request.status is not RequestStatus.RUNNING:
-                continue  # preempted meanwhile
-            allocated, _ = self._allocate_running(request, 1, len(running), plan, admitted)
-            budget = self._token_budget - plan.num_scheduled_tokens
-            if not allocated:
-                if cfg.policy == "priority":
-                    continue
-                break
-            self._record(plan, request, 1)
-            budget -= 1
+        if deferred_decodes:
+            admitted = frozenset(id(r) for r in running[num_running_before:])
+            for request in deferred_decodes:
+                if budget <= 0:
+                    break
+                if request.status is not RequestStatus.RUNNING:
+                    continue  # preempted meanwhile
+                allocated, _ = self._allocate_running(request, 1, len(running), plan, admitted)
+                budget = self._token_budget - plan.num_scheduled_tokens
+                if not allocated:
+                    if cfg.policy == "priority":
+                        continue
+                    break
+                self._record(plan, request, 1)
+                budget -= 1
 
         self._update_after_schedule(plan)
         plan.num_running = len(self.running)
@@ -244,7 +244,7 @@ class Scheduler:
         waiting = self.waiting
         holding = self.kv_holding
         running = self.running
-        blocked: list[Request] = []  # holding requests whose pull is still in flight
+        blocked: list[Request] = NOTHING  # holding requests whose pull is still in flight
         stopped_by: str | None = "budget"
         while budget > 0:
             from_holding = bool(holding)
@@ -257,7 +257,7 @@ class Scheduler:
             if from_holding:
                 request = holding[0]
                 if not request.kv_transfer_done:
-                    blocked.append(holding.popleft())
+                    blocked = listed(blocked, holding.popleft())
                     continue
                 self._finish_remote_load(request)
             else:
