@@ -8,8 +8,9 @@ Every case is a lean run (``record_steps=False``, what the planner runs) timed e
 a fresh subprocess, so that its peak RSS is its own: with coalesced decode runs on the
 compiled core (``clustersim.native``), the same on the pure Python core, and step by step.
 Each subprocess also measures SimPy's null-event rate (a process doing
-``yield env.timeout(1)``), and the table divides the request rate by it, so that figures from
-machines of different speed compare. Columns: wall s = ``run_scenario`` (workload and
+``yield env.timeout(1)``), before the run and after its summary, and the table divides the
+request rate by the mean of the two, so that figures from machines of different speed
+compare. Columns: wall s = ``run_scenario`` (workload and
 cluster built, simulated to the end); summary s = ``summarize_run`` on top; events = SimPy
 events scheduled; RSS = the subprocess's peak resident memory.
 """
@@ -114,7 +115,7 @@ def worker(case: str, coalesce: bool) -> dict:
     from clustersim.scenario import parse_scenario
     from clustersim.sim import run_scenario
 
-    null_rate = null_event_rate()
+    null_before = null_event_rate()
     scenario = parse_scenario(CASES[case].scenario())
     start = time.perf_counter()
     result = run_scenario(scenario, record_steps=False, coalesce=coalesce)
@@ -122,6 +123,8 @@ def worker(case: str, coalesce: bool) -> dict:
     start = time.perf_counter()
     summary = summarize_run(result)
     summary_wall = time.perf_counter() - start
+    # the machine's speed drifts from second to second: its rate around the run, not before it
+    null_rate = (null_before + null_event_rate()) / 2
     return {
         "requests": len(result.requests),
         "steps": sum(i.num_steps for i in summary.instances),
@@ -184,7 +187,8 @@ def main() -> None:
                   f"{rate / r['null_rate']:>8.4f}{max(x['rss_mb'] for x in runs):>8.0f}",
                   flush=True)
     print("\nlean runs (record_steps=False); req/s = requests / wall s; ratio = req/s over "
-          "SimPy's null-event rate measured in the same subprocess; pure: the coalesced run "
+          "SimPy's null-event rate measured in the same subprocess (before and after the run, "
+          "averaged); pure: the coalesced run "
           f"with {PURE_NOTE}.")
     print("coalesced and stepped rows: " + "; ".join(sorted(cores)))
 
