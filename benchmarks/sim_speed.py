@@ -10,9 +10,9 @@ compiled core (``clustersim.native``), the same on the pure Python core, and ste
 Each subprocess also measures SimPy's null-event rate (a process doing
 ``yield env.timeout(1)``), before the run and after its summary, and the table divides the
 request rate by the mean of the two, so that figures from machines of different speed
-compare. Columns: wall s = ``run_scenario`` (workload and
-cluster built, simulated to the end); summary s = ``summarize_run`` on top; events = SimPy
-events scheduled; RSS = the subprocess's peak resident memory.
+compare. Columns: wall s = ``run_scenario`` (workload and cluster built, simulated to the
+end); summary s = ``summarize_run`` on top; events = SimPy events scheduled; RSS = the
+subprocess's peak resident memory.
 """
 
 from __future__ import annotations

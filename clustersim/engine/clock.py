@@ -362,6 +362,30 @@ def _sift_up(heap: list[Alarm], pos: int, entry: Alarm) -> None:
     heap[pos] = entry
 
 
+class _NowQueue:
+    """Heap entries of events scheduled now with no delay and one priority, from ``head`` on:
+    already in the order of their keys (same time, same priority, growing ``eid``), so a
+    queue, not a heap."""
+
+    __slots__ = ("entries", "head")
+
+    def __init__(self) -> None:
+        self.entries: list[Alarm] = []
+        self.head = 0
+
+    def take(self) -> Alarm:
+        """The first entry, taken off (there is one)."""
+        entries = self.entries
+        head = self.head
+        entry = entries[head]
+        head += 1
+        if head == len(entries):
+            entries.clear()
+            head = 0
+        self.head = head
+        return entry
+
+
 class Clock:
     """A SimPy environment (SimPy's events, processes and timeouts run on it as on
     ``simpy.Environment``, whose interface it implements) with order keys, stand-ins at
@@ -374,15 +398,11 @@ class Clock:
         self._queue: list[Alarm] = []
         """The events to process, a heap (SimPy's holds ``(time, priority, id, event)``),
         but for those below."""
-        self._urgent_now: list[Alarm] = []
-        self._normal_now: list[Alarm] = []
+        self._urgent_now = _NowQueue()
+        self._normal_now = _NowQueue()
         """Events scheduled with no delay, urgent and normal (a callback's follow-ups: a
-        third of a run's events), from ``_urgent_head`` and ``_normal_head`` on: each list is
-        in the order of its keys already (same time, same priority, growing ``eid``), so it is
-        a queue, not a heap; :meth:`_next` takes the first of its head and the heap's top. Both
-        are empty before the clock moves on (their events are at now)."""
-        self._urgent_head = 0
-        self._normal_head = 0
+        third of a run's events): :meth:`_next` takes the first of a queue's head and the
+        heap's top. Both are empty before the clock moves on (their events are at now)."""
         self._eid = 0
         """Events (and reserved order keys) numbered so far: the next one's number."""
         self._active_proc: Any = None
@@ -429,8 +449,8 @@ class Clock:
 
     def peek(self) -> float:
         """The time of the next event (infinity when none is left)."""
-        if (self._urgent_head < len(self._urgent_now)
-                or self._normal_head < len(self._normal_now)):
+        if (self._urgent_now.head < len(self._urgent_now.entries)
+                or self._normal_now.head < len(self._normal_now.entries)):
             return self._now
         return self._queue[0].at if self._queue else math.inf
 
@@ -443,32 +463,20 @@ class Clock:
 
     def _next(self) -> Alarm | None:
         """Take the next event's entry off the queues (None: none is left)."""
-        queue = self._queue
         urgent = self._urgent_now
-        head = self._urgent_head
-        if head < len(urgent):
-            entry = urgent[head]
-            if queue and not _before(entry, queue[0]):
-                return _pop(queue)  # (it precedes the normal ones at now too)
-            head += 1
-            if head == len(urgent):
-                urgent.clear()
-                head = 0
-            self._urgent_head = head
-            return entry
+        if urgent.head < len(urgent.entries):
+            return self._before_heap(urgent)  # (the heap's top, if first, precedes both)
         normal = self._normal_now
-        head = self._normal_head
-        if head < len(normal):
-            entry = normal[head]
-            if queue and not _before(entry, queue[0]):
-                return _pop(queue)
-            head += 1
-            if head == len(normal):
-                normal.clear()
-                head = 0
-            self._normal_head = head
-            return entry
-        return _pop(queue) if queue else None
+        if normal.head < len(normal.entries):
+            return self._before_heap(normal)
+        return _pop(self._queue) if self._queue else None
+
+    def _before_heap(self, now_queue: _NowQueue) -> Alarm:
+        """The first of ``now_queue``'s head (there is one) and the heap's top, taken off."""
+        queue = self._queue
+        if queue and not _before(now_queue.entries[now_queue.head], queue[0]):
+            return _pop(queue)
+        return now_queue.take()
 
     def run(self, until: Any = None) -> Any:
         """``simpy.Environment.run``: to the end of the schedule, or until the event (or the
@@ -544,10 +552,10 @@ class Clock:
             entry = _entry(at, priority, eid, now, None, event)
         if at == now:  # (no delay: after every event at now of its priority)
             if priority == NORMAL:
-                self._normal_now.append(entry)
+                self._normal_now.entries.append(entry)
                 return
             if priority == URGENT:
-                self._urgent_now.append(entry)
+                self._urgent_now.entries.append(entry)
                 return
         _push(self._queue, entry)
 

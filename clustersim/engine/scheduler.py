@@ -443,7 +443,6 @@ class Scheduler:
         """Advance ``num_computed_tokens`` and collect what the cost model needs (§3.5)."""
         async_mode = self.config.async_scheduling
         sampled = plan.sampled
-        prefill_chunks: list[tuple[Request, int]] | None = None
         num_decodes = decode_kv = prefill_tokens = prefill_kv = 0
         attn_pairs = 0.0
         for request, num_new in plan.scheduled:
@@ -460,10 +459,7 @@ class Scheduler:
                 num_decodes += 1
                 decode_kv += context + 1
             else:
-                if prefill_chunks is None:
-                    prefill_chunks = plan.prefill_chunks = [(request, num_new)]
-                else:
-                    prefill_chunks.append((request, num_new))
+                plan.prefill_chunks = listed(plan.prefill_chunks, (request, num_new))
                 prefill_tokens += num_new
                 attn_pairs += num_new * context + num_new * (num_new + 1) / 2
                 prefill_kv += context + num_new
