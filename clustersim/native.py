@@ -29,6 +29,7 @@ MODULES = (
     "clustersim.engine.request",
     "clustersim.engine.step_plan",
     "clustersim.engine.kv_manager",
+    "clustersim.engine.queues",
     "clustersim.engine.decode_set",
     "clustersim.engine.decode_run",
     "clustersim.engine.run_timer",

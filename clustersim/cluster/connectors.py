@@ -40,8 +40,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar
+from functools import partial as _functools_partial
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from clustersim.cluster.flows import TransferFailed
 from clustersim.cluster.router import Router
@@ -51,6 +51,8 @@ from clustersim.engine.request import Request, RequestStatus
 if TYPE_CHECKING:
     from clustersim.cluster.dispatch import Dispatch
     from clustersim.cluster.system import Cluster
+
+partial: Final = _functools_partial  # (bound Final: compiled code reads it directly)
 
 
 @dataclass(slots=True, init=False)

@@ -28,11 +28,13 @@ import itertools
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
+from functools import partial as _functools_partial
 from typing import Any, Final, cast
 
 from clustersim.cluster.topology import Topology
 from clustersim.engine.clock import Env, Outcome, alarm, now_of
+
+partial: Final = _functools_partial  # (bound Final: compiled code reads it directly)
 
 Edge = Hashable
 """An edge as the pure core sees it: anything hashable (FlowNetwork uses small ints)."""

@@ -36,12 +36,18 @@ from collections.abc import Callable, Generator, Iterable
 from typing import Any, Final, Protocol, cast
 
 import simpy
-from simpy.core import NORMAL, URGENT, EmptySchedule, StopSimulation
+from simpy.core import NORMAL as _SIMPY_NORMAL
+from simpy.core import URGENT as _SIMPY_URGENT
+from simpy.core import EmptySchedule, StopSimulation
 from simpy.events import PENDING as _SIMPY_PENDING
 
 PENDING: Final = _SIMPY_PENDING
 """SimPy's value of an event not yet triggered (bound once: compiled code reads a Final
 name directly, another module's name through its dictionary)."""
+URGENT: Final = 0
+NORMAL: Final = 1
+"""SimPy's two priorities (a literal Final is a constant in compiled code)."""
+assert (URGENT, NORMAL) == (_SIMPY_URGENT, _SIMPY_NORMAL)
 
 Env = Any
 """What the engines and the cluster run on: a :class:`Clock`, or a plain ``simpy.Environment``

@@ -100,7 +100,10 @@ class DecodeRun:
         self.first_blocks_used = first_blocks_used
         self.num_planned = 1
         self.blocks_taken = 0
-        self.cycle_blocks = sum(takers)
+        cycle_blocks = 0
+        for taken in takers:  # (not sum(): a generic call)
+            cycle_blocks += taken
+        self.cycle_blocks = cycle_blocks
         self.num_scheduled = 1
         self.num_updated = 0
 

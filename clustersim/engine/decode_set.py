@@ -23,19 +23,64 @@ from __future__ import annotations
 
 import heapq
 from array import array
-from struct import pack
+from struct import pack as _struct_pack
 from typing import Final
 
 from clustersim.engine.kv_manager import KVCacheManager
 from clustersim.engine.request import Request
 from clustersim.engine.step_plan import NOTHING
 
-PACK_STEPS: Final = 6
-"""A run's step ends go onto the token clock as packed doubles (native, as the array holds
-them) from this many on: parsing each float alone costs more from about five."""
+pack: Final = _struct_pack  # (bound Final: compiled code reads it directly)
+
 PACK_FORMATS: Final = tuple(f"{n}d" for n in range(2048))
-"""``struct`` formats of up to 2,047 doubles, built once (an update covers the steps of a
-run since it was last applied, nearly always fewer; longer updates build theirs)."""
+"""``struct`` formats of up to 2,047 doubles, built once (a batch for the clock is nearly
+always shorter; longer ones build theirs)."""
+CLOCK_BATCH: Final = 256
+"""End times a :class:`StepClock` holds in a list before it packs them into its array."""
+
+
+class StepClock:
+    """The end time of every step an engine applied, in order (the token clock): the array
+    ``times``, and the latest times in a list until a batch of them is packed into it at once
+    (an array parses each double it appends on its own: hundreds of instructions a step).
+
+    ``len`` counts both; ``times`` is complete after :meth:`flush` (a reader's slice does it,
+    and the scheduler's ``sync_members`` at the end of a run)."""
+
+    __slots__ = ("times", "_batch")
+
+    def __init__(self) -> None:
+        self.times = array("d")
+        self._batch: list[float] = []
+
+    def __len__(self) -> int:
+        return len(self.times) + len(self._batch)
+
+    def append(self, end_s: float) -> None:
+        batch = self._batch
+        batch.append(end_s)
+        if len(batch) >= CLOCK_BATCH:
+            self.flush()
+
+    def extend(self, ends_s: list[float]) -> None:
+        batch = self._batch
+        batch.extend(ends_s)
+        if len(batch) >= CLOCK_BATCH:
+            self.flush()
+
+    def flush(self) -> array:
+        """``times``, with every end appended so far."""
+        batch = self._batch
+        n = len(batch)
+        if n:
+            fmt = PACK_FORMATS[n] if n < len(PACK_FORMATS) else f"{n}d"
+            self.times.frombytes(pack(fmt, *batch))
+            batch.clear()
+        return self.times
+
+    def between(self, first: int, stop: int) -> array:
+        """Ends ``first .. stop - 1``."""
+        return self.flush()[first:stop]
 
 
 class DecodeSet:
@@ -45,7 +90,7 @@ class DecodeSet:
                  "num_scheduled", "num_updated", "sum_computed", "joined", "phases",
                  "phase_sizes", "finishes", "_seq")
 
-    def __init__(self, kv: KVCacheManager, max_model_len: int, clock: array,
+    def __init__(self, kv: KVCacheManager, max_model_len: int, clock: StepClock,
                  keep_token_times: bool) -> None:
         self.kv = kv
         self.block_size = kv.block_size
@@ -105,7 +150,7 @@ class DecodeSet:
             request.num_output_tokens += steps_updated
             last = position + steps_updated
             if self.keep_token_times:
-                request.token_times_s.extend(self.clock[position + 1:last + 1])
+                request.token_times_s.extend(self.clock.between(position + 1, last + 1))
             else:
                 request.token_run_last = last  # its run of consecutive tokens goes on
         self.joined[request] = (self.num_scheduled, self.num_updated,
@@ -178,12 +223,7 @@ class DecodeSet:
     def update(self, ends_s: list[float]) -> list[Request]:
         """Every member gets one token at the end of each step in ``ends_s`` (appended to the
         clock); returns the members that reach their last token (not yet removed)."""
-        n = len(ends_s)
-        if n >= PACK_STEPS:  # packed: fromlist parses every float on its own
-            fmt = PACK_FORMATS[n] if n < len(PACK_FORMATS) else f"{n}d"
-            self.clock.frombytes(pack(fmt, *ends_s))
-        else:
-            self.clock.fromlist(ends_s)  # (extend would convert each float twice)
+        self.clock.extend(ends_s)
         self.num_updated += len(ends_s)
         return self.finishing()
 

@@ -25,12 +25,10 @@ and every case ``plan_decode_run`` refuses.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
+from functools import partial as _functools_partial
 from typing import Final
 
-from simpy.core import URGENT
-
-from clustersim.engine.clock import Clock, Env, Signal, Waitable, alarm, now_of
+from clustersim.engine.clock import URGENT, Clock, Env, Signal, Waitable, alarm, now_of
 from clustersim.engine.decode_run import (
     DecodeRun,
     advance_run,
@@ -41,7 +39,10 @@ from clustersim.engine.decode_run import (
 from clustersim.engine.request import Request, RequestStatus
 from clustersim.engine.run_timer import RunTimer, append_ends
 from clustersim.engine.scheduler import Scheduler, StepPlan
+from clustersim.engine.step_plan import RooflinePricer
 from clustersim.engine.steplog import StepLog, StepRecord
+
+partial: Final = _functools_partial  # (bound Final: compiled code reads it directly)
 
 __all__ = ["MAX_STALLED_PREEMPTIONS", "Instance", "StepRecord"]
 
@@ -102,6 +103,8 @@ class Instance:
             price_step, "decode_run_ends", None)
         """The pricer's ``decode_run_ends(ends, start, batch, kv_tokens, steps)``, if it has
         one: the same steps appended as end times (no list of durations in between)."""
+        self._roofline = price_step if isinstance(price_step, RooflinePricer) else None
+        """The pricer, if it is the roofline one: called natively (no boxed arguments)."""
         self.coalesce = (coalesce and isinstance(env, Clock) and run
                          and scheduler.decoding is not None and self._price_run is not None)
         self._run: RunTimer | None = None
@@ -305,7 +308,7 @@ class Instance:
                 wake.callbacks.append(self._on_run_ended)  # type: ignore[union-attr]
                 return
         self._plan, self._plan_start_s = plan, start
-        self._awaited = alarm(self.env, self.price_step(plan), self._on_stepped)
+        self._awaited = alarm(self.env, self._price(plan), self._on_stepped)
 
     def _stepped(self, _event: Waitable) -> None:
         plan = self._plan
@@ -326,7 +329,7 @@ class Instance:
         """Async scheduling: schedule(N+1) runs before update(N), as vLLM's batch queue does."""
         start = now_of(self.env)
         self._begin(plan)
-        duration = self.price_step(plan)
+        duration = self._price(plan)
         self._record(plan, start, start + duration)
         self._plan, self._next = plan, self.scheduler.schedule()
         self._awaited = alarm(self.env, duration, self._stepped_async)
@@ -361,7 +364,7 @@ class Instance:
             # same bits as pricing its plan (``CostModel.step_time_s``)
             self._run_ends(ends, start_s, size, steps.decode_kv_tokens, steps.num_steps)
         else:  # step 0 is any step in which all sample
-            ends.append(start_s + self.price_step(plan))
+            ends.append(start_s + self._price(plan))
             self._run_ends(ends, ends[0], size, steps.decode_kv_tokens + size,
                            steps.num_steps - 1)
         self._steps = steps
@@ -373,6 +376,10 @@ class Instance:
                   num_steps: int) -> None:
         """Append the ends of ``num_steps`` steps of ``size`` decodes from ``start_s``, the
         first attending to ``kv_tokens`` tokens."""
+        roofline = self._roofline
+        if roofline is not None:
+            roofline.prices.decode_run_ends(ends_s, start_s, size, kv_tokens, num_steps)
+            return
         price_ends = self._price_ends
         if price_ends is not None:
             price_ends(ends_s, start_s, size, kv_tokens, num_steps)
@@ -380,6 +387,11 @@ class Instance:
         decode_run = self._price_run
         assert decode_run is not None
         append_ends(ends_s, start_s, decode_run(size, kv_tokens, num_steps))
+
+    def _price(self, plan: StepPlan) -> float:
+        """The step's seconds."""
+        roofline = self._roofline
+        return roofline.step_s(plan) if roofline is not None else self.price_step(plan)
 
     def join_run(self, run: RunTimer, steps: DecodeRun | None) -> None:
         """This rank takes part in its lockstep group's run (``steps`` None: idle in it)."""

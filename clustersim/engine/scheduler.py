@@ -15,9 +15,9 @@ from array import array
 from collections import deque
 
 from clustersim.engine.config import SchedulerConfig
-from clustersim.engine.decode_set import DecodeSet
+from clustersim.engine.decode_set import DecodeSet, StepClock
 from clustersim.engine.kv_manager import KVCacheManager, cdiv
-from clustersim.engine.queues import FCFSQueue, PriorityQueue
+from clustersim.engine.queues import FCFSQueue, PriorityQueue, WaitingQueue
 from clustersim.engine.request import Request, RequestStatus
 from clustersim.engine.step_plan import NOTHING, StepPlan, listed
 
@@ -39,11 +39,12 @@ class Scheduler:
         self.kv = kv
         self.keep_token_times = keep_token_times
         bulk = bulk_decodes and not config.async_scheduling and config.policy == "fcfs"
-        step_clock = array("d") if bulk or not keep_token_times else None
-        self.step_clock: array | None = step_clock
+        step_clock = StepClock() if bulk or not keep_token_times else None
+        self.step_clock: StepClock | None = step_clock
         """The end time of every step applied, in order (decode-set members' tokens and a
         lean run's token records index it)."""
-        self.token_clock: array | None = None if keep_token_times else self.step_clock
+        self.token_clock: array | None = (
+            None if keep_token_times or step_clock is None else step_clock.times)
         """Lean run: the clock ``Request.token_streaks`` index."""
         self.decoding: DecodeSet | None = (
             DecodeSet(kv, config.max_model_len, step_clock, keep_token_times)
@@ -51,7 +52,7 @@ class Scheduler:
         )
         """Running requests that decode every step, advanced together (``bulk_decodes``)."""
         self.running: list[Request] = []
-        self.waiting: FCFSQueue | PriorityQueue = (
+        self.waiting: WaitingQueue = (
             PriorityQueue() if config.policy == "priority" else FCFSQueue()
         )
         self.kv_holding: deque[Request] = deque()
@@ -510,7 +511,7 @@ class Scheduler:
             elif request.token_run_last == position - 1 >= 0:
                 request.token_run_last = position  # the common case: the step before too
             else:
-                request.note_tokens(clock, position, position)  # type: ignore[arg-type]
+                request.note_tokens(clock.times, position, position)  # type: ignore[union-attr]
             if request.first_token_s is None:
                 request.first_token_s = now_s
             if (
@@ -555,6 +556,9 @@ class Scheduler:
             index += 1
 
     def sync_members(self) -> None:
-        """Bring every decode-set member's counters up to date (the set empties)."""
+        """Bring every decode-set member's counters up to date (the set empties), and the
+        step clock's array."""
         if self.decoding is not None:
             self.decoding.dissolve()
+        if self.step_clock is not None:
+            self.step_clock.flush()

@@ -122,6 +122,10 @@ class RooflinePricer:
         self.prices = prices
 
     def __call__(self, plan: StepPlan) -> float:
+        return self.step_s(plan)
+
+    def step_s(self, plan: StepPlan) -> float:
+        """The step's seconds (what a call gives; the engine calls this natively)."""
         return self.prices.step_time_s(
             plan.num_prefill_tokens, plan.prefill_attn_pairs, plan.prefill_kv_tokens,
             plan.num_decode_tokens, plan.decode_kv_tokens, plan.num_sampled, plan.num_seqs,

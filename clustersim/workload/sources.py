@@ -13,9 +13,8 @@ from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 import simpy
-from simpy.core import URGENT
 
-from clustersim.engine.clock import Env, alarm, now_of
+from clustersim.engine.clock import URGENT, Env, alarm, now_of
 from clustersim.engine.request import Request
 
 Submit = Callable[[Request], None]
