@@ -40,8 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial as _functools_partial
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from clustersim.cluster.flows import TransferFailed
 from clustersim.cluster.router import Router
@@ -51,8 +50,6 @@ from clustersim.engine.request import Request, RequestStatus
 if TYPE_CHECKING:
     from clustersim.cluster.dispatch import Dispatch
     from clustersim.cluster.system import Cluster
-
-partial: Final = _functools_partial  # (bound Final: compiled code reads it directly)
 
 
 @dataclass(slots=True, init=False)
@@ -171,7 +168,7 @@ class KVConnector:
             # sent it to prefill locally): nothing is read, the event never fires
             return done
         # the read is a chain of callbacks, each where a SimPy process would resume
-        call_soon(self.env, partial(self._read, decode_index, handoff, num_tokens, done))
+        call_soon(self.env, lambda _event: self._read(decode_index, handoff, num_tokens, done))
         return done
 
     def _live(self, handoff: Handoff) -> bool:
@@ -179,7 +176,7 @@ class KVConnector:
         return self._handoffs.get(handoff.client) is handoff
 
     def _read(self, decode_index: int, handoff: Handoff, num_tokens: int,
-              done: Signal, _event: object = None) -> None:
+              done: Signal) -> None:
         if not self._live(handoff):
             return  # lost to a failure before the read began
         prefill = self.instances["prefill"][handoff.prefill_index]
@@ -188,8 +185,8 @@ class KVConnector:
             handoff.kv_read = True
             done.succeed()
             return
-        self._when_readable(handoff, prefill, partial(
-            self._start_transfer, decode_index, handoff, num_tokens, done, prefill))
+        self._when_readable(handoff, prefill, lambda: self._start_transfer(
+            decode_index, handoff, num_tokens, done, prefill))
 
     def _start_transfer(self, decode_index: int, handoff: Handoff, num_tokens: int,
                         done: Signal, prefill) -> None:
@@ -216,7 +213,8 @@ class KVConnector:
         transfer = handoff.transfer = cluster.flows.transfer(
             handoff.client.request_id, list(prefill.gpus), list(decode.gpus), num_bytes, extra
         )
-        on_event(transfer, partial(self._transferred, handoff, done, prefill, drawn, num_bytes))
+        on_event(transfer, lambda event: self._transferred(handoff, done, prefill, drawn,
+                                                           num_bytes, event))
 
     def _transferred(self, handoff: Handoff, done: Signal, prefill, drawn: str | None,
                      num_bytes: int, transfer: Outcome) -> None:
@@ -389,9 +387,9 @@ class NixlConnector(KVConnector):
         prefill.submit(handoff.producer)
 
     def _producer_finished(self, handoff: Handoff) -> None:
-        call_soon(self.env, partial(self._proxy_to_decode, handoff))
+        call_soon(self.env, lambda _event: self._proxy_to_decode(handoff))
 
-    def _proxy_to_decode(self, handoff: Handoff, _event: object = None) -> None:
+    def _proxy_to_decode(self, handoff: Handoff) -> None:
         """The proxy has the prefill's answer: after its latency, on to a decode instance."""
         if self.spec.proxy_latency_s > 0:
             alarm(self.env, self.spec.proxy_latency_s, lambda _event: self._proxied(handoff))

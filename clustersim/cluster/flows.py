@@ -28,13 +28,10 @@ import itertools
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial as _functools_partial
 from typing import Any, Final, cast
 
 from clustersim.cluster.topology import Topology
 from clustersim.engine.clock import Env, Outcome, alarm, now_of
-
-partial: Final = _functools_partial  # (bound Final: compiled code reads it directly)
 
 Edge = Hashable
 """An edge as the pure core sees it: anything hashable (FlowNetwork uses small ints)."""
@@ -436,7 +433,7 @@ class FlowNetwork:
             by_latency.setdefault(latency, []).append(key)
         self._live[id(transfer.event)] = transfer
         for latency, keys in by_latency.items():
-            alarm(self.env, latency, partial(self._start, keys))
+            self._start_after(latency, keys)
         return transfer.event
 
     def link_utilization(self, span_s: float) -> dict[str, float]:
@@ -560,6 +557,12 @@ class FlowNetwork:
 
 
     # --------------------------------------------------------------- events
+    def _start_after(self, latency_s: float, keys: list[int]) -> None:
+        """Sub-flows ``keys`` begin to move bytes after ``latency_s``. (A closure of its own
+        per call: a lambda in the caller's loop would see the loop's last keys. Cheaper than
+        a ``partial`` of a bound method: one compiled object, called natively.)"""
+        alarm(self.env, latency_s, lambda _event: self._start(keys, _event))
+
     def _start(self, keys: list[int], _event: Any) -> None:
         """Sub-flows whose latency is over begin to move bytes."""
         self._settle()
@@ -591,7 +594,8 @@ class FlowNetwork:
         self._generation += 1
         delay = self._fluid.replan()
         if delay is not None:
-            alarm(self.env, delay, partial(self._wake, self._generation))
+            generation = self._generation
+            alarm(self.env, delay, lambda _event: self._wake(generation, _event))
 
     def _finish(self, key: int) -> None:
         transfer = self._owner.pop(key)

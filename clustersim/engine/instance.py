@@ -25,7 +25,6 @@ and every case ``plan_decode_run`` refuses.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial as _functools_partial
 from typing import Final
 
 from clustersim.engine.clock import URGENT, Clock, Env, Signal, Waitable, alarm, now_of
@@ -41,8 +40,6 @@ from clustersim.engine.run_timer import RunTimer, append_ends
 from clustersim.engine.scheduler import Scheduler, StepPlan
 from clustersim.engine.step_plan import RooflinePricer
 from clustersim.engine.steplog import StepLog, StepRecord
-
-partial: Final = _functools_partial  # (bound Final: compiled code reads it directly)
 
 __all__ = ["MAX_STALLED_PREEMPTIONS", "Instance", "StepRecord"]
 
@@ -239,12 +236,17 @@ class Instance:
     def _begin(self, plan: StepPlan) -> None:
         """What the worker does as a step starts: issue the plan's KV reads (spec §7.4 step 5)."""
         for request, num_blocks in plan.kv_loads:
-            if self.start_kv_load is None:
-                raise AssertionError(f"{self.name}: KV pull for {request.request_id} without "
-                                     "a connector")
-            self.start_kv_load(request, num_blocks).callbacks.append(partial(self._pulled, request))
+            self._pull(request, num_blocks)
 
-    def _pulled(self, request: Request, _event: object = None) -> None:
+    def _pull(self, request: Request, num_blocks: int) -> None:
+        if self.start_kv_load is None:
+            raise AssertionError(f"{self.name}: KV pull for {request.request_id} without "
+                                 "a connector")
+        # (a closure per pull: one compiled object, cheaper than a partial of a bound method)
+        self.start_kv_load(request, num_blocks).callbacks.append(
+            lambda _event: self._pulled(request))
+
+    def _pulled(self, request: Request) -> None:
         if self._run is not None:
             self._settle(apply=False)
         request.kv_transfer_done = True
