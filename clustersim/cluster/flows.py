@@ -23,15 +23,21 @@ tested without SimPy; :class:`FlowNetwork` is the SimPy shell that the cluster c
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from heapq import heapify as _heapify
+from heapq import heappop as _heappop
+from heapq import heappush as _heappush
 from typing import Any, Final, cast
 
 from clustersim.cluster.topology import Topology
 from clustersim.engine.clock import Env, Outcome, alarm, now_of
+
+heapify: Final = _heapify  # (bound Final: compiled code reads it directly)
+heappop: Final = _heappop  # (bound Final: compiled code reads it directly)
+heappush: Final = _heappush  # (bound Final: compiled code reads it directly)
 
 Edge = Hashable
 """An edge as the pure core sees it: anything hashable (FlowNetwork uses small ints)."""
@@ -73,11 +79,11 @@ def max_min_rates(
     order = {edge: i for i, edge in enumerate(users)}
     left = {edge: float(capacity[edge]) for edge in users}
     heap = [(left[e] / growing[e], order[e], e) for e in users]
-    heapq.heapify(heap)
+    heapify(heap)
     rates = [math.inf] * len(members)
     frozen = [not edges for edges in members]
     while heap:
-        share, _, edge = heapq.heappop(heap)
+        share, _, edge = heappop(heap)
         if edge not in growing or share != left[edge] / growing[edge]:
             continue  # stale: the edge changed since this entry was pushed
         for c in users[edge]:
@@ -90,7 +96,7 @@ def max_min_rates(
                 left[crossed] = rest if rest > 0.0 else 0.0
                 growing[crossed] -= count[c]
                 if growing[crossed]:
-                    heapq.heappush(
+                    heappush(
                         heap, (left[crossed] / growing[crossed], order[crossed], crossed)
                     )
                 else:

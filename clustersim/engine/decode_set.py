@@ -21,8 +21,9 @@ if every request before it in the running list is a member.
 
 from __future__ import annotations
 
-import heapq
 from array import array
+from heapq import heappop as _heappop
+from heapq import heappush as _heappush
 from struct import pack as _struct_pack
 from typing import Final
 
@@ -31,6 +32,8 @@ from clustersim.engine.request import Request
 from clustersim.engine.step_plan import NOTHING
 
 pack: Final = _struct_pack  # (bound Final: compiled code reads it directly)
+heappop: Final = _heappop  # (bound Final: compiled code reads it directly)
+heappush: Final = _heappush  # (bound Final: compiled code reads it directly)
 
 PACK_FORMATS: Final = tuple(f"{n}d" for n in range(2048))
 """``struct`` formats of up to 2,047 doubles, built once (a batch for the clock is nearly
@@ -137,7 +140,7 @@ class DecodeSet:
         left = (min(request.max_tokens, self.max_model_len - request.num_prompt_tokens)
                 - request.num_output_tokens)
         self._seq += 1
-        heapq.heappush(self.finishes, (self.num_updated + left, self._seq, request))
+        heappush(self.finishes, (self.num_updated + left, self._seq, request))
 
     def sync(self, request: Request) -> None:
         """Bring a member's counters and token record up to date (it stays a member)."""
@@ -242,7 +245,7 @@ class DecodeSet:
             return NOTHING  # (most steps: no list built)
         done: list[Request] = []
         while finishes and finishes[0][0] <= self.num_updated:
-            at, _, request = heapq.heappop(finishes)
+            at, _, request = heappop(finishes)
             if request in joined:
                 assert at == self.num_updated, "a member finishes in the step it reaches"
                 done.append(request)
@@ -256,5 +259,5 @@ class DecodeSet:
         finishes = self.finishes
         joined = self.joined
         while finishes and finishes[0][2] not in joined:
-            heapq.heappop(finishes)  # left earlier
+            heappop(finishes)  # left earlier
         return finishes[0][0] - self.num_updated if finishes else 1 << 62

@@ -6,11 +6,17 @@ its head and to pop it every step, and those are native calls on a :class:`Waiti
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterator
+from heapq import heapify as _heapify
+from heapq import heappop as _heappop
+from heapq import heappush as _heappush
 from typing import Final
 
 from clustersim.engine.request import Request
+
+heapify: Final = _heapify  # (bound Final: compiled code reads it directly)
+heappop: Final = _heappop  # (bound Final: compiled code reads it directly)
+heappush: Final = _heappush  # (bound Final: compiled code reads it directly)
 
 COMPACT_AT: Final = 64
 """An FCFS queue drops the requests it served from the front of its list once this many are
@@ -107,7 +113,7 @@ class PriorityQueue(WaitingQueue):
 
     def add(self, request: Request) -> None:
         self._seq += 1
-        heapq.heappush(self._heap, (request.priority, request.engine_arrival_s, self._seq, request))
+        heappush(self._heap, (request.priority, request.engine_arrival_s, self._seq, request))
 
     def prepend(self, request: Request) -> None:
         self.add(request)  # vLLM pushes a preempted request back into the heap
@@ -116,11 +122,11 @@ class PriorityQueue(WaitingQueue):
         return self._heap[0][3]
 
     def pop(self) -> Request:
-        return heapq.heappop(self._heap)[3]
+        return heappop(self._heap)[3]
 
     def remove(self, request: Request) -> None:
         self._heap = [entry for entry in self._heap if entry[3] is not request]
-        heapq.heapify(self._heap)
+        heapify(self._heap)
 
     def __len__(self) -> int:
         return len(self._heap)

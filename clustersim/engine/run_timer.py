@@ -108,11 +108,12 @@ class RunTimer:
         last = self.last
         order = (self.anchor_order if last == self.anchor_step
                  else StepEndOrder(self.ends_s, last, self.anchor_step, self.anchor_order))
-        timer = self.timer = Alarm([self._timer_fired])
+        timer = self.timer = Alarm([self])  # (called: __call__, no bound method per chunk)
         self.clock.schedule_stand_in(timer, self.ends_s[last], order)
 
-    def _timer_fired(self, timer: Alarm) -> None:
-        # the stand-in's only callback, and it is a normal event: fire_now's condition holds
+    def __call__(self, timer: Alarm) -> None:
+        """A stand-in fired (the run is its only callback, and it is a normal event:
+        fire_now's condition holds)."""
         if timer is not self.timer:
             return  # the run was cut shorter; this stand-in counted as gone then
         clock = self.clock

@@ -464,9 +464,10 @@ class Scheduler:
                 prefill_tokens += num_new
                 attn_pairs += num_new * context + num_new * (num_new + 1) / 2
                 prefill_kv += context + num_new
-        if plan.num_bulk:  # each member attended to its context and its new token
+        members = self.decoding
+        if plan.num_bulk and members is not None:  # each attended to its context and token
             num_decodes += plan.num_bulk
-            decode_kv += self.decoding.sum_computed  # type: ignore[union-attr]
+            decode_kv += members.sum_computed
         plan.num_decode_tokens = num_decodes
         plan.decode_kv_tokens = decode_kv
         plan.num_prefill_tokens = prefill_tokens
