@@ -40,11 +40,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from clustersim.cluster.flows import TransferFailed
+from clustersim.cluster.flows import FlowNetwork, TransferFailed
 from clustersim.cluster.router import Router
 from clustersim.engine.clock import Outcome, Signal, Waitable, alarm, call_soon, now_of, on_event
+from clustersim.engine.instance import Instance
 from clustersim.engine.request import Request, RequestStatus
 
 if TYPE_CHECKING:
@@ -109,7 +110,9 @@ class KVConnector:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self.dispatch: Dispatch = cluster.dispatch
-        self.instances: dict[str, list[Any]] = cluster.instances
+        self.instances: dict[str, list[Instance]] = cluster.instances
+        """(The prefill and decode pools' instances: plain engines, read as compiled ones.)"""
+        self.flows: FlowNetwork | None = cluster.flows
         self.routers: dict[str, Router] = cluster.routers
         self.env = cluster.env
         self.spec = cluster.kv_transfer
@@ -139,7 +142,7 @@ class KVConnector:
         client.prefill_instance = instance.name
         self._started(handoff, instance)
 
-    def _started(self, handoff: Handoff, prefill) -> None:
+    def _started(self, handoff: Handoff, prefill: Instance) -> None:
         raise NotImplementedError
 
     def _to_decode(self, handoff: Handoff) -> None:
@@ -189,7 +192,7 @@ class KVConnector:
             decode_index, handoff, num_tokens, done, prefill))
 
     def _start_transfer(self, decode_index: int, handoff: Handoff, num_tokens: int,
-                        done: Signal, prefill) -> None:
+                        done: Signal, prefill: Instance) -> None:
         if not self._live(handoff):
             return  # the decode side has dropped the request
         cluster = self.cluster
@@ -210,13 +213,15 @@ class KVConnector:
         if pair not in self._paired:
             self._paired.add(pair)
             extra = self.spec.handshake_s
-        transfer = handoff.transfer = cluster.flows.transfer(
+        flows = self.flows
+        assert flows is not None  # (a disaggregated cluster has a topology)
+        transfer = handoff.transfer = flows.transfer(
             handoff.client.request_id, list(prefill.gpus), list(decode.gpus), num_bytes, extra
         )
         on_event(transfer, lambda event: self._transferred(handoff, done, prefill, drawn,
                                                            num_bytes, event))
 
-    def _transferred(self, handoff: Handoff, done: Signal, prefill, drawn: str | None,
+    def _transferred(self, handoff: Handoff, done: Signal, prefill: Instance, drawn: str | None,
                      num_bytes: int, transfer: Outcome) -> None:
         handoff.transfer = None
         if not transfer.ok:
@@ -239,18 +244,19 @@ class KVConnector:
         client.handoff_end_s = now_of(self.env)
         done.succeed()
 
-    def _when_readable(self, handoff: Handoff, prefill, then: Callable[[], None]) -> None:
+    def _when_readable(self, handoff: Handoff, prefill: Instance, then: Callable[[], None]) -> None:
         """Call ``then`` once the producer's KV can be read (never: the request was
         dropped)."""
         then()
 
-    def _nothing_to_read(self, handoff: Handoff, prefill) -> None:
+    def _nothing_to_read(self, handoff: Handoff, prefill: Instance) -> None:
         prefill.release_kv(handoff.producer)
 
     # ---------------------------------------------------------- completion
     def producer_done(self, index: int, producer: Request) -> None:
         """The prefill copy finished (its blocks wait to be read) or was rejected."""
-        handoff = self._handoffs.pop(producer)
+        handoff = self._handoffs[producer]
+        del self._handoffs[producer]  # (not pop: a generic method call in compiled code)
         client = handoff.client
         self.routers["prefill"].returned(index, client)
         client.num_preemptions += producer.num_preemptions
@@ -359,8 +365,11 @@ class KVConnector:
 
     def consumer_done(self, client: Request) -> None:
         """The decode half finished or was rejected (a request routed elsewhere: nothing)."""
-        handoff = self._handoffs.pop(client, None)
-        if handoff is not None and client.status is RequestStatus.REJECTED:
+        handoff = self._handoffs.get(client)
+        if handoff is None:
+            return
+        del self._handoffs[client]
+        if client.status is RequestStatus.REJECTED:
             # rejected on the decode side: the prefill copy's blocks will never be read
             self._consumer_rejected(handoff)
 
@@ -382,7 +391,7 @@ class NixlConnector(KVConnector):
         super().__init__(cluster)
         self.recomputes_failed_loads = self.spec.kv_load_failure_policy == "recompute"
 
-    def _started(self, handoff: Handoff, prefill) -> None:
+    def _started(self, handoff: Handoff, prefill: Instance) -> None:
         handoff.producer_sent = True
         prefill.submit(handoff.producer)
 
@@ -392,9 +401,14 @@ class NixlConnector(KVConnector):
     def _proxy_to_decode(self, handoff: Handoff) -> None:
         """The proxy has the prefill's answer: after its latency, on to a decode instance."""
         if self.spec.proxy_latency_s > 0:
-            alarm(self.env, self.spec.proxy_latency_s, lambda _event: self._proxied(handoff))
+            self._proxied_after(self.spec.proxy_latency_s, handoff)
             return
         self._proxied(handoff)
+
+    def _proxied_after(self, latency_s: float, handoff: Handoff) -> None:
+        # (the closure in a method of its own: a function holding one builds its variables'
+        # cell object on every call, on paths without the closure too)
+        alarm(self.env, latency_s, lambda _event: self._proxied(handoff))
 
     def _proxied(self, handoff: Handoff) -> None:
         if self._live(handoff):
@@ -410,7 +424,7 @@ class SGLangConnector(KVConnector):
     name: ClassVar[str] = "sglang"
     # a failed push fails the request (SGLang has no recompute path for it)
 
-    def _started(self, handoff: Handoff, prefill) -> None:
+    def _started(self, handoff: Handoff, prefill: Instance) -> None:
         producer = handoff.producer
         reason = prefill.refusal(producer)
         if reason is not None:
@@ -419,7 +433,7 @@ class SGLangConnector(KVConnector):
         handoff.prefill_done = Signal(self.env)
         self._to_decode(handoff)
 
-    def _when_readable(self, handoff: Handoff, prefill, then: Callable[[], None]) -> None:
+    def _when_readable(self, handoff: Handoff, prefill: Instance, then: Callable[[], None]) -> None:
         if not handoff.producer_sent:
             handoff.producer_sent = True
             prefill.submit(handoff.producer)  # decode has allocated: prefill may start
@@ -430,7 +444,7 @@ class SGLangConnector(KVConnector):
 
         on_event(handoff.prefill_done, prefilled)  # type: ignore[arg-type]
 
-    def _nothing_to_read(self, handoff: Handoff, prefill) -> None:
+    def _nothing_to_read(self, handoff: Handoff, prefill: Instance) -> None:
         if handoff.producer_sent:
             prefill.release_kv(handoff.producer)
         else:  # the prefill never started; take it back from the prefill router

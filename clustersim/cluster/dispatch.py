@@ -57,7 +57,12 @@ class Dispatch:
         if api is None:
             self._enter(request)
             return
-        alarm(self.env, api.before_engine_s(request), lambda _event: self._enter(request))
+        self._enter_after(api.before_engine_s(request), request)
+
+    def _enter_after(self, delay_s: float, request: Request) -> None:
+        # (the closure in a method of its own: a function holding one builds its variables'
+        # cell object on every call, on paths without the closure too)
+        alarm(self.env, delay_s, lambda _event: self._enter(request))
 
     def _enter(self, request: Request) -> None:
         kind = self.kind
@@ -109,8 +114,9 @@ class Dispatch:
 
     def returned(self, request: Request) -> None:
         """The request no longer holds the instance it was routed to (done, or lost)."""
-        route = self.route_of.pop(request, None)
+        route = self.route_of.get(request)
         if route is not None:
+            del self.route_of[request]  # (not pop: a generic method call in compiled code)
             self.routers[route[0]].returned(route[1], request)
 
     def kv_load(self, index: int, request: Request, num_blocks: int) -> Waitable:
@@ -137,5 +143,8 @@ class Dispatch:
         assert request.first_token_s is not None and request.finish_s is not None
         request.first_token_s += delay
         request.finish_s += delay
-        alarm(self.env, delay, lambda _event: self.on_done(request))
+        self._done_after(delay, request)
+
+    def _done_after(self, delay_s: float, request: Request) -> None:
+        alarm(self.env, delay_s, lambda _event: self.on_done(request))  # (as _enter_after)
 

@@ -604,7 +604,8 @@ class FlowNetwork:
             alarm(self.env, delay, lambda _event: self._wake(generation, _event))
 
     def _finish(self, key: int) -> None:
-        transfer = self._owner.pop(key)
+        transfer = self._owner[key]
+        del self._owner[key]  # (not pop: a generic method call in compiled code)
         edges, size = transfer.sub_flows[key]
         for edge in edges:
             self._edge_bytes[edge] += size

@@ -162,7 +162,8 @@ class DecodeSet:
     def leave(self, request: Request) -> None:
         """Sync ``request`` and take it out (its finish entry is dropped when popped)."""
         self.sync(request)
-        phase = self.joined.pop(request)[3]
+        phase = self.joined[request][3]
+        del self.joined[request]  # (not pop: a generic method call in compiled code)
         self.sum_computed -= request.num_computed_tokens
         del self.phases[phase][request]
         self.phase_sizes[phase] -= 1

@@ -181,8 +181,14 @@ class KVCacheManager:
 
     def free(self, request: Request) -> None:
         """Drop the request's references; blocks reaching zero return to the free queue."""
-        blocks = self.req_to_blocks.pop(request.request_id, None)
-        self._num_cached_blocks.pop(request.request_id, None)
+        # (get and del: dict.pop is a generic method call in compiled code)
+        rid = request.request_id
+        if rid in self._num_cached_blocks:
+            del self._num_cached_blocks[rid]
+        blocks = self.req_to_blocks.get(rid)
+        if blocks is None:
+            return
+        del self.req_to_blocks[rid]
         if not blocks:
             return
         if not self.shares_blocks(request):
