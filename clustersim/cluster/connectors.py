@@ -321,7 +321,7 @@ class KVConnector:
             if handoff.producer.status is RequestStatus.FINISHED:
                 handoff.source_lost = cause
                 if handoff.transfer is not None:  # the read under way breaks off
-                    cluster.flows.cancel(handoff.transfer)
+                    self.flows.cancel(handoff.transfer)  # type: ignore[union-attr]
                     handoff.transfer = None
                     self._load_failed(handoff, cause)
                 continue  # a read not begun yet fails when it begins
@@ -338,9 +338,8 @@ class KVConnector:
         handoff = self._handoffs.pop(client, None)
         if handoff is None:
             return
-        cluster = self.cluster
         if handoff.transfer is not None:
-            cluster.flows.cancel(handoff.transfer)
+            self.flows.cancel(handoff.transfer)  # type: ignore[union-attr]
             handoff.transfer = None
         producer = handoff.producer
         prefill = self.instances["prefill"][handoff.prefill_index]

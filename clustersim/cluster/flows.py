@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from heapq import heapify as _heapify
 from heapq import heappop as _heappop
 from heapq import heappush as _heappush
-from typing import Any, Final, cast
+from typing import Final, cast
 
 from clustersim.cluster.topology import Topology
 from clustersim.engine.clock import Env, Outcome, alarm, now_of
@@ -567,9 +567,9 @@ class FlowNetwork:
         """Sub-flows ``keys`` begin to move bytes after ``latency_s``. (A closure of its own
         per call: a lambda in the caller's loop would see the loop's last keys. Cheaper than
         a ``partial`` of a bound method: one compiled object, called natively.)"""
-        alarm(self.env, latency_s, lambda _event: self._start(keys, _event))
+        alarm(self.env, latency_s, lambda _event: self._start(keys))
 
-    def _start(self, keys: list[int], _event: Any) -> None:
+    def _start(self, keys: list[int]) -> None:
         """Sub-flows whose latency is over begin to move bytes."""
         self._settle()
         for key in keys:
@@ -583,7 +583,7 @@ class FlowNetwork:
                 self._finish(key)
         self._replan()
 
-    def _wake(self, generation: int, _event: Any) -> None:
+    def _wake(self, generation: int) -> None:
         """The earliest completion planned by the latest re-plan is due."""
         if generation != self._generation:
             return  # planned before a later start or end changed the rates
@@ -601,7 +601,7 @@ class FlowNetwork:
         delay = self._fluid.replan()
         if delay is not None:
             generation = self._generation
-            alarm(self.env, delay, lambda _event: self._wake(generation, _event))
+            alarm(self.env, delay, lambda _event: self._wake(generation))
 
     def _finish(self, key: int) -> None:
         transfer = self._owner[key]
