@@ -64,3 +64,20 @@ def test_an_urgent_event_at_now_comes_before_the_normal_ones_already_queued():
     assert env.peek() == 0.0
     env.run()
     assert seen == ["urgent", "normal", "later"] and env.peek() == float("inf")
+
+
+def test_an_alarm_with_a_callback_calls_it_once_and_taking_it_back_cancels_it():
+    env = Clock()
+    seen: list[tuple[str, float]] = []
+    alarm(env, 1.0, lambda _e: seen.append(("kept", env.now)))
+    cancelled = alarm(env, 0.5, lambda _e: seen.append(("cancelled", env.now)))
+    cancelled.call = None  # (how an engine that fails mid-step drops the step's end)
+
+    def waiter():
+        yield alarm(env, 2.0)  # no callback: a process waits on it as on a timeout
+        seen.append(("waited", env.now))
+
+    env.process(waiter())
+    env.run()
+    assert seen == [("kept", 1.0), ("waited", 2.0)]
+    assert env.now == 2.0

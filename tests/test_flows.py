@@ -217,6 +217,18 @@ def test_same_gpus_or_no_bytes_cost_latency_only():
     assert sum(net.link_utilization(1.0).values()) == 0.0
 
 
+def test_a_one_gpu_handoff_times_exactly_as_the_general_path():
+    # one GPU to one GPU takes a shortcut (no pairing, splitting, latency groups): its
+    # ideal time must be the fluid replay's to the last bit, its record the same
+    env, net = network()
+    (record,) = run(env, net.transfer("r0", ["node0/gpu0"], ["node1/gpu0"], KV_BYTES, 1e-4))
+    edges, latency_s, label = net._route("node0/gpu0", "node1/gpu0")
+    start_s = latency_s + 1e-4
+    assert record.ideal_s == drain_alone([(start_s, edges, KV_BYTES)], net._capacity)[0]
+    assert (record.start_s, record.path, record.requested_s) == (start_s, label, 0.0)
+    assert record.end_s == record.ideal_s  # alone on idle links
+
+
 def test_extra_latency_is_added_before_the_bytes_flow():
     env, net = network()
     (record,) = run(env, net.transfer("r0", ["node0/gpu0"], ["node1/gpu0"], KV_BYTES, 0.5))

@@ -23,7 +23,6 @@ tested without SimPy; :class:`FlowNetwork` is the SimPy shell that the cluster c
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -361,7 +360,9 @@ class FlowNetwork:
         self._routes: dict[tuple[str, str], tuple[tuple[int, ...], float, str]] = {}
         self._fluid = FluidState(self._capacity, env.now)
         self._owner: dict[int, _Transfer] = {}  # sub-flow key -> its transfer
-        self._keys = itertools.count()
+        self._next_key = 0
+        """The next sub-flow's key."""
+        self._narrowest_of: dict[tuple[int, ...], float] = {}
         self._generation = 0
         self._down: dict[tuple[str, str], list[str]] = {}
         """Failed directed edges, with the failures that hold each down (oldest first)."""
@@ -386,9 +387,12 @@ class FlowNetwork:
             raise ValueError(f"transfer {tag}: empty GPU group")
         if num_bytes < 0 or extra_latency_s < 0:
             raise ValueError(f"transfer {tag}: negative bytes or latency")
+        now = now_of(self.env)
+        if len(src_gpus) == 1 and len(dst_gpus) == 1 and not self._down:
+            return self._transfer_one(tag, src_gpus[0], dst_gpus[0], num_bytes,
+                                      extra_latency_s, now)
         pairs = pair_ranks(src_gpus, dst_gpus)
         sizes = split_bytes(num_bytes, len(pairs))
-        now = now_of(self.env)
         if self._down:
             cut = next((p for p in pairs if self._route(*p) is None), None)
             if cut is not None:
@@ -432,7 +436,8 @@ class FlowNetwork:
             pair = pairs[i]
             latency = latencies[i]
             _, edges, size = subs[i]
-            key = next(self._keys)
+            key = self._next_key
+            self._next_key = key + 1
             transfer.sub_flows[key] = (edges, size)
             transfer.ends[key] = pair
             self._owner[key] = transfer
@@ -441,6 +446,41 @@ class FlowNetwork:
         for latency, keys in by_latency.items():
             self._start_after(latency, keys)
         return transfer.event
+
+    def _transfer_one(self, tag: str, src: str, dst: str, num_bytes: int,
+                      extra_latency_s: float, now: float) -> Outcome:
+        """:meth:`transfer` between two single GPUs with every link up (most handoffs):
+        one sub-flow, so no pairing, splitting or grouping by latency, and its time alone
+        on idle links in closed form (as :func:`drain_alone` computes one flow's)."""
+        route = self._route(src, dst)
+        assert route is not None  # (no link is down)
+        edges, path_latency_s, label = route
+        latency = path_latency_s + extra_latency_s
+        start_s = now + latency
+        size = num_bytes if edges else 0
+        ideal_s: float | None = None
+        if self.ideal_times:
+            end_s = start_s
+            if size:
+                end_s = start_s + float(size) / self._narrowest(edges)
+            ideal_s = end_s - now
+        transfer = _Transfer(tag, (src,), (dst,), label, num_bytes, now, start_s, ideal_s,
+                             Outcome(self.env), 1)
+        key = self._next_key
+        self._next_key = key + 1
+        transfer.sub_flows[key] = (edges, size)
+        transfer.ends[key] = (src, dst)
+        self._owner[key] = transfer
+        self._live[id(transfer.event)] = transfer
+        self._start_after(latency, [key])
+        return transfer.event
+
+    def _narrowest(self, edges: tuple[int, ...]) -> float:
+        """The least capacity along ``edges`` (one flow's max-min rate), cached per path."""
+        rate = self._narrowest_of.get(edges)
+        if rate is None:
+            rate = self._narrowest_of[edges] = max_min_rates([edges], self._capacity)[0]
+        return rate
 
     def link_utilization(self, span_s: float) -> dict[str, float]:
         """Per link id: bytes carried so far / (effective bytes_per_s x ``span_s``).

@@ -73,9 +73,12 @@ class Alarm:
     compare by ``eid`` alone), or a stand-in's :class:`StepEndOrder`. (One class, with no
     subclass: the heap's entries are then checked by their exact type.)"""
 
-    def __init__(self, callbacks: list[Callable[[Any], None]] | None) -> None:
+    def __init__(self, callbacks: list[Callable[[Any], None]] | None,
+                 call: Callable[[Any], None] | None = None) -> None:
         """``callbacks``: what it calls when processed (None: a heap entry for another
-        event, which holds its own)."""
+        event, which holds its own, or an alarm with ``call``). ``call``: its one callback,
+        when nothing else can wait on it (a :class:`Clock` calls it; no list is built for
+        it, and taking it back, ``call = None``, cancels the alarm)."""
         self.at = 0.0
         self.priority: int = NORMAL
         self.eid = 0
@@ -84,6 +87,7 @@ class Alarm:
         self.event: Any = None
         """The event this entry stands for (None: this alarm itself)."""
         self.callbacks = callbacks
+        self.call = call
         self._ok = True
         self._value: Any = None
 
@@ -155,8 +159,16 @@ def alarm(env: Env, delay: float,
           callback: Callable[[Any], None] | None = None, priority: int = NORMAL) -> Alarm:
     """``env.timeout(delay)`` (the same place in the event order), calling ``callback`` with
     it when it is processed. ``priority=URGENT`` with no delay: where a process started now
-    would first run (SimPy's ``Initialize``)."""
-    event = Alarm([] if callback is None else [callback])
+    would first run (SimPy's ``Initialize``). On a :class:`Clock`, an alarm with a callback
+    holds it as its ``call`` (cancelled by ``call = None``), and nothing else may wait on it;
+    one without, a process can wait on."""
+    event: Alarm
+    if callback is None:
+        event = Alarm([])
+    elif isinstance(env, Clock):
+        event = Alarm(None, callback)
+    else:
+        event = Alarm([callback])  # (SimPy's own loop reads only the callbacks)
     _schedule(env, event, priority, delay)
     return event
 
@@ -509,8 +521,15 @@ class Clock:
                 break
             self._now = entry.at
             event: Any = entry.event
-            if event is None:
-                event = entry  # an alarm: its own entry
+            if event is None:  # an alarm: its own entry
+                call = entry.call
+                if call is not None:  # (its one callback, most of the events)
+                    entry.call = None
+                    call(entry)
+                    continue
+                if entry.callbacks is None:
+                    continue  # its call was taken back
+                event = entry
             callbacks = _take_callbacks(event)
             done = 0
             try:
@@ -532,6 +551,13 @@ class Clock:
         self._now = entry.at
         event: Any = entry.event
         if event is None:
+            call = entry.call
+            if call is not None:
+                entry.call = None
+                call(entry)
+                return
+            if entry.callbacks is None:
+                return
             event = entry
         callbacks, event.callbacks = event.callbacks, None
         for callback in callbacks:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from clustersim.engine.clock import URGENT, Clock, Env, Signal, Waitable, alarm, now_of
+from clustersim.engine.clock import URGENT, Alarm, Clock, Env, Signal, Waitable, alarm, now_of
 from clustersim.engine.decode_run import (
     DecodeRun,
     advance_run,
@@ -202,6 +202,8 @@ class Instance:
                 run.release()  # its own run (a lockstep group releases the group's)
         if looping:  # the step in progress never ends: nothing waits for it
             awaited = self._awaited
+            if isinstance(awaited, Alarm):
+                awaited.call = None  # (its one callback, when it has one)
             if awaited is not None and awaited.callbacks:
                 awaited.callbacks.clear()
             self._awaited = self._plan = self._next = None

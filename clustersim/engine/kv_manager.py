@@ -146,19 +146,24 @@ class KVCacheManager:
         if num_new_blocks + num_evictable_hits + watermark_blocks > num_free - reserved_blocks:
             return False
 
-        if held is None:
-            held = self.req_to_blocks[request.request_id] = []
-        if hit_blocks:
-            self._touch(hit_blocks)
-            held.extend(hit_blocks)
-            self._num_cached_blocks[request.request_id] = len(held)
-        if num_new_blocks:
-            taken = self._take(num_new_blocks)
-            if self.shares_blocks(request):
-                ref_cnt = self._ref_cnt
-                for block_id in taken:
-                    ref_cnt[block_id] = 1
-            held.extend(taken)
+        taken: list[int] | None = None
+        if held is None and not hit_blocks:  # a new request: the blocks taken are its list
+            taken = self._take(num_new_blocks) if num_new_blocks else []
+            self.req_to_blocks[request.request_id] = taken
+        else:
+            if held is None:
+                held = self.req_to_blocks[request.request_id] = []
+            if hit_blocks:
+                self._touch(hit_blocks)
+                held.extend(hit_blocks)
+                self._num_cached_blocks[request.request_id] = len(held)
+            if num_new_blocks:
+                taken = self._take(num_new_blocks)
+                held.extend(taken)
+        if taken and self.shares_blocks(request):
+            ref_cnt = self._ref_cnt
+            for block_id in taken:
+                ref_cnt[block_id] = 1
         if not delay_cache_blocks:
             self.cache_blocks(request, min(total, request.num_tokens))
         return True
@@ -228,7 +233,7 @@ class KVCacheManager:
 
     def _take(self, n: int) -> list[int]:
         """Pop ``n`` blocks from the head of the free queue, in order, evicting any cached
-        prefix they carry."""
+        prefix they carry (a new list: the caller may keep it)."""
         plain = self._plain
         self._num_free -= n
         if n <= len(plain):

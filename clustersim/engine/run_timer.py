@@ -108,7 +108,7 @@ class RunTimer:
         last = self.last
         order = (self.anchor_order if last == self.anchor_step
                  else StepEndOrder(self.ends_s, last, self.anchor_step, self.anchor_order))
-        timer = self.timer = Alarm([self])  # (called: __call__, no bound method per chunk)
+        timer = self.timer = Alarm(None, self)  # (its call: __call__, no bound method)
         self.clock.schedule_stand_in(timer, self.ends_s[last], order)
 
     def __call__(self, timer: Alarm) -> None:
