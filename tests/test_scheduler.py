@@ -41,6 +41,25 @@ def test_priority_preemption_takes_the_least_urgent_running_request():
     assert [r.request_id for r in plan.preempted] == ["lax"]
 
 
+def test_priority_self_preemption_after_refunding_a_scheduled_victim_schedules_nobody_twice():
+    # 5 usable blocks: a and x hold one each, y's first 38-token chunk three. Next step a and
+    # x decode within their blocks (scheduled, no allocation); y's next chunk needs two more
+    # blocks: victim x (least urgent, already scheduled: refunded, one block back), still
+    # short, then y itself. vLLM steps req_index back for x only, so the running loop goes on
+    # after a (once counted for y as well, it went back to a and scheduled it twice).
+    s = make_scheduler(blocks=6, policy="priority", max_num_batched_tokens=40,
+                       max_model_len=128, scheduler_reserve_full_isl=False)
+    s.add_request(Request("a", 0.0, 8, 30, priority=0))
+    s.add_request(Request("x", 0.0, 8, 30, priority=9))
+    step(s)
+    s.add_request(Request("y", 1.0, 100, 5, priority=5))
+    assert step(s) == {"a": 1, "x": 1, "y": 38}
+    plan = s.schedule()
+    assert [(r.request_id, n) for r, n in plan.scheduled] == [("a", 1)]
+    assert [r.request_id for r in plan.preempted] == ["x", "y"]
+    assert plan.num_scheduled_tokens == 1
+
+
 def test_fcfs_preemption_takes_the_newest_and_stops():
     s = make_scheduler(blocks=5)
     for rid in ("a", "lax", "b"):

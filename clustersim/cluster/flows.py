@@ -647,8 +647,9 @@ class FlowNetwork:
         transfer = self._owner[key]
         del self._owner[key]  # (not pop: a generic method call in compiled code)
         edges, size = transfer.sub_flows[key]
-        for edge in edges:
-            self._edge_bytes[edge] += size
+        edge_bytes = self._edge_bytes
+        for edge in edges:  # (not +=: compiled, a list item's += is a generic add)
+            edge_bytes[edge] = edge_bytes[edge] + size
         transfer.num_pending -= 1
         if transfer.num_pending:
             return

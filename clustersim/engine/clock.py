@@ -677,11 +677,12 @@ class Clock:
         tell it when an event lands on one."""
         if self._filled + hi - lo > (self._mask + 1) >> 1:
             self._rebuild(owner, hi - lo)
-        self._coalescers[owner] = None
+        if owner not in self._coalescers:  # (a run's later chunks: already in)
+            self._coalescers[owner] = None
         table = self._table
         mask = self._mask
         ends: list[object] = times_s  # type: ignore[assignment]  # (the objects, unboxed once)
-        ties: list[float] = []
+        ties: list[float] | None = None  # (rare: no list unless one is met)
         for i in range(lo, hi):
             end = ends[i]
             slot = int(cast(float, end) * NS_PER_S) & mask  # (_slot, inline: 1.2 M a run)
@@ -695,10 +696,13 @@ class Clock:
                 slot = (slot + 1) & mask
             table[slot] = end
             if tied:
+                if ties is None:
+                    ties = []
                 ties.append(times_s[i])
         self._filled += hi - lo
-        for at_s in ties:
-            owner.on_tie(at_s)  # a stand-in already there: the keys must order the two
+        if ties is not None:
+            for at_s in ties:
+                owner.on_tie(at_s)  # a stand-in already there: the keys must order the two
 
     def unwatch(self, times_s: list[float], lo: int, hi: int) -> None:
         """Step ends ``times_s[lo:hi]`` no longer skipped (the run ends before them): an event

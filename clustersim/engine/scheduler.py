@@ -187,7 +187,7 @@ class Scheduler:
             # case); anything else goes through allocate_slots and, if needed, preemption.
             held = kv_blocks.get(request.request_id) if is_decode else None
             if held is None or len(held) * block_size <= num_computed:
-                allocated, removed_before = self._allocate_running(request, num_new, index, plan)
+                allocated, removed_before = self._allocate_running(request, num_new, plan)
                 index -= removed_before
                 budget = self._token_budget - plan.num_scheduled_tokens  # victims refunded
                 if not allocated:
@@ -218,7 +218,7 @@ class Scheduler:
                     break
                 if request.status is not RequestStatus.RUNNING:
                     continue  # preempted meanwhile
-                allocated, _ = self._allocate_running(request, 1, len(running), plan, admitted)
+                allocated, _ = self._allocate_running(request, 1, plan, admitted)
                 budget = self._token_budget - plan.num_scheduled_tokens
                 if not allocated:
                     if cfg.policy == "priority":
@@ -385,14 +385,16 @@ class Scheduler:
         self,
         request: Request,
         num_new: int,
-        index: int,
         plan: StepPlan,
         protected: frozenset[int] = frozenset(),
     ) -> tuple[bool, int]:
         """Allocate for a running request, preempting victims until it fits (§3.3).
 
-        Returns whether it fits and how many victims were taken from before ``index``. A victim
-        whose id is in ``protected`` is not preempted: the allocation fails instead.
+        Returns whether it fits and how many victims this step had already scheduled (all
+        before the request in ``running``): vLLM steps its ``req_index`` back once for each
+        of those, and only for those (not for the request itself, nor for a skipped one
+        before it). A victim whose id is in ``protected`` is not preempted: the allocation
+        fails instead.
         """
         running = self.running
         removed_before = 0
@@ -404,10 +406,10 @@ class Scheduler:
             if id(victim) in protected:
                 return False, removed_before
             victim_index = len(running) - 1 if victim is running[-1] else running.index(victim)
-            if victim_index < index:
-                removed_before += 1
+            bulk = victim_index < plan.num_bulk  # (a decode-set member, scheduled in bulk)
             del running[victim_index]
-            self._unrecord(plan, victim)
+            if self._unrecord(plan, victim) or bulk:
+                removed_before += 1
             self._preempt(victim)
             plan.preempted = listed(plan.preempted, victim)
             if victim is request:
@@ -432,13 +434,15 @@ class Scheduler:
         plan.num_scheduled_tokens += num_new
 
     @staticmethod
-    def _unrecord(plan: StepPlan, request: Request) -> None:
-        """Refund a victim that was already scheduled this step (priority / step policies)."""
+    def _unrecord(plan: StepPlan, request: Request) -> bool:
+        """Refund a victim that was already scheduled this step (priority / step policies);
+        whether it was."""
         for position, (scheduled, num_new) in enumerate(plan.scheduled):
             if scheduled is request:
                 del plan.scheduled[position]
                 plan.num_scheduled_tokens -= num_new
-                return
+                return True
+        return False
 
     def _update_after_schedule(self, plan: StepPlan) -> None:
         """Advance ``num_computed_tokens`` and collect what the cost model needs (§3.5)."""
