@@ -48,6 +48,10 @@ class WaitingQueue:
     def __iter__(self) -> Iterator[Request]:
         raise NotImplementedError
 
+    def __contains__(self, request: object) -> bool:
+        """Whether this very request waits here (by identity)."""
+        return any(waiting is request for waiting in self)
+
 
 class FCFSQueue(WaitingQueue):
     """Waiting requests in arrival order; preempted ones go back to the front. A list read
@@ -101,6 +105,10 @@ class FCFSQueue(WaitingQueue):
 
     def __iter__(self) -> Iterator[Request]:
         return iter(self._items[self._head:])
+
+    def __contains__(self, request: object) -> bool:
+        items = self._items
+        return any(items[i] is request for i in range(self._head, len(items)))
 
 
 class PriorityQueue(WaitingQueue):

@@ -12,7 +12,6 @@ Like vLLM, ``schedule()`` applies the schedule-time transitions itself (blocks a
 from __future__ import annotations
 
 from array import array
-from collections import deque
 
 from clustersim.engine.config import SchedulerConfig
 from clustersim.engine.decode_set import DecodeSet, StepClock
@@ -55,7 +54,9 @@ class Scheduler:
         self.waiting: WaitingQueue = (
             PriorityQueue() if config.policy == "priority" else FCFSQueue()
         )
-        self.kv_holding: deque[Request] = deque()
+        self.kv_holding = FCFSQueue()
+        """Requests whose prompt KV is being pulled, in the order they started (a compiled
+        queue: the scheduler reads it every step)."""
         """Waiting requests that already hold blocks (pulling remote KV); served first (v0.33)."""
         self.kv_held: dict[str, Request] = {}
         """Finished producer requests whose blocks wait to be read by a decode instance."""
@@ -248,7 +249,7 @@ class Scheduler:
         blocked: list[Request] = NOTHING  # holding requests whose pull is still in flight
         stopped_by: str | None = "budget"
         while budget > 0:
-            from_holding = bool(holding)
+            from_holding = len(holding) > 0
             if not from_holding and not len(waiting):
                 stopped_by = None
                 break
@@ -256,9 +257,9 @@ class Scheduler:
                 stopped_by = "seats"
                 break  # seat cap counts every running request (§3.4 step 2)
             if from_holding:
-                request = holding[0]
+                request = holding.peek()
                 if not request.kv_transfer_done:
-                    blocked = listed(blocked, holding.popleft())
+                    blocked = listed(blocked, holding.pop())
                     continue
                 self._finish_remote_load(request)
             else:
@@ -299,7 +300,7 @@ class Scheduler:
                 plan.waiting_head = request
                 break  # head-of-line blocking: no later request is tried
             if from_holding:
-                holding.popleft()
+                holding.pop()
             else:
                 waiting.pop()
             running.append(request)
@@ -309,7 +310,8 @@ class Scheduler:
             budget -= num_new
         plan.waiting_stopped_by = stopped_by
         if blocked:
-            holding.extendleft(reversed(blocked))
+            for request in reversed(blocked):  # back at the front, in their order
+                holding.prepend(request)
         return budget
 
     def _start_remote_load(self, request: Request, plan: StepPlan) -> bool | None:
@@ -348,7 +350,7 @@ class Scheduler:
         self.waiting.pop()
         request.status = RequestStatus.WAITING_FOR_REMOTE_KVS
         request.num_computed_tokens = hit + external
-        self.kv_holding.append(request)
+        self.kv_holding.add(request)
         # tokens found in the local prefix cache are not read again
         plan.kv_loads = listed(plan.kv_loads, (request, external))
         return True
