@@ -141,12 +141,12 @@ def test_closed_loop_users_with_equal_lengths_drift_apart_only_with_jitter():
     ("jitter_cv", 11, "11 is more than 10: "),
     ("prompt_token_s", "fast", "valid number"),
     ("output_s", 61, "61 s is more than 60 s: "),
-    ("startup_s", 1.0, "Extra inputs are not permitted"),
+    ("startup_s", 1.0, "unknown field"),
 ])
 def test_bad_api_server_values_are_one_line_each_and_exit_2(tmp_path, field, value, says):
     data = scenario(api_server={field: value})
-    code, output = run_cli("simulate", str(write_scenario(tmp_path, data)), "--out",
-                           str(tmp_path / "out"))
+    path = write_scenario(tmp_path, data)
+    code, output = run_cli("simulate", str(path), "--out", str(tmp_path / "out"))
     assert code == 2
     (line,) = output.strip().splitlines()
-    assert line.startswith(f"api_server.{field}: ") and says in line
+    assert line.startswith(f"{path}: api_server.{field}: ") and says in line

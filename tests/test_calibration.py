@@ -170,7 +170,7 @@ def test_profile_file_from_a_path(tmp_path):
 
 
 def test_bad_profiles_are_errors(tmp_path):
-    with pytest.raises(ConfigError):
+    with pytest.raises(InputError, match="no such profile file"):  # located by its own path
         load_gpu("rtx4090", profile=str(tmp_path / "missing.yaml"))
     with pytest.raises(ConfigError, match="unknown profile fields"):
         apply_profile(make_gpu(), {"compute_efficency": 0.5})

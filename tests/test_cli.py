@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from clustersim.cli.common import check_out_dir, writing
+from clustersim.errors import ClusterSimError, OutputError
+from clustersim.scenario import load_scenario
 from tests.helpers import explicit, run_cli, scenario, simulate, write_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,7 +65,8 @@ def test_different_seeds_give_different_poisson_traffic(tmp_path):
     ("change", "expected"),
     [
         ({"engine": {"max_num_seqs": 0}}, "engine.max_num_seqs: Input should be greater than 0"),
-        ({"engine": {"max_num_seq": 4}}, "engine.max_num_seq: Extra inputs are not permitted"),
+        ({"engine": {"max_num_seq": 4}},
+         "engine.max_num_seq: unknown field; did you mean max_num_seqs?"),
         ({"engine": {"step_policy": "greedy"}}, "engine.step_policy: Input should be"),
         ({"gpu": "h900"}, "gpu: unknown GPU 'h900'"),
         ({"model": "llama-9"}, "model: unknown model 'llama-9'"),
@@ -98,7 +102,7 @@ def test_different_seeds_give_different_poisson_traffic(tmp_path):
          "topology.count: 2,000 is more than 1,024: a topology's graph and paths are built "
          "before the run"),
         ({"topology": {"node": "dgx-h100", "count": 2, "rails": 8}},
-         "topology.rails: Extra inputs are not permitted"),
+         "topology.rails: unknown field\n"),
         ({"topology": {"node": "dgx-h100-x2", "count": 2}},
          "topology.node: 'dgx-h100-x2' has 2 nodes (node0, node1): a node type is a topology "
          "with one node"),
@@ -120,8 +124,95 @@ def test_bad_scenarios_exit_2_with_path_and_message(tmp_path, change, expected):
     path = write_scenario(tmp_path, scenario(**change))
     code, output = run_cli("simulate", str(path), "--out", str(tmp_path / "out"))
     assert code == 2, output
-    assert output.startswith(expected), output
+    assert output.startswith(f"{path}: {expected}"), output
     assert "Traceback" not in output
+
+
+LOGNORMAL = {"kind": "lognormal", "mean": 100, "cv": 0.5}
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"sede": 7}, "sede: unknown field; did you mean seed?"),
+        ({"engine": {"max_modle_len": 4096}},
+         "engine.max_modle_len: unknown field; did you mean max_model_len?"),
+        ({"layout": {"pools": [{"name": "a", "instancs": 2}]}},
+         "layout.pools[0].instancs: unknown field; did you mean instances?"),
+        # inside kind unions, two levels down: synthetic workload -> lengths -> lognormal
+        ({"workload": {"kind": "synthetic", "arrivals": {"kind": "poisson", "rate_per_s": 1},
+                       "num_requests": 3, "lengths": {
+                           "kind": "independent", "output_tokens": 4,
+                           "prompt_tokens": {**LOGNORMAL, "hihg": 500}}}},
+         "workload.lengths.prompt_tokens.hihg: unknown field; did you mean high?"),
+        ({"topology": [{"node": "dgx-h100", "cont": 1}]},
+         "topology[0].cont: unknown field; did you mean count?"),
+        # nothing close: no guess
+        ({"workload": {"kind": "poisson", "rate_per_s": 1, "num_requests": 3,
+                       "output_tokens": 4, "prompt_tokens": {**LOGNORMAL, "sigma": 1}}},
+         "workload.prompt_tokens.sigma: unknown field"),
+    ],
+)
+def test_a_misspelt_field_names_the_file_and_the_nearest_field(tmp_path, monkeypatch, change,
+                                                               expected):
+    monkeypatch.chdir(tmp_path)
+    write_scenario(tmp_path, scenario(**change), "quickstart.yaml")
+    code, output = run_cli("simulate", "quickstart.yaml")
+    assert code == 2 and "Traceback" not in output, output
+    lines = output.splitlines()  # a misspelt required field is also a missing one
+    assert lines[-1] == f"quickstart.yaml: {expected}"  # the file as given
+    assert all(line.startswith("quickstart.yaml: ") for line in lines), output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_errors_of_files_the_scenario_names_keep_their_own_path(tmp_path):
+    (tmp_path / "t.csv").write_text(
+        "arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,3\n1,-1,3\n")
+    path = write_scenario(tmp_path, scenario(workload={"kind": "replay", "trace": "t.csv"}))
+    code, output = run_cli("simulate", str(path), "--out", str(tmp_path / "out"))
+    assert code == 2 and output.startswith("t.csv:3: num_prefill_tokens is negative"), output
+    code, output = run_cli("simulate", str(path), "--out", str(path))  # a file in the way
+    assert code == 2 and output.startswith(f"{path}: cannot create output directory"), output
+    assert "Traceback" not in output
+
+
+@pytest.mark.parametrize(
+    ("command", "change", "message"),
+    [
+        ("simulate", {"engine": {"max_model_len": 1_000_000}},
+         "engine.max_model_len: 1000000 exceeds"),
+        ("simulate", {"layout": {"kind": "disaggregated", "pools": [
+            {"name": "p", "role": "prefill"}, {"name": "d", "role": "decode"}]}},
+         "topology: layout disaggregated needs a topology"),
+        ("plan", {}, "plan: the scenario has no plan: section"),
+        ("compare", {}, "layout.pools[0].instances: compare needs at least 2 colocated"),
+    ],
+)
+def test_a_failed_run_leaves_no_new_folder(tmp_path, monkeypatch, command, change, message):
+    monkeypatch.chdir(tmp_path)
+    write_scenario(tmp_path, scenario(**change), "s.yaml")
+    load_scenario("s.yaml")  # the scenario is valid: the run itself fails
+    (tmp_path / "runs").mkdir()  # a folder the user had stays, empty as it was
+    before = sorted(tmp_path.rglob("*"))
+    code, output = run_cli(command, "s.yaml", "--report", "new/report")
+    assert code == 2, output
+    assert output.startswith(f"s.yaml: {message}") and "Traceback" not in output, output
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_writing_removes_only_the_empty_folders_it_created(tmp_path):
+    (tmp_path / "had").mkdir()
+    with pytest.raises(ValueError), writing(tmp_path / "had" / "new" / "deeper"):
+        raise ValueError("a bug while writing")
+    assert sorted(tmp_path.rglob("*")) == [tmp_path / "had"]
+    with pytest.raises(ClusterSimError), writing(tmp_path / "had" / "a"):
+        (tmp_path / "had" / "a" / "part.csv").write_text("x")
+        raise ClusterSimError("x", "failed after a file was written")
+    assert (tmp_path / "had" / "a" / "part.csv").exists()  # not empty: kept
+    assert check_out_dir(tmp_path / "b" / "c") == tmp_path / "b" / "c"
+    assert not (tmp_path / "b").exists()  # checked, not created
+    with pytest.raises(OutputError, match="cannot create output directory"):
+        check_out_dir(tmp_path / "had" / "a" / "part.csv" / "x")
 
 
 def test_simulate_on_a_node_count_topology_writes_its_summary(tmp_path):

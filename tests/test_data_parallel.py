@@ -218,12 +218,12 @@ def test_data_parallel_ranks_hold_their_share_of_the_experts():
 )
 def test_bad_parallel_settings_are_one_line_config_errors(tmp_path, fields, message):
     data = moe_scenario([("A", 0.0, 8, 2)], **fields)
-    code, output = run_cli("simulate", str(write_scenario(tmp_path, data)),
-                           "--out", str(tmp_path / "out"))
+    path = write_scenario(tmp_path, data)
+    code, output = run_cli("simulate", str(path), "--out", str(tmp_path / "out"))
     assert code == 2
     assert message in output
     lines = output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(message), output
+    assert len(lines) == 1 and lines[0].startswith(f"{path}: {message}"), output
 
 
 def test_data_parallel_prefill_pools_are_refused(tmp_path):

@@ -181,8 +181,10 @@ def test_every_request_is_accounted_for_across_pools(tmp_path):
 def test_disaggregated_layout_without_topology_is_a_config_error(tmp_path):
     data = pd_scenario([("R", 0.0, 40, 5)], topology=None)
     data.pop("topology")
-    code, output = run_cli("simulate", str(write_scenario(tmp_path, data)))
-    assert code == 2 and output.startswith("topology: layout disaggregated needs a topology")
+    path = write_scenario(tmp_path, data)
+    code, output = run_cli("simulate", str(path))
+    assert code == 2
+    assert output.startswith(f"{path}: topology: layout disaggregated needs a topology")
 
 
 def test_compare_runs_both_layouts_and_gives_a_verdict(tmp_path: Path):
@@ -234,10 +236,13 @@ def test_placements_that_do_not_fit_the_topology_are_config_errors(tmp_path):
     too_many = pd_scenario([("R", 0.0, 40, 5)], pools=[
         {"name": "prefill", "role": "prefill", "instances": 6},
         {"name": "decode", "role": "decode", "instances": 4}])
-    code, output = run_cli("simulate", str(write_scenario(tmp_path, too_many)))
-    assert code == 2 and output.startswith("layout.pools.decode: not enough free h100-sxm GPUs")
+    path = write_scenario(tmp_path, too_many)
+    code, output = run_cli("simulate", str(path))
+    assert code == 2
+    assert output.startswith(f"{path}: layout.pools.decode: not enough free h100-sxm GPUs")
     across_nodes = pd_scenario([("R", 0.0, 40, 5)], pools=[
         {"name": "prefill", "role": "prefill", "tensor_parallel_size": 16},
         {"name": "decode", "role": "decode"}])
-    code, output = run_cli("simulate", str(write_scenario(tmp_path, across_nodes, "b.yaml")))
-    assert code == 2 and output.startswith("layout.pools.prefill: a TP group of 16 GPUs")
+    path = write_scenario(tmp_path, across_nodes, "b.yaml")
+    code, output = run_cli("simulate", str(path))
+    assert code == 2 and output.startswith(f"{path}: layout.pools.prefill: a TP group of 16 GPUs")

@@ -284,7 +284,7 @@ def test_bad_fault_sections_are_path_message_lines(tmp_path, faults, message):
     path = write_scenario(tmp_path, two_instances(faults))
     code, output = run_cli("simulate", str(path), "--out", str(tmp_path / "out"))
     assert code == 2
-    assert output.strip().splitlines()[0].startswith(message), output
+    assert output.strip().splitlines()[0].startswith(f"{path}: {message}"), output
 
 
 def test_link_names_are_checked_against_the_topology():

@@ -109,4 +109,5 @@ def test_the_cli_says_which_field_and_exits_2(tmp_path):
     path = write_scenario(tmp_path, scenario(engine={"vllm_version": "newest"}))
     code, output = run_cli("simulate", str(path), "--out", str(tmp_path / "out"))
     assert code == 2
-    assert output.strip().splitlines()[0].startswith("engine.vllm_version: 'newest' is not")
+    first = output.strip().splitlines()[0]
+    assert first.startswith(f"{path}: engine.vllm_version: 'newest' is not")

@@ -313,7 +313,8 @@ def test_place_error_reports_free_gpus_when_fragmented():
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        (lambda d: d["nodes"][0].update(gpu="x"), "topology.nodes[0].gpu: Extra inputs"),
+        (lambda d: d["nodes"][0].update(gpu="x"),
+         "topology.nodes[0].gpu: unknown field; did you mean gpus?"),
         (lambda d: d["nodes"][0]["gpus"].update(type="h1000"),
          "topology.nodes[0].gpus.type: unknown GPU 'h1000'"),
         (lambda d: d["nodes"][0]["gpus"].update(count=0),

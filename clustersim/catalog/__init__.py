@@ -29,7 +29,7 @@ from pydantic import ValidationError
 from clustersim.catalog.hf_config import model_from_hf_config
 from clustersim.catalog.quantization import quantization_from_hf
 from clustersim.catalog.specs import GpuSpec, LinkSpec, ModelSpec
-from clustersim.errors import CatalogError, ConfigError
+from clustersim.errors import CatalogError, ConfigError, InputError
 from clustersim.inputs import load_yaml, parse_shipped_yaml
 from clustersim.validation import validation_lines
 
@@ -162,13 +162,13 @@ def load_profiles(profile: str = "calibrated") -> dict[str, dict[str, Any]]:
     else:
         path = Path(profile).expanduser()
         if not path.exists():
-            raise ConfigError(profile, "no such profile file; give 'calibrated', 'default', "
-                              "'vidur', 'aiconfigurator' or a profile YAML written by "
-                              "`clustersim calibrate`")
+            raise InputError(profile, "no such profile file; give 'calibrated', 'default', "
+                             "'vidur', 'aiconfigurator' or a profile YAML written by "
+                             "`clustersim calibrate`")
         data, name = load_yaml(path, "profile", where=profile), profile
     table = data.get("profiles") if isinstance(data, dict) else None
     if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
-        raise CatalogError(name, "expected a 'profiles' mapping of GPU id -> fields")
+        raise InputError(name, "expected a 'profiles' mapping of GPU id -> fields")
     return table
 
 
@@ -246,6 +246,6 @@ def _validate(spec: type[_SpecT], file_name: str, entry_id: str, entry: Any) -> 
     try:
         return spec.model_validate({**entry, "id": entry_id})
     except ValidationError as exc:
-        path, _, message = validation_lines(exc, entry, f"{file_name}:{entry_id}")[0].partition(
-            ": ")
+        first = validation_lines(spec, exc, entry, f"{file_name}:{entry_id}")[0]
+        path, _, message = first.partition(": ")
         raise CatalogError(path, message) from None

@@ -3,6 +3,7 @@ code 2, and the lines that describe a run's layout and calibration."""
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -13,7 +14,7 @@ from typing import Any, TypeVar
 import typer
 from typer.core import TyperGroup
 
-from clustersim.errors import ClusterSimError
+from clustersim.errors import ClusterSimError, OutputError
 from clustersim.validation import shown_lines
 
 # Click's UsageError, from whichever copy of Click this Typer uses (newer ones vendor it)
@@ -66,14 +67,19 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def user_errors(func: F) -> F:
-    """Turn clustersim's errors into ``path: message`` lines on stderr and exit code 2."""
+    """Turn clustersim's errors into ``path: message`` lines on stderr and exit code 2. In a
+    command given a ``scenario`` file, a line about one of its fields starts with the file's
+    name as given: ``quickstart.yaml: engine.max_modle_len: unknown field; ...``."""
+    signature = inspect.signature(func)
 
     @wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
         except ClusterSimError as error:
-            for line in shown_lines(error):
+            scenario = signature.bind_partial(*args, **kwargs).arguments.get("scenario")
+            file = None if scenario is None else str(scenario)
+            for line in shown_lines(error, file):
                 typer.echo(_clipped(line), err=True)
             raise typer.Exit(2) from None
 
@@ -129,25 +135,55 @@ def describe_layout(name: str, model: str, instances: list[Any]) -> str:
     return "\n".join(lines)
 
 
-def make_out_dir(out: Path) -> Path:
-    """Create a command's output folder, or say in one line why it cannot be."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        message = f"cannot create output directory: {error.strerror}"
-        raise ClusterSimError(str(out), message) from None
+def check_out_dir(out: Path) -> Path:
+    """Say in one line why a command's output folder cannot be created, before the work; leave
+    nothing behind (:func:`writing` creates it once there is something to write)."""
+    _remove_if_empty(_make_dir(out))
     return out
 
 
 @contextmanager
 def writing(folder: Path) -> Iterator[None]:
-    """Run the block that writes a command's files into ``folder``; a file that cannot be
-    written (a full disk, a folder like /proc or /sys) is one ``path: message`` line."""
+    """Create ``folder`` and run the block that writes a command's files into it; a file that
+    cannot be written (a full disk, a folder like /proc or /sys) is one ``path: message`` line.
+    If the block fails, the folders this created are removed while they are still empty."""
+    created = _make_dir(folder)
     try:
         yield
+    except BaseException as error:
+        _remove_if_empty(created)
+        if isinstance(error, OSError):
+            where = error.filename or folder
+            raise OutputError(str(where), f"cannot write: {error.strerror or error}") from None
+        raise
+
+
+def _make_dir(folder: Path) -> list[Path]:
+    """Create ``folder`` and its missing parents; the ones it created, outermost first."""
+    missing = []
+    for level in (folder, *folder.parents):
+        if level.exists() or level.is_symlink():
+            break
+        missing.append(level)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        where = error.filename or folder
-        raise ClusterSimError(str(where), f"cannot write: {error.strerror or error}") from None
+        _remove_if_empty(missing[::-1])
+        message = f"cannot create output directory: {error.strerror}"
+        raise OutputError(str(folder), message) from None
+    return missing[::-1]
+
+
+def _remove_if_empty(created: list[Path]) -> None:
+    """Remove the folders a run ``created`` (listed outermost first) from the innermost out,
+    up to the first that is not empty: it stays, and so do the folders around it."""
+    for folder in reversed(created):
+        try:
+            folder.rmdir()
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return
 
 
 def default_report_dir(scenario_name: str) -> Path:

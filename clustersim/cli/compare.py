@@ -9,9 +9,9 @@ from typing import Annotated
 import typer
 
 from clustersim.cli.common import (
+    check_out_dir,
     describe_calibration,
     describe_layout,
-    make_out_dir,
     ms,
     user_errors,
     writing,
@@ -39,9 +39,9 @@ def compare_cmd(
     from clustersim.sim import run_scenario
 
     spec = load_scenario(scenario)
-    report_dir = None if report is None else make_out_dir(report)
+    report_dir = None if report is None else check_out_dir(report)
     colocated_spec, split_spec = counterparts(spec)
-    folders = {label: make_out_dir(out / label) for label in ("colocated", "disaggregated")}
+    folders = {label: check_out_dir(out / label) for label in ("colocated", "disaggregated")}
     summaries, instances, runs = {}, [], {}
     for label, variant in (("colocated", colocated_spec), ("disaggregated", split_spec)):
         result = run_scenario(variant)

@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 
 from clustersim.cli.common import (
+    check_out_dir,
     describe_calibration,
     describe_layout,
-    make_out_dir,
     ms,
     user_errors,
     writing,
@@ -34,8 +34,8 @@ def simulate_cmd(
     from clustersim.sim import run_scenario
 
     spec = load_scenario(scenario)
-    report_dir = None if report is None else make_out_dir(report)
-    folder = make_out_dir(out)
+    report_dir = None if report is None else check_out_dir(report)
+    folder = check_out_dir(out)
     result = run_scenario(spec)
     with writing(folder):
         summary = write_run(result, folder)
