@@ -167,7 +167,7 @@ def test_plan_report_writes_markdown_figures_and_one_html_file(planned):
                     "Metric definitions"):
         assert f"\n## {heading}\n" in markdown and f"<h2>{heading}</h2>" in html
     names = " ".join(linked)
-    for figure in ("latency-cdf", "attainment-vs-rate", "goodput-vs-pd", "pareto",
+    for figure in ("n-plus-one", "latency-cdf", "attainment-vs-rate", "goodput-vs-pd", "pareto",
                    "timeline-recommendation", "kv-queue-recommendation", "kv-links"):
         assert figure in names
     captions = re.findall(r"^\*Figure (\d+)\. (.+)\*$", markdown, re.M)
@@ -435,3 +435,323 @@ def test_a_plan_nothing_meets_still_reports_why(tmp_path):
     assert rows[0]["status"] == f"infeasible, {infeasible.reason}"
     assert "there is no run at goodput to show" in markdown
     assert [f.name.split("-", 1)[1] for f in files.figures] == ["attainment-vs-rate.png"]
+
+
+# --------------------------------------------------- figures read in five seconds
+def test_plan_report_html_links_nothing_outside_itself(planned):
+    """One file to mail: every href and src is an anchor, inline data or a public http(s)
+    page; the docs it rests on are cited by name."""
+    html = (planned["report"] / "report.html").read_text()
+    targets = re.findall(r'(?:href|src)="([^"]*)"', html)
+    assert targets and all(t.startswith(("#", "data:", "https://", "http://")) for t in targets)
+    assert "<code>docs/validation.md</code>" in html
+
+
+def make_goodput(mean: float, low: float | None = None, high: float | None = None,
+                 num_seeds: int = 3):
+    from clustersim.plan.result import Goodput
+
+    low = mean if low is None else low
+    high = mean if high is None else high
+    return Goodput(per_seed_per_s=(mean,) * num_seeds, mean_per_s=mean, low_per_s=low,
+                   high_per_s=high, probes=10, converged=True)
+
+
+def make_candidate(layout: str = "disaggregated", prefill: int = 1, decode: int = 1,
+                   colocated: int = 2, goodput=None, gpu: str = "h100-sxm"):
+    from clustersim.plan.result import CandidateResult
+    from clustersim.plan.space import Candidate, PoolChoice
+
+    pools = ((PoolChoice("prefill", gpu, 1, prefill), PoolChoice("decode", gpu, 1, decode))
+             if layout == "disaggregated" else (PoolChoice("colocated", gpu, 1, colocated),))
+    return CandidateResult(Candidate(layout, pools, None, True), "simulated",
+                           goodput=goodput or make_goodput(10.0, 9.0, 11.0))
+
+
+def make_plan(*candidates, **fields):
+    """What the figures read of a plan: its candidates (numbered in order), and the rest."""
+    from types import SimpleNamespace
+
+    values = {"candidates": candidates, "recommended": None, "pareto": (), "seeds": (0, 1, 2)}
+    values.update(fields)
+    return SimpleNamespace(**values)
+
+
+def numbered(plan) -> dict[str, int]:
+    return {c.id: i + 1 for i, c in enumerate(plan.candidates)}
+
+
+def test_pd_figure_draws_points_per_gpu_when_sizes_differ_and_says_what_it_shows():
+    from clustersim.report.plan_figures import goodput_vs_pd
+
+    same_size = make_plan(make_candidate(prefill=1, decode=1, goodput=make_goodput(14.0, 13, 15)),
+                          make_candidate("colocated", colocated=2,
+                                         goodput=make_goodput(10.0, 9, 11)))
+    figure = goodput_vs_pd(same_size, numbered(same_size))
+    assert "per GPU" not in figure.caption
+    assert ("Here the best split is #1 (1:1, 14.00 [13.00-15.00] req/s), above the best "
+            "colocated #2 (colocated, 10.00 [9.00-11.00] req/s); their intervals do not "
+            "overlap.") in figure.caption
+
+    # 2P+1D on 3 GPUs against colocated on 2: per GPU 5.0 against 6.0, the order turns
+    sized = make_plan(make_candidate(prefill=2, decode=1, goodput=make_goodput(15.0, 12, 18)),
+                      make_candidate("colocated", colocated=2, goodput=make_goodput(12.0, 11, 13)))
+    figure = goodput_vs_pd(sized, numbered(sized))
+    assert "divided by its GPUs (per GPU)" in figure.caption
+    assert ("Here the best split is #1 (2:1, 5.000 [4.000-6.000] req/s per GPU), below the "
+            "best colocated #2 (colocated, 6.000 [5.500-6.500] req/s per GPU); their intervals "
+            "overlap, so the seeds cannot tell them apart.") in figure.caption
+
+
+def test_pd_figure_joins_no_ratios_and_shows_only_those_simulated(monkeypatch):
+    from clustersim.report import plan_figures
+
+    plan = make_plan(make_candidate(prefill=1, decode=1), make_candidate(prefill=3, decode=1),
+                     make_candidate("colocated"))
+    drawn = {}
+
+    def keep(fig, name, alt, caption):
+        ax = fig.axes[0]
+        drawn["ticks"] = [t.get_text() for t in ax.get_xticklabels()]
+        drawn["lines"] = [line for line in ax.get_lines() if len(line.get_xdata()) > 1
+                          and line.get_linestyle() not in ("None", "none", "")]
+        drawn["ylabel"] = ax.get_ylabel()
+        return None
+
+    monkeypatch.setattr(plan_figures, "figure", keep)
+    plan_figures.goodput_vs_pd(plan, numbered(plan))
+    assert drawn["ticks"] == ["1:1", "3:1"]  # 2:1 was never simulated: no slot for it
+    # the only line is the colocated reference (10 req/s on 2 GPUs); none joins the ratios
+    assert [set(line.get_ydata()) for line in drawn["lines"]] == [{5.0}]
+    assert drawn["ylabel"] == "goodput per GPU (req/s per GPU)"  # 2, 4 and 2 GPUs
+
+
+def test_attainment_panels_share_one_y_range(monkeypatch):
+    from clustersim.plan.result import Probe
+    from clustersim.report import plan_figures
+
+    def probes(*points: tuple[float, float]) -> list[Probe]:
+        return [Probe(seed=0, rate_per_s=rate, attainment=share, attainment_low=share - 0.02,
+                      attainment_high=min(1.0, share + 0.02), met=share >= 0.9,
+                      num_requests=500) for rate, share in points]
+
+    steep = make_candidate(goodput=make_goodput(10.0, 9, 11))
+    steep.probes.extend(probes((8, 0.99), (10, 0.91), (12, 0.30)))
+    gentle = make_candidate("colocated", goodput=make_goodput(20.0, 19, 21))
+    gentle.probes.extend(probes((18, 0.97), (20, 0.92), (22, 0.85)))
+    plan = make_plan(steep, gentle)
+    ranges = []
+    monkeypatch.setattr(plan_figures, "figure", lambda fig, *_: ranges.extend(
+        ax.get_ylim() for ax in fig.axes if ax.get_visible()))
+    plan_figures.attainment_vs_rate(plan, numbered(plan), 0.9)
+    assert len(ranges) == 2 and ranges[0] == ranges[1]
+    assert ranges[0][0] < 28  # the steep one's lowest probe (28 %) shows on both
+
+
+def test_point_labels_never_overlap_each_other_or_a_point():
+    from clustersim.report.figures import canvas, label_box, place_labels
+
+    # six points within a label's width of one another, and one far away
+    points = [(10.0, 100.0), (10.2, 100.5), (10.1, 99.6), (10.4, 100.1), (9.9, 100.3),
+              (10.3, 99.8), (20.0, 140.0)]
+    with canvas(6, 4) as fig:
+        ax = fig.subplots()
+        ax.scatter(*zip(*points, strict=True))
+        ax.set_xlim(8, 22)
+        ax.set_ylim(90, 150)
+        labels = place_labels(ax, points, [f"#{i + 1}" for i in range(len(points))])
+        renderer = fig.canvas.get_renderer()
+        boxes = [label_box(label, renderer) for label in labels]
+        frame = ax.get_window_extent(renderer)
+        markers = [ax.transData.transform(p) for p in points]
+    for i, a in enumerate(boxes):
+        assert frame.contains(a.x0, a.y0) and frame.contains(a.x1, a.y1)
+        for b in boxes[i + 1:]:
+            assert not a.overlaps(b), (a, b)
+        assert not any(a.contains(x, y) for x, y in markers)
+
+
+def test_pareto_places_its_labels_apart():
+    from types import SimpleNamespace
+
+    from clustersim.report.figures import canvas, label_box
+    from clustersim.report.plan_figures import draw_pareto
+
+    spots = {(1, 1): (42.0, 1450.0), (2, 1): (42.6, 1425.0), (3, 1): (43.0, 1440.0),
+             (1, 2): (52.5, 870.0), (2, 2): (52.7, 820.0)}
+    points = []
+    for (prefill, decode), (user, per_gpu) in spots.items():
+        c = make_candidate(prefill=prefill, decode=decode)
+        points.append(SimpleNamespace(id=c.id, candidate=c.candidate, at_goodput=SimpleNamespace(
+            tokens_per_s_per_user=user, output_tokens_per_s_per_gpu=per_gpu)))
+    plan = make_plan(*points, pareto=(points[0].id, points[3].id), recommended=points[0])
+    with canvas(8, 4.6) as fig:
+        labels = draw_pareto(fig.subplots(), plan, points, numbered(plan))
+        renderer = fig.canvas.get_renderer()
+        boxes = [label_box(label, renderer) for label in labels]
+    assert [label.get_text() for label in labels] == ["#1", "#2", "#3", "#4", "#5"]
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not a.overlaps(b), (a, b)
+
+
+def test_a_legend_on_the_data_is_refused_and_one_outside_passes():
+    from clustersim.report.figures import canvas, figure, legend_outside
+
+    with canvas(4, 3) as fig:
+        ax = fig.subplots()
+        ax.plot([0, 1], [0, 1], label="a line")
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("latency (ms)")
+        ax.legend(loc="upper left")
+        with pytest.raises(ValueError, match="legend covers"):
+            figure(fig, "x", "x", "x")
+        ax.get_legend().remove()
+        legend_outside(fig)
+        assert figure(fig, "x", "x", "x").png.startswith(b"\x89PNG")
+
+
+def make_loss(kind: str = "instance", lost: str = "decode-0", attainment: float = 0.95,
+              after: float = 0.93, target: float = 0.9, num_failed: int = 0):
+    from clustersim.plan.result import LossCheck
+
+    return LossCheck(kind=kind, lost=lost, gpus={"h100-sxm": 1}, at_s=7.5,
+                     attainment=attainment, attainment_after=after, meets=attainment >= target,
+                     meets_after=after >= target, num_lost=num_failed, num_retried_requests=0,
+                     num_failed=num_failed, spare_cost_per_hour=2.69,
+                     spare_cost_per_million_output_tokens=0.3)
+
+
+def test_n_plus_one_figure_reads_as_failing_when_a_loss_fails():
+    from clustersim.plan.result import NPlusOne
+    from clustersim.report.plan_figures import n_plus_one
+    from clustersim.scenario import SLO
+
+    slo = SLO(ttft_s=1.0, tpot_s=0.05)
+    holding = make_loss()
+    total = make_loss("node", "node0", attainment=0.185, after=0.0, num_failed=163)
+    both = NPlusOne(candidate="x", rate_per_s=10.0, rate_basis="the operating rate",
+                    max_retries=2, instance=holding, node=total, tried=(holding, total))
+    figure = n_plus_one(both, slo)
+    assert figure.png.startswith(b"\x89PNG")
+    assert ("Here 1 of 2 losses fail; the worst, losing node0, leaves 18.5% of the run's "
+            "requests and 0.0% of those from the failure on within the SLO; 163 requests "
+            "failed outright.") in figure.caption
+    fine = NPlusOne(candidate="x", rate_per_s=10.0, rate_basis="the operating rate",
+                    max_retries=2, instance=holding, node=None, tried=(holding,))
+    assert ("Here every loss holds; the closest is losing decode-0, 95.0% over the run and "
+            "93.0% from the failure on.") in n_plus_one(fine, slo).caption
+
+
+def make_verdict(attainment: float, low: float, high: float, target: float = 0.9):
+    from clustersim.metrics.goodput import SloVerdict
+    from clustersim.scenario import SLO
+
+    slo = SLO(ttft_s=1.0, attainment_target=target)
+    return SloVerdict(slo=slo, num_requests=1000, attainment=attainment,
+                      attainment_interval=(low, high), marginal={"ttft_s": attainment},
+                      means={"ttft_s": 0.5}, rejected_share=0.0,
+                      passes={"joint": attainment >= target, "marginal": attainment >= target,
+                              "mean": True})
+
+
+def test_the_slo_note_says_where_the_interval_lies_against_the_target():
+    from clustersim.report.blocks import slo_note
+
+    def note(verdict) -> str:
+        return "".join(s.text for s in slo_note([("the run", verdict)], at_goodput=True).spans)
+
+    above = note(make_verdict(0.982, 0.975, 0.987))
+    assert ("In the run, the joint share, 98.2% [95% CI 97.5%-98.7%], lies above the 90% "
+            "target with its whole interval") in above
+    assert "straddles" not in above and "by construction" not in above
+    assert ("the joint share, 90.4% [95% CI 88.4%-92.1%], straddles the 90% target"
+            in note(make_verdict(0.904, 0.884, 0.921)))
+    assert ("the joint share, 81.0% [95% CI 78.5%-83.3%], lies below the 90% target"
+            in note(make_verdict(0.81, 0.785, 0.833)))
+
+
+def test_the_plan_report_slo_note_follows_the_run_at_goodput(planned):
+    plan = planned["plan"]
+    slo = plan["candidates"][0]["at_goodput"]["slo"]
+    low, high = slo["attainment_ci95"]
+    where = ("lies above" if low >= slo["attainment_target"] else "lies below"
+             if high < slo["attainment_target"] else "straddles")
+    markdown = (planned["report"] / "report.md").read_text()
+    section = markdown.split("\n## SLO verdict at goodput\n")[1].split("\n## ")[0]
+    assert (f"the joint share, {pct(slo['attainment'])} [95% CI {pct(low)}-{pct(high)}], "
+            f"{where} the {slo['attainment_target']:.0%} target") in section
+
+
+def test_the_s7_sentence_says_whether_the_recommendation_agrees():
+    from clustersim.plan.result import SplitVerdict
+    from clustersim.report.plan_report import s7_sentence
+
+    keep = SplitVerdict(keep_split=True, reasons=(), rate_per_s=12.0)
+    stay = SplitVerdict(keep_split=False, reasons=(), rate_per_s=12.0)
+    split, colocated = make_candidate(), make_candidate("colocated")
+    assert "keep the split" in s7_sentence(keep, split)
+    assert s7_sentence(keep, split).endswith("agrees.")
+    assert s7_sentence(stay, colocated).endswith("agrees.")
+    assert "overrules it" in s7_sentence(stay, split)
+    assert "overrules it" in s7_sentence(keep, colocated)
+
+
+def test_the_timeline_caption_reads_the_steps_it_draws():
+    import numpy as np
+
+    from clustersim.report.run_figures import _timeline_reading
+
+    steps = np.array([12.0, 12.5, 13.0, 131.0, 12.2])
+    chunked = np.array([False, False, False, True, False])
+    stretched = _timeline_reading("colocated-0", steps, chunked, split=False)
+    assert "take up to 131.0 ms against 12.3 ms at the median for the others (10.6x)" \
+        in stretched
+    steps[3] = 14.0
+    held = _timeline_reading("colocated-0", steps, chunked, split=False)
+    assert "take up to 14.0 ms" in held and "barely stretches" in held
+    flat = _timeline_reading("decode-0", steps[~chunked], chunked[~chunked], split=True)
+    assert flat.startswith("no step of decode-0 carries the prompt (it arrives as a KV "
+                           "handoff)") and "stays flat" in flat
+
+
+def test_report_html_fits_1280_px_in_headless_chromium(planned, tmp_path):
+    """At 1,280 px the page never scrolls sideways, no code block is cut (commands wrap), a
+    table wider than the text scrolls inside its own box, and nothing links outside."""
+    driver, profile = _chromium()
+    try:
+        driver.set_window_size(1280, 1000)
+        driver.get((planned["report"] / "report.html").resolve().as_uri())
+        width = driver.execute_script("return window.innerWidth")
+        page = driver.execute_script(
+            "const d = document.documentElement; return [d.scrollWidth, d.clientWidth]")
+        pres = driver.execute_script(
+            "return Array.from(document.querySelectorAll('pre'))"
+            ".map(p => [p.scrollWidth, p.clientWidth, p.textContent.slice(0, 40)])")
+        tables = driver.execute_script(
+            "return Array.from(document.querySelectorAll('table')).map(t => {"
+            "  const box = t.parentElement;"
+            "  return [t.getBoundingClientRect().width, box.clientWidth,"
+            "          getComputedStyle(box).overflowX, box.getBoundingClientRect().right]; })")
+        links = driver.execute_script(
+            "return Array.from(document.querySelectorAll('[href], [src]'))"
+            ".map(e => e.getAttribute('href') || e.getAttribute('src'))")
+        height = driver.execute_script("return document.body.scrollHeight")
+        driver.set_window_size(1280, min(height + 150, 16000))
+        shot = tmp_path / "report-test-1280.png"
+        assert driver.save_screenshot(str(shot))
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+    assert width == 1280
+    scroll_width, client_width = page
+    assert scroll_width <= client_width, page
+    assert pres and all(scroll <= client for scroll, client, _ in pres), pres
+    assert any("vllm serve" in text for _, _, text in pres)  # the deploy commands, whole
+    for table_width, box_width, overflow, right in tables:
+        assert right <= client_width
+        assert table_width <= box_width + 1 or overflow in ("auto", "scroll"), tables
+    assert links and all(link.startswith(("#", "data:", "http://", "https://"))
+                         for link in links), [link[:60] for link in links]
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(shot, SCREENSHOTS / shot.name)

@@ -30,18 +30,17 @@ def write_plan_report(result: PlanResult, scenario: Scenario, runs: dict[str, Ru
                       folder: Path) -> ReportFiles:
     """``report.md`` (figures beside it) and ``report.html`` of a plan. ``runs``: full runs
     at goodput by candidate id."""
-    return write_report(plan_document(result, scenario, runs, folder), folder)
+    return write_report(plan_document(result, scenario, runs), folder)
 
 
 def write_simulate_report(run: RunResult, summary: RunSummary, folder: Path) -> ReportFiles:
-    return write_report(simulate_document(run, summary, folder), folder)
+    return write_report(simulate_document(run, summary), folder)
 
 
 def write_compare_report(runs: dict[str, tuple[RunResult, RunSummary]], verdict: Verdict,
                          handoff_budget_s: float, scenario: Scenario,
                          folder: Path) -> ReportFiles:
-    return write_report(compare_document(runs, verdict, handoff_budget_s, scenario, folder),
-                        folder)
+    return write_report(compare_document(runs, verdict, handoff_budget_s, scenario), folder)
 
 
 __all__ = ["ReportFiles", "write_compare_report", "write_plan_report", "write_simulate_report"]

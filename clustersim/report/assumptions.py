@@ -5,13 +5,10 @@ value is a scenario field, a catalog entry or a topology file's."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
-import clustersim
 from clustersim.catalog import load_profiles
 from clustersim.cluster.spec import topology_label
 from clustersim.cluster.topology import Topology
@@ -24,15 +21,7 @@ if TYPE_CHECKING:
     from clustersim.sim import RunResult
 
 VALIDATION_DOC = "docs/validation.md"
-
-
-def validation_link(folder: Path) -> Span:
-    """docs/validation.md, linked relative to the report when this clustersim runs from its
-    source tree (an installed package has no docs folder: then named only)."""
-    doc = Path(clustersim.__file__).resolve().parents[1] / VALIDATION_DOC
-    if doc.is_file():
-        return Span(VALIDATION_DOC, href=Path(os.path.relpath(doc, folder.resolve())).as_posix())
-    return Span(VALIDATION_DOC, "code")
+"""Cited by name, never linked: a report is one file to mail, with no path into a checkout."""
 
 
 def engine_settings(scenario: Scenario, varied: tuple[str, ...] = ()) -> Table:
@@ -68,7 +57,7 @@ def kv_transfer(run: RunResult) -> Table | None:
     return Table(("kv_transfer", "value", "from", "meaning"), rows, "llll")
 
 
-def calibration(runs: list[RunResult], folder: Path) -> list[Block]:
+def calibration(runs: list[RunResult]) -> list[Block]:
     """Per GPU type: the profile that priced its steps, the kernel fit's errors where the
     shipped catalog records them, and where the end-to-end validation is."""
     profiles = load_profiles()
@@ -108,8 +97,9 @@ def calibration(runs: list[RunResult], folder: Path) -> list[Block]:
         Bullets.of(*items),
         Text.of("How far to trust these step times, scored on measurements the fit never saw "
                 "(Splitwise's step times, real vLLM serving runs; zero-shot and with three "
-                "measurements of the target): ", validation_link(folder), ". Its headline "
-                "numbers are tables of prose there, not data this report can read."),
+                "measurements of the target): ", Span(VALIDATION_DOC, "code"), " in "
+                "clustersim's source repository. Its headline numbers are tables of prose "
+                "there, not data this report can read."),
     ]
 
 

@@ -119,12 +119,40 @@ def slo_text(slo: SloVerdict, summary: RunSummary, offered_per_s: float | None,
     return "\n".join(out)
 
 
-SLO_NOTE = Text.of(
-    "VALID: the share of requests within the limit reaches the target (for the result line: "
-    "the scenario's criterion, joint = every limit at once). The interval is Wilson's 95 % "
-    "score interval with the run's requests as independent trials. At goodput the joint share "
-    "sits just above the target by construction, so its interval straddles the target: the "
-    "goodput interval over seeds says how firm the rate is.")
+def slo_note(verdicts: list[tuple[str, SloVerdict]], at_goodput: bool = False) -> Text:
+    """How to read the SLO verdicts above it, and where each joint share's interval lies
+    against the target (above it, below it, or straddling it); ``verdicts``: (subject, as in
+    "In this run", verdict)."""
+    parts = ["VALID: the share of requests within the limit reaches the target (for the "
+             "result line: the scenario's criterion, joint = every limit at once). The "
+             "interval is Wilson's 95 % score interval with the run's requests as independent "
+             "trials."]
+    for subject, verdict in verdicts:
+        reading = interval_reading(verdict)
+        if reading:
+            parts.append(f" In {subject}, {reading}.")
+    if at_goodput:
+        parts.append(" The goodput interval over seeds says how firm the rate is.")
+    return Text.of("".join(parts))
+
+
+def interval_reading(verdict: SloVerdict) -> str:
+    """Where the joint share's interval lies against the target, in words ("" without
+    one)."""
+    interval = verdict.attainment_interval
+    if verdict.attainment is None or interval is None:
+        return ""
+    low, high = interval
+    target = verdict.slo.attainment_target
+    share = (f"the joint share, {fmt.share(verdict.attainment)} [95% CI "
+             f"{fmt.interval(low, high)}]")
+    if low >= target:
+        return (f"{share}, lies above the {target:.0%} target with its whole interval: the "
+                "run's requests clear it beyond their own noise")
+    if high < target:
+        return f"{share}, lies below the {target:.0%} target with its whole interval"
+    return (f"{share}, straddles the {target:.0%} target: these requests alone cannot tell "
+            "whether the rate meets it")
 
 
 def engines_table(summary: RunSummary) -> Table:
@@ -167,13 +195,11 @@ def definitions() -> list[Text | Bullets]:
             "GPUs",
             "cost per 1M output tokens = GPUs x price per GPU-hour / output tokens per hour x "
             "1e6, at the run at goodput; prices are inputs, listed with their sources",
-            "N+1 = the recommendation at its operating rate (the plan's target, else the "
-            "scenario's own traffic, at most goodput) and the seed of its run at goodput, an "
-            "instance or a node lost a third of the way into the arrivals for the rest of the "
-            "run; it "
-            "holds when the SLO is met over the whole run and over the requests that arrived "
-            "from the failure on; a spare's cost per 1M output tokens is over the "
-            "recommendation's output at goodput",
+            "N+1 = the recommendation at the rate its section states (with where that rate "
+            "comes from) and the seed of its run at goodput, an instance or a node lost at "
+            "the time its table gives, for the rest of the run; it holds when the SLO is met "
+            "over the whole run and over the requests that arrived from the failure on; a "
+            "spare's cost per 1M output tokens is over the recommendation's output at goodput",
         ),
         Text.of("And for runs with failures (", Span("FAULT_DEFINITIONS", "code"), "):"),
         Bullets.of(*(part.strip() for part in FAULT_DEFINITIONS.split(";"))),

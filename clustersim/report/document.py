@@ -74,9 +74,11 @@ class Table:
 
 @dataclass(frozen=True, slots=True)
 class Pre:
-    """Preformatted text (a benchmark block, commands), shown as is."""
+    """Preformatted text (a benchmark block, commands), shown as is; ``style="commands"``:
+    one shell command a line, which HTML wraps with a hanging indent where it is too wide."""
 
     text: str
+    style: str = ""
     kind: str = "pre"
 
 

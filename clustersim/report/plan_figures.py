@@ -1,23 +1,43 @@
 """Figures of a plan's ledger: attainment against offered rate per simulated candidate (every
-bisection probe with its Wilson interval), goodput against the P:D ratio, and the Pareto front
-of output tokens/s per GPU against tokens/s per user. ``numbers`` maps candidate ids to the
-row numbers of the report's candidates table, which label the points."""
+bisection probe with its Wilson interval; one attainment axis for all panels), goodput against
+the P:D ratio (the ratios simulated, as points; per GPU where sizes differ), the Pareto front
+of output tokens/s per GPU against tokens/s per user, and N+1 (each loss's requests against
+the target, red where it fails). ``numbers`` maps candidate ids to the row numbers of the
+report's candidates table, which label the points. A caption's "Here" sentence reads its
+numbers off what the figure draws."""
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
-from clustersim.plan.result import CandidateResult, PlanResult
+from clustersim.plan.result import CandidateResult, LossCheck, NPlusOne, PlanResult
+from clustersim.report import fmt
 from clustersim.report.document import Figure
 from clustersim.report.figures import (
     COLOCATED,
+    FAILS,
+    FINISHED_LATE,
+    HOLDS,
+    LATE,
+    LOST,
+    MET_HOLDS,
+    MET_SHORT,
+    NEVER_FINISHED,
     PALETTE,
+    SHARES,
     TARGET,
     canvas,
     figure,
     layout_color,
+    legend_outside,
+    place_labels,
 )
+from clustersim.report.run_figures import WINDOW_LEGEND, window_shares
+
+if TYPE_CHECKING:
+    from clustersim.scenario import SLO
 
 COLUMNS = 3
 DASHES = ("--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)))
@@ -34,9 +54,11 @@ def attainment_vs_rate(result: PlanResult, numbers: dict[str, int], target: floa
     shown = _with_probes(result)
     if not shown:
         return None
-    rows = math.ceil(len(shown) / COLUMNS)
-    with canvas(11, 2.9 * rows + 0.4) as fig:
-        axes = fig.subplots(rows, COLUMNS, squeeze=False)
+    columns = min(COLUMNS, len(shown))
+    rows = math.ceil(len(shown) / columns)
+    floor = max(0, min(p.attainment_low for c in shown for p in c.probes) * 100 - 5)
+    with canvas(11 * max(columns, 2) / COLUMNS, 2.9 * rows + 0.8) as fig:
+        axes = fig.subplots(rows, columns, squeeze=False, sharey=True)  # one y range: compared
         for ax in axes.flat[len(shown):]:
             ax.set_visible(False)
         for ax, c in zip(axes.flat, shown, strict=False):
@@ -63,123 +85,332 @@ def attainment_vs_rate(result: PlanResult, numbers: dict[str, int], target: floa
                             label=f"seed {result.seeds[seed]}")
                 failed = [p for p in probes if not p.met]
                 ax.plot([p.rate_per_s for p in failed], [p.attainment * 100 for p in failed],
-                        "x", color="black", markersize=4)
-            ax.axhline(target * 100, color=TARGET, linestyle=":", linewidth=1)
+                        "x", color="black", markersize=4, label="probe failing the SLO")
+            ax.axhline(target * 100, color=TARGET, linestyle=":", linewidth=1,
+                       label=f"target {target:.0%}")
             g = c.goodput
             if g is not None and g.mean_per_s > 0:
-                ax.axvline(g.mean_per_s, color="black", linestyle="--", linewidth=1)
+                ax.axvline(g.mean_per_s, color="black", linestyle="--", linewidth=1,
+                           label="goodput (mean over seeds)")
                 if g.high_per_s > g.low_per_s:
                     ax.axvspan(g.low_per_s, g.high_per_s, color="grey", alpha=0.15,
-                               linewidth=0)
+                               linewidth=0, label="its 95 % interval")
             ax.set_title(f"#{numbers[c.id]} {c.candidate.label()}", fontsize=7, wrap=True)
             ax.set_xlabel("offered rate (req/s)")
             ax.set_ylabel("SLO attainment (%)")
-            ax.set_ylim(max(0, min(p.attainment_low for p in c.probes) * 100 - 5), 101)
-            if ax is axes.flat[0]:
-                ax.legend(loc="lower left", fontsize=6)
+            ax.yaxis.set_tick_params(labelleft=True)
+        axes.flat[0].set_ylim(floor, 101)
+        legend_outside(fig, where="below", ncols=4,
+                       order=[f"seed {seed}" for seed in result.seeds])
         caption = ("Every simulation of each candidate's goodput bisection: its attainment "
                    "(share of requests meeting the SLO) at the offered rate, with the Wilson "
                    "95 % interval over its requests (bars; the band joins the first seed's "
                    "probes), failing probes crossed. The dotted line is the target "
-                   f"({target:.0%}); the dashed line is the goodput (mean over seeds) and the "
-                   "grey span its 95 % interval. What to see: goodput is where the attainment "
-                   "curve crosses the target; a wide band or seeds far apart mean a noisy "
-                   "estimate.")
+                   f"({target:.0%}); the dashed line is the goodput (mean over seeds)"
+                   + (" and the grey span its 95 % interval" if any(
+                       c.goodput is not None and c.goodput.high_per_s > c.goodput.low_per_s
+                       for c in shown) else "")
+                   + ". Every panel has the same attainment axis. What to see: goodput is "
+                   "where the attainment curve crosses the target; a wide band or seeds far "
+                   "apart mean a noisy estimate.")
         return figure(fig, name, "SLO attainment against offered rate per candidate", caption)
 
 
 def goodput_vs_pd(result: PlanResult, numbers: dict[str, int],
                   name: str = "goodput-vs-pd") -> Figure | None:
-    """Disaggregated candidates' goodput by P:D ratio (one line per family), the colocated
-    candidates as horizontal reference lines."""
+    """Each simulated disaggregated candidate's goodput as a point at its P:D ratio (only the
+    ratios simulated; points, no line: the axis is categorical), the colocated candidates as
+    horizontal lines with their intervals. Per GPU when the candidates differ in size."""
     split = [c for c in result.candidates if c.candidate.layout == "disaggregated"
              and c.goodput is not None]
     if not split:
         return None
     colocated = [c for c in result.candidates if c.candidate.layout == "colocated"
                  and c.goodput is not None]
+    per_gpu = len({c.candidate.num_gpus for c in split + colocated}) > 1
+
+    def value(c: CandidateResult, per_s: float) -> float:
+        return _scaled(c, per_s, per_gpu)
+
     ratios = sorted({c.candidate.pd_ratio for c in split},
                     key=lambda r: (int(r.split(":")[0]) / sum(map(int, r.split(":"))), r))
     where = {r: i for i, r in enumerate(ratios)}
     families: dict[tuple, list[CandidateResult]] = defaultdict(list)
     for c in split:
         families[c.candidate.family].append(c)
-    with canvas(9, 4.2) as fig:
+    spread = 0.5 / max(len(families), 1)  # families side by side within a ratio's slot
+    points, texts = [], []
+    with canvas(9, 4.6) as fig:
         ax = fig.subplots()
+        for j, c in enumerate(colocated):
+            g = c.goodput
+            ax.axhline(value(c, g.mean_per_s), color=COLOCATED, alpha=0.8,
+                       linestyle=DASHES[j % len(DASHES)], linewidth=1,
+                       label=f"colocated #{numbers[c.id]} {c.candidate.label()}"
+                       + (f" ({c.candidate.num_gpus} GPUs)" if per_gpu else ""))
+            if g.high_per_s > g.low_per_s:
+                ax.axhspan(value(c, g.low_per_s), value(c, g.high_per_s), color=COLOCATED,
+                           alpha=0.07, linewidth=0)
         for i, members in enumerate(families.values()):
-            members.sort(key=lambda c: where[c.candidate.pd_ratio])
             pools = ", ".join(f"{p.role} {p.gpu} TP{p.tensor_parallel_size}"
                               for p in members[0].candidate.pools)
             budget = members[0].candidate.max_num_batched_tokens
             label = pools + ("" if budget is None else f", mnbt {budget}")
-            xs = [where[c.candidate.pd_ratio] + (i - len(families) / 2) * 0.04 for c in members]
-            ax.errorbar(xs, [c.goodput.mean_per_s for c in members],
-                        yerr=[[max(0.0, c.goodput.mean_per_s - c.goodput.low_per_s)
-                               for c in members],
-                              [max(0.0, c.goodput.high_per_s - c.goodput.mean_per_s)
-                               for c in members]],
-                        fmt="o-", color=PALETTE[(i + 1) % len(PALETTE)], capsize=3,
-                        markersize=4, linewidth=1, label=label)
-            for x, c in zip(xs, members, strict=True):
-                ax.annotate(f"#{numbers[c.id]}", (x, c.goodput.mean_per_s),
-                            textcoords="offset points", xytext=(5, 3), fontsize=7)
-        for j, c in enumerate(colocated):
-            ax.axhline(c.goodput.mean_per_s, color=COLOCATED, alpha=0.8,
-                       linestyle=DASHES[j % len(DASHES)], linewidth=1,
-                       label=f"colocated #{numbers[c.id]} {c.candidate.label()}")
+            xs = [where[c.candidate.pd_ratio] + (i - (len(families) - 1) / 2) * spread
+                  for c in members]
+            ys = [value(c, c.goodput.mean_per_s) for c in members]
+            ax.errorbar(xs, ys,
+                        yerr=[[max(0.0, y - value(c, c.goodput.low_per_s))
+                               for y, c in zip(ys, members, strict=True)],
+                              [max(0.0, value(c, c.goodput.high_per_s) - y)
+                               for y, c in zip(ys, members, strict=True)]],
+                        fmt="o", linestyle="none", color=PALETTE[(i + 1) % len(PALETTE)],
+                        capsize=3, markersize=5, label=label)
+            for x, y, c in zip(xs, ys, members, strict=True):
+                points.append((x, y))
+                texts.append(f"#{numbers[c.id]}" + (f" ({c.candidate.num_gpus} GPUs)"
+                                                    if per_gpu else ""))
         ax.set_xticks(range(len(ratios)), [f"{r}" for r in ratios])
-        ax.set_xlabel("P:D ratio (prefill : decode instances)")
-        ax.set_ylabel("goodput (req/s)")
-        ax.legend(loc="best", fontsize=7)
-        caption = ("Goodput of each disaggregated candidate at its P:D ratio, with its 95 % "
-                   "interval over seeds (one line per pool and engine configuration; #n are "
-                   "rows of the candidates table); the colocated candidates' goodput as "
-                   "horizontal lines. What to see: the ratio where a split peaks, and whether "
-                   "that peak clears the colocated lines by more than the intervals' width.")
+        ax.set_xlim(-0.5, len(ratios) - 0.5)
+        ax.set_xlabel("P:D ratio (prefill : decode instances; only the ratios simulated)")
+        ax.set_ylabel("goodput per GPU (req/s per GPU)" if per_gpu else "goodput (req/s)")
+        ax.grid(False, axis="x")
+        legend_outside(fig, where="below", ncols=2)
+        place_labels(ax, points, texts)
+        caption = ("Goodput of each simulated disaggregated candidate at its P:D ratio, with "
+                   "its 95 % interval over seeds (one colour per pool and engine "
+                   "configuration; #n are rows of the candidates table); the colocated "
+                   "candidates' goodput as horizontal lines, their intervals shaded. "
+                   + ("The candidates differ in size, so every goodput is divided by its "
+                      "GPUs (per GPU). " if per_gpu else "")
+                   + "What to see: the ratio where a split peaks, and whether that peak "
+                   "clears the colocated lines by more than the intervals' width. "
+                   + _pd_reading(split, colocated, numbers, per_gpu))
         return figure(fig, name, "goodput against P:D ratio", caption)
 
 
+def _scaled(c: CandidateResult, per_s: float, per_gpu: bool) -> float:
+    """A rate as the P:D figure plots it: per GPU of the candidate, or as is."""
+    return per_s / c.candidate.num_gpus if per_gpu else per_s
+
+
+def _pd_reading(split: list[CandidateResult], colocated: list[CandidateResult],
+                numbers: dict[str, int], per_gpu: bool) -> str:
+    """The figure's answer in a sentence: the best split against the best colocated
+    candidate, and whether their intervals overlap."""
+
+    def per(c: CandidateResult, per_s: float) -> float:
+        return _scaled(c, per_s, per_gpu)
+
+    def shown(c: CandidateResult) -> str:
+        g = c.goodput
+        unit = "req/s per GPU" if per_gpu else "req/s"
+        number = fmt.per_gpu if per_gpu else fmt.rate
+        text = f"{number(per(c, g.mean_per_s))}"
+        if g.high_per_s > g.low_per_s:
+            text += f" [{number(per(c, g.low_per_s))}-{number(per(c, g.high_per_s))}]"
+        return f"#{numbers[c.id]} ({c.candidate.pd_ratio or 'colocated'}, {text} {unit})"
+
+    best = max(split, key=lambda c: per(c, c.goodput.mean_per_s))
+    text = f"Here the best split is {shown(best)}"
+    if not colocated:
+        return text + "; no colocated candidate was simulated."
+    rival = max(colocated, key=lambda c: per(c, c.goodput.mean_per_s))
+    a, b = best.goodput, rival.goodput
+    side = "above" if per(best, a.mean_per_s) > per(rival, b.mean_per_s) else (
+        "below" if per(best, a.mean_per_s) < per(rival, b.mean_per_s) else "level with")
+    text += f", {side} the best colocated {shown(rival)}"
+    if len(a.per_seed_per_s) < 2 or len(b.per_seed_per_s) < 2:
+        return text + "; one of them was measured on one traffic draw, with no interval."
+    overlap = (per(best, a.low_per_s) <= per(rival, b.high_per_s)
+               and per(rival, b.low_per_s) <= per(best, a.high_per_s))
+    return text + ("; their intervals overlap, so the seeds cannot tell them apart."
+                   if overlap else "; their intervals do not overlap.")
+
+
+def n_plus_one(n1: NPlusOne, slo: SLO, name: str = "n-plus-one") -> Figure | None:
+    """N+1 at a glance: for every loss tried, the requests over the run and from the failure
+    on (met the SLO, red when that reading fails; finished outside it; never finished)
+    against the target; below, the worst losses' requests per window of arrivals."""
+    checks = [c for c in n1.tried if c.attainment is not None]
+    if not checks:
+        return None
+    timelines = [c for c in (n1.instance, n1.node) if c is not None and c.summary is not None
+                 and c.summary.faults is not None and c.summary.faults.timeline]
+    target = slo.attainment_target
+    top_in = 1.2 + 0.42 * 2 * len(checks)
+    with canvas(10, top_in + 2.3 * len(timelines)) as fig:
+        if timelines:  # subfigures: the top panel's long labels do not narrow the timelines
+            top, below = fig.subfigures(2, 1, height_ratios=[top_in, 2.3 * len(timelines)])
+            _loss_bars(top.subplots(), n1, checks, target)
+            _loss_timelines(below.subplots(len(timelines), 1, sharex=True, sharey=True,
+                                           squeeze=False)[:, 0], timelines, target)
+        else:
+            _loss_bars(fig.subplots(), n1, checks, target)
+        legend_outside(fig, order=SHARES)
+        rule = ("a reading holds when its coloured part reaches the dotted target "
+                f"({target:.0%})" if slo.criterion == "joint" else
+                f"the coloured part is the joint share against the dotted target ({target:.0%}); "
+                f"a reading's colour follows the plan's {slo.criterion} criterion")
+        caption = (f"N+1 at {fmt.rate(n1.rate_per_s)} req/s ({n1.rate_basis}). Top: every loss "
+                   "tried, read over the whole run and over the requests that arrived from the "
+                   "failure on; each bar is all those requests: met the SLO (blue where the "
+                   "reading holds, red where it fails), finished outside it (light grey), never "
+                   "finished (dark grey, hatched). "
+                   + ("Below: the worst loss" + ("es" if len(timelines) > 1 else "")
+                      + " over time, each bar a window of arrivals: " + WINDOW_LEGEND + ". "
+                      if timelines else "")
+                   + f"What to see: {rule}; red anywhere is a share short of it. Here "
+                   + _n1_reading(checks))
+        return figure(fig, name, "N+1: SLO attainment and lost requests for each loss",
+                      caption)
+
+
+def _loss_bars(ax, n1: NPlusOne, checks: list[LossCheck], target: float) -> None:
+    """One horizontal bar per loss and reading, its requests stacked, the target a line."""
+    ticks = []
+    for i, c in enumerate(checks):
+        for j, (reading, met, meets, shares) in enumerate(_readings(c)):
+            y = -(2 * i + j) - 0.25 * i  # a gap between losses
+            _share_bar(ax, y, met, meets, shares)
+            ticks.append((y, f"lose {c.kind} {c.lost}: {reading}"
+                          + (f"\n({c.num_lost:,} attempts lost, {c.num_failed:,} requests "
+                             "failed)" if j == 0 else "")))
+    ax.set_yticks([y for y, _ in ticks], [text for _, text in ticks])
+    ax.axvline(target * 100, color=TARGET, linestyle=":", linewidth=1.5, zorder=5,
+               label=f"target {target:.0%}")
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("share of the requests (%)")
+    ax.set_ylabel("part lost (reading)")
+    ax.grid(False, axis="y")
+    ax.set_title(f"N+1 at {fmt.rate(n1.rate_per_s)} req/s: "
+                 f"{'holds' if n1.holds else 'FAILS'}", color=HOLDS if n1.holds else FAILS,
+                 fontweight="bold")
+
+
+def _loss_timelines(axes, timelines: list[LossCheck], target: float) -> None:
+    """The worst losses over time: each window of arrivals' requests, the failure marked."""
+    for ax, c in zip(axes, timelines, strict=True):
+        window_shares(ax, c.summary.faults.timeline, target)
+        ax.axvline(c.at_s, color="black", linestyle="--", linewidth=1.2, label="the failure")
+        ax.set_title(f"losing {c.kind} {c.lost} at {c.at_s:g} s "
+                     f"({'holds' if c.holds else 'fails'}): the requests of each window of "
+                     "arrivals", color=HOLDS if c.holds else FAILS)
+    axes[-1].set_xlabel("simulated time of the requests' first arrival (s)")
+
+
+def _readings(c: LossCheck) -> list[tuple[str, float, bool, tuple[float, float] | None]]:
+    """A loss check's two readings: name, joint attainment, verdict and, when its run is at
+    hand, the shares (finished outside the SLO, never finished)."""
+    summary = c.summary
+    whole = after = None
+    if summary is not None and summary.slo is not None:
+        whole = summary.slo
+    if summary is not None and summary.faults is not None:
+        after = summary.faults.after
+    out = []
+    for reading, met, meets, slo in (("over the run", c.attainment, c.meets, whole),
+                                     ("from the failure on", c.attainment_after,
+                                      c.meets_after, after)):
+        shares = None
+        if slo is not None and slo.attainment is not None:
+            shares = (max(0.0, 1 - slo.rejected_share - slo.attainment), slo.rejected_share)
+        out.append((reading, 0.0 if met is None else met, meets, shares))
+    return out
+
+
+def _share_bar(ax, y: float, met: float, meets: bool,
+               shares: tuple[float, float] | None) -> None:
+    color = HOLDS if meets else FAILS
+    ax.barh(y, met * 100, color=color, height=0.8, label=MET_HOLDS if meets else MET_SHORT)
+    if shares is not None:
+        late, lost = shares
+        if late > 0:
+            ax.barh(y, late * 100, left=met * 100, color=LATE, height=0.8,
+                    label=FINISHED_LATE)
+        if lost > 0:
+            ax.barh(y, lost * 100, left=(met + late) * 100, color=LOST, hatch="///",
+                    edgecolor="white", linewidth=0, height=0.8, label=NEVER_FINISHED)
+    ax.annotate(fmt.share(met), (met * 100, y), xytext=(3, 0), textcoords="offset points",
+                va="center", fontsize=7, fontweight="bold", color="black",
+                bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "linewidth": 0,
+                      "alpha": 0.8})
+
+
+def _n1_reading(checks: list[LossCheck]) -> str:
+    failing = [c for c in checks if not c.holds]
+    if not failing:
+        low = min(checks, key=lambda c: min(c.attainment or 0, c.attainment_after or 0))
+        return (f"every loss holds; the closest is losing {low.lost}, "
+                f"{fmt.share(low.attainment)} over the run and "
+                f"{fmt.share(low.attainment_after)} from the failure on.")
+    worst = min(failing, key=lambda c: (c.attainment_after or 0, c.attainment or 0))
+    return (f"{len(failing)} of {len(checks)} losses fail; the worst, losing {worst.lost}, "
+            f"leaves {fmt.share(worst.attainment)} of the run's requests and "
+            f"{fmt.share(worst.attainment_after)} of those from the failure on within the "
+            f"SLO; {worst.num_failed:,} requests failed outright.")
+
+
 def pareto(result: PlanResult, numbers: dict[str, int], name: str = "pareto") -> Figure | None:
-    """Output tokens/s per GPU against tokens/s per user at goodput, the front joined."""
+    """Output tokens/s per GPU against tokens/s per user at goodput, the front joined, each
+    point labelled by its row number where no other label or point is."""
     points = [c for c in result.candidates if c.at_goodput is not None
               and c.at_goodput.tokens_per_s_per_user is not None
               and c.at_goodput.output_tokens_per_s_per_gpu is not None]
     if not points:
         return None
-    front = set(result.pareto)
     with canvas(8, 4.6) as fig:
         ax = fig.subplots()
-        for layout, marker in (("colocated", "o"), ("disaggregated", "^")):
-            mine = [c for c in points if c.candidate.layout == layout]
-            if mine:
-                ax.scatter([c.at_goodput.tokens_per_s_per_user for c in mine],
-                           [c.at_goodput.output_tokens_per_s_per_gpu for c in mine],
-                           marker=marker, s=36, color=layout_color(layout), label=layout,
-                           zorder=3)
-        on_front = sorted((c for c in points if c.id in front),
-                          key=lambda c: c.at_goodput.tokens_per_s_per_user)
-        if on_front:
-            ax.plot([c.at_goodput.tokens_per_s_per_user for c in on_front],
-                    [c.at_goodput.output_tokens_per_s_per_gpu for c in on_front], "-",
-                    color="black", linewidth=1, label="Pareto front", zorder=2)
-        rec = result.recommended
-        if rec is not None and rec.at_goodput is not None:
-            ax.scatter([rec.at_goodput.tokens_per_s_per_user],
-                       [rec.at_goodput.output_tokens_per_s_per_gpu], marker="*", s=220,
-                       facecolors="none", edgecolors="black", linewidths=1.2,
-                       label="recommendation", zorder=4)
-        for c in points:
-            ax.annotate(f"#{numbers[c.id]}", (c.at_goodput.tokens_per_s_per_user,
-                                              c.at_goodput.output_tokens_per_s_per_gpu),
-                        textcoords="offset points", xytext=(5, 4), fontsize=7)
-        ax.set_xlabel("per-user speed (tokens/s per user = 1 / mean TPOT)")
-        ax.set_ylabel("output throughput per GPU (tokens/s)")
-        ax.legend(loc="best", fontsize=7)
-        caption = ("Each simulated candidate at its goodput: how fast one stream reads "
-                   "(tokens/s per user) against how much the fleet produces per GPU; circles "
-                   "colocated (blue), triangles disaggregated (red), the star the "
-                   "recommendation, #n rows of the candidates table. What to see: the front "
-                   "(black line) holds the candidates no other beats on both axes; up and to "
-                   "the right is better.")
-        return figure(fig, name, "Pareto front of throughput per GPU and per user", caption)
+        draw_pareto(ax, result, points, numbers)
+        parts = ["Each simulated candidate at its goodput: how fast one stream reads "
+                 "(tokens/s per user) against how much the fleet produces per GPU"]
+        kinds = [f"{marker} {layout} ({'blue' if layout == 'colocated' else 'red'})"
+                 for layout, marker in (("colocated", "circles"), ("disaggregated", "triangles"))
+                 if any(c.candidate.layout == layout for c in points)]
+        parts.append("; " + ", ".join(kinds))
+        if result.recommended is not None and any(c.id == result.recommended.id for c in points):
+            parts.append(", the star the recommendation")
+        parts.append(", #n rows of the candidates table. What to see: ")
+        front = [c for c in points if c.id in set(result.pareto)]
+        if len(front) > 1:
+            parts.append(f"the front (black line) holds the {len(front)} candidates no other "
+                         "beats on both axes; up and to the right is better.")
+        elif front:
+            parts.append(f"#{numbers[front[0].id]} beats every other candidate on both axes "
+                         "(a front of one); up and to the right is better.")
+        else:
+            parts.append("up and to the right is better.")
+        return figure(fig, name, "Pareto front of throughput per GPU and per user",
+                      "".join(parts))
 
+
+def draw_pareto(ax, result: PlanResult, points: list[CandidateResult],
+                numbers: dict[str, int]) -> list:
+    """The Pareto axes; returns the point labels (``place_labels``)."""
+    front = set(result.pareto)
+    for layout, marker in (("colocated", "o"), ("disaggregated", "^")):
+        mine = [c for c in points if c.candidate.layout == layout]
+        if mine:
+            ax.scatter([c.at_goodput.tokens_per_s_per_user for c in mine],
+                       [c.at_goodput.output_tokens_per_s_per_gpu for c in mine],
+                       marker=marker, s=36, color=layout_color(layout), label=layout,
+                       zorder=3)
+    on_front = sorted((c for c in points if c.id in front),
+                      key=lambda c: c.at_goodput.tokens_per_s_per_user)
+    if len(on_front) > 1:
+        ax.plot([c.at_goodput.tokens_per_s_per_user for c in on_front],
+                [c.at_goodput.output_tokens_per_s_per_gpu for c in on_front], "-",
+                color="black", linewidth=1, label="Pareto front", zorder=2)
+    rec = result.recommended
+    if rec is not None and rec.at_goodput is not None and any(c.id == rec.id for c in points):
+        ax.scatter([rec.at_goodput.tokens_per_s_per_user],
+                   [rec.at_goodput.output_tokens_per_s_per_gpu], marker="*", s=220,
+                   facecolors="none", edgecolors="black", linewidths=1.2,
+                   label="recommendation", zorder=4)
+    ax.set_xlabel("per-user speed (tokens/s per user = 1 / mean TPOT)")
+    ax.set_ylabel("output throughput per GPU (tokens/s)")
+    ax.margins(0.12)  # room for the labels inside the axes
+    legend_outside(ax.get_figure(root=True))
+    return place_labels(ax, [(c.at_goodput.tokens_per_s_per_user,
+                              c.at_goodput.output_tokens_per_s_per_gpu) for c in points],
+                        [f"#{numbers[c.id]}" for c in points], marker_pt=12)

@@ -9,10 +9,9 @@ those numbers.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from clustersim.plan.result import CandidateResult, PlanResult
+from clustersim.plan.result import CandidateResult, NPlusOne, PlanResult, SplitVerdict
 from clustersim.plan.space import ROLE_LETTER
 from clustersim.report import assumptions, blocks, fmt, plan_figures, run_figures
 from clustersim.report.document import Block, Bullets, Document, Pre, Section, Span, Table, Text
@@ -49,9 +48,27 @@ def _goodput(c: CandidateResult) -> str:
     g = c.goodput
     if g is None:
         return fmt.DASH
+    if g.capped:
+        return f"at least {fmt.rate(g.lower_per_s)} (not measured)"
+    about = "" if g.converged else "about "
     if len(g.per_seed_per_s) == 1:
-        return fmt.rate(g.mean_per_s)
-    return f"{fmt.rate(g.mean_per_s)} [{fmt.rate(g.low_per_s)}-{fmt.rate(g.high_per_s)}]"
+        return f"{about}{fmt.rate(g.mean_per_s)}"
+    return (f"{about}{fmt.rate(g.mean_per_s)} [{fmt.rate(g.low_per_s)}-"
+            f"{fmt.rate(g.high_per_s)}]")
+
+
+def _cliff(c: CandidateResult) -> str:
+    if not c.cliff:
+        return fmt.DASH
+    return " / ".join(f"{fmt.share(p.attainment)} ({p.num_meeting} of {len(p.attainments)})"
+                      for p in c.cliff)
+
+
+def _survives(n1: NPlusOne | None) -> str:
+    if n1 is None:
+        return fmt.DASH
+    return " / ".join(f"{c.kind} {'holds' if c.holds else 'fails'}"
+                      for c in (n1.instance, n1.node) if c is not None) or fmt.DASH
 
 
 def _status(c: CandidateResult, result: PlanResult) -> str:
@@ -61,6 +78,8 @@ def _status(c: CandidateResult, result: PlanResult) -> str:
         return f"{c.status}, recommended"
     if result.runner_up is not None and c.id == result.runner_up.id:
         return f"{c.status}, best {c.candidate.layout}"
+    if result.tie is not None and c.id in result.tie.tied:
+        return f"{c.status}, tied for first"
     return c.status
 
 
@@ -89,9 +108,11 @@ def candidate_tables(result: PlanResult) -> list[Block]:
                            fmt.dollars_per_hour(c.cost_per_hour), c.reason or ""))
     out: list[Block] = []
     if simulated:
-        out += [Text.of("Simulated: goodput with its 95 % interval over seeds, and the figures "
-                        "of the run at goodput (latencies in ms as p50 / p90 / p99; attainment "
-                        "is the joint share of requests meeting the SLO; cost at goodput)."),
+        spread = ("goodput with its 95 % interval over seeds" if len(result.seeds) > 1
+                  else "goodput on one seed (no interval)")
+        out += [Text.of(f"Simulated: {spread}, and the figures of the run at goodput "
+                        "(latencies in ms as p50 / p90 / p99; attainment is the joint share of "
+                        "requests meeting the SLO; cost at goodput)."),
                 Table(SIMULATED_HEADER, tuple(simulated), "llllllrrrrrrrrrl")]
     if others:
         out += [Text.of("Not simulated, each with its reason (screen estimate: the analytic "
@@ -100,8 +121,11 @@ def candidate_tables(result: PlanResult) -> list[Block]:
     return out
 
 
-def _comparison(rec: CandidateResult, other: CandidateResult | None) -> Table:
+def _comparison(result: PlanResult, rec: CandidateResult, other: CandidateResult | None
+                ) -> Table:
     pair = [rec] + ([other] if other is not None else [])
+    checks = {rec.id: result.n_plus_one,
+              **({other.id: result.runner_up_n_plus_one} if other is not None else {})}
 
     def row(label: str, cell) -> tuple[str, ...]:
         return (label, *(cell(c) for c in pair))
@@ -113,6 +137,10 @@ def _comparison(rec: CandidateResult, other: CandidateResult | None) -> Table:
         row("configuration", lambda c: c.candidate.label()),
         row("goodput req/s [95% CI]", _goodput),
         row("goodput per GPU", lambda c: fmt.per_gpu(c.goodput_per_gpu)),
+        row("operating rate req/s (every draw met the SLO)",
+            lambda c: fmt.rate(c.operating_rate_per_s)),
+        row("attainment +5 % / +10 % above goodput (draws meeting)", _cliff),
+        row("N+1 at the operating rate", lambda c: _survives(checks.get(c.id))),
         row("TTFT p90 (ms)", at(lambda s: fmt.ms(s.ttft_s.p90))),
         row("TPOT p90 (ms)", at(lambda s: fmt.ms(s.tpot_s.p90))),
         row("ITL p99 (ms)", at(lambda s: fmt.ms(s.itl_s.p99))),
@@ -130,22 +158,35 @@ def recommendation(result: PlanResult) -> list[Block]:
     rec = result.recommended
     if rec is None:
         return out
-    out.append(_comparison(rec, result.runner_up))
+    out.append(_comparison(result, rec, result.runner_up))
     verdict = result.split_verdict
     if verdict is not None:
-        keep = "keep the split" if verdict.keep_split else "stay colocated"
-        out += [Text.of(f"Golden S7 between the two at {fmt.rate(verdict.rate_per_s)} req/s "
-                        f"(a rate both carry): {keep}. Keep a split only if throughput rises, "
-                        "no p95 latency worsens and the KV handoff fits its budget; the plan "
-                        "reports this opinion beside its answer, which goodput within the SLO "
-                        "decides."),
-                Bullets.of(*verdict.reasons)]
+        out += [Text.of(s7_sentence(verdict, rec)), Bullets.of(*verdict.reasons)]
     if result.serve_commands:
-        out += [Text.of("Deploy it:"), Pre("\n".join(result.serve_commands))]
+        out += [Text.of("Deploy it:"), Pre("\n".join(result.serve_commands), "commands")]
     if result.bench_command:
         out += [Text.of("Check it on real GPUs (its output holds next to the Serving "
-                        "Benchmark Result blocks below):"), Pre(result.bench_command)]
+                        "Benchmark Result blocks below):"), Pre(result.bench_command, "commands")]
     return out
+
+
+def s7_sentence(verdict: SplitVerdict, rec: CandidateResult) -> str:
+    """Golden S7's opinion, and whether the recommendation (decided by goodput within the
+    SLO) agrees with it or overrules it."""
+    keep = "keep the split" if verdict.keep_split else "stay colocated"
+    text = (f"Golden S7 between the two at {fmt.rate(verdict.rate_per_s)} req/s (a rate both "
+            f"carry): {keep}. Keep a split only if throughput rises, no p95 latency worsens "
+            "and the KV handoff fits its budget. ")
+    layout = rec.candidate.layout
+    if layout not in ("colocated", "disaggregated"):
+        return text + (f"The recommendation is {layout}, neither side of this comparison; "
+                       "goodput within the SLO chose it.")
+    agrees = verdict.keep_split == (layout == "disaggregated")
+    if agrees:
+        return text + (f"The recommendation ({layout}, chosen by goodput within the SLO) "
+                       "agrees.")
+    return text + (f"The recommendation ({layout}) overrules it: goodput within the SLO "
+                   "decides, and S7 weighs p95 latency and the handoff on their own.")
 
 
 N1_HEADER = ("lost", "GPUs", "at (s)", "attainment over the run",
@@ -154,11 +195,21 @@ N1_HEADER = ("lost", "GPUs", "at (s)", "attainment over the run",
 
 
 def n_plus_one(result: PlanResult, slo) -> list[Block]:
-    """The recommendation with one instance and one node lost: the checks, the verdict, and
-    the SLO over time of the worst loss."""
-    n1 = result.n_plus_one
-    assert n1 is not None
-    worst = [c for c in (n1.instance, n1.node) if c is not None]
+    """The recommendation and the best alternative, each with one instance and one node lost:
+    the checks, the verdicts, and a figure of every loss against the target with the worst
+    losses over time."""
+    out: list[Block] = []
+    for who, n1, name in (
+            ("The recommendation", result.n_plus_one, "n-plus-one"),
+            ("The best alternative of the other layout kind", result.runner_up_n_plus_one,
+             "n-plus-one-alternative")):
+        if n1 is not None:
+            out += _n_plus_one_check(who, n1, result, slo, name)
+    return out
+
+
+def _n_plus_one_check(who: str, n1: NPlusOne, result: PlanResult, slo, name: str
+                      ) -> list[Block]:
     several = sum(c.kind == "instance" for c in n1.tried) > 1
     rows = tuple(
         (f"{c.kind} {c.lost}" + (" (worst)" if several and c is n1.instance else ""),
@@ -169,24 +220,25 @@ def n_plus_one(result: PlanResult, slo) -> list[Block]:
          fmt.dollars_per_million(c.spare_cost_per_million_output_tokens))
         for c in n1.tried)
     verdict = ("holds its SLO" if n1.holds else "does not hold its SLO")
+    times = sorted({c.at_s for c in n1.tried})
+    when = (f"lost at {times[0]:g} s into the run" if len(times) == 1
+            else "lost at the time the table gives")
+    label = result.by_id(n1.candidate).candidate.label()
     out: list[Block] = [
-        Text.of(f"The recommendation at {fmt.rate(n1.rate_per_s)} req/s ({n1.rate_basis}; the "
-                "seed of its run at goodput), with one part lost a third of the way into the "
-                "arrivals for the rest of the run, its clients retrying each lost request up "
-                f"to {n1.max_retries} times: it {verdict} with N+1. Each role's first instance "
-                "is lost in turn (the worst counts), and the node whose loss takes down the "
-                "most instances. A spare is one more of what was lost, at the plan's prices; "
-                "per 1M output tokens it is that spare's cost over the recommendation's "
-                "output at goodput."),
+        Text.of(Span(label, "strong"),
+                f". {who} at its operating rate, {fmt.rate(n1.rate_per_s)} req/s "
+                f"({n1.rate_basis}; the seed of its run at goodput), with one part {when} and "
+                f"for the rest of the run, its clients retrying each lost request up to "
+                f"{n1.max_retries} times: it {verdict} with N+1. Each role's first instance is "
+                "lost in turn (the worst counts), and the node whose loss takes down the most "
+                "instances. A spare is one more of what was lost, at the plan's prices; per 1M "
+                "output tokens it is that spare's cost over the candidate's output at goodput."),
         Table(N1_HEADER, rows, "llrrrlrrrrr"),
     ]
     out += [Text.of(note) for note in n1.notes]
-    for check in worst:
-        if check.summary is not None:
-            figure = run_figures.slo_over_time(f"losing {check.lost}", check.summary, slo,
-                                               name=f"n-plus-one-{check.kind}")
-            if figure is not None:
-                out.append(figure)
+    figure = plan_figures.n_plus_one(n1, slo, name)
+    if figure is not None:
+        out.append(figure)
     return out
 
 
@@ -233,6 +285,15 @@ def evidence(result: PlanResult, scenario: Scenario,
     return out
 
 
+def _which_probe(c: CandidateResult, result: PlanResult, seed: int) -> str:
+    """Which of the bisection's probes the run at goodput is, read off the probes."""
+    index = result.seeds.index(seed) if seed in result.seeds else None
+    passing = [p.rate_per_s for p in c.probes if p.seed == index and p.met]
+    if passing and c.at_goodput_rate_per_s == max(passing):
+        return f"seed {seed}'s highest passing probe"
+    return f"a probe of seed {seed}"
+
+
 def benchmark_results(result: PlanResult) -> list[Block]:
     num = numbers(result)
     out: list[Block] = []
@@ -241,8 +302,9 @@ def benchmark_results(result: PlanResult) -> list[Block]:
         if s is None:
             continue
         out += [Text.of(Span(f"#{num[c.id]} {c.candidate.label()}", "strong"),
-                        f", at goodput: seed {s.seed}, offered "
-                        f"{fmt.rate(c.at_goodput_rate_per_s)} req/s"),
+                        f", the run at goodput: {_which_probe(c, result, s.seed)}, offered "
+                        f"{fmt.rate(c.at_goodput_rate_per_s)} req/s (goodput, over seeds: "
+                        f"{_goodput(c)} req/s)"),
                 blocks.benchmark_block(s, c.at_goodput_rate_per_s)]
     if out:
         out.append(blocks.BENCHMARK_NOTE)
@@ -252,8 +314,8 @@ def benchmark_results(result: PlanResult) -> list[Block]:
     return out
 
 
-def plan_assumptions(result: PlanResult, scenario: Scenario, runs: dict[str, RunResult],
-                     folder: Path) -> list[Block]:
+def plan_assumptions(result: PlanResult, scenario: Scenario,
+                     runs: dict[str, RunResult]) -> list[Block]:
     plan = scenario.plan
     assert plan is not None
     search = plan.search
@@ -294,7 +356,7 @@ def plan_assumptions(result: PlanResult, scenario: Scenario, runs: dict[str, Run
                     *assumptions.topology(runs[c.id])]
     out.append(Text.of(Span("Calibration", "strong"), ": the GPU profile that priced the "
                        "steps."))
-    out += assumptions.calibration(list(runs.values()), folder)
+    out += assumptions.calibration(list(runs.values()))
     out.append(Text.of(Span("Workload", "strong"), " as the scenario gives it:"))
     out += assumptions.workload(scenario, note=(
         f"Each probe offers this traffic at its own rate (the scenario's is "
@@ -308,10 +370,10 @@ def plan_assumptions(result: PlanResult, scenario: Scenario, runs: dict[str, Run
     return out
 
 
-def plan_document(result: PlanResult, scenario: Scenario, runs: dict[str, RunResult],
-                  folder: Path) -> Document:
+def plan_document(result: PlanResult, scenario: Scenario,
+                  runs: dict[str, RunResult]) -> Document:
     """The plan's report; ``runs`` holds full runs at goodput by candidate id (the
-    recommendation's and the runner-up's), ``folder`` is where it will be written."""
+    recommendation's and the runner-up's)."""
     sections = [
         Section("Recommendation", recommendation(result)),
     ]
@@ -320,15 +382,16 @@ def plan_document(result: PlanResult, scenario: Scenario, runs: dict[str, RunRes
         sections.append(Section("SLO verdict at goodput", [
             Pre(blocks.slo_text(rec.at_goodput.slo, rec.at_goodput, rec.at_goodput_rate_per_s,
                                 "the recommendation")),
-            blocks.SLO_NOTE]))
-    if result.n_plus_one is not None:
+            blocks.slo_note([("the recommendation's run at goodput", rec.at_goodput.slo)],
+                            at_goodput=True)]))
+    if result.n_plus_one is not None or result.runner_up_n_plus_one is not None:
         sections.append(Section("N+1: one instance or one node lost",
                                 n_plus_one(result, scenario.slo)))
     sections += [
         Section("Candidates", candidate_tables(result)),
         Section("Evidence", evidence(result, scenario, runs)),
         Section("Serving Benchmark Result per configuration", benchmark_results(result)),
-        Section("Assumptions", plan_assumptions(result, scenario, runs, folder)),
+        Section("Assumptions", plan_assumptions(result, scenario, runs)),
         Section("Metric definitions", list(blocks.definitions())),
     ]
     subtitle = (f"{blocks.lead(scenario)}Model {scenario.model}; SLO "

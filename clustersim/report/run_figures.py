@@ -1,9 +1,10 @@
 """Figures of one run's records (a ``RunResult``): latency CDFs against the SLO, the per-step
 timeline around the longest prompt's arrival (golden S10), KV-cache use and the waiting queue
-over time, and the KV links of a disaggregated layout.
+over time, the KV links of a disaggregated layout, and the SLO over time around failures.
 
 They plot the records as recorded: per-request latencies as the metrics layer defines them
-(``RequestTable``), step start and end times, token times, transfer times.
+(``RequestTable``), step start and end times, token times, transfer times. A caption's "Here"
+sentence reads its numbers off what the figure draws.
 """
 
 from __future__ import annotations
@@ -15,31 +16,55 @@ import numpy as np
 
 from clustersim.metrics.requests import RequestTable
 from clustersim.report.document import Figure
-from clustersim.report.figures import PALETTE, TARGET, canvas, figure
+from clustersim.report.figures import (
+    FAILS,
+    FINISHED_LATE,
+    HOLDS,
+    LATE,
+    LOST,
+    MET_HOLDS,
+    MET_SHORT,
+    NEVER_FINISHED,
+    PALETTE,
+    SHARES,
+    TARGET,
+    canvas,
+    figure,
+    legend_outside,
+)
 from clustersim.report.fmt import limit_ms
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
     from clustersim.engine.request import Request
     from clustersim.metrics import RunSummary
+    from clustersim.metrics.timeline import Window
     from clustersim.scenario import SLO
     from clustersim.sim import RunResult
 
 MAX_LEGEND_INSTANCES = 8
+STRETCH = 1.5
+"""A step this many times the median of the others (or more) stretched; below, it held."""
 
 
 def latency_cdfs(runs: list[tuple[str, RunResult]], slo: SLO | None, name: str = "latency-cdf",
                  what: str = "") -> Figure:
     """TTFT and TPOT CDFs of each run (one line per run) with the SLO limits and target."""
-    with canvas(10, 3.6) as fig:
-        axes = fig.subplots(1, 2)
+    tables = [(label, RequestTable.of(run.requests)) for label, run in runs]
+    with canvas(10, 4.0) as fig:
+        axes = fig.subplots(1, 2, sharey=True)
         for ax, metric, title in ((axes[0], "ttft_s", "TTFT"), (axes[1], "tpot_s", "TPOT")):
-            for i, (label, run) in enumerate(runs):
-                values = np.sort(RequestTable.of(run.requests).defined(metric)) * 1e3
+            drawn = False
+            for i, (label, table) in enumerate(tables):
+                values = np.sort(table.defined(metric)) * 1e3
                 if values.size == 0:
                     continue
+                drawn = True
                 fraction = np.arange(1, values.size + 1) / values.size * 100
                 ax.step(values, fraction, where="post", color=PALETTE[i % len(PALETTE)],
-                        label=f"{label} ({values.size:,} requests)")
+                        label=f"{label} ({table.defined('ttft_s').size:,} requests with a "
+                        "first token)")
             limit = getattr(slo, metric) if slo is not None else None
             if limit is not None:
                 ax.axvline(limit * 1e3, color="black", linestyle="--", linewidth=1,
@@ -52,11 +77,10 @@ def latency_cdfs(runs: list[tuple[str, RunResult]], slo: SLO | None, name: str =
             ax.set_ylabel("requests at or below (%)")
             ax.set_ylim(0, 101)
             ax.set_title(f"{title} CDF")
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(loc="lower right")
-            else:
+            if not drawn:
                 ax.text(0.5, 0.5, f"no request has a {title}", transform=ax.transAxes,
                         ha="center")
+        legend_outside(fig, where="below", ncols=3)
         subject = what or " and ".join(label for label, _ in runs)
         caption = (f"TTFT (left) and TPOT (right) of every finished request of {subject}, as "
                    "cumulative shares (TPOT leaves out one-token outputs). What to see: ")
@@ -88,7 +112,7 @@ def step_timeline(label: str, run: RunResult, name: str = "timeline") -> Figure 
     lo, hi = t0 - pad, first + pad
     steps = [s for s in run.steps if s.instance == instance and s.end_s >= lo and s.start_s <= hi]
     with canvas(10, 5.6) as fig:
-        top, bottom = fig.subplots(2, 1, sharex=True)
+        top, bottom = fig.subplots(2, 1, sharex=True, sharey=True)  # both in ms, compared
         starts = np.array([s.start_s - t0 for s in steps])
         durations = np.array([(s.end_s - s.start_s) * 1e3 for s in steps])
         chunked = np.array([any(rid == long.request_id for rid, _ in s.prefill_chunks)
@@ -131,12 +155,9 @@ def step_timeline(label: str, run: RunResult, name: str = "timeline") -> Figure 
             for x, text, color in marks:
                 ax.axvline(x, color=color, linestyle="--", linewidth=1,
                            label=text if ax is top else None)
-        top.legend(loc="upper left", fontsize=7)
-        split = long.handoff_start_s is not None
-        what = ("the decode instance never runs the prompt: its steps and the streams' ITL "
-                "stay flat, and the prompt reaches it only as a KV handoff" if split else
-                "each step that carries a chunk of the long prompt (red) also carries every "
-                "running decode, so those steps stretch and every stream's ITL spikes with them")
+        legend_outside(fig)
+        what = _timeline_reading(instance, durations, chunked,
+                                 split=long.handoff_start_s is not None)
         caption = (f"Golden S10 on {label}: every engine step of {instance} (top, a bar "
                    "from its start to its end at its latency) and the gap before each token of "
                    "every request it emits (bottom, over the time it spans), from "
@@ -144,6 +165,37 @@ def step_timeline(label: str, run: RunResult, name: str = "timeline") -> Figure 
                    f"arrives to {pad:.2f} s after its first token. What to see: {what}.")
         return figure(fig, name, "step latency and ITL around the arrival of request "
                       f"{long.request_id}", caption)
+
+
+def _timeline_reading(instance: str, durations_ms: np.ndarray, chunked: np.ndarray,
+                      split: bool) -> str:
+    """What the timeline shows, from its steps' latencies: how far the steps that carry the
+    long prompt stretch against the median of the others (``STRETCH``)."""
+    if durations_ms.size == 0:
+        return f"no step of {instance} falls in this window"
+    others = durations_ms[~chunked]
+    if not chunked.any():
+        median, longest = float(np.median(others)), float(others.max())
+        head = (f"no step of {instance} carries the prompt"
+                + (" (it arrives as a KV handoff)" if split else ""))
+        if longest < STRETCH * median:
+            return (f"{head}; its steps take {median:.1f} ms at the median and at most "
+                    f"{longest:.1f} ms here, so the streams' ITL stays flat")
+        return (f"{head}; its steps take {median:.1f} ms at the median and up to "
+                f"{longest:.1f} ms here, from other requests' work")
+    longest = float(durations_ms[chunked].max())
+    if others.size == 0:
+        return (f"every step here carries a chunk of the long prompt (red), the longest "
+                f"{longest:.1f} ms")
+    median = float(np.median(others))
+    if longest >= STRETCH * median:
+        return (f"the steps that carry a chunk of the long prompt (red) take up to "
+                f"{longest:.1f} ms against {median:.1f} ms at the median for the others "
+                f"({longest / median:.1f}x); every stream decoding in them waits as long, so "
+                "its ITL spikes with them")
+    return (f"the steps that carry a chunk of the long prompt (red) take up to {longest:.1f} "
+            f"ms against {median:.1f} ms at the median for the others: the prompt barely "
+            "stretches the running decodes")
 
 
 def kv_and_queue(label: str, run: RunResult, summary: RunSummary,
@@ -159,6 +211,8 @@ def kv_and_queue(label: str, run: RunResult, summary: RunSummary,
         top, bottom = fig.subplots(2, 1, sharex=True)
         legend = len(names) <= MAX_LEGEND_INSTANCES
         colors = {r: PALETTE[i] for i, r in enumerate(("colocated", "prefill", "decode"))}
+        peak_kv: tuple[float, str] | None = None
+        peak_queue: tuple[int, str] | None = None
         for i, instance in enumerate(names):
             steps = per_instance[instance]
             ends = np.array([s.end_s for s in steps])
@@ -169,24 +223,30 @@ def kv_and_queue(label: str, run: RunResult, summary: RunSummary,
             top.plot(ends, kv, linewidth=0.8, color=color, label=tag, drawstyle="steps-post")
             bottom.plot(ends, waiting, linewidth=0.8, color=color, label=tag,
                         drawstyle="steps-post")
+            if peak_kv is None or kv.max() > peak_kv[0]:
+                peak_kv = (float(kv.max()), instance)
+            if peak_queue is None or waiting.max() > peak_queue[0]:
+                peak_queue = (int(waiting.max()), instance)
         top.set_ylabel("KV blocks in use (% of usable)")
         top.set_ylim(0, 105)
         bottom.set_ylabel("waiting requests (count)")
         bottom.set_xlabel("simulated time (s)")
         top.set_title(f"{label}: KV cache per instance")
         bottom.set_title("waiting queue per instance (requests not yet scheduled)")
-        if legend and names:  # (no engine stepped: no line to name)
-            top.legend(loc="upper left", fontsize=7, ncols=min(len(names), 4))
-        else:
+        if not legend:
             for r, color in colors.items():
                 if r in role.values():
                     top.plot([], [], color=color, label=f"{r} instances")
-            top.legend(loc="upper left", fontsize=7)
+        legend_outside(fig)
         caption = (f"{label}: the KV blocks each instance holds, as a share of its usable "
                    "blocks, and its waiting queue, after every engine step. What to see: a "
                    "queue that keeps growing means the offered rate is above what the instance "
                    "serves; KV near 100 % means admissions wait for memory (and preemptions "
                    "follow); a flat queue near zero with KV headroom is a comfortable load.")
+        if peak_kv is not None and peak_queue is not None:
+            caption += (f" Here KV use peaks at {peak_kv[0]:.0f} % ({peak_kv[1]}) and the "
+                        f"longest queue holds {peak_queue[0]:,} request"
+                        f"{'' if peak_queue[0] == 1 else 's'} ({peak_queue[1]}).")
         return figure(fig, name, "KV cache use and waiting queue over time", caption)
 
 
@@ -218,13 +278,20 @@ def kv_links(label: str, run: RunResult, summary: RunSummary,
         right.set_xlabel("simulated time the transfer was requested (s)")
         right.set_ylabel("transfer time (ms)")
         right.set_title(f"{len(run.transfers):,} KV transfers, prefill -> decode")
-        right.legend(loc="upper right", fontsize=7)
-        caption = (f"{label}: the prefill -> decode KV handoffs. Left: the mean utilization "
+        legend_outside(fig, [right], where="below", ncols=3)
+        caption = (f"{label}: the prefill -> decode KV transfers. Left: the mean utilization "
                    "of the busiest links over the run. Right: each transfer's time from its "
                    "request to its last byte (red) and what it would take alone on idle links "
                    "(green). What to see: the gap between the two is time lost to other "
-                   "transfers on the same links; points above the budget line are handoffs "
-                   "golden S7 counts against the split.")
+                   "transfers on the same links; golden S7 holds the handoffs' p95 to the "
+                   f"budget line. Here the transfers took {np.median(took):,.2f} ms at the "
+                   f"median as they ran, against {np.median(ideal):,.2f} ms alone")
+        if handoff_budget_s is None:
+            caption += "."
+        else:
+            over = int((took > handoff_budget_s * 1e3).sum())
+            caption += (f"; {over:,} of {took.size:,} took longer than the "
+                        f"{limit_ms(handoff_budget_s)} budget.")
         return figure(fig, name, "KV link utilization and transfer times", caption)
 
 
@@ -245,20 +312,8 @@ def slo_over_time(label: str, summary: RunSummary, slo: SLO | None,
 
     with canvas(10, 7.0) as fig:
         top, middle, bottom = fig.subplots(3, 1, sharex=True)
-        if slo is not None:
-            top.bar(mids, column("attainment") * 100, width=width * 0.9, color=PALETTE[0],
-                    label="requests meeting the SLO")
-            top.axhline(slo.attainment_target * 100, color=TARGET, linestyle=":", linewidth=1,
-                        label=f"target {slo.attainment_target:.0%}")
-            top.set_ylim(0, 105)
-        retried = np.array([w.num_retried for w in windows], dtype=float)
-        counts = np.array([max(w.num_requests, 1) for w in windows], dtype=float)
-        some = retried > 0
-        if some.any():
-            top.plot(mids[some], retried[some] / counts[some] * 100, "o", markersize=4,
-                     color="black", label="requests retried after a failure")
-        top.set_ylabel("share of the window's requests (%)")
-        top.set_title(f"{label}: SLO attainment per {width:.2f} s window of arrivals")
+        window_shares(top, windows, None if slo is None else slo.attainment_target)
+        top.set_title(f"{label}: the requests of each {width:.2f} s window of arrivals")
         for ax, metric, title in ((middle, "ttft", "TTFT"), (bottom, "tpot", "TPOT")):
             for p, style in ((50, "-"), (90, "--")):
                 ax.plot(mids, column(f"{metric}_p{p}_s") * 1e3, style, color=PALETTE[0],
@@ -271,24 +326,61 @@ def slo_over_time(label: str, summary: RunSummary, slo: SLO | None,
             ax.set_ylim(bottom=0)
             ax.set_title(f"{title} of the requests that arrived in each window")
         bottom.set_xlabel("simulated time of the requests' first arrival (s)")
-        marks = [c for c in PALETTE[1:] if c != TARGET]  # not the blue bars, not the target
         for i, impact in enumerate(faults.faults):
-            color = marks[i % len(marks)]
+            color = FAULT_MARKS[i % len(FAULT_MARKS)]
             for ax in (top, middle, bottom):
                 ax.axvline(impact.at_s, color=color, linestyle="--", linewidth=1.2,
                            label=impact.fault if ax is top else None)
                 if impact.repair_s is not None:
                     ax.axvline(impact.repair_s, color=color, linestyle=":", linewidth=1.2,
                                label="  ... back" if ax is top else None)
-        top.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
-        middle.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
-        bottom.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
+        legend_outside(fig, order=SHARES)
         caption = (f"{label}: the requests grouped by the window of their first arrival; each "
                    "is judged as the summary judges it (a retried request on its final "
                    "attempt, its TTFT from its first arrival; a lost one that was not retried "
                    "misses). Dashed lines: failures; dotted: repairs. What to see: the windows "
                    "just before a failure hold the requests it caught mid-stream (retried, so "
                    "their TTFT includes the lost attempt); the windows after it show what the "
-                   "cluster serves with the failed part gone, and a repair the recovery.")
+                   "cluster serves with the failed part gone, and a repair the recovery. Each "
+                   "bar is all the window's requests: " + WINDOW_LEGEND + ".")
         return figure(fig, name, "SLO attainment, TTFT and TPOT over time around failures",
                       caption)
+
+
+FAULT_MARKS = ("#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
+"""Failure lines: none of the colours that judge a share (blue, red, green, greys)."""
+WINDOW_LEGEND = ("met the SLO (blue, or red where the window falls short of the target), "
+                 "finished outside it (light grey), never finished (dark grey, hatched: lost "
+                 "to a failure with no retry left, or rejected)")
+
+
+def window_shares(ax: Axes, windows: tuple[Window, ...], target: float | None) -> None:
+    """Each window of arrivals as one bar of all its requests (100 %), stacked: met the SLO
+    (``HOLDS``, or ``FAILS`` below ``target``), finished outside it (``LATE``), never
+    finished (``LOST``, hatched); the target as a line. Without an SLO: finished and not."""
+    shown = [w for w in windows if w.num_requests]
+    mids = np.array([(w.start_s + w.end_s) / 2 for w in shown])
+    width = (windows[0].end_s - windows[0].start_s) * 0.9 if windows else 1.0
+    done = np.array([w.num_finished / w.num_requests for w in shown]) * 100
+    if target is None:
+        met = done
+        if mids.size:
+            ax.bar(mids, met, width=width, color=HOLDS, label="finished")
+    else:
+        met = np.array([0.0 if w.attainment is None else w.attainment for w in shown]) * 100
+        short = np.array([w.attainment is not None and w.attainment < target for w in shown],
+                         dtype=bool)
+        for mask, color, label in ((~short, HOLDS, MET_HOLDS), (short, FAILS, MET_SHORT)):
+            if mask.any():
+                ax.bar(mids[mask], met[mask], width=width, color=color, label=label)
+        late = np.clip(done - met, 0, None)
+        if (late > 0).any():
+            ax.bar(mids, late, bottom=met, width=width, color=LATE, label=FINISHED_LATE)
+        ax.axhline(target * 100, color=TARGET, linestyle=":", linewidth=1.5, zorder=5,
+                   label=f"target {target:.0%}")
+    lost = 100 - done
+    if (lost > 0).any():
+        ax.bar(mids, lost, bottom=done, width=width, color=LOST, hatch="///", edgecolor="white",
+               linewidth=0, label=NEVER_FINISHED)
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("window's requests (%)")

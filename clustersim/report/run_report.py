@@ -4,7 +4,6 @@ serve``'s words, its SLO verdict, the figures of its records, the assumptions.""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clustersim.plan.compare import Verdict, throughput
@@ -55,8 +54,8 @@ def _figures(pairs: list[tuple[str, RunResult, RunSummary]], slo,
     return out
 
 
-def _assumptions(scenario: Scenario, pairs: list[tuple[str, RunResult, RunSummary]],
-                 folder: Path) -> list[Block]:
+def _assumptions(scenario: Scenario,
+                 pairs: list[tuple[str, RunResult, RunSummary]]) -> list[Block]:
     out: list[Block] = [
         Text.of(Span("Engine settings", "strong"), " of the scenario:"),
         assumptions.engine_settings(scenario),
@@ -72,7 +71,7 @@ def _assumptions(scenario: Scenario, pairs: list[tuple[str, RunResult, RunSummar
         out += [Text.of(Span("Links", "strong"), f" of {label}:"), *assumptions.topology(run)]
     out.append(Text.of(Span("Calibration", "strong"), ": the GPU profile that priced the "
                        "steps."))
-    out += assumptions.calibration([run for _, run, _ in pairs], folder)
+    out += assumptions.calibration([run for _, run, _ in pairs])
     out.append(Text.of(Span("Workload", "strong"), f" as the scenario gives it (seed "
                        f"{scenario.seed}):"))
     out += assumptions.workload(scenario)
@@ -86,17 +85,18 @@ def _assumptions(scenario: Scenario, pairs: list[tuple[str, RunResult, RunSummar
     return out
 
 
-def simulate_document(run: RunResult, summary: RunSummary, folder: Path) -> Document:
+def simulate_document(run: RunResult, summary: RunSummary) -> Document:
     """The report of one run (``clustersim simulate --report``)."""
     scenario = run.scenario
     pairs = [(scenario.name, run, summary)]
     sections = [
         Section("Run", [*_run_blocks(scenario.name, run, summary), blocks.BENCHMARK_NOTE]
-                + ([blocks.SLO_NOTE] if summary.slo is not None else [])),
+                + ([blocks.slo_note([("this run", summary.slo)])]
+                   if summary.slo is not None else [])),
         *([Section("Faults", blocks.fault_blocks(summary))] if summary.faults is not None
           else []),
         Section("Figures", _figures(pairs, scenario.slo)),
-        Section("Assumptions", _assumptions(scenario, pairs, folder)),
+        Section("Assumptions", _assumptions(scenario, pairs)),
         Section("Metric definitions", list(blocks.definitions())),
     ]
     return Document(f"clustersim simulate: {scenario.name}",
@@ -130,7 +130,7 @@ def comparison_table(colocated: RunSummary, split: RunSummary) -> Table:
 
 
 def compare_document(runs: dict[str, tuple[RunResult, RunSummary]], verdict: Verdict,
-                     handoff_budget_s: float, scenario: Scenario, folder: Path) -> Document:
+                     handoff_budget_s: float, scenario: Scenario) -> Document:
     """The report of ``clustersim compare --report``: ``runs`` holds the colocated and the
     disaggregated run with their summaries."""
     pairs = [(label, run, summary) for label, (run, summary) in runs.items()]
@@ -148,13 +148,15 @@ def compare_document(runs: dict[str, tuple[RunResult, RunSummary]], verdict: Ver
     for label, run, summary in pairs:
         run_blocks += _run_blocks(label, run, summary)
     run_blocks.append(blocks.BENCHMARK_NOTE)
-    if scenario.slo is not None:
-        run_blocks.append(blocks.SLO_NOTE)
+    verdicts = [(f"the {label} run", summary.slo) for label, _, summary in pairs
+                if summary.slo is not None]
+    if verdicts:
+        run_blocks.append(blocks.slo_note(verdicts))
     sections = [
         Section("Verdict", verdict_blocks),
         Section("Runs", run_blocks),
         Section("Figures", _figures(pairs, scenario.slo, handoff_budget_s)),
-        Section("Assumptions", _assumptions(scenario, pairs, folder)),
+        Section("Assumptions", _assumptions(scenario, pairs)),
         Section("Metric definitions", list(blocks.definitions())),
     ]
     return Document(f"clustersim compare: {scenario.name}",
