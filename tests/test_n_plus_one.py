@@ -9,7 +9,7 @@ from clustersim.plan.executors import SerialExecutor
 from clustersim.plan.planner import Planner
 from clustersim.scenario import parse_scenario
 from tests.helpers import run_cli, write_scenario
-from tests.test_plan import scenario
+from tests.test_plan import one_gpu_node, scenario
 
 
 def small_plan() -> dict:
@@ -24,10 +24,11 @@ def test_the_plan_checks_its_recommendation_with_one_instance_and_one_node_lost(
     result = Planner(parse_scenario(small_plan()), SerialExecutor()).run()
     rec, n1 = result.recommended, result.n_plus_one
     assert rec is not None and n1 is not None
-    # no target rate: the scenario's own traffic (10 req/s), below the goodput
-    assert n1.candidate == rec.id and n1.rate_per_s == 10.0
-    assert n1.rate_basis == "the scenario's own traffic"
-    assert rec.at_goodput_rate_per_s > 10.0
+    # no target rate: the operating rate, the goodput of the (one) traffic draw, whatever the
+    # scenario's own placeholder traffic (10 req/s)
+    assert n1.candidate == rec.id and n1.rate_per_s == rec.operating_rate_per_s
+    assert n1.rate_per_s == rec.goodput.lower_per_s != 10.0
+    assert n1.rate_basis == "its traffic draw's goodput"
     roles = {p.role for p in rec.candidate.pools}
     tried = {c.lost for c in n1.tried if c.kind == "instance"}
     assert tried == {f"{role}-0" for role in roles}  # each role's first instance
@@ -71,15 +72,42 @@ def test_without_n_plus_one_the_plan_runs_no_fault(tmp_path):
     assert result.n_plus_one is None and result.to_json()["n_plus_one"] is None
 
 
-def test_n_plus_one_runs_at_the_target_rate_and_at_most_at_goodput():
+def test_n_plus_one_runs_at_the_operating_rate_for_the_recommendation_and_the_alternative():
     data = small_plan()
     data["plan"].update({"objective": "min_gpus", "target_rate_per_s": 12.0})
     result = Planner(parse_scenario(data), SerialExecutor()).run()
+    assert result.recommended.operating_rate_per_s == 12.0
     assert result.n_plus_one.rate_per_s == 12.0
     assert result.n_plus_one.rate_basis == "the target rate"
-    busy = small_plan()
-    busy["workload"]["rate_per_s"] = 500.0  # the scenario's own traffic is beyond goodput
-    result = Planner(parse_scenario(busy), SerialExecutor()).run()
-    n1 = result.n_plus_one
-    assert n1.rate_per_s == result.recommended.at_goodput_rate_per_s
-    assert n1.rate_basis.startswith("goodput")
+    reserved = small_plan()
+    reserved["plan"]["headroom"] = 0.25
+    result = Planner(parse_scenario(reserved), SerialExecutor()).run()
+    rec, alt = result.recommended, result.runner_up
+    assert rec.operating_rate_per_s == rec.goodput.lower_per_s * 0.75
+    assert result.n_plus_one.rate_per_s == rec.operating_rate_per_s
+    assert "less the plan's 25% headroom" in result.n_plus_one.rate_basis
+    n1 = result.runner_up_n_plus_one
+    assert alt is not None and n1 is not None and n1.candidate == alt.id
+    assert n1.rate_per_s == alt.operating_rate_per_s
+    assert "the alternative" in result.answer and result.to_json()["runner_up_n_plus_one"]
+
+
+def test_requiring_n_plus_one_recommends_the_best_layout_that_survives(tmp_path):
+    # one GPU per server (a node loss is an instance loss) and half the capacity in reserve:
+    # the best split (2P + 2D) loses a prefill instance and misses its SLO; colocated survives
+    data = small_plan()
+    data["plan"].update({"gpu_budget": 4, "headroom": 0.5,
+                         "nodes": {"h100-sxm": one_gpu_node(tmp_path, 400)}})
+    free = Planner(parse_scenario(data), SerialExecutor()).run()
+    assert free.recommended.candidate.layout == "disaggregated" and not free.n_plus_one.holds
+    data["plan"]["require"] = ["n_plus_one"]
+    result = Planner(parse_scenario(data), SerialExecutor()).run()
+    survival = result.survival
+    assert survival.met and survival.unconstrained == free.recommended.id
+    assert [n1.candidate for n1 in survival.failed] == [free.recommended.id]
+    rec = result.recommended
+    assert rec.candidate.layout == "colocated" and result.n_plus_one.holds
+    assert result.n_plus_one.candidate == rec.id
+    assert "no separate node check" in result.n_plus_one.notes[0]
+    assert "The plan requires surviving one instance or one node lost" in result.answer
+    assert f"Survival costs {rec.goodput_per_gpu:,.3f} against" in result.answer

@@ -244,7 +244,8 @@ def test_bad_plans_exit_2_with_one_line(tmp_path, change, message):
     code, output = run_cli("plan", str(path), "--out", str(tmp_path / "out"),
                            "--executor", "serial", "--report", str(tmp_path / "report"))
     assert code == 2, output
-    assert output.strip().splitlines()[0].startswith(message.replace("Value error, ", ""))
+    first = output.strip().splitlines()[0]
+    assert first.startswith(f"{path}: {message.replace('Value error, ', '')}")
     assert "Traceback" not in output
 
 

@@ -12,8 +12,18 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from clustersim.cli.common import default_report_dir, make_out_dir, ms, user_errors, writing
+from clustersim.cli.common import check_out_dir, default_report_dir, ms, user_errors, writing
 from clustersim.errors import ClusterSimError
+from clustersim.plan.answer import (
+    cliff_text,
+    goodput_text,
+    headroom_text,
+    loss_line,
+    operating_text,
+    same_outcome,
+    survival_text,
+    tie_text,
+)
 from clustersim.plan.result import (
     LEDGER_COLUMNS,
     CandidateResult,
@@ -45,8 +55,9 @@ def plan_cmd(
         "default reports/<scenario>-<YYYYmmdd-HHMMSS>.")] = None,
     no_report: Annotated[bool, typer.Option("--no-report", help="Write no report.")] = False,
     n_plus_one: Annotated[bool, typer.Option(
-        "--n-plus-one/--no-n-plus-one", help="Check the recommendation at goodput with one "
-        "instance and one node lost (a few more simulations).")] = True,
+        "--n-plus-one/--no-n-plus-one", help="Check the recommendation and the best "
+        "alternative of the other layout kind at their operating rates with one instance and "
+        "one node lost (a few more simulations; plan.require makes it a constraint).")] = True,
 ) -> None:
     """Find the deployment that meets the SLO best: colocated or disaggregated, GPUs and TP per
     pool, the P:D ratio and max_num_batched_tokens, with goodput intervals and costs."""
@@ -61,8 +72,8 @@ def plan_cmd(
         raise ClusterSimError("--workers", f"{workers:,} is more than {most} (4 per core of "
                               "this machine): each worker is a process holding a simulation")
     spec = load_scenario(scenario)
-    folder = make_out_dir(out or Path("runs/plan") / spec.name)
-    report_dir = None if no_report else make_out_dir(report or default_report_dir(spec.name))
+    folder = check_out_dir(out or Path("runs/plan") / spec.name)
+    report_dir = None if no_report else check_out_dir(report or default_report_dir(spec.name))
     pool = make_executor(executor, workers=workers, address=address)
     started = time.perf_counter()
     try:
@@ -150,10 +161,10 @@ class _progress:
 
 def _figures(r: CandidateResult) -> str:
     s = r.at_goodput
-    if s is None or s.slo is None:
+    if s is None or s.slo is None or r.at_goodput_rate_per_s is None:
         return ""
-    rate = s.throughput.requests_per_s or 0.0
-    return (f"{rate:,.2f} req/s, TTFT p50/p90/p99 {ms(s.ttft_s.p50)}/{ms(s.ttft_s.p90)}/"
+    return (f"probe at {r.at_goodput_rate_per_s:,.2f} req/s offered (the median draw's highest "
+            f"passing one): TTFT p50/p90/p99 {ms(s.ttft_s.p50)}/{ms(s.ttft_s.p90)}/"
             f"{ms(s.ttft_s.p99)} ms, TPOT {ms(s.tpot_s.p50)}/{ms(s.tpot_s.p90)}/"
             f"{ms(s.tpot_s.p99)} ms, ITL p99 {ms(s.itl_s.p99)} ms, attainment "
             f"{s.slo.attainment:.1%}")
@@ -163,9 +174,12 @@ def _goodput(r: CandidateResult) -> str:
     g = r.goodput
     if g is None:
         return "-"
+    if g.capped:
+        return f">= {g.lower_per_s:,.2f}"
+    mark = "" if g.converged else "~"
     if len(g.per_seed_per_s) == 1:
-        return f"{g.mean_per_s:,.2f}"
-    return f"{g.mean_per_s:,.2f} [{g.low_per_s:,.2f}-{g.high_per_s:,.2f}]"
+        return f"{mark}{g.mean_per_s:,.2f}"
+    return f"{mark}{g.mean_per_s:,.2f} [{g.low_per_s:,.2f}-{g.high_per_s:,.2f}]"
 
 
 def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
@@ -184,25 +198,35 @@ def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
                f"{'s' if workers != 1 else ''}")
     typer.echo("")
     rec = result.recommended
+    target = _attainment_target(result)
     if rec is None:
         typer.echo(result.answer)
     else:
-        _print_choice("recommendation", rec)
-        if result.target_rate_per_s:
-            headroom = rec.goodput.mean_per_s / result.target_rate_per_s - 1
-            typer.echo(f"  headroom over {result.target_rate_per_s:g} req/s: {headroom:+.0%}")
+        _print_choice("recommendation", rec, result, target)
+        tie = tie_text(result)
+        if tie:
+            typer.echo(f"  won {tie}")
+        survival = survival_text(result)
+        if survival:
+            typer.echo(f"  {survival}")
+        if result.n_plus_one is not None:
+            print_n_plus_one(result.n_plus_one, target)
         if result.runner_up is not None:
-            _print_choice(f"best {result.runner_up.candidate.layout}", result.runner_up)
+            _print_choice(f"best {result.runner_up.candidate.layout}", result.runner_up, result,
+                          target)
+            if result.runner_up_n_plus_one is not None:
+                print_n_plus_one(result.runner_up_n_plus_one, target)
         verdict = result.split_verdict
         if verdict is not None:
             keep = "keep the split" if verdict.keep_split else "stay colocated"
             overruled = (verdict.keep_split != (rec.candidate.layout == "disaggregated"))
             note = " (overruled by goodput within the SLO)" if overruled else ""
-            typer.echo(f"golden S7 at {verdict.rate_per_s:,.2f} req/s: {keep}{note}")
+            typer.echo(f"keep-or-reject rule for a split, both at {verdict.rate_per_s:,.2f} "
+                       f"req/s: {keep}{note}")
             for reason in verdict.reasons:
                 typer.echo(f"  - {reason}")
-        if result.n_plus_one is not None:
-            print_n_plus_one(result.n_plus_one, result)
+    for note in result.traffic_notes:
+        typer.echo(f"traffic: {note}")
     typer.echo("")
     shown = [c for c in result.candidates if c.goodput is not None][:12]
     if shown:
@@ -234,30 +258,43 @@ def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
         typer.echo(f"check it on real GPUs:\n  {result.bench_command}")
 
 
-def print_n_plus_one(n1: NPlusOne, result: PlanResult) -> None:
-    from clustersim.plan.answer import loss_line
+def _attainment_target(result: PlanResult) -> float:
+    for r in result.candidates:
+        if r.at_goodput is not None and r.at_goodput.slo is not None:
+            return r.at_goodput.slo.slo.attainment_target
+    return 0.9
 
-    rec = result.recommended
-    assert rec is not None and rec.at_goodput is not None and rec.at_goodput.slo is not None
-    target = rec.at_goodput.slo.slo.attainment_target
+
+def print_n_plus_one(n1: NPlusOne, target: float) -> None:
     verdict = "holds" if n1.holds else "FAILS"
-    typer.echo(f"N+1 at {n1.rate_per_s:,.2f} req/s ({n1.rate_basis}; a failure a third into "
+    if not n1.holds and n1.instance is not None and n1.instance.holds:
+        verdict = "holds an instance loss, FAILS a node loss"
+    typer.echo(f"  N+1 at {n1.rate_per_s:,.2f} req/s ({n1.rate_basis}; a failure a third into "
                f"the run, for the rest of it; clients retry {n1.max_retries}x): {verdict}")
     for check in (n1.instance, n1.node):
-        if check is not None:
-            typer.echo(f"  {loss_line(check, target)}")
+        if check is n1.node and same_outcome(n1.instance, n1.node):
+            assert check is not None and n1.instance is not None
+            typer.echo(f"    lose {check.lost}: the same outcome as losing {n1.instance.lost} "
+                       "(every figure equal)")
+        elif check is not None:
+            typer.echo(f"    {loss_line(check, target)}")
     for note in n1.notes:
-        typer.echo(f"  {note}")
+        typer.echo(f"    {note}")
 
 
-def _print_choice(title: str, r: CandidateResult) -> None:
+def _print_choice(title: str, r: CandidateResult, result: PlanResult, target: float) -> None:
     c, g = r.candidate, r.goodput
     assert g is not None
-    interval = (f" (95% CI {g.low_per_s:,.2f}-{g.high_per_s:,.2f})"
-                if len(g.per_seed_per_s) > 1 else " (one traffic draw)")
     typer.echo(f"{title}: {c.label()} on {c.num_gpus} GPU{'s' if c.num_gpus != 1 else ''}")
-    typer.echo(f"  goodput {g.mean_per_s:,.2f} req/s{interval}, {r.goodput_per_gpu:,.3f} req/s "
-               "per GPU")
+    typer.echo(f"  goodput {goodput_text(r)}")
+    operate = operating_text(r, result.target_rate_per_s, result.headroom)
+    if operate:
+        typer.echo(f"  {operate}")
+    if result.target_rate_per_s:
+        typer.echo(f"  {headroom_text(r, result.target_rate_per_s)}")
+    cliff = cliff_text(r, target)
+    if cliff:
+        typer.echo(f"  {cliff}")
     if r.cost_per_million_output_tokens is not None:
         typer.echo(f"  cost ${r.cost_per_hour:,.2f}/h, ${r.cost_per_million_output_tokens:,.3f} "
                    "per 1M output tokens at goodput")
@@ -265,4 +302,4 @@ def _print_choice(title: str, r: CandidateResult) -> None:
         typer.echo(f"  binding just above goodput: {r.binding}")
     figures = _figures(r)
     if figures:
-        typer.echo(f"  at goodput: {figures}")
+        typer.echo(f"  {figures}")

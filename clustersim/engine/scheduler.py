@@ -55,9 +55,8 @@ class Scheduler:
             PriorityQueue() if config.policy == "priority" else FCFSQueue()
         )
         self.kv_holding = FCFSQueue()
-        """Requests whose prompt KV is being pulled, in the order they started (a compiled
-        queue: the scheduler reads it every step)."""
-        """Waiting requests that already hold blocks (pulling remote KV); served first (v0.33)."""
+        """Waiting requests that already hold blocks (pulling remote KV); served first (v0.33).
+        (A compiled queue, not a deque: the scheduler reads it every step.)"""
         self.kv_held: dict[str, Request] = {}
         """Finished producer requests whose blocks wait to be read by a decode instance."""
         self._watermark_blocks = int(config.watermark * kv.num_gpu_blocks)

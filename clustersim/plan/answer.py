@@ -20,19 +20,70 @@ from clustersim.workload.spec import (
 )
 
 if TYPE_CHECKING:
-    from clustersim.plan.result import CandidateResult, LossCheck, NPlusOne, PlanResult
+    from clustersim.plan.result import (
+        CandidateResult,
+        CliffPoint,
+        LossCheck,
+        NPlusOne,
+        PlanResult,
+    )
     from clustersim.plan.screen import TrafficStats
 
 STATUS_ORDER = {"simulated": 0, "infeasible": 1, "screened": 2, "pruned": 3}
 LABELS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "itl_s": "ITL (p99 per request)"}
 LINK_FRAGILE = 0.8
 """A KV link busier than this at goodput leaves no room for a burst."""
+CLIFF_DROP = 0.10
+"""Attainment this far under the target 5 % above goodput is a cliff; by 10 % above, steep."""
 NIXL = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"},
                   separators=(",", ":"))
 
 
 def _s(value: float) -> str:
     return f"{value * 1e3:,.0f} ms" if value < 1 else f"{value:,.2f} s"
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
+
+
+def is_length_refusal(reason: str) -> bool:
+    """A request refused for its length (prompt + output over max_model_len): the same at
+    every rate, a property of the traffic, not of the load."""
+    return "max_model_len" in reason
+
+
+def _rejections(summary: RunSummary) -> str | None:
+    """The load-dependent rejections of a run (length refusals left out), in words."""
+    counts: dict[str, int] = {}
+    first: dict[str, str] = {}
+    for reason, n in summary.rejections.items():
+        if is_length_refusal(reason):
+            continue
+        kind = "KV capacity" if "KV" in reason or "preempted" in reason else "rejected"
+        counts[kind] = counts.get(kind, 0) + n
+        first.setdefault(kind, reason)
+    parts = [f"{kind}: {plural(n, 'request')} rejected (e.g. {first[kind]})"
+             if kind != "rejected" else f"{plural(n, 'request')} rejected (e.g. {first[kind]})"
+             for kind, n in counts.items()]
+    return "; ".join(parts) or None
+
+
+def length_refusals(result: CandidateResult | None) -> tuple[str, ...]:
+    """Requests the engine refuses for their length in ``result``'s run at goodput, said
+    once as a property of the traffic (they are refused at every rate)."""
+    at = None if result is None else result.at_goodput
+    if at is None:
+        return ()
+    refused = {reason: n for reason, n in at.rejections.items() if is_length_refusal(reason)}
+    if not refused:
+        return ()
+    n = sum(refused.values())
+    total = max(1, at.num_requests)
+    verb = "is" if n == 1 else "are"
+    return (f"{n:,} of {total:,} requests ({n / total:.2%}) {verb} refused at every rate for "
+            f"their length (e.g. {next(iter(refused))}): a property of the traffic, counted "
+            "against attainment, not a limit of the deployment",)
 
 
 def binding_constraint(summary: RunSummary, slo: SLO, handoff_budget_s: float) -> str:
@@ -43,9 +94,9 @@ def binding_constraint(summary: RunSummary, slo: SLO, handoff_budget_s: float) -
     busiest = next(iter(summary.link_utilization.items()), None)
     if busiest is not None and busiest[1] > LINK_FRAGILE:
         parts.append(f"KV link {busiest[0]} {busiest[1]:.0%} busy")
-    if summary.num_rejected:
-        reason = next(iter(summary.rejections))
-        parts.append(f"KV capacity: {summary.num_rejected} requests rejected ({reason})")
+    rejected = _rejections(summary)
+    if rejected:
+        parts.append(rejected)
     limits = verdict.limits()
     if slo.criterion == "mean":
         metric = max((m for m in limits if verdict.means.get(m) is not None),
@@ -100,12 +151,123 @@ def pareto_front(results: list[CandidateResult]) -> tuple[str, ...]:
     return tuple(p[2] for p in sorted(front))
 
 
-def _goodput_text(r: CandidateResult) -> str:
+def goodput_text(r: CandidateResult) -> str:
+    """Goodput as measured: its mean and interval, 'at least' when the search hit its ceiling,
+    'about' when the bisection ran out of probes."""
     g = r.goodput
     assert g is not None
+    if g.capped:
+        return (f"at least {g.lower_per_s:,.2f} req/s (not measured: the SLO still held at the "
+                f"highest rate tried), at least {g.lower_per_s / r.candidate.num_gpus:,.3f} "
+                "req/s per GPU")
     interval = (f" (95 % CI {g.low_per_s:,.2f}-{g.high_per_s:,.2f})"
-                if len(g.per_seed_per_s) > 1 else "")
-    return (f"{g.mean_per_s:,.2f} req/s{interval}, {r.goodput_per_gpu:,.3f} req/s per GPU")
+                if len(g.per_seed_per_s) > 1 else " (one traffic draw)")
+    about = "" if g.converged else "about "
+    text = (f"{about}{g.mean_per_s:,.2f} req/s{interval}, {r.goodput_per_gpu:,.3f} req/s "
+            "per GPU")
+    if not g.converged:
+        text += " (not converged: the bisection ran out of probes before its tolerance)"
+    return text
+
+
+def operating_text(r: CandidateResult, target_rate: float | None = None,
+                   headroom: float = 0.0) -> str | None:
+    """The operating rate in words: what to run it at and why."""
+    g, rate = r.goodput, r.operating_rate_per_s
+    if g is None or rate is None or not rate > 0:
+        return None
+    draws = len(g.per_seed_per_s)
+    lowest = (f"the lowest of its {draws} traffic draws' goodputs, {g.lower_per_s:,.2f} req/s "
+              "(every draw met the SLO there)" if draws > 1
+              else f"its traffic draw's goodput, {g.lower_per_s:,.2f} req/s")
+    if target_rate is not None and rate == target_rate:
+        text = f"operate at the target {rate:,.2f} req/s: {lowest}"
+        if headroom:
+            text += f", less the {headroom:.0%} headroom, reaches it"
+        else:
+            text += " reaches it"
+        return text
+    if headroom:
+        return f"operate at {rate:,.2f} req/s: {lowest}, less the {headroom:.0%} headroom"
+    margin = 1 - rate / g.mean_per_s
+    return f"operate at {rate:,.2f} req/s: {lowest}, {margin:.0%} below the mean goodput"
+
+
+def cliff_verdict(points: tuple[CliffPoint, ...], target: float) -> str | None:
+    """'falls off a cliff', 'steep' or 'degrades gracefully', from attainment above goodput."""
+    by = {round(p.factor, 2): p for p in points}
+    five, ten = by.get(1.05), by.get(1.1)
+    if five is None:
+        return None
+    if five.attainment < target - CLIFF_DROP:
+        return "falls off a cliff"
+    if ten is not None and ten.attainment < target - CLIFF_DROP:
+        return "steep"
+    return "degrades gracefully"
+
+
+def cliff_text(r: CandidateResult, target: float) -> str | None:
+    """Attainment just above goodput, every draw: the slope a fleet meets on a busy day."""
+    if not r.cliff:
+        return None
+    parts = [f"{p.attainment:.1%} at +{p.factor - 1:.0%} ({p.num_meeting} of "
+             f"{plural(len(p.attainments), 'draw')} met the SLO)" for p in r.cliff]
+    verdict = cliff_verdict(r.cliff, target)
+    return f"past goodput it {verdict}: attainment " + ", ".join(parts)
+
+
+def headroom_text(r: CandidateResult, target_rate: float) -> str:
+    g = r.goodput
+    assert g is not None
+    low = g.lower_per_s / target_rate - 1
+    if g.capped:
+        return f"headroom over the target {target_rate:g} req/s: at least {low:+.0%}"
+    mean = g.mean_per_s / target_rate - 1
+    if len(g.per_seed_per_s) == 1:
+        return f"headroom over the target {target_rate:g} req/s: {low:+.0%}"
+    return (f"headroom over the target {target_rate:g} req/s: {low:+.0%} on the lowest draw "
+            f"({mean:+.0%} on the mean)")
+
+
+def tie_text(result: PlanResult) -> str | None:
+    tie = result.tie
+    if tie is None:
+        return None
+    others = [result.by_id(i).candidate.label() for i in tie.tied[1:]]
+    text = (f"a statistical tie with {'; '.join(others)} (a gain under the "
+            f"{result.tolerance:.0%} tolerance, or per-draw differences that cannot be told "
+            f"from zero at 95 %); {tie.rule}")
+    if tie.by_goodput != tie.tied[0]:
+        text += (f"; the mean goodput alone would pick "
+                 f"{result.by_id(tie.by_goodput).candidate.label()}")
+    return text
+
+
+def survival_text(result: PlanResult) -> str | None:
+    """plan.require: what the better-ranked candidates lost, what survival costs."""
+    sv = result.survival
+    if sv is None:
+        return None
+    best = result.by_id(sv.unconstrained)
+    rec = result.recommended
+    loss = ("one instance lost" if sv.requirement == "n_plus_one_instance"
+            else "one instance or one node lost")
+    if not sv.met:
+        return (f"No candidate of the {len(sv.failed)} best checked keeps its SLO with {loss} "
+                f"at its operating rate; the best without that requirement is "
+                f"{best.candidate.label()}. More GPUs (a larger gpu_budget), a plan.headroom "
+                "that keeps capacity in reserve, or more servers would make one survive.")
+    if rec is None or rec.id == best.id:
+        return f"It keeps its SLO with {loss}, as the plan requires."
+    lost = "; ".join(f"{result.by_id(n1.candidate).candidate.label()} does not"
+                     for n1 in sv.failed)
+    cost = (f"{rec.goodput_per_gpu:,.3f} against {best.goodput_per_gpu:,.3f} req/s per GPU"
+            if result.objective == "max_goodput_per_gpu"
+            else f"{rec.candidate.num_gpus} against {best.candidate.num_gpus} GPUs")
+    if rec.cost_per_hour is not None and best.cost_per_hour is not None:
+        cost += f", ${rec.cost_per_hour:,.2f}/h against ${best.cost_per_hour:,.2f}/h"
+    return (f"The plan requires surviving {loss}: this is the best candidate that keeps its "
+            f"SLO then ({lost}). Survival costs {cost}.")
 
 
 def explain(result: PlanResult, slo: SLO) -> str:
@@ -114,55 +276,77 @@ def explain(result: PlanResult, slo: SLO) -> str:
     limits = ", ".join(f"{k} <= {v:g} s" for k, v in slo.model_dump().items()
                        if k in LABELS and v is not None)
     target = f"{slo.attainment_target:.0%} of requests ({slo.criterion})"
+    notes = " ".join(f"{n[0].upper()}{n[1:]}." for n in result.traffic_notes)
     if rec is not None:
         c = rec.candidate
-        gpus = f"{c.num_gpus} GPU{'s' if c.num_gpus != 1 else ''}"
+        gpus = plural(c.num_gpus, "GPU")
         if result.gpu_budget and c.num_gpus < result.gpu_budget:
             gpus += f" of the {result.gpu_budget} budgeted"
         budget = "" if c.max_num_batched_tokens else f", max_num_batched_tokens {_budget(rec)}"
-        text = (f"Deploy {c.label()}: {gpus}{budget}. Goodput {_goodput_text(rec)} with "
+        text = (f"Deploy {c.label()}: {gpus}{budget}. Goodput {goodput_text(rec)} with "
                 f"{target} meeting {limits}.")
+        operate = operating_text(rec, result.target_rate_per_s, result.headroom)
+        if operate:
+            text += f" {operate[0].upper()}{operate[1:]}."
         if rec.cost_per_million_output_tokens is not None:
             text += (f" ${rec.cost_per_hour:,.2f}/h, ${rec.cost_per_million_output_tokens:,.3f}"
                      " per 1M output tokens at goodput.")
         if result.target_rate_per_s is not None:
-            headroom = rec.goodput.mean_per_s / result.target_rate_per_s - 1
-            text += (f" Headroom over the target {result.target_rate_per_s:g} req/s: "
-                     f"{headroom:+.0%}.")
+            text += f" {headroom_text(rec, result.target_rate_per_s).capitalize()}."
+        cliff = cliff_text(rec, slo.attainment_target)
+        if cliff:
+            text += f" {cliff[0].upper()}{cliff[1:]}."
         if rec.binding:
             text += f" Binding just above goodput: {rec.binding}."
+        tie = tie_text(result)
+        if tie:
+            text += f" It won {tie}."
+        survival = survival_text(result)
+        if survival:
+            text += f" {survival}"
+        if result.n_plus_one is not None:
+            text += " " + n_plus_one_sentence(result.n_plus_one, "the recommendation")
         if result.runner_up is not None:
             ru = result.runner_up
             text += (f" Best {ru.candidate.layout} alternative: {ru.candidate.label()}, "
-                     f"{_goodput_text(ru)}.")
-        if result.n_plus_one is not None:
-            text += " " + n_plus_one_sentence(result.n_plus_one)
+                     f"{goodput_text(ru)}.")
+            if result.runner_up_n_plus_one is not None:
+                text += " " + n_plus_one_sentence(result.runner_up_n_plus_one,
+                                                  "the alternative")
         if result.split_verdict is not None:
             v = result.split_verdict
             keep = ("keep the split" if v.keep_split else "stay colocated")
             if (v.keep_split and c.layout == "colocated") or (
                     not v.keep_split and c.layout == "disaggregated"):
-                keep += (", which this plan overrules: goodput within the SLO decides, S7 "
-                         "weighs p95 latency and the handoff on their own")
-            text += (f" Golden S7 at {v.rate_per_s:,.2f} req/s: {keep} ("
-                     + "; ".join(v.reasons) + ").")
-        return text
+                keep += (", which this plan overrules: goodput within the SLO decides, the "
+                         "rule weighs p95 latency and the handoff on their own")
+            text += (f" The keep-or-reject rule for a split at {v.rate_per_s:,.2f} req/s: "
+                     f"{keep} (" + "; ".join(v.reasons) + ").")
+        return f"{text} {notes}".rstrip()
+    if result.survival is not None:
+        return f"{survival_text(result)} {notes}".rstrip()
     simulated = [r for r in result.candidates if r.goodput is not None]
     if not simulated:
         pruned = [r for r in result.candidates if r.status == "pruned"]
         why = pruned[0].reason if pruned else "no candidate"
         return (f"No candidate can run: every one was pruned (e.g. {why}). More GPUs, another "
                 "GPU type or a larger tensor-parallel size would make one fit.")
-    best = max(simulated, key=lambda r: (r.goodput.mean_per_s, r.id))
+    best = max(simulated, key=lambda r: (r.goodput.lower_per_s, r.goodput.mean_per_s, r.id))
     if best.goodput.mean_per_s <= 0:
         return (f"No candidate meets {limits} for {target} even at a trickle of traffic. "
                 f"Closest: {best.candidate.label()}, which {best.reason or 'fails'}. Loosen "
                 "that limit to about the value it reaches, or use a faster GPU or a larger "
-                "tensor-parallel size.")
-    return (f"No candidate reaches the target {result.target_rate_per_s:g} req/s within "
+                f"tensor-parallel size. {notes}").rstrip()
+    wanted = result.target_rate_per_s or 0.0
+    usable = best.goodput.lower_per_s * (1 - result.headroom)
+    short = 1 - usable / wanted if wanted else 0.0
+    reserve = f" less the {result.headroom:.0%} headroom" if result.headroom else ""
+    return (f"No candidate reaches the target {wanted:g} req/s on every traffic draw within "
             f"{'the budget' if result.gpu_budget else 'the search space'}. Closest: "
-            f"{best.candidate.label()} at {_goodput_text(best)} (binding: {best.binding}). "
-            "More GPUs (raise gpu_budget), faster GPUs or looser limits would reach it.")
+            f"{best.candidate.label()} at {goodput_text(best)}: its lowest draw{reserve} "
+            f"carries {usable:,.2f} req/s, {short:.0%} short of the target (binding: "
+            f"{best.binding}). More GPUs (raise gpu_budget), faster GPUs or looser limits would "
+            f"reach it. {notes}").rstrip()
 
 
 def _budget(r: CandidateResult) -> str:
@@ -209,7 +393,7 @@ def serve_commands(rec: CandidateResult | None, model: ModelSpec,
 
 def bench_command(rec: CandidateResult | None, model: ModelSpec, scenario: Scenario,
                   traffic: TrafficStats) -> str | None:
-    """The ``vllm bench serve`` run that checks the plan on real GPUs at its goodput."""
+    """The ``vllm bench serve`` run that checks the plan on real GPUs at its operating rate."""
     if rec is None or rec.goodput is None:
         return None
     slo = scenario.slo
@@ -217,7 +401,8 @@ def bench_command(rec: CandidateResult | None, model: ModelSpec, scenario: Scena
     goodput = [f"{k.removesuffix('_s')}:{v * 1e3:g}" for k, v in
                (("ttft_s", slo.ttft_s), ("tpot_s", slo.tpot_s)) if v is not None]
     workload = scenario.workload
-    num = max(1000, int(round(rec.goodput.mean_per_s * 600)))  # ten minutes, as MLPerf asks
+    num = max(1000, int(round((rec.operating_rate_per_s or rec.goodput.lower_per_s) * 600)))
+    # ten minutes of traffic, as MLPerf asks
     args = [f"vllm bench serve --model {model.hf_repo or model.id}"]
     if isinstance(workload, SyntheticWorkload) and isinstance(workload.lengths, EmpiricalLengths):
         args.append("--dataset-name sharegpt --dataset-path <your ShareGPT json>")
@@ -225,7 +410,8 @@ def bench_command(rec: CandidateResult | None, model: ModelSpec, scenario: Scena
         args.append(f"--dataset-name random --random-input-len "
                     f"{round(traffic.mean_prompt_tokens)} --random-output-len "
                     f"{round(traffic.mean_output_tokens)}")
-    args.append(f"--request-rate {rec.goodput.mean_per_s:.2f}")
+    rate = rec.operating_rate_per_s or rec.goodput.lower_per_s
+    args.append(f"--request-rate {rate:.2f}")  # the operating rate: what the plan promises
     if isinstance(workload, SyntheticWorkload) and isinstance(workload.arrivals, GammaArrivals):
         args.append(f"--burstiness {1 / workload.arrivals.cv ** 2:.3g}")
     args += [f"--num-prompts {num}", f"--goodput {' '.join(goodput)}" if goodput else "",
@@ -254,15 +440,27 @@ def loss_line(check: LossCheck, target: float) -> str:
                      "tokens")
     return (f"lose {_lost(check)} at {check.at_s:g} s: attainment {share(check.attainment)} "
             f"over the run, {share(check.attainment_after)} from the failure on (target "
-            f"{target:.0%}): {verdict}; {check.num_lost} attempts lost, "
-            f"{check.num_retried_requests} requests retried, {check.num_failed} failed{cost}")
+            f"{target:.0%}): {verdict}; {plural(check.num_lost, 'attempt')} lost, "
+            f"{plural(check.num_retried_requests, 'request')} retried, {check.num_failed:,} "
+            f"failed{cost}")
 
 
-def n_plus_one_sentence(n1: NPlusOne) -> str:
+def same_outcome(a: LossCheck | None, b: LossCheck | None) -> bool:
+    """Two losses that end the same way (losing a split's only decode instance stops every
+    request, as losing their node does)."""
+    return a is not None and b is not None and (
+        a.attainment, a.attainment_after, a.num_lost, a.num_retried_requests, a.num_failed) == (
+        b.attainment, b.attainment_after, b.num_lost, b.num_retried_requests, b.num_failed)
+
+
+def n_plus_one_sentence(n1: NPlusOne, who: str = "the recommendation") -> str:
     """The N+1 verdict in one sentence, for the answer paragraph."""
     parts = []
     for check in (n1.instance, n1.node):
         if check is None:
+            continue
+        if check is n1.node and same_outcome(n1.instance, n1.node):
+            parts.append(f"losing {check.lost} ends the same way")
             continue
         verb = "still meets" if check.holds else "misses"
         parts.append(f"losing {check.lost} it {verb} the SLO (attainment "
@@ -271,7 +469,7 @@ def n_plus_one_sentence(n1: NPlusOne) -> str:
     if not parts:
         return "N+1 could not be checked (" + "; ".join(n1.notes) + ")."
     headroom = "has N+1 headroom" if n1.holds else "has no N+1 headroom"
-    text = (f"At {n1.rate_per_s:,.2f} req/s ({n1.rate_basis}) the recommendation {headroom}: "
+    text = (f"At {n1.rate_per_s:,.2f} req/s ({n1.rate_basis}) {who} {headroom}: "
             + "; ".join(parts))
     spares = [c for c in (n1.instance, n1.node) if c is not None and not c.holds
               and c.spare_cost_per_hour is not None]

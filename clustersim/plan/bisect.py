@@ -115,9 +115,9 @@ class RateSearch:
         return None
 
 
-def mean_interval(values: list[float]) -> tuple[float, float, float]:
+def mean_interval(values: list[float], clip: bool = True) -> tuple[float, float, float]:
     """(mean, low, high): the mean and its two-sided 95 % Student-t interval (one value: the
-    value itself, no spread to estimate)."""
+    value itself, no spread to estimate); ``clip``: the low end no lower than 0 (a rate)."""
     n = len(values)
     if n == 0:
         raise ValueError("no values")
@@ -127,4 +127,4 @@ def mean_interval(values: list[float]) -> tuple[float, float, float]:
     var = sum((v - mean) ** 2 for v in values) / (n - 1)
     t = _T95[n - 2] if n - 1 <= len(_T95) else 1.959963984540054
     half = t * math.sqrt(var / n)
-    return mean, max(0.0, mean - half), mean + half
+    return mean, max(0.0, mean - half) if clip else mean - half, mean + half

@@ -1,16 +1,17 @@
-"""N+1: the recommendation at its operating rate, with one instance and with one node lost.
+"""N+1: a candidate at its operating rate, with one instance and with one node lost.
 
 A capacity review asks whether the plan survives the loss of one part at the load it is meant
-to carry. The planner reruns its recommendation at that rate (the plan's target, else the
-scenario's own traffic, at most goodput: at goodput any loss breaks the SLO, the deployment
-being sized to its edge) with the seed of its run at goodput, a failure a third of the way
-through the arrivals lasting for the rest of the run, and the clients retrying what it lost
-(the scenario's ``faults.client``, else openai-python's defaults)::
+to carry. The planner reruns a candidate at its operating rate (the rate it will carry: the
+plan's target, else the highest rate every traffic draw met the SLO at, less the plan's
+headroom) with the seed of its run at goodput, a failure a third of the way through the
+arrivals lasting for the rest of the run, and the clients retrying what it lost (the
+scenario's ``faults.client``, else openai-python's defaults)::
 
     instance   each role's first instance (a split: one prefill and one decode; colocated:
                one), the worst of them kept: the one whose loss leaves the lowest attainment
     node       the server whose loss takes down the most instances (a one-node deployment:
-               everything)
+               everything); not run when that server holds one whole instance and nothing
+               else (its loss is an instance loss), which a note says
 
 Each check reads the SLO over the whole run and over the requests that arrived from the
 failure on, and prices one spare of what was lost (its GPUs, per hour and per 1M output
@@ -69,14 +70,22 @@ def targets(scenario: Scenario, model: ModelSpec) -> tuple[list[Target], list[st
     if topology is None:
         return out, ["no node check: the layout has no topology, so no server to lose"]
     placed = [(i.name, list(i.gpus)) for _, i in cluster.keyed_instances()]
-    best: tuple[int, str, Counter[str]] | None = None
+    best: tuple[int, str, Counter[str], list[str]] | None = None
     for node in topology.node_names():
         on = [g for _, gpus in placed for g in gpus if topology.node_of(g) == node]
-        count = sum(any(topology.node_of(g) == node for g in gpus) for _, gpus in placed)
-        if count and (best is None or count > best[0]):
-            best = (count, node, Counter(topology.gpu_type(g) for g in on))
-    if best is not None:
-        out.append(Target("node", best[1], dict(sorted(best[2].items()))))
+        held = [name for name, gpus in placed if any(topology.node_of(g) == node for g in gpus)]
+        if held and (best is None or len(held) > best[0]):
+            best = (len(held), node, Counter(topology.gpu_type(g) for g in on), held)
+    if best is None:
+        return out, []
+    _, node, gpus, held = best
+    whole = len(held) == 1 and all(topology.node_of(g) == node
+                                   for name, placed_gpus in placed if name == held[0]
+                                   for g in placed_gpus)
+    if whole and any(t.kind == "instance" for t in out):
+        return out, [f"no separate node check: each server holds at most one instance ({node} "
+                     f"holds only {held[0]}), so losing one is losing an instance"]
+    out.append(Target("node", node, dict(sorted(gpus.items()))))
     return out, []
 
 
@@ -137,22 +146,14 @@ RunJobs = Callable[[str, list[Scenario]], list[RunSummary | str]]
 """(stage, scenarios) -> their run summaries, or each one's error."""
 
 
-def check(rec: CandidateResult, scenario: Scenario, base_rate: float, model: ModelSpec,
+def check(rec: CandidateResult, rate: float, basis: str, scenario: Scenario, model: ModelSpec,
           prices: dict[str, float], job: JobFor, run: RunJobs) -> NPlusOne | None:
-    """The recommendation at its operating rate, losing each role's first instance, and the
-    busiest node, a third into the run for the rest of it. The operating rate is the plan's
-    target, else the scenario's own traffic (``base_rate``), at most the goodput."""
+    """``rec`` at ``rate`` (its operating rate; ``basis`` says where it comes from), losing
+    each role's first instance, and the busiest node, a third into the run for the rest of
+    it."""
     at = rec.at_goodput
-    plan = scenario.plan
-    if at is None or rec.at_goodput_rate_per_s is None or plan is None:
+    if at is None or not rate > 0:
         return None
-    goodput = rec.at_goodput_rate_per_s
-    if plan.target_rate_per_s is not None:
-        rate, basis = plan.target_rate_per_s, "the target rate"
-    else:
-        rate, basis = base_rate, "the scenario's own traffic"
-    if rate > goodput:
-        rate, basis = goodput, "goodput (the operating rate is above it)"
     base = job(rec.candidate, at.seed - scenario.seed, rate)
     lost, notes = targets(base, model)
     at_s = fault_time(base, at.window_s)
@@ -160,7 +161,7 @@ def check(rec: CandidateResult, scenario: Scenario, base_rate: float, model: Mod
     jobs = [base.model_copy(update={"faults": faults_for(t, at_s, client)}) for t in lost]
     tokens = at.throughput.output_tokens_per_s or 0.0
     checks = []
-    for target, outcome in zip(lost, run("N+1: one instance or node lost", jobs), strict=True):
+    for target, outcome in zip(lost, run(f"N+1 of {rec.candidate.label()}", jobs), strict=True):
         if isinstance(outcome, str):
             notes.append(f"losing {target.name}: {outcome}")
             continue

@@ -3,8 +3,15 @@
     scenario + plan:  ->  candidates (space)  ->  analytic screen (ms each; prune, rank)
         ->  goodput bisection per survivor and seed, in rounds on an executor
         ->  the P:D ratios and sizes next to the best of each kind, while they win
-        ->  figures at goodput, golden S7 between the best of each kind
-        ->  the recommendation, its runner-up, the ledger of every candidate
+        ->  every draw for each candidate that can still win (no one-draw winner)
+        ->  the ranking; a statistical tie at its top broken by the tie rule
+        ->  the cliff (every draw 5 % and 10 % above goodput) and N+1 at the operating rate,
+            for the recommendation and the best of the other kind
+        ->  the keep-or-reject rule between the best of each kind, the ledger of every candidate
+
+The operating rate is what a fleet carries: the goodput of its lowest traffic draw (every draw
+met the SLO there) less ``plan.headroom``, or the plan's target when that reaches it. min_gpus
+and min_cost size on it, so a size that one draw misses is never returned.
 
 The planner only decides; simulations run wherever the executor puts them and come back as
 run summaries. Everything it reads from them is in ``clustersim.metrics``.
@@ -30,9 +37,13 @@ from clustersim.plan.executors import Executor
 from clustersim.plan.fleet import NodeTemplate, fleet_for, node_templates
 from clustersim.plan.result import (
     CandidateResult,
+    CliffPoint,
     Goodput,
+    NPlusOne,
     PlanResult,
     Probe,
+    Survival,
+    Tie,
 )
 from clustersim.plan.space import Candidate, baseline, families, fill_budget, variant
 from clustersim.plan.spec import PlanSpec
@@ -46,6 +57,15 @@ Progress = Callable[[str, int, int], None]
 MAX_NEIGHBOUR_ROUNDS = 3
 LOCAL_STEP = 1.08
 """First bracketing factor of the seeds after the first, which start at its goodput."""
+MAX_DRAW_ROUNDS = 3
+"""Rounds that give every draw to the candidates that can still win."""
+CLIFF_FACTORS = (1.05, 1.10)
+"""Where the cliff is measured: these multiples of the mean goodput, on every draw."""
+MAX_SURVIVAL_CHECKS = 6
+"""plan.require: the best candidates checked, in rank order, before giving up."""
+TIE_RULE = ("a tie goes to the layout with fewer pools (fewer failure domains: colocated "
+            "before a split), then the cheaper per hour, then the fewer GPUs, then the higher "
+            "mean goodput")
 
 
 class Planner:
@@ -87,7 +107,12 @@ class Planner:
         self.traffic = self.screen.traffic
         self.num_simulations = 0
         self.num_simulated_requests = 0
-        self.check_n_plus_one = n_plus_one
+        self.check_n_plus_one = n_plus_one or bool(self.plan.require)
+        self._searches: dict[tuple[str, int], RateSearch] = {}
+        """Every bisection so far, by (candidate id, seed index)."""
+        self._errors: dict[str, str] = {}
+        """Candidates whose simulation raised, with the error."""
+        self._round = 0
 
     # ------------------------------------------------------------- inputs
     def _prices(self) -> dict[str, tuple[float, str]]:
@@ -141,7 +166,7 @@ class Planner:
 
     def run(self) -> PlanResult:
         plan = self.plan
-        screened = [self.screen(c) for c in self.candidates()]
+        screened = [self._over_budget(c) or self.screen(c) for c in self.candidates()]
         by_id = {s.candidate.id: s for s in screened}
         survivors = self._survivors(screened)
         measured: dict[str, CandidateResult] = {}
@@ -159,7 +184,16 @@ class Planner:
                 if not fresh:
                     break
                 self._measure(fresh, by_id, measured)
+        self._equalise_draws(by_id, measured)
         return self._answer(screened, by_id, measured)
+
+    def _over_budget(self, candidate: Candidate) -> Screened | None:
+        """The scenario's own layout may be larger than the plan's budget: pruned, not run."""
+        budget = self.plan.gpu_budget
+        if budget is None or candidate.num_gpus <= budget:
+            return None
+        return Screened(candidate, 0.0, None, f"uses {candidate.num_gpus} GPUs, over the "
+                        f"plan's gpu_budget of {budget}")
 
     def _admissible(self, candidate: Candidate) -> bool:
         if any(p.instances < 1 for p in candidate.pools):
@@ -167,16 +201,34 @@ class Planner:
         budget = self.plan.gpu_budget
         return budget is None or candidate.num_gpus <= budget
 
-    def _rank_key(self, candidate: Candidate, rate_per_s: float) -> tuple:
-        """Smaller is better, by the objective."""
+    def _rank_key(self, candidate: Candidate, rate_per_s: float,
+                  usable_per_s: float | None = None) -> tuple:
+        """Smaller is better, by the objective. ``usable_per_s`` is the rate that must reach
+        the target (the operating capacity; default ``rate_per_s``)."""
         objective = self.plan.objective
         target = self.plan.target_rate_per_s or 0.0
         if objective == "max_goodput_per_gpu":
             return (-rate_per_s / candidate.num_gpus, candidate.num_gpus, candidate.id)
-        meets = rate_per_s >= target
-        cost = self.cost_per_hour(candidate)
-        size = candidate.num_gpus if objective == "min_gpus" else (cost or math.inf)
-        return (not meets, size if meets else -rate_per_s, -rate_per_s, candidate.id)
+        usable = rate_per_s if usable_per_s is None else usable_per_s
+        meets = usable >= target
+        size = self._size(candidate)
+        return (not meets, size if meets else -usable, -rate_per_s, candidate.id)
+
+    def _size(self, candidate: Candidate) -> float:
+        """What min_gpus / min_cost minimise."""
+        if self.plan.objective == "min_cost":
+            cost = self.cost_per_hour(candidate)
+            return math.inf if cost is None else cost
+        return candidate.num_gpus
+
+    def _usable(self, goodput: Goodput) -> float:
+        """The operating capacity: every draw met the SLO there, less the plan's headroom."""
+        return goodput.lower_per_s * (1 - self.plan.headroom)
+
+    def _key(self, result: CandidateResult) -> tuple:
+        g = result.goodput
+        assert g is not None
+        return self._rank_key(result.candidate, g.mean_per_s, self._usable(g))
 
     def _survivors(self, screened: list[Screened]) -> list[Candidate]:
         keep = self.plan.search.simulate_top
@@ -231,7 +283,7 @@ class Planner:
         good = [r for r in results if r.goodput is not None and r.goodput.mean_per_s > 0]
         if not good:
             return None
-        return min(good, key=lambda r: self._rank_key(r.candidate, r.goodput.mean_per_s))
+        return min(good, key=self._key)
 
     # ------------------------------------------------------ simulation
     def _job(self, candidate: Candidate, seed_index: int, rate_per_s: float) -> Scenario:
@@ -280,59 +332,98 @@ class Planner:
         contenders (see :meth:`_contenders`) get the other seeds, which start at the first
         one's answer with a finer first step (``LOCAL_STEP``), for their interval."""
         settings = self.plan.search
-        searches: dict[tuple[str, int], RateSearch] = {}
-        errors: dict[str, str] = {}
+        by_id = {c.id: c for c in candidates}
         for c in candidates:
             start = screened[c.id].estimate_per_s
             if not start > 0 or not math.isfinite(start):
                 start = self.base_rate
-            searches[c.id, 0] = RateSearch(start, settings.tolerance, settings.max_probes)
-        by_id = {c.id: c for c in candidates}
-        round_no = 0
-        seeded = False
+            self._searches[c.id, 0] = RateSearch(start, settings.tolerance, settings.max_probes)
+        self._advance([(c.id, 0) for c in candidates], by_id)
+        self._advance(self._more_draws(self._contenders(candidates, measured)), by_id)
+        for c in candidates:
+            measured[c.id] = self._result_of(c, screened[c.id])
+
+    def _more_draws(self, candidates: list[Candidate]) -> list[tuple[str, int]]:
+        """Start the seeds each candidate lacks, at its first seed's goodput."""
+        settings = self.plan.search
+        keys = []
+        for c in candidates:
+            first = self._searches[c.id, 0]
+            start = first.goodput or first.min_rate
+            for k in range(1, self.num_seeds):
+                if (c.id, k) not in self._searches:
+                    self._searches[c.id, k] = RateSearch(
+                        start, settings.tolerance, settings.max_probes, step=LOCAL_STEP,
+                        min_rate=first.min_rate, max_rate=first.max_rate)
+                    keys.append((c.id, k))
+        return keys
+
+    def _advance(self, keys: list[tuple[str, int]], by_id: dict[str, Candidate]) -> None:
+        """Run these bisections to their end, all of them in each round."""
         while True:
-            if not seeded and all(searches[c.id, 0].next_rate() is None or c.id in errors
-                                  for c in candidates):
-                # every first seed has its answer: the contenders get the other seeds
-                seeded = True
-                for c in self._contenders(candidates, searches, errors, measured):
-                    first = searches[c.id, 0]
-                    start = first.goodput or first.min_rate
-                    for k in range(1, self.num_seeds):
-                        searches[c.id, k] = RateSearch(
-                            start, settings.tolerance, settings.max_probes, step=LOCAL_STEP,
-                            min_rate=first.min_rate, max_rate=first.max_rate)
-            batch = [(key, rate) for key, search in searches.items()
-                     if key[0] not in errors and (rate := search.next_rate()) is not None]
+            batch = [(key, rate) for key in keys if key[0] not in self._errors
+                     and (rate := self._searches[key].next_rate()) is not None]
             if not batch:
-                break
-            round_no += 1
+                return
+            self._round += 1
             jobs = [self._job(by_id[cid], k, rate) for (cid, k), rate in batch]
             for ((cid, k), rate), outcome in zip(batch, self._run_jobs(
-                    f"goodput, round {round_no}", jobs), strict=True):
+                    f"goodput, round {self._round}", jobs), strict=True):
                 if isinstance(outcome, str):
-                    errors[cid] = outcome
+                    self._errors[cid] = outcome
                     continue
                 assert outcome.slo is not None
-                searches[cid, k].record(rate, outcome.slo.meets, outcome)
-        for c in candidates:
-            s = screened[c.id]
-            if c.id in errors:
-                measured[c.id] = CandidateResult(c, "pruned", reason=errors[c.id],
-                                                 screen_per_s=s.estimate_per_s,
-                                                 screen_binding=s.binding)
-                continue
-            runs = [searches[c.id, k] for k in range(self.num_seeds) if (c.id, k) in searches]
-            measured[c.id] = self._result(c, s, runs)
+                self._searches[cid, k].record(rate, outcome.slo.meets, outcome)
 
-    def _contenders(self, candidates: list[Candidate], searches: dict[tuple[str, int], RateSearch],
-                    errors: dict[str, str], measured: dict[str, CandidateResult]
+    def _result_of(self, c: Candidate, s: Screened) -> CandidateResult:
+        if c.id in self._errors:
+            return CandidateResult(c, "pruned", reason=self._errors[c.id],
+                                   screen_per_s=s.estimate_per_s, screen_binding=s.binding)
+        runs = [self._searches[c.id, k] for k in range(self.num_seeds)
+                if (c.id, k) in self._searches]
+        return self._result(c, s, runs)
+
+    def _equalise_draws(self, screened: dict[str, Screened],
+                        measured: dict[str, CandidateResult]) -> None:
+        """Every candidate that can still win gets every draw before it is ranked: one whose
+        one-draw goodput would rank at or above the best fully drawn candidate's lower
+        interval bound. A one-draw figure never outranks an interval it might tie with."""
+        if self.num_seeds == 1:
+            return
+        for _ in range(MAX_DRAW_ROUNDS):
+            good = [r for r in measured.values() if r.status == "simulated"
+                    and r.goodput is not None and r.goodput.mean_per_s > 0]
+            full = [r for r in good if len(r.goodput.per_seed_per_s) == self.num_seeds]
+            bar = min(full, key=self._key, default=None)
+            short = [r for r in good if len(r.goodput.per_seed_per_s) < self.num_seeds
+                     and (bar is None or self._could_tie(r, bar))]
+            if not short:
+                return
+            by_id = {r.id: r.candidate for r in short}
+            self._advance(self._more_draws(list(by_id.values())), by_id)
+            for cid, c in by_id.items():
+                measured[cid] = self._result_of(c, screened[cid])
+
+    def _could_tie(self, challenger: CandidateResult, best: CandidateResult) -> bool:
+        """Whether ``challenger``'s goodput, taken as sure, ranks at or above ``best``'s lower
+        interval bound (or within the tolerance of its mean)."""
+        g, b = challenger.goodput, best.goodput
+        assert g is not None and b is not None
+        low = min(b.low_per_s, b.mean_per_s * (1 - self.plan.search.tolerance))
+        return (self._rank_key(challenger.candidate, g.mean_per_s, g.mean_per_s)
+                <= self._rank_key(best.candidate, low, low))
+
+    def _contenders(self, candidates: list[Candidate], measured: dict[str, CandidateResult]
                     ) -> list[Candidate]:
         """The candidates whose first-seed goodput ranks within ``search.contenders`` of their
         layout kind, among these and those measured before, and the scenario's own layout: the
-        ones whose interval can change the answer. The others keep one traffic draw."""
+        ones whose interval can change the answer. The others keep one traffic draw (unless
+        they can still win: :meth:`_equalise_draws`)."""
+        if self.num_seeds == 1:
+            return []
         keep = self.plan.search.contenders
-        first = {c.id: searches[c.id, 0].goodput for c in candidates if c.id not in errors}
+        first = {c.id: self._searches[c.id, 0].goodput for c in candidates
+                 if c.id not in self._errors}
         pool = {**{r.id: (r.candidate, r.goodput.per_seed_per_s[0]) for r in measured.values()
                    if r.goodput is not None},
                 **{c.id: (c, first[c.id]) for c in candidates if c.id in first}}
@@ -369,7 +460,26 @@ class Planner:
             goodput=goodput, above_goodput=above,
             binding=None if above is None else answers.binding_constraint(
                 above, self.slo, self.plan.handoff_budget_s),
-            cost_per_hour=self.cost_per_hour(c), probes=list(probes)), runs)
+            cost_per_hour=self.cost_per_hour(c), probes=list(probes),
+            operating_rate_per_s=self._operating_rate(goodput)), runs)
+
+    def _operating_rate(self, goodput: Goodput) -> float:
+        """The rate the deployment will carry: the plan's target where its operating capacity
+        reaches it, else that capacity (the lowest draw's goodput less the headroom)."""
+        usable = self._usable(goodput)
+        target = self.plan.target_rate_per_s
+        return target if target is not None and usable >= target else usable
+
+    def _rate_basis(self, result: CandidateResult) -> str:
+        g = result.goodput
+        assert g is not None and result.operating_rate_per_s is not None
+        if result.operating_rate_per_s == self.plan.target_rate_per_s:
+            return "the target rate"
+        draws = ("its traffic draw's goodput" if len(g.per_seed_per_s) == 1
+                 else "the lowest of its traffic draws' goodputs")
+        if self.plan.headroom:
+            return f"{draws} less the plan's {self.plan.headroom:.0%} headroom"
+        return draws
 
     def _figures(self, result: CandidateResult, runs: list[RateSearch]) -> CandidateResult:
         """The figures a review reads: the run at the median seed's goodput (its highest
@@ -391,34 +501,58 @@ class Planner:
     def _answer(self, screened: list[Screened], by_id: dict[str, Screened],
                 measured: dict[str, CandidateResult]) -> PlanResult:
         plan = self.plan
-        ledger: list[CandidateResult] = []
+        rows: dict[str, CandidateResult] = {}
         for s in [*screened, *(by_id[i] for i in measured if i not in
                                {x.candidate.id for x in screened})]:
-            if s.candidate.id in measured:
-                ledger.append(measured[s.candidate.id])
+            c = s.candidate
+            if c.id in measured:
+                rows[c.id] = measured[c.id]
             elif s.reason is not None:
-                ledger.append(CandidateResult(s.candidate, "pruned", reason=s.reason))
+                rows[c.id] = CandidateResult(c, "pruned", reason=s.reason)
             else:
-                ledger.append(CandidateResult(
-                    s.candidate, "screened", screen_per_s=s.estimate_per_s,
-                    screen_binding=s.binding, cost_per_hour=self.cost_per_hour(s.candidate),
-                    reason="ranked below the simulated candidates by the analytic screen"))
-        ledger.sort(key=lambda r: (answers.STATUS_ORDER[r.status],
-                                   self._rank_key(r.candidate, r.goodput.mean_per_s
-                                                  if r.goodput else r.screen_per_s or 0.0)))
-        simulated = [r for r in ledger if r.status == "simulated"]
-        recommended = self._best(simulated)
-        if recommended is not None and not self._qualifies(recommended):
-            recommended = None  # nothing reaches the target: say so, name the closest
+                rows[c.id] = CandidateResult(
+                    c, "screened", screen_per_s=s.estimate_per_s, screen_binding=s.binding,
+                    cost_per_hour=self.cost_per_hour(c),
+                    reason="ranked below the simulated candidates by the analytic screen")
+        simulated = [r for r in rows.values() if r.status == "simulated"]
+        ranked = sorted((r for r in simulated if self._qualifies(r)), key=self._key)
+        ranked, tie = self._break_tie(ranked)
+        checks: dict[str, NPlusOne | None] = {}
+        survival = None
+        recommended = ranked[0] if ranked else None
+        if recommended is not None and plan.require:
+            recommended, survival = self._survivor(ranked, checks)
         runner_up = None
+        if recommended is not None:
+            runner_up = self._best([r for r in simulated if _kind(r) != _kind(recommended)])
+        shown = [r for r in (recommended, runner_up) if r is not None]
+        if self.check_n_plus_one:
+            for r in shown:
+                if r.id not in checks:
+                    checks[r.id] = self._n_plus_one(r)
+        for cid, points in self._cliffs(shown).items():
+            rows[cid] = replace(rows[cid], cliff=points)
+        for cid, notes in _coincidences(simulated).items():
+            rows[cid] = replace(rows[cid], notes=rows[cid].notes + notes)
+        if tie is not None:
+            for cid in tie.tied:
+                rows[cid] = replace(rows[cid], notes=rows[cid].notes + (
+                    f"statistical tie for first among {len(tie.tied)} candidates",))
+        recommended = None if recommended is None else rows[recommended.id]
+        runner_up = None if runner_up is None else rows[runner_up.id]
+        order = {r.id: i for i, r in enumerate(ranked)}
+        if recommended is not None:
+            order[recommended.id] = -1
+        ledger = sorted(rows.values(), key=lambda r: (
+            answers.STATUS_ORDER[r.status], order.get(r.id, len(order)),
+            self._key(r) if r.goodput is not None and r.goodput.mean_per_s > 0
+            else self._rank_key(r.candidate, r.screen_per_s or 0.0)))
         verdict = None
         if recommended is not None:
-            other_kind = [r for r in simulated if _kind(r) != _kind(recommended)]
-            runner_up = self._best(other_kind)
-            # golden S7 is a second opinion, reported beside the answer; the SLO decides
+            # the keep-or-reject rule for a split is a second opinion beside the answer
             verdict = common_rate_verdict(recommended, runner_up, self.plan.handoff_budget_s,
                                           self._job, self._run_jobs)
-        pareto = answers.pareto_front(simulated)
+        pareto = answers.pareto_front([r for r in ledger if r.status == "simulated"])
         seeds = tuple(self.scenario.seed + k for k in range(self.num_seeds))
         result = PlanResult(
             scenario=self.scenario.name, objective=plan.objective, criterion=self.slo.criterion,
@@ -429,12 +563,12 @@ class Planner:
             prices={gpu: {"usd_per_gpu_hour": v, "source": src}
                     for gpu, (v, src) in sorted(self.prices.items())
                     if any(gpu in r.candidate.gpus_by_type for r in ledger)},
+            n_plus_one=None if recommended is None else checks.get(recommended.id),
+            runner_up_n_plus_one=None if runner_up is None else checks.get(runner_up.id),
+            headroom=plan.headroom, tie=tie, survival=survival,
+            traffic_notes=answers.length_refusals(recommended or next(
+                (r for r in ledger if r.at_goodput is not None), None)),
         )
-        if recommended is not None and self.check_n_plus_one:
-            result = replace(result, n_plus_one=n_plus_one.check(
-                recommended, self.scenario, self.base_rate, self.model,
-                {gpu: price for gpu, (price, _) in self.prices.items()},
-                self._job, self._run_jobs))
         return replace(
             result,
             num_simulations=self.num_simulations,
@@ -446,12 +580,136 @@ class Planner:
         )
 
     def _qualifies(self, result: CandidateResult | None) -> bool:
-        """Meets the objective's requirement: some goodput, and the target rate if set."""
+        """Meets the objective's requirement: some goodput, and the target rate, at the
+        operating capacity (every draw), if set."""
         if result is None or result.goodput is None or result.goodput.mean_per_s <= 0:
             return False
         if self.plan.objective == "max_goodput_per_gpu":
             return True
-        return result.goodput.mean_per_s >= (self.plan.target_rate_per_s or 0.0)
+        return self._usable(result.goodput) >= (self.plan.target_rate_per_s or 0.0)
+
+    # ------------------------------------------------------ judgement
+    def _break_tie(self, ranked: list[CandidateResult]
+                   ) -> tuple[list[CandidateResult], Tie | None]:
+        """When the best by goodput is statistically tied with others (their intervals
+        overlap, or it wins by less than the tolerance; same size where size is the
+        objective), ``TIE_RULE`` chooses among them and the answer says so."""
+        if len(ranked) < 2:
+            return ranked, None
+        top = ranked[0]
+        group = [top, *(r for r in ranked[1:] if self._tied(top, r))]
+        if len(group) == 1:
+            return ranked, None
+        chosen = min(group, key=self._tie_key)
+        tie = Tie(tied=(chosen.id, *(r.id for r in group if r is not chosen)),
+                  by_goodput=top.id, rule=TIE_RULE)
+        return [chosen, *(r for r in ranked if r is not chosen)], tie
+
+    def _tied(self, best: CandidateResult, other: CandidateResult) -> bool:
+        """Statistically tied: ``best`` wins by less than the tolerance, or the difference
+        cannot be told from zero. Seed k is the same traffic draw for every candidate, so the
+        draws are compared in pairs (the 95 % t-interval of the per-draw differences holds
+        zero); candidates on different numbers of draws compare their intervals."""
+        a, b = best.goodput, other.goodput
+        assert a is not None and b is not None
+        if a.capped or b.capped:
+            return False
+        if self.plan.objective != "max_goodput_per_gpu":
+            if self._size(best.candidate) != self._size(other.candidate):
+                return False
+            sa = sb = 1.0
+        else:
+            sa, sb = 1 / best.candidate.num_gpus, 1 / other.candidate.num_gpus
+        if a.mean_per_s * sa <= b.mean_per_s * sb * (1 + self.plan.search.tolerance):
+            return True
+        if len(a.per_seed_per_s) == len(b.per_seed_per_s) > 1:
+            diffs = [x * sa - y * sb for x, y in zip(a.per_seed_per_s, b.per_seed_per_s,
+                                                     strict=True)]
+            _, low, _ = mean_interval(diffs, clip=False)
+            return low <= 0
+        return a.low_per_s * sa <= b.high_per_s * sb
+
+    def _tie_key(self, r: CandidateResult) -> tuple:
+        g = r.goodput
+        assert g is not None
+        cost = r.cost_per_hour if r.cost_per_hour is not None else math.inf
+        per = g.mean_per_s / (r.candidate.num_gpus
+                              if self.plan.objective == "max_goodput_per_gpu" else 1)
+        return (len(r.candidate.pools), cost, r.candidate.num_gpus, -per, r.id)
+
+    def _n_plus_one(self, r: CandidateResult) -> NPlusOne | None:
+        if r.operating_rate_per_s is None:
+            return None
+        return n_plus_one.check(
+            r, r.operating_rate_per_s, self._rate_basis(r), self.scenario, self.model,
+            {gpu: price for gpu, (price, _) in self.prices.items()}, self._job, self._run_jobs)
+
+    def _survivor(self, ranked: list[CandidateResult], checks: dict[str, NPlusOne | None]
+                  ) -> tuple[CandidateResult | None, Survival]:
+        """``plan.require``: the best candidate, in rank order, that keeps its SLO with one
+        instance (and one node) lost (at most ``MAX_SURVIVAL_CHECKS`` checked)."""
+        requirement = self.plan.require[0]
+        failed = []
+        for r in ranked[:MAX_SURVIVAL_CHECKS]:
+            n1 = checks[r.id] = self._n_plus_one(r)
+            if n1 is None:
+                continue
+            if n1.meets(requirement):
+                return r, Survival(ranked[0].id, requirement, tuple(failed), True)
+            failed.append(n1)
+        return None, Survival(ranked[0].id, requirement, tuple(failed), False)
+
+    def _cliffs(self, results: list[CandidateResult]) -> dict[str, tuple[CliffPoint, ...]]:
+        """Every draw of each result at ``CLIFF_FACTORS`` times its mean goodput (one executor
+        batch): whether attainment slides or falls just past the edge."""
+        work = [(r, f, k) for r in results
+                if r.goodput is not None and r.goodput.measured and r.goodput.mean_per_s > 0
+                for f in CLIFF_FACTORS for k in range(len(r.goodput.per_seed_per_s))]
+        if not work:
+            return {}
+        jobs = [self._job(r.candidate, k, r.goodput.mean_per_s * f) for r, f, k in work]
+        outcomes = self._run_jobs("cliff: 5 % and 10 % above goodput", jobs)
+        seen: dict[tuple[str, float], list[tuple[float, bool]]] = {}
+        for (r, f, _), outcome in zip(work, outcomes, strict=True):
+            if isinstance(outcome, str) or outcome.slo is None:
+                continue
+            seen.setdefault((r.id, f), []).append((outcome.slo.attainment or 0.0,
+                                                    outcome.slo.meets))
+        out: dict[str, tuple[CliffPoint, ...]] = {}
+        for r in results:
+            points = []
+            for f in CLIFF_FACTORS:
+                got = seen.get((r.id, f))
+                if got:
+                    assert r.goodput is not None
+                    points.append(CliffPoint(f, r.goodput.mean_per_s * f,
+                                             tuple(a for a, _ in got),
+                                             sum(1 for _, met in got if met)))
+            if points:
+                out[r.id] = tuple(points)
+        return out
+
+
+def _coincidences(results: list[CandidateResult]) -> dict[str, tuple[str, ...]]:
+    """Different candidates with the same goodput on every draw, explained in the ledger:
+    goodput is the highest passing probe, so the same probed rates with the same verdicts give
+    the same figure to the last digit (their attainments there tell them apart)."""
+    groups: dict[tuple[float, ...], list[CandidateResult]] = {}
+    for r in results:
+        if r.goodput is not None and r.goodput.mean_per_s > 0:
+            groups.setdefault(r.goodput.per_seed_per_s, []).append(r)
+    notes: dict[str, tuple[str, ...]] = {}
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        for r in group:
+            others = ", ".join(o.candidate.label() for o in group if o is not r)
+            at = r.at_goodput
+            attainment = ("" if at is None or at.slo is None
+                          else f"; its own attainment there {at.slo.attainment:.1%}")
+            notes[r.id] = (f"same goodput on every draw as {others}: the bisections probed the "
+                           f"same rates with the same verdicts{attainment}",)
+    return notes
 
 
 def _work(job: Scenario) -> int:

@@ -53,10 +53,54 @@ class Goodput:
     capped: bool = False
     """A seed met the SLO at the highest rate tried: goodput is at least that."""
 
+    @property
+    def lower_per_s(self) -> float:
+        """The lowest draw's goodput: the highest rate at which every traffic draw met the
+        SLO."""
+        return min(self.per_seed_per_s)
+
+    @property
+    def measured(self) -> bool:
+        """Bracketed within the tolerance on every draw: neither capped nor cut short."""
+        return self.converged and not self.capped
+
+    @property
+    def quality(self) -> str:
+        """measured, at least (capped: the SLO held at the highest rate tried) or
+        unconverged (the bisection ran out of probes before its tolerance)."""
+        return "at least" if self.capped else "measured" if self.converged else "unconverged"
+
     def to_json(self) -> dict[str, Any]:
         return {"mean_per_s": self.mean_per_s, "ci95_per_s": [self.low_per_s, self.high_per_s],
-                "per_seed_per_s": list(self.per_seed_per_s), "probes": self.probes,
-                "converged": self.converged, "capped": self.capped}
+                "per_seed_per_s": list(self.per_seed_per_s), "lower_per_s": self.lower_per_s,
+                "probes": self.probes, "converged": self.converged, "capped": self.capped,
+                "quality": self.quality}
+
+
+@dataclass(frozen=True, slots=True)
+class CliffPoint:
+    """Every traffic draw run a little above goodput: does attainment slide or fall?"""
+
+    factor: float
+    """The offered rate over the mean goodput (1.05: 5 % above it)."""
+    rate_per_s: float
+    attainments: tuple[float, ...]
+    """Joint (or the criterion's) attainment of each draw at that rate."""
+    num_meeting: int
+    """How many of those draws still met the SLO."""
+
+    @property
+    def attainment(self) -> float:
+        return sum(self.attainments) / len(self.attainments)
+
+    @property
+    def lowest(self) -> float:
+        return min(self.attainments)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"factor": self.factor, "rate_per_s": self.rate_per_s,
+                "attainment_mean": self.attainment, "attainment_per_seed":
+                list(self.attainments), "num_meeting": self.num_meeting}
 
 
 @dataclass(frozen=True)
@@ -83,6 +127,13 @@ class CandidateResult:
     cost_per_million_output_tokens: float | None = None
     probes: list[Probe] = field(default_factory=list)
     """Every simulation of its bisections, by seed and rate: attainment vs offered rate."""
+    operating_rate_per_s: float | None = None
+    """The rate to run it at: the lowest draw's goodput less the plan's headroom (every draw
+    met the SLO there), or the target rate where the plan has one and it reaches it."""
+    cliff: tuple[CliffPoint, ...] = ()
+    """Attainment 5 % and 10 % above goodput (measured for the answer's candidates)."""
+    notes: tuple[str, ...] = ()
+    """What a reviewer should know reading this row (an explained coincidence, a tie)."""
 
     @property
     def id(self) -> str:
@@ -117,6 +168,9 @@ class CandidateResult:
             "binding": self.binding,
             "cost_per_hour": self.cost_per_hour,
             "cost_per_million_output_tokens": self.cost_per_million_output_tokens,
+            "operating_rate_per_s": self.operating_rate_per_s,
+            "cliff": [point.to_json() for point in self.cliff],
+            "notes": list(self.notes),
             "probes": [probe.to_json() for probe in self.probes],
         }
         if self.at_goodput is not None:
@@ -207,6 +261,12 @@ class NPlusOne:
     def holds(self) -> bool:
         return all(c.holds for c in (self.instance, self.node) if c is not None)
 
+    def meets(self, requirement: str) -> bool:
+        """Whether it survives what ``requirement`` (plan.require) asks."""
+        if requirement == "n_plus_one_instance":
+            return self.instance is None or self.instance.holds
+        return self.holds
+
     def to_json(self) -> dict[str, Any]:
         return {"candidate": self.candidate, "rate_per_s": self.rate_per_s,
                 "rate_basis": self.rate_basis,
@@ -214,6 +274,40 @@ class NPlusOne:
                 "instance": None if self.instance is None else self.instance.to_json(),
                 "node": None if self.node is None else self.node.to_json(),
                 "tried": [c.to_json() for c in self.tried], "notes": list(self.notes)}
+
+
+@dataclass(frozen=True)
+class Tie:
+    """The top of the ranking was a statistical tie, broken by a stated rule."""
+
+    tied: tuple[str, ...]
+    """The candidates tied with the best by goodput (the chosen one first)."""
+    by_goodput: str
+    """The one the mean goodput alone would have chosen."""
+    rule: str
+    """The rule that chose among them, in words."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tied": list(self.tied), "by_goodput": self.by_goodput, "rule": self.rule}
+
+
+@dataclass(frozen=True)
+class Survival:
+    """``plan.require: [n_plus_one]``: the ranked candidates checked until one survives."""
+
+    unconstrained: str
+    """The best candidate without the requirement."""
+    requirement: str
+    """n_plus_one (an instance and a node) or n_plus_one_instance."""
+    failed: tuple[NPlusOne, ...]
+    """The checks of the better-ranked candidates that did not survive, best first."""
+    met: bool
+    """Some candidate survived (it is the recommendation)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"unconstrained": self.unconstrained, "requirement": self.requirement,
+                "met": self.met,
+                "failed": [n1.to_json() for n1 in self.failed]}
 
 
 @dataclass(frozen=True)
@@ -246,6 +340,17 @@ class PlanResult:
     n_plus_one: NPlusOne | None = None
     """The recommendation with one instance and one node lost (None: no recommendation, or
     the check was not asked for)."""
+    runner_up_n_plus_one: NPlusOne | None = None
+    """The same check of the best alternative of the other layout kind."""
+    headroom: float = 0.0
+    """plan.headroom: the share of the lowest draw's goodput kept in reserve."""
+    tie: Tie | None = None
+    """Set when the recommendation was one of a statistical tie."""
+    survival: Survival | None = None
+    """Set when the plan requires surviving a loss (plan.require)."""
+    traffic_notes: tuple[str, ...] = ()
+    """Properties of the traffic that hold at every rate (requests refused for their
+    length)."""
 
     def by_id(self, candidate_id: str) -> CandidateResult:
         return next(c for c in self.candidates if c.id == candidate_id)
@@ -274,6 +379,12 @@ class PlanResult:
             "bench_command": self.bench_command,
             "prices": self.prices,
             "n_plus_one": None if self.n_plus_one is None else self.n_plus_one.to_json(),
+            "runner_up_n_plus_one": None if self.runner_up_n_plus_one is None
+            else self.runner_up_n_plus_one.to_json(),
+            "headroom": self.headroom,
+            "tie": None if self.tie is None else self.tie.to_json(),
+            "survival": None if self.survival is None else self.survival.to_json(),
+            "traffic_notes": list(self.traffic_notes),
             "candidates": [c.to_json() for c in self.candidates],
         }
 
@@ -281,10 +392,11 @@ class PlanResult:
 LEDGER_COLUMNS = (
     "id", "label", "layout", "status", "num_gpus", "pd_ratio", "max_num_batched_tokens",
     "enable_chunked_prefill", "screen_per_s", "goodput_per_s", "goodput_low_per_s",
-    "goodput_high_per_s", "goodput_per_gpu", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
-    "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "itl_p50_s", "itl_p90_s", "itl_p99_s",
+    "goodput_high_per_s", "goodput_lower_per_s", "goodput_quality", "operating_rate_per_s",
+    "goodput_per_gpu", "attainment_plus5", "attainment_plus10", "ttft_p50_s", "ttft_p90_s",
+    "ttft_p99_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "itl_p50_s", "itl_p90_s", "itl_p99_s",
     "attainment", "output_tokens_per_s_per_gpu", "tokens_per_s_per_user", "cost_per_hour",
-    "cost_per_million_output_tokens", "binding", "reason",
+    "cost_per_million_output_tokens", "binding", "reason", "notes",
 )
 
 
@@ -297,15 +409,20 @@ def ledger_rows(result: PlanResult) -> list[tuple[Any, ...]]:
         for key in ("ttft_s", "tpot_s", "itl_s"):
             d = getattr(s, key) if s is not None else None
             figures += [None if d is None else getattr(d, p) for p in ("p50", "p90", "p99")]
+        by_factor = {round(point.factor, 2): point.attainment for point in c.cliff}
+        cliff = [by_factor.get(1.05), by_factor.get(1.1)]
         rows.append((
             c.id, c.candidate.label(), c.candidate.layout, c.status, c.candidate.num_gpus,
             c.candidate.pd_ratio, c.candidate.max_num_batched_tokens,
             c.candidate.enable_chunked_prefill, c.screen_per_s,
             None if g is None else g.mean_per_s, None if g is None else g.low_per_s,
-            None if g is None else g.high_per_s, c.goodput_per_gpu, *figures,
+            None if g is None else g.high_per_s, None if g is None else g.lower_per_s,
+            None if g is None else g.quality, c.operating_rate_per_s, c.goodput_per_gpu,
+            *cliff, *figures,
             None if s is None or s.slo is None else s.slo.attainment,
             None if s is None else s.output_tokens_per_s_per_gpu,
             None if s is None else s.tokens_per_s_per_user,
             c.cost_per_hour, c.cost_per_million_output_tokens, c.binding, c.reason,
+            "; ".join(c.notes) or None,
         ))
     return rows

@@ -154,7 +154,23 @@ class PlanSpec(Strict):
         "prices.yaml (each names its source and date; prices move, set your own).",
     )
     handoff_budget_s: Seconds = Field(
-        0.010, description="Largest acceptable p95 KV handoff (golden S7's keep-or-reject)."
+        0.010, description="Largest acceptable p95 KV handoff (the keep-or-reject rule for a "
+        "split)."
+    )
+    headroom: float = Field(
+        0.0, ge=0.0, lt=1.0,
+        description="Share of capacity kept in reserve: a candidate's operating rate is the "
+        "goodput of its lowest traffic draw (the highest rate at which every draw met the SLO) "
+        "times 1 - headroom. min_gpus / min_cost need the operating rate to reach "
+        "target_rate_per_s; N+1 runs at the operating rate.",
+    )
+    require: list[Literal["n_plus_one", "n_plus_one_instance"]] = Field(
+        default_factory=list, max_length=1,
+        description="Constraints beyond the SLO. n_plus_one: the recommendation must keep its "
+        "SLO at its operating rate with one instance lost and with one node lost; "
+        "n_plus_one_instance: with one instance lost (a fleet on one server cannot survive "
+        "that server). The best candidates are checked in rank order until one does, and the "
+        "answer says what survival costs.",
     )
     search: SearchSettings = Field(default_factory=SearchSettings)
 
