@@ -143,6 +143,24 @@ def test_a_burst_the_search_cannot_bracket_is_not_printed_as_a_plain_goodput(tmp
     assert ",at least," in ledger or ",unconverged," in ledger
 
 
+def test_a_replay_squeezed_into_a_short_window_is_not_a_measured_goodput():
+    # 50 fixed requests: at the rates that bracket goodput they arrive within a second or two,
+    # far less than min_duration_s, and no queue has time to build
+    data = scenario(slo={"ttft_s": 0.5, "tpot_s": 0.05},
+                    plan={"gpu_budget": 1, "layouts": ["colocated"],
+                          "search": {"seeds": 1, "min_duration_s": 60}})
+    data["workload"] = {"kind": "explicit", "requests": [
+        {"id": f"r{i}", "arrival_s": i * 0.1, "prompt_tokens": 2000, "output_tokens": 50}
+        for i in range(50)]}
+    out = Planner(parse_scenario(data), SerialExecutor(), n_plus_one=False).run()
+    g = out.recommended.goodput
+    assert g.short_window_s is not None and g.short_window_s < 30
+    assert g.quality == "short window" and not g.measured
+    assert f"Goodput at most {g.mean_per_s:,.2f} req/s (not measured" in out.answer
+    assert out.recommended.cliff == ()  # nothing to measure past an unmeasured edge
+    assert out.to_json()["candidates"][0]["goodput"]["quality"] == "short window"
+
+
 def test_the_scenarios_own_layout_never_breaks_the_budget():
     data = scenario(tensor_parallel_size=1,
                     layout={"kind": "colocated", "pools": [{"name": "main", "instances": 4}]},

@@ -176,6 +176,8 @@ def _goodput(r: CandidateResult) -> str:
         return "-"
     if g.capped:
         return f">= {g.lower_per_s:,.2f}"
+    if g.short_window_s is not None:
+        return f"<= {g.mean_per_s:,.2f}"
     mark = "" if g.converged else "~"
     if len(g.per_seed_per_s) == 1:
         return f"{mark}{g.mean_per_s:,.2f}"

@@ -162,6 +162,10 @@ def goodput_text(r: CandidateResult) -> str:
                 "req/s per GPU")
     interval = (f" (95 % CI {g.low_per_s:,.2f}-{g.high_per_s:,.2f})"
                 if len(g.per_seed_per_s) > 1 else " (one traffic draw)")
+    if g.short_window_s is not None:
+        return (f"at most {g.mean_per_s:,.2f} req/s (not measured: at that rate the traffic "
+                f"spans only {g.short_window_s:,.2f} s, too short for a queue to build; a "
+                "longer trace or workload measures it)")
     about = "" if g.converged else "about "
     text = (f"{about}{g.mean_per_s:,.2f} req/s{interval}, {r.goodput_per_gpu:,.3f} req/s "
             "per GPU")
@@ -222,6 +226,9 @@ def headroom_text(r: CandidateResult, target_rate: float) -> str:
     low = g.lower_per_s / target_rate - 1
     if g.capped:
         return f"headroom over the target {target_rate:g} req/s: at least {low:+.0%}"
+    if g.short_window_s is not None:
+        return (f"headroom over the target {target_rate:g} req/s: at most {low:+.0%} (a "
+                "window too short to judge)")
     mean = g.mean_per_s / target_rate - 1
     if len(g.per_seed_per_s) == 1:
         return f"headroom over the target {target_rate:g} req/s: {low:+.0%}"

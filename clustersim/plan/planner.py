@@ -61,6 +61,10 @@ MAX_DRAW_ROUNDS = 3
 """Rounds that give every draw to the candidates that can still win."""
 CLIFF_FACTORS = (1.05, 1.10)
 """Where the cliff is measured: these multiples of the mean goodput, on every draw."""
+SHORT_WINDOW = 0.5
+"""A passing probe whose arrivals span less than this share of ``search.min_duration_s`` is
+too short to judge the SLO (Poisson spans scatter around the asked duration; a squeezed trace
+replay falls far below it)."""
 MAX_SURVIVAL_CHECKS = 6
 """plan.require: the best candidates checked, in rank order, before giving up."""
 TIE_RULE = ("a tie goes to the layout with fewer pools (fewer failure domains: colocated "
@@ -441,7 +445,8 @@ class Planner:
         goodput = Goodput(
             per_seed_per_s=tuple(values), mean_per_s=mean, low_per_s=low, high_per_s=high,
             probes=sum(r.num_probes for r in runs),
-            converged=all(r.converged for r in runs), capped=any(r.capped for r in runs))
+            converged=all(r.converged for r in runs), capped=any(r.capped for r in runs),
+            short_window_s=self._short_window(runs))
         probes = sorted(
             Probe(k, rate, outcome.slo.attainment, *outcome.slo.attainment_interval, met,
                   outcome.num_requests)
@@ -462,6 +467,16 @@ class Planner:
                 above, self.slo, self.plan.handoff_budget_s),
             cost_per_hour=self.cost_per_hour(c), probes=list(probes),
             operating_rate_per_s=self._operating_rate(goodput)), runs)
+
+    def _short_window(self, runs: list[RateSearch]) -> float | None:
+        """The shortest arrival window of the draws' passing probes at goodput, when it is
+        too short to judge the SLO: under ``SHORT_WINDOW`` of ``search.min_duration_s`` (a
+        trace replay keeps its own span, so a high rate squeezes it), else None."""
+        need = self.plan.search.min_duration_s * SHORT_WINDOW
+        windows = [outcome.window_s for r in runs if r.lo is not None
+                   and (outcome := r.outcome_at(r.lo)) is not None]
+        shortest = min(windows, default=None)
+        return shortest if shortest is not None and shortest < need else None
 
     def _operating_rate(self, goodput: Goodput) -> float:
         """The rate the deployment will carry: the plan's target where its operating capacity

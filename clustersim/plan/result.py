@@ -52,6 +52,10 @@ class Goodput:
     """Every seed's bisection met its tolerance."""
     capped: bool = False
     """A seed met the SLO at the highest rate tried: goodput is at least that."""
+    short_window_s: float | None = None
+    """Set when a draw's passing probe at goodput held too little traffic to judge the SLO
+    (a trace replayed faster than its own span allows): its arrival window in seconds. Such a
+    goodput is optimistic (a short burst drains before a queue can build)."""
 
     @property
     def lower_per_s(self) -> float:
@@ -61,20 +65,26 @@ class Goodput:
 
     @property
     def measured(self) -> bool:
-        """Bracketed within the tolerance on every draw: neither capped nor cut short."""
-        return self.converged and not self.capped
+        """Bracketed within the tolerance on every draw, on probes long enough to judge:
+        neither capped, nor cut short, nor too short a window."""
+        return self.converged and not self.capped and self.short_window_s is None
 
     @property
     def quality(self) -> str:
-        """measured, at least (capped: the SLO held at the highest rate tried) or
-        unconverged (the bisection ran out of probes before its tolerance)."""
-        return "at least" if self.capped else "measured" if self.converged else "unconverged"
+        """measured; at least (capped: the SLO held at the highest rate tried); short window
+        (too little traffic at that rate to judge the SLO: at most); or unconverged (the
+        bisection ran out of probes before its tolerance)."""
+        if self.capped:
+            return "at least"
+        if self.short_window_s is not None:
+            return "short window"
+        return "measured" if self.converged else "unconverged"
 
     def to_json(self) -> dict[str, Any]:
         return {"mean_per_s": self.mean_per_s, "ci95_per_s": [self.low_per_s, self.high_per_s],
                 "per_seed_per_s": list(self.per_seed_per_s), "lower_per_s": self.lower_per_s,
                 "probes": self.probes, "converged": self.converged, "capped": self.capped,
-                "quality": self.quality}
+                "short_window_s": self.short_window_s, "quality": self.quality}
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,8 @@ def _goodput(c: CandidateResult) -> str:
         return fmt.DASH
     if g.capped:
         return f"at least {fmt.rate(g.lower_per_s)} (not measured)"
+    if g.short_window_s is not None:
+        return f"at most {fmt.rate(g.mean_per_s)} (window too short)"
     about = "" if g.converged else "about "
     if len(g.per_seed_per_s) == 1:
         return f"{about}{fmt.rate(g.mean_per_s)}"
