@@ -170,14 +170,18 @@ def _figures(r: CandidateResult) -> str:
             f"{s.slo.attainment:.1%}")
 
 
+LEGEND = (("~", "not converged"), (">=", "at least: capped at the highest rate tried"),
+          ("<=", "at most: a window too short to judge"))
+
+
 def _goodput(r: CandidateResult) -> str:
     g = r.goodput
     if g is None:
         return "-"
-    if g.capped:
-        return f">= {g.lower_per_s:,.2f}"
     if g.short_window_s is not None:
         return f"<= {g.mean_per_s:,.2f}"
+    if g.capped:
+        return f">= {g.lower_per_s:,.2f}"
     mark = "" if g.converged else "~"
     if len(g.per_seed_per_s) == 1:
         return f"{mark}{g.mean_per_s:,.2f}"
@@ -207,7 +211,7 @@ def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
         _print_choice("recommendation", rec, result, target)
         tie = tie_text(result)
         if tie:
-            typer.echo(f"  won {tie}")
+            typer.echo(f"  {'won ' if tie.startswith('a statistical tie with') else ''}{tie}")
         survival = survival_text(result)
         if survival:
             typer.echo(f"  {survival}")
@@ -244,6 +248,11 @@ def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
                 f"{_goodput(c):>26}{c.goodput_per_gpu or 0:>9.3f}"
                 f"{ms(s.ttft_s.p90 if s else None):>10}{ms(s.tpot_s.p90 if s else None):>10}"
                 f"{cost:>10}  {c.status}")
+        marks = [(mark, meaning) for mark, meaning in LEGEND if any(
+            _goodput(c).startswith(mark) for c in shown)]
+        if marks:
+            typer.echo("  goodput " + "; ".join(f"{m} {what}" for m, what in marks)
+                       + " (not measured: see ledger.csv's goodput_quality)")
         others = [c for c in result.candidates if c.goodput is None]
         if others:
             typer.echo(f"  ... and {len(others)} not simulated (screened or pruned, each with "

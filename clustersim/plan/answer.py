@@ -156,16 +156,16 @@ def goodput_text(r: CandidateResult) -> str:
     'about' when the bisection ran out of probes."""
     g = r.goodput
     assert g is not None
-    if g.capped:
-        return (f"at least {g.lower_per_s:,.2f} req/s (not measured: the SLO still held at the "
-                f"highest rate tried), at least {g.lower_per_s / r.candidate.num_gpus:,.3f} "
-                "req/s per GPU")
-    interval = (f" (95 % CI {g.low_per_s:,.2f}-{g.high_per_s:,.2f})"
-                if len(g.per_seed_per_s) > 1 else " (one traffic draw)")
     if g.short_window_s is not None:
         return (f"at most {g.mean_per_s:,.2f} req/s (not measured: at that rate the traffic "
                 f"spans only {g.short_window_s:,.2f} s, too short for a queue to build; a "
                 "longer trace or workload measures it)")
+    if g.capped:
+        return (f"at least {g.lower_per_s:,.2f} req/s (not measured: the SLO still held at the "
+                f"highest rate tried), at least {g.lower_per_s / r.candidate.num_gpus:,.3f} "
+                "req/s per GPU")
+    interval = (f" (95% CI {g.low_per_s:,.2f}-{g.high_per_s:,.2f})"
+                if len(g.per_seed_per_s) > 1 else " (one traffic draw)")
     about = "" if g.converged else "about "
     text = (f"{about}{g.mean_per_s:,.2f} req/s{interval}, {r.goodput_per_gpu:,.3f} req/s "
             "per GPU")
@@ -181,24 +181,24 @@ def operating_text(r: CandidateResult, target_rate: float | None = None,
     if g is None or rate is None or not rate > 0:
         return None
     draws = len(g.per_seed_per_s)
-    lowest = (f"the lowest of its {draws} traffic draws' goodputs, {g.lower_per_s:,.2f} req/s "
-              "(every draw met the SLO there)" if draws > 1
-              else f"its traffic draw's goodput, {g.lower_per_s:,.2f} req/s")
+    lowest = (f"the lowest of its {draws} draws' goodputs (the others were higher)"
+              if draws > 1 else "its one traffic draw's goodput")
     if target_rate is not None and rate == target_rate:
-        text = f"operate at the target {rate:,.2f} req/s: {lowest}"
-        if headroom:
-            text += f", less the {headroom:.0%} headroom, reaches it"
-        else:
-            text += " reaches it"
-        return text
+        reserve = f", less the {headroom:.0%} headroom," if headroom else ""
+        return (f"operate at the target {rate:,.2f} req/s: {lowest}, {g.lower_per_s:,.2f} "
+                f"req/s{reserve} reaches it")
     if headroom:
-        return f"operate at {rate:,.2f} req/s: {lowest}, less the {headroom:.0%} headroom"
+        return (f"operate at {rate:,.2f} req/s: {lowest}, {g.lower_per_s:,.2f} req/s, less "
+                f"the {headroom:.0%} headroom")
+    if draws == 1:
+        return (f"operate at {rate:,.2f} req/s, {lowest}: one draw shows no spread, so this "
+                "is the edge itself; set plan.headroom to keep a margin")
     margin = 1 - rate / g.mean_per_s
-    return f"operate at {rate:,.2f} req/s: {lowest}, {margin:.0%} below the mean goodput"
+    return f"operate at {rate:,.2f} req/s, {lowest}, {margin:.0%} below the mean goodput"
 
 
 def cliff_verdict(points: tuple[CliffPoint, ...], target: float) -> str | None:
-    """'falls off a cliff', 'steep' or 'degrades gracefully', from attainment above goodput."""
+    """'falls off a cliff', 'falls steeply' or 'degrades gradually': attainment above goodput."""
     by = {round(p.factor, 2): p for p in points}
     five, ten = by.get(1.05), by.get(1.1)
     if five is None:
@@ -206,8 +206,8 @@ def cliff_verdict(points: tuple[CliffPoint, ...], target: float) -> str | None:
     if five.attainment < target - CLIFF_DROP:
         return "falls off a cliff"
     if ten is not None and ten.attainment < target - CLIFF_DROP:
-        return "steep"
-    return "degrades gracefully"
+        return "falls steeply"
+    return "degrades gradually"
 
 
 def cliff_text(r: CandidateResult, target: float) -> str | None:
@@ -224,11 +224,11 @@ def headroom_text(r: CandidateResult, target_rate: float) -> str:
     g = r.goodput
     assert g is not None
     low = g.lower_per_s / target_rate - 1
-    if g.capped:
-        return f"headroom over the target {target_rate:g} req/s: at least {low:+.0%}"
     if g.short_window_s is not None:
         return (f"headroom over the target {target_rate:g} req/s: at most {low:+.0%} (a "
                 "window too short to judge)")
+    if g.capped:
+        return f"headroom over the target {target_rate:g} req/s: at least {low:+.0%}"
     mean = g.mean_per_s / target_rate - 1
     if len(g.per_seed_per_s) == 1:
         return f"headroom over the target {target_rate:g} req/s: {low:+.0%}"
@@ -237,13 +237,18 @@ def headroom_text(r: CandidateResult, target_rate: float) -> str:
 
 
 def tie_text(result: PlanResult) -> str | None:
+    """The tie at the top of the ranking: with whom, why, the rule, and what goodput alone
+    would pick; said of the recommendation only when it is the tie's choice."""
     tie = result.tie
     if tie is None:
         return None
+    why = " or ".join(tie.reasons) or "a statistical tie"
+    rec = result.recommended
+    if rec is None or rec.id != tie.tied[0]:
+        names = "; ".join(result.by_id(i).candidate.label() for i in tie.tied)
+        return f"the best by the objective was a statistical tie among {names} ({why})"
     others = [result.by_id(i).candidate.label() for i in tie.tied[1:]]
-    text = (f"a statistical tie with {'; '.join(others)} (a gain under the "
-            f"{result.tolerance:.0%} tolerance, or per-draw differences that cannot be told "
-            f"from zero at 95 %); {tie.rule}")
+    text = f"a statistical tie with {'; '.join(others)} ({why}); {tie.rule}"
     if tie.by_goodput != tie.tied[0]:
         text += (f"; the mean goodput alone would pick "
                  f"{result.by_id(tie.by_goodput).candidate.label()}")
@@ -260,7 +265,7 @@ def survival_text(result: PlanResult) -> str | None:
     loss = ("one instance lost" if sv.requirement == "n_plus_one_instance"
             else "one instance or one node lost")
     if not sv.met:
-        return (f"No candidate of the {len(sv.failed)} best checked keeps its SLO with {loss} "
+        return (f"No candidate of the {sv.num_checked} best checked keeps its SLO with {loss} "
                 f"at its operating rate; the best without that requirement is "
                 f"{best.candidate.label()}. More GPUs (a larger gpu_budget), a plan.headroom "
                 "that keeps capacity in reserve, or more servers would make one survive.")
@@ -307,7 +312,8 @@ def explain(result: PlanResult, slo: SLO) -> str:
             text += f" Binding just above goodput: {rec.binding}."
         tie = tie_text(result)
         if tie:
-            text += f" It won {tie}."
+            won = tie.startswith("a statistical tie with")
+            text += f" It won {tie}." if won else f" {tie[0].upper()}{tie[1:]}."
         survival = survival_text(result)
         if survival:
             text += f" {survival}"
@@ -481,7 +487,7 @@ def n_plus_one_sentence(n1: NPlusOne, who: str = "the recommendation") -> str:
     spares = [c for c in (n1.instance, n1.node) if c is not None and not c.holds
               and c.spare_cost_per_hour is not None]
     if spares:
-        text += "; a spare " + " or ".join(
-            f"{'node' if c.kind == 'node' else 'instance'} costs ${c.spare_cost_per_hour:,.2f}/h"
-            for c in spares)
+        text += "; " + ", ".join(
+            f"a spare {'node' if c.kind == 'node' else 'instance'} costs "
+            f"${c.spare_cost_per_hour:,.2f}/h" for c in spares)
     return text + "."

@@ -166,5 +166,5 @@ def common_rate_verdict(
         colocated.goodput_per_gpu or 0.0, split.goodput_per_gpu or 0.0,
         {m: getattr(co, m).p95 or 0.0 for m in ("ttft_s", "tpot_s")},
         {m: getattr(sp, m).p95 or 0.0 for m in ("ttft_s", "tpot_s")},
-        handoff, handoff_budget_s, unit="req/s per GPU")
+        handoff, handoff_budget_s, unit="goodput req/s per GPU")
     return SplitVerdict(v.keep_split, v.reasons, rate)

@@ -86,6 +86,10 @@ def targets(scenario: Scenario, model: ModelSpec) -> tuple[list[Target], list[st
         return out, [f"no separate node check: each server holds at most one instance ({node} "
                      f"holds only {held[0]}), so losing one is losing an instance"]
     out.append(Target("node", node, dict(sorted(gpus.items()))))
+    total = sum(len(placed_gpus) for _, placed_gpus in placed)
+    if sum(gpus.values()) == total:
+        return out, [f"the whole deployment sits on {node}: no layout on one server survives "
+                     "that server's loss; only a second server would"]
     return out, []
 
 

@@ -390,17 +390,24 @@ class Planner:
     def _equalise_draws(self, screened: dict[str, Screened],
                         measured: dict[str, CandidateResult]) -> None:
         """Every candidate that can still win gets every draw before it is ranked: one whose
-        one-draw goodput would rank at or above the best fully drawn candidate's lower
-        interval bound. A one-draw figure never outranks an interval it might tie with."""
+        one-draw goodput would rank at or above the lower interval bound of the best fully
+        drawn candidate, overall or of its own layout kind (the best alternative is ranked
+        too). A one-draw figure never outranks an interval it might tie with."""
         if self.num_seeds == 1:
             return
         for _ in range(MAX_DRAW_ROUNDS):
             good = [r for r in measured.values() if r.status == "simulated"
                     and r.goodput is not None and r.goodput.mean_per_s > 0]
             full = [r for r in good if len(r.goodput.per_seed_per_s) == self.num_seeds]
-            bar = min(full, key=self._key, default=None)
-            short = [r for r in good if len(r.goodput.per_seed_per_s) < self.num_seeds
-                     and (bar is None or self._could_tie(r, bar))]
+            overall = min(full, key=self._key, default=None)
+            short = []
+            for r in good:
+                if len(r.goodput.per_seed_per_s) == self.num_seeds:
+                    continue
+                own = min((f for f in full if _kind(f) == _kind(r)), key=self._key,
+                          default=None)
+                if any(bar is None or self._could_tie(r, bar) for bar in (overall, own)):
+                    short.append(r)
             if not short:
                 return
             by_id = {r.id: r.candidate for r in short}
@@ -410,12 +417,13 @@ class Planner:
 
     def _could_tie(self, challenger: CandidateResult, best: CandidateResult) -> bool:
         """Whether ``challenger``'s goodput, taken as sure, ranks at or above ``best``'s lower
-        interval bound (or within the tolerance of its mean)."""
+        interval bound (or within the tolerance of its mean), each judged on its own operating
+        capacity where a target decides."""
         g, b = challenger.goodput, best.goodput
         assert g is not None and b is not None
         low = min(b.low_per_s, b.mean_per_s * (1 - self.plan.search.tolerance))
-        return (self._rank_key(challenger.candidate, g.mean_per_s, g.mean_per_s)
-                <= self._rank_key(best.candidate, low, low))
+        return (self._rank_key(challenger.candidate, g.mean_per_s, self._usable(g))
+                <= self._rank_key(best.candidate, low, self._usable(b)))
 
     def _contenders(self, candidates: list[Candidate], measured: dict[str, CandidateResult]
                     ) -> list[Candidate]:
@@ -595,54 +603,62 @@ class Planner:
         )
 
     def _qualifies(self, result: CandidateResult | None) -> bool:
-        """Meets the objective's requirement: some goodput, and the target rate, at the
-        operating capacity (every draw), if set."""
-        if result is None or result.goodput is None or result.goodput.mean_per_s <= 0:
-            return False
+        """Meets the objective's requirement: some goodput on every draw, and the target
+        rate, at the operating capacity, if set."""
+        g = None if result is None else result.goodput
+        if g is None or g.lower_per_s <= 0:
+            return False  # a draw that meets the SLO at no rate: nothing to operate at
         if self.plan.objective == "max_goodput_per_gpu":
             return True
-        return self._usable(result.goodput) >= (self.plan.target_rate_per_s or 0.0)
+        # an upper bound (a window too short to judge) cannot prove that a target is reached
+        return g.short_window_s is None and self._usable(g) >= (
+            self.plan.target_rate_per_s or 0.0)
 
     # ------------------------------------------------------ judgement
     def _break_tie(self, ranked: list[CandidateResult]
                    ) -> tuple[list[CandidateResult], Tie | None]:
-        """When the best by goodput is statistically tied with others (their intervals
-        overlap, or it wins by less than the tolerance; same size where size is the
+        """When the best by goodput is statistically tied with others (it wins by less than
+        the tolerance, or the draws cannot tell them apart; same size where size is the
         objective), ``TIE_RULE`` chooses among them and the answer says so."""
         if len(ranked) < 2:
             return ranked, None
         top = ranked[0]
-        group = [top, *(r for r in ranked[1:] if self._tied(top, r))]
+        why = {r.id: reason for r in ranked[1:] if (reason := self._tied(top, r)) is not None}
+        group = [top, *(r for r in ranked[1:] if r.id in why)]
         if len(group) == 1:
             return ranked, None
         chosen = min(group, key=self._tie_key)
+        reasons = tuple(dict.fromkeys(why.values()))
         tie = Tie(tied=(chosen.id, *(r.id for r in group if r is not chosen)),
-                  by_goodput=top.id, rule=TIE_RULE)
+                  by_goodput=top.id, rule=TIE_RULE, reasons=reasons)
         return [chosen, *(r for r in ranked if r is not chosen)], tie
 
-    def _tied(self, best: CandidateResult, other: CandidateResult) -> bool:
-        """Statistically tied: ``best`` wins by less than the tolerance, or the difference
-        cannot be told from zero. Seed k is the same traffic draw for every candidate, so the
-        draws are compared in pairs (the 95 % t-interval of the per-draw differences holds
-        zero); candidates on different numbers of draws compare their intervals."""
+    def _tied(self, best: CandidateResult, other: CandidateResult) -> str | None:
+        """Why ``best`` is statistically tied with ``other``, or None: it wins by less than the
+        tolerance, or the difference cannot be told from zero. Seed k is the same traffic draw
+        for every candidate, so the draws are compared in pairs (the 95 % t-interval of the
+        per-draw differences holds zero); candidates on different numbers of draws compare
+        their intervals."""
         a, b = best.goodput, other.goodput
         assert a is not None and b is not None
         if a.capped or b.capped:
-            return False
+            return None
         if self.plan.objective != "max_goodput_per_gpu":
             if self._size(best.candidate) != self._size(other.candidate):
-                return False
+                return None
             sa = sb = 1.0
         else:
             sa, sb = 1 / best.candidate.num_gpus, 1 / other.candidate.num_gpus
-        if a.mean_per_s * sa <= b.mean_per_s * sb * (1 + self.plan.search.tolerance):
-            return True
+        tolerance = self.plan.search.tolerance
+        if a.mean_per_s * sa <= b.mean_per_s * sb * (1 + tolerance):
+            return f"a gain under the {tolerance:.0%} tolerance"
         if len(a.per_seed_per_s) == len(b.per_seed_per_s) > 1:
             diffs = [x * sa - y * sb for x, y in zip(a.per_seed_per_s, b.per_seed_per_s,
                                                      strict=True)]
             _, low, _ = mean_interval(diffs, clip=False)
-            return low <= 0
-        return a.low_per_s * sa <= b.high_per_s * sb
+            return ("per-draw differences that cannot be told from zero at 95 %"
+                    if low <= 0 else None)
+        return "overlapping 95 % intervals" if a.low_per_s * sa <= b.high_per_s * sb else None
 
     def _tie_key(self, r: CandidateResult) -> tuple:
         g = r.goodput
@@ -665,14 +681,14 @@ class Planner:
         instance (and one node) lost (at most ``MAX_SURVIVAL_CHECKS`` checked)."""
         requirement = self.plan.require[0]
         failed = []
-        for r in ranked[:MAX_SURVIVAL_CHECKS]:
+        checked = ranked[:MAX_SURVIVAL_CHECKS]
+        for r in checked:
             n1 = checks[r.id] = self._n_plus_one(r)
-            if n1 is None:
-                continue
-            if n1.meets(requirement):
+            if n1 is not None and n1.meets(requirement):
                 return r, Survival(ranked[0].id, requirement, tuple(failed), True)
-            failed.append(n1)
-        return None, Survival(ranked[0].id, requirement, tuple(failed), False)
+            if n1 is not None:
+                failed.append(n1)
+        return None, Survival(ranked[0].id, requirement, tuple(failed), False, len(checked))
 
     def _cliffs(self, results: list[CandidateResult]) -> dict[str, tuple[CliffPoint, ...]]:
         """Every draw of each result at ``CLIFF_FACTORS`` times its mean goodput (one executor

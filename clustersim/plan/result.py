@@ -74,10 +74,10 @@ class Goodput:
         """measured; at least (capped: the SLO held at the highest rate tried); short window
         (too little traffic at that rate to judge the SLO: at most); or unconverged (the
         bisection ran out of probes before its tolerance)."""
-        if self.capped:
-            return "at least"
         if self.short_window_s is not None:
             return "short window"
+        if self.capped:
+            return "at least"
         return "measured" if self.converged else "unconverged"
 
     def to_json(self) -> dict[str, Any]:
@@ -272,10 +272,11 @@ class NPlusOne:
         return all(c.holds for c in (self.instance, self.node) if c is not None)
 
     def meets(self, requirement: str) -> bool:
-        """Whether it survives what ``requirement`` (plan.require) asks."""
-        if requirement == "n_plus_one_instance":
-            return self.instance is None or self.instance.holds
-        return self.holds
+        """Whether it survives what ``requirement`` (plan.require) asks; a loss that could
+        not be simulated is no survival."""
+        if self.instance is None or not self.instance.holds:
+            return False
+        return requirement == "n_plus_one_instance" or self.holds
 
     def to_json(self) -> dict[str, Any]:
         return {"candidate": self.candidate, "rate_per_s": self.rate_per_s,
@@ -296,9 +297,12 @@ class Tie:
     """The one the mean goodput alone would have chosen."""
     rule: str
     """The rule that chose among them, in words."""
+    reasons: tuple[str, ...] = ()
+    """Why they are tied (a gain under the tolerance, draws that cannot tell them apart)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"tied": list(self.tied), "by_goodput": self.by_goodput, "rule": self.rule}
+        return {"tied": list(self.tied), "by_goodput": self.by_goodput, "rule": self.rule,
+                "reasons": list(self.reasons)}
 
 
 @dataclass(frozen=True)
@@ -313,10 +317,12 @@ class Survival:
     """The checks of the better-ranked candidates that did not survive, best first."""
     met: bool
     """Some candidate survived (it is the recommendation)."""
+    num_checked: int = 0
+    """How many candidates were checked (when none survived)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"unconstrained": self.unconstrained, "requirement": self.requirement,
-                "met": self.met,
+                "met": self.met, "num_checked": self.num_checked,
                 "failed": [n1.to_json() for n1 in self.failed]}
 
 

@@ -48,10 +48,10 @@ def _goodput(c: CandidateResult) -> str:
     g = c.goodput
     if g is None:
         return fmt.DASH
-    if g.capped:
-        return f"at least {fmt.rate(g.lower_per_s)} (not measured)"
     if g.short_window_s is not None:
         return f"at most {fmt.rate(g.mean_per_s)} (window too short)"
+    if g.capped:
+        return f"at least {fmt.rate(g.lower_per_s)} (not measured)"
     about = "" if g.converged else "about "
     if len(g.per_seed_per_s) == 1:
         return f"{about}{fmt.rate(g.mean_per_s)}"
