@@ -3,9 +3,11 @@
 Every file the tool reads on a user's behalf (a scenario, a topology, a GPU profile, a
 HuggingFace ``config.json``, a trace, request records) comes through here, so that each way a
 file can be wrong is one ``path: message`` (or ``path:line: message``) :class:`InputError`:
-a folder where a file should be, an unreadable or empty file, one larger than the reader
-should hold in memory, a truncated or corrupt ``.gz``, bytes that are not UTF-8, and YAML with
-a key given twice, nesting too deep for the parsers or aliases that expand without bound.
+a folder, a device, a socket or a pipe that nothing writes to where a file should be, an
+unreadable or empty file, one larger than the reader should hold in memory, a truncated or
+corrupt ``.gz``, bytes that are not UTF-8, and YAML with a key given twice, nesting too deep
+for the parsers, more values than the parser gets through in seconds, or aliases that expand
+without bound.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
+import stat
 import zlib
 from pathlib import Path
 from typing import Any
@@ -34,28 +38,32 @@ MAX_NESTING_DEPTH = 64
 """Deepest nesting of YAML or JSON values; no schema clustersim reads goes past 8 levels, and
 Python's parsers recurse once per level."""
 MAX_YAML_NODES = 1_000_000
-"""Most values a YAML document may hold once its aliases are expanded (an alias is a copy of
-its anchor's value each time it is used, so ten nested aliases of ten make 10^10)."""
+"""Most values a YAML document may hold, as written and once its aliases are expanded (an
+alias is a copy of its anchor's value each time it is used, so ten nested aliases of ten make
+10^10): PyYAML's pure-Python parser takes about half a minute and a gigabyte per million."""
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 # ------------------------------------------------------------------ bytes
+_NOT_FILES = {stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+              stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder"}
+
+
 def read_bytes(path: Path | str, what: str, *, max_bytes: int = MAX_CONFIG_BYTES,
                where: str | None = None) -> bytes:
     """The bytes of ``path`` (decompressed if it ends in ``.gz``), at most ``max_bytes``.
 
     ``what`` names the file in messages ("scenario", "trace"); ``where`` is the path they
     carry (default the path as given). An empty file is an error: nothing clustersim reads
-    can be empty.
+    can be empty. Only a regular file (or a link to one) is read, or a pipe that something
+    writes to (``<(zcat t.gz)``); a device, a socket or a pipe with no writer is refused
+    before it is read, as reading it would never end.
     """
     path = Path(path)
     where = where or str(path)
-    if path.is_dir():
-        raise InputError(where, f"is a folder, not a {what} file")
     try:
-        with path.open("rb") as f:
-            data = f.read(max_bytes + 1)
+        data = _read_file(path, what, where, max_bytes + 1)
     except OSError as error:
         raise InputError(where, f"cannot read {what}: {error.strerror or error}") from None
     except ValueError as error:  # a NUL byte in the path
@@ -70,10 +78,62 @@ def read_bytes(path: Path | str, what: str, *, max_bytes: int = MAX_CONFIG_BYTES
     return data
 
 
+def _read_file(path: Path, what: str, where: str, limit: int) -> bytes:
+    """At most ``limit`` bytes of ``path``, once it is known that reading it ends.
+
+    Opening a pipe waits until something writes to it, and a device such as ``/dev/zero``
+    never ends: so the kind of file is checked before it is opened, the open never waits
+    (``O_NONBLOCK``), and the kind is checked again on what was opened, in case the path
+    changed in between. A pipe is read only if it has a writer: a non-blocking read of one
+    without returns end of file at once, of one with a writer data or "try again".
+    """
+    _check_kind(os.stat(path).st_mode, what, where)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        _check_kind(info.st_mode, what, where)
+        if not stat.S_ISFIFO(info.st_mode):
+            return _read_up_to(f, limit, info.st_size)
+        try:
+            head = os.read(fd, min(limit, io.DEFAULT_BUFFER_SIZE))
+        except BlockingIOError:
+            head = b""  # a writer, with nothing written yet
+        else:
+            if not head:
+                raise InputError(where, f"is a pipe that nothing writes to, not a {what} file")
+        os.set_blocking(fd, True)
+        return head + _read_up_to(f, limit - len(head), 0)
+
+
+def _read_up_to(f: io.BufferedIOBase, limit: int, size: int) -> bytes:
+    """At most ``limit`` bytes from ``f``, whose size is said to be ``size``: read at once
+    (a read of ``limit`` bytes would reserve that much memory, 1 GiB for a trace), then in
+    chunks if there is more (a file that grew, a pipe, a file that reports no size)."""
+    data = f.read(min(limit, size + 1))
+    if len(data) <= size or len(data) == limit:
+        return data
+    chunks = [data]
+    total = len(data)
+    while total < limit:
+        chunk = f.read(min(limit - total, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
+
+
+def _check_kind(mode: int, what: str, where: str) -> None:
+    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+        kind = _NOT_FILES.get(stat.S_IFMT(mode), "not a regular file")
+        raise InputError(where, f"is {kind}, not a {what} file")
+
+
 def _gunzip(data: bytes, where: str, max_bytes: int) -> bytes:
+    size = int.from_bytes(data[-4:], "little")  # the last member's size, modulo 2^32
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
-            return f.read(max_bytes + 1)
+            return _read_up_to(f, max_bytes + 1, size)
     except EOFError:
         raise InputError(where, "truncated gzip file: it ends before its last block") from None
     except (gzip.BadGzipFile, zlib.error) as error:
@@ -106,9 +166,14 @@ class _Loader(yaml.SafeLoader):
     def __init__(self, stream: str, where: str) -> None:
         super().__init__(stream)
         self._depth = 0
+        self._num_nodes = 0
         self._where = where
 
     def compose_node(self, parent: Node | None, index: Any) -> Node:
+        self._num_nodes += 1  # (what _check_size counts where libyaml is missing)
+        if self._num_nodes > MAX_YAML_NODES:
+            line = self.peek_event().start_mark.line + 1
+            raise InputError(f"{self._where}:{line}", _too_many_values(None))
         self._depth += 1
         try:
             if self._depth > MAX_NESTING_DEPTH:
@@ -183,6 +248,61 @@ def _check_expansion(root: Node) -> None:
 _FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+class _Open:
+    """A mapping or sequence that :func:`_check_size` is inside: how many of its values it
+    has passed, and the last key (the name of a mapping's value)."""
+
+    __slots__ = ("is_mapping", "key", "num_done")
+
+    def __init__(self, is_mapping: bool) -> None:
+        self.is_mapping, self.num_done, self.key = is_mapping, 0, "?"
+
+    def place(self) -> str:
+        return f".{self.key}" if self.is_mapping else f"[{self.num_done}]"
+
+
+def _too_many_values(place: str | None) -> str:
+    passed = f"; {place} passes it" if place else ""
+    return (f"more than {MAX_YAML_NODES:,} values, the most a YAML file may hold (PyYAML's "
+            f"parser takes about half a minute per million){passed}: list long request sets "
+            "in a trace file (workload kind: replay)")
+
+
+def _check_size(text: str, where: str) -> None:
+    """Refuse a document of more than :data:`MAX_YAML_NODES` values (as written) before
+    PyYAML's pure-Python parser spends minutes and gigabytes on it: libyaml's parse events are
+    counted instead, a second or two for the largest file read. The message names the place
+    where the limit is passed (``workload.requests[111110]``). Where libyaml is missing the
+    composer counts (:class:`_Loader`); YAML that libyaml cannot parse is left to the parser
+    that follows, which says what is wrong in its words."""
+    if _FAST_LOADER is yaml.SafeLoader:
+        return
+    num_values = 0
+    inside: list[_Open] = []
+    try:
+        for event in yaml.parse(text, Loader=_FAST_LOADER):
+            ended = isinstance(event, yaml.ScalarEvent | yaml.AliasEvent)
+            if isinstance(event, yaml.CollectionEndEvent):
+                inside.pop()
+                ended = True
+            elif isinstance(event, yaml.NodeEvent):
+                num_values += 1
+                parent = inside[-1] if inside else None
+                if (parent is not None and parent.is_mapping and parent.num_done % 2 == 0
+                        and isinstance(event, yaml.ScalarEvent)):
+                    parent.key = event.value
+                if num_values > MAX_YAML_NODES:
+                    place = "".join(level.place() for level in inside).lstrip(".")
+                    raise InputError(f"{where}:{event.start_mark.line + 1}",
+                                     _too_many_values(place or "the document"))
+                if isinstance(event, yaml.CollectionStartEvent):
+                    inside.append(_Open(isinstance(event, yaml.MappingStartEvent)))
+            if ended and inside:  # a value of the collection it is in is done
+                inside[-1].num_done += 1
+    except yaml.YAMLError:
+        return
+
+
 def parse_shipped_yaml(text: str) -> Any:
     """A YAML file shipped with the package (the catalog, the shipped topologies), parsed by
     libyaml where PyYAML has it: about eight times faster than the pure Python parser, and
@@ -193,6 +313,7 @@ def parse_shipped_yaml(text: str) -> Any:
 
 def parse_yaml(text: str, where: str) -> Any:
     """The one YAML document in ``text``; errors located as ``where:line``."""
+    _check_size(text, where)
     loader = None
     try:
         loader = _Loader(text, where)

@@ -7,10 +7,11 @@ are errors that the CLI prints as ``path: message`` lines with exit code 2.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, PositiveFloat, PrivateAttr, model_validator
+from pydantic import AfterValidator, Field, PositiveFloat, PrivateAttr, model_validator
 
 from clustersim.cluster.api_server import ApiServerSpec
 from clustersim.cluster.faults_spec import FaultsSpec
@@ -53,6 +54,31 @@ class FixedCost(Strict):
 Cost = kind_union(RooflineCost, FixedCost)
 
 
+# ------------------------------------------------------------------- name
+MAX_NAME_CHARS = 100
+"""Longest scenario name: it names folders (``reports/<name>-<time>``), and a file name may
+have 255 bytes."""
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def _plain_name(name: str) -> str:
+    """The name as one plain file name: it is the output folders' name (``runs/<name>``,
+    ``runs/plan/<name>``, ``reports/<name>-<time>``), so that a ``/``, a ``..``, an absolute
+    path or a control character must not reach a path."""
+    if len(name) > MAX_NAME_CHARS:
+        raise ValueError(f"{len(name):,} characters, more than {MAX_NAME_CHARS}: it names the "
+                         "output folders")
+    if not _PLAIN_NAME.fullmatch(name) or name in (".", ".."):
+        shown = repr(name) if len(name) <= 40 else repr(name[:37]) + "..."
+        raise ValueError("must be a plain file name (letters, digits, '.', '_', '-'; no '/' "
+                         f"or '..'): it names the output folders; got {shown}")
+    return name
+
+
+ScenarioName = Annotated[str, AfterValidator(_plain_name), Field(json_schema_extra={
+    "pattern": f"^{_PLAIN_NAME.pattern}$", "maxLength": MAX_NAME_CHARS})]
+
+
 # --------------------------------------------------------------- scenario
 class SLO(Strict):
     """Per-request latency limits and the share of requests that must meet them.
@@ -86,7 +112,10 @@ class SLO(Strict):
 
 
 class Scenario(Strict):
-    name: str
+    name: ScenarioName = Field(
+        description="Names the output folders (runs/<name>, runs/plan/<name>, "
+        "reports/<name>-<time>): letters, digits, '.', '_' and '-', at most 100."
+    )
     description: str | None = None
     seed: Annotated[int, Within(
         low=0, high=MAX_SEED, reason="numpy's generators take non-negative seeds, and "

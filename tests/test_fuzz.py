@@ -73,7 +73,10 @@ def test_the_worker_stops_a_run_at_its_time_and_memory_limits(tmp_path: Path):
     from tests.fuzz.runner import MEMORY, TIMEOUT, Worker, classify
     from tests.fuzz.strategies import Case
 
-    os.mkfifo(tmp_path / "fifo")  # nobody writes it: reading it waits for ever
+    os.mkfifo(tmp_path / "fifo")
+    # a writer that never writes: reading the pipe waits for ever (one with no writer at all
+    # is refused at once)
+    writer = os.open(tmp_path / "fifo", os.O_RDWR)
     worker = Worker(hash_seed=1)
     try:
         answer = worker.run(tmp_path, ["trace", "stats", "fifo"], timeout_s=1.0)
@@ -88,3 +91,4 @@ def test_the_worker_stops_a_run_at_its_time_and_memory_limits(tmp_path: Path):
         assert classify(Case("test", tuple(argv)), tmp_path, answer)[0] == MEMORY
     finally:
         worker.close()
+        os.close(writer)

@@ -4,13 +4,18 @@ thousands more of each kind."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
+import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from clustersim.errors import InputError
 from clustersim.limits import MAX_TOKENS
 from tests.helpers import run_cli, scenario
 
@@ -153,6 +158,19 @@ BAD_INPUTS = [
     ("gpu h100-sxm@", {"s.yaml": scn(gpu="h100-sxm@")}, SIM,
      "s.yaml: gpu: nothing after '@' in 'h100-sxm@'"),
     ("trace stats ''", {}, ("trace", "stats", ""), "trace: empty trace name"),
+    # ------------------------------------------------ the name names the output folders
+    ("name ../../x", {"s.yaml": scn(name="../../x")}, SIM,
+     "s.yaml: name: must be a plain file name (letters, digits, '.', '_', '-'; no '/' or '..'): "
+     "it names the output folders; got '../../x'"),
+    ("name absolute", {"s.yaml": scn(name="/srv/x")}, SIM,
+     "s.yaml: name: must be a plain file name (letters, digits, '.', '_', '-'; no '/' or '..'): "
+     "it names the output folders; got '/srv/x'"),
+    ("name with NUL", {"s.yaml": scn(name="a\0b")}, SIM,
+     "s.yaml: name: must be a plain file name (letters, digits, '.', '_', '-'; no '/' or '..'): "
+     "it names the output folders; got 'a\\x00b'"),
+    ("name ..", {"s.yaml": scn(name="..")}, SIM, "s.yaml: name: must be a plain file name"),
+    ("name 101 characters", {"s.yaml": scn(name="x" * 101)}, SIM,
+     "s.yaml: name: 101 characters, more than 100: it names the output folders"),
     # ------------------------------------------------ pydantic's words made plain
     ("layout: 5", {"s.yaml": scn(layout=5)}, SIM,
      "s.yaml: layout: expected a mapping of fields, got an integer 5"),
@@ -247,3 +265,134 @@ def test_calibrate_writes_only_where_out_says(tmp_path, monkeypatch):
     assert code == 0, output
     assert [p.name for p in tmp_path.iterdir()] == ["mine.yaml"]
     assert shipped.read_bytes() == before
+
+
+# ------------------------------------------------ files that are not files
+# (id, files, argv, the special file, the start of the answer); {d} as in BAD_INPUTS
+SPECIAL_FILES = [
+    ("scenario", {}, SIM, "s.yaml", "s.yaml: is {kind}, not a scenario file"),
+    ("trace", {"s.yaml": replay("t.csv")}, SIM, "t.csv", "t.csv: is {kind}, not a trace file"),
+    ("trace stats", {}, ("trace", "stats", "t.csv"), "t.csv",
+     "t.csv: is {kind}, not a trace file"),
+    ("topology", {"s.yaml": scn(topology="topo.yaml")}, SIM, "topo.yaml",
+     "{d}/topo.yaml: is {kind}, not a topology file"),
+    ("profile", {"s.yaml": scn(gpu="h100-sxm@{d}/p.yaml")}, SIM, "p.yaml",
+     "{d}/p.yaml: is {kind}, not a profile file"),
+    ("config.json", {"s.yaml": scn(model="{d}/cfg"), "cfg/": b""}, SIM, "cfg/config.json",
+     "{d}/cfg/config.json: is {kind}, not a model config file"),
+    ("records", {}, (*FEW_SHOT, "--from-requests", "r.jsonl", "--out", "p.yaml"), "r.jsonl",
+     "r.jsonl: is {kind}, not a records file"),
+]
+KINDS = {"fifo": "a pipe that nothing writes to", "device": "a character device"}
+
+
+def _unblock_after(fifo: Path, seconds: float) -> threading.Timer:
+    """A reader stuck opening ``fifo`` is let go after ``seconds`` (a writer opens and closes
+    it), so that a missing check fails the test instead of hanging it."""
+    def open_and_close() -> None:
+        with contextlib.suppress(OSError):  # no reader: nothing is stuck
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    timer = threading.Timer(seconds, open_and_close)
+    timer.start()
+    return timer
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize(("files", "argv", "special", "expected"),
+                         [c[1:] for c in SPECIAL_FILES], ids=[c[0] for c in SPECIAL_FILES])
+def test_a_pipe_or_a_device_is_refused_before_it_is_read(tmp_path, monkeypatch, files, argv,
+                                                          special, expected, kind):
+    # reading a pipe with no writer waited for ever; /dev/zero never ends
+    monkeypatch.chdir(tmp_path)
+    for name, data in files.items():
+        if name.endswith("/"):
+            (tmp_path / name).mkdir()
+        else:
+            (tmp_path / name).write_bytes(data.replace(b"{d}", str(tmp_path).encode()))
+    path = tmp_path / special
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    timer = _unblock_after(path, 10.0)
+    try:
+        code, output = run_cli(*(arg.replace("{d}", str(tmp_path)) for arg in argv))
+    finally:
+        timer.cancel()
+    assert code == 2, output
+    assert output.startswith(expected.format(d=tmp_path, kind=KINDS[kind])), output
+    assert len(output.strip().splitlines()) == 1, output
+
+
+@pytest.mark.skipif(not Path("/dev/fd").is_dir(), reason="needs /dev/fd")
+def test_a_pipe_with_a_writer_and_a_link_to_a_file_are_read(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.csv").write_text(TRACE)
+    (tmp_path / "link.csv").symlink_to(tmp_path / "t.csv")
+    code, output = run_cli("trace", "stats", "link.csv")
+    assert code == 0 and output.startswith("link.csv (vidur): 2 requests"), output
+    read, write = os.pipe()  # what `clustersim trace stats <(cat t.csv)` reads
+    try:
+        os.write(write, TRACE.encode())
+        os.close(write)
+        code, output = run_cli("trace", "stats", f"/dev/fd/{read}")
+    finally:
+        os.close(read)
+    assert code == 0 and output.startswith(f"/dev/fd/{read} (vidur): 2 requests"), output
+
+
+@pytest.mark.parametrize("name", ["../../escaped", "/escaped", "a\0b"])
+def test_a_name_that_is_not_a_file_name_writes_nothing(tmp_path, monkeypatch, name):
+    # runs/plan/<name> and reports/<name>-<time> once wrote two levels up, or at /escaped
+    work = tmp_path / "a" / "b"
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    (work / "s.yaml").write_bytes(scn(name=name))
+    for argv in (("plan", "s.yaml"), ("simulate", "s.yaml")):
+        code, output = run_cli(*argv)
+        assert code == 2 and output.startswith("s.yaml: name: must be a plain file name"), output
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
+        "a", "a/b", "a/b/s.yaml"]
+    assert not Path("/escaped").exists()
+
+
+def _explicit_scenario(num_requests: int) -> str:
+    requests = "".join(f"  - {{id: r{i}, arrival_s: {i}, prompt_tokens: 9, output_tokens: 9}}\n"
+                       for i in range(num_requests))
+    return ("name: big\nmodel: qwen2.5-7b-instruct\ngpu: h100-sxm\nworkload:\n"
+            f"  kind: explicit\n  requests:\n{requests}")
+
+
+@pytest.mark.skipif(not hasattr(yaml, "CSafeLoader"), reason="counted with libyaml's parser")
+def test_a_scenario_of_too_many_values_is_refused_in_seconds(tmp_path):
+    # 231,430 explicit requests (15.9 MiB) took 90 s of CPU and 1.7 GB before being refused,
+    # and the message blamed aliases the file did not have
+    path = tmp_path / "s.yaml"
+    path.write_text(_explicit_scenario(120_000))  # 13 values, then 9 a request
+    start = time.process_time()
+    code, output = run_cli("simulate", str(path), "--out", str(tmp_path / "out"))
+    assert time.process_time() - start < 5.0
+    assert code == 2 and output.startswith(
+        f"{path}:111116: more than 1,000,000 values, the most a YAML file may hold"), output
+    assert "; workload.requests[111109].prompt_tokens passes it: list long request sets in a " \
+           "trace file" in output
+    assert "alias" not in output
+
+
+@pytest.mark.parametrize("libyaml", [True, False])
+def test_the_value_count_is_the_same_with_and_without_libyaml(monkeypatch, libyaml):
+    from clustersim import inputs
+
+    if libyaml and not hasattr(yaml, "CSafeLoader"):
+        pytest.skip("no libyaml")
+    monkeypatch.setattr(inputs, "MAX_YAML_NODES", 14)
+    if not libyaml:
+        monkeypatch.setattr(inputs, "_FAST_LOADER", yaml.SafeLoader)
+    assert inputs.parse_yaml("a: [1, 2, {b: 3, c: [4, 5]}]\nd: 6\n", "s.yaml") == {
+        "a": [1, 2, {"b": 3, "c": [4, 5]}], "d": 6}  # 14 values, keys and mappings too
+    with pytest.raises(InputError) as error:
+        inputs.parse_yaml("a: [1, 2, {b: 3, c: [4, 5]}]\nd: [6]\n", "s.yaml")
+    assert str(error.value).startswith("s.yaml:2: more than 14 values")
+    assert ("; d[0] passes it" in str(error.value)) is libyaml

@@ -389,3 +389,28 @@ def test_relative_trace_paths_resolve_against_the_scenario_folder(tmp_path):
     assert len(build_requests(resolved, np.random.default_rng(0))) == 2
     assert resolve_paths(replay("azure-conv-2023"), folder).trace == "azure-conv-2023"
     assert re.match(r"azure-conv-2023", resolve_paths(replay("azure-conv-2023"), folder).trace)
+
+
+@pytest.mark.parametrize("kind", ["csv", "jsonl"])
+def test_the_request_limit_is_checked_before_the_rows_are_read(tmp_path, monkeypatch, kind):
+    # a 256 MB trace of 64M rows was split into lines whole, and read by pandas to 10M rows,
+    # before the limit: a MemoryError under a 4 GB address limit
+    from clustersim.workload import traces
+
+    monkeypatch.setattr(traces, "MAX_NUM_REQUESTS", 5)
+    header, row = (("num_prefill_tokens,num_decode_tokens\n", "5,3\n") if kind == "csv"
+                   else ("", '{"input_toks": 5, "output_toks": 3}\n'))
+    columns = {"prompt_tokens": "input_toks", "output_tokens": "output_toks"}
+    how = ("lengths", None) if kind == "csv" else ("jsonl", columns)
+    assert len(load_trace(write(tmp_path, f"t.{kind}", header + row * 5), *how)) == 5
+    if kind == "csv":
+        def refuse(*args, **kwargs):
+            raise AssertionError("pandas read a file over the limit")
+
+        monkeypatch.setattr(traces.pd, "read_csv", refuse)
+    path = write(tmp_path, f"t.{kind}", header + row * 6 + "{not read\n")
+    with pytest.raises(InputError) as error:
+        load_trace(path, *how)
+    line = 7 if kind == "csv" else 6  # the sixth request
+    assert str(error.value).startswith(f"{path}:{line}: more than 5 requests: a run holds "
+                                       "every request in memory"), error.value

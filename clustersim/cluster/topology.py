@@ -83,7 +83,7 @@ def load_spec(
     path = Path(name_or_path).expanduser()
     if not path.is_absolute() and base_dir is not None:
         path = Path(base_dir) / path
-    if not path.is_file():
+    if not path.exists():  # a folder, a pipe or a device: the reader says which
         raise ConfigError(
             where,
             f"{name_or_path!r} is neither a shipped topology ({', '.join(shipped)}) "

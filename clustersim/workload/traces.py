@@ -15,7 +15,7 @@ import io
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -217,9 +217,19 @@ def _as_dict(fmt: TraceFormat) -> dict[str, Any]:
     return {k: getattr(fmt, k) for k in TraceFormat.__slots__}
 
 
+def _lines(text: str) -> Iterator[str]:
+    """The lines of ``text``, as ``text.split("\\n")`` gives them, one at a time: 64M rows
+    split at once take gigabytes before the request limit is checked."""
+    start = 0
+    while (end := text.find("\n", start)) >= 0:
+        yield text[start:end]
+        start = end + 1
+    yield text[start:]
+
+
 def _first_record(text: str) -> tuple[str, str]:
     """(file kind, first non-blank line) of a trace's text."""
-    for line in text.split("\n"):
+    for line in _lines(text):
         if line.strip():
             return ("jsonl" if line.lstrip().startswith("{") else "csv"), line
     return "csv", ""
@@ -275,8 +285,14 @@ def _too_many(name: str, line: int) -> InputError:
 
 
 def _read_csv(text: str, name: str, fmt: TraceFormat) -> _Rows:
+    # pandas reads every line after the header as a row, a blank one too: a file of more
+    # lines is refused before pandas holds ten million rows of it as strings (a quoted value
+    # over several lines, which no trace has, would count once a line here)
+    if text.count("\n") - 1 + (not text.endswith("\n")) > MAX_NUM_REQUESTS:
+        raise _too_many(name, MAX_NUM_REQUESTS + 2)
     try:
-        frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False,
+        # bytes: a StringIO holds text as 4 bytes a character
+        frame = pd.read_csv(io.BytesIO(text.encode()), dtype=str, keep_default_na=False,
                             skip_blank_lines=False, nrows=MAX_NUM_REQUESTS + 1)
     except pd.errors.EmptyDataError:
         raise InputError(f"{name}:1", "empty file") from None
@@ -311,7 +327,7 @@ def _read_jsonl(text: str, name: str, fmt: TraceFormat) -> _Rows:
                         fmt.request_id) if k]
     values: dict[str, list[Any]] = {k: [] for k in keys}
     lines: list[int] = []
-    for number, line in enumerate(text.split("\n"), start=1):
+    for number, line in enumerate(_lines(text), start=1):
         if not line.strip():
             continue
         if len(lines) == MAX_NUM_REQUESTS:
