@@ -1,4 +1,5 @@
-"""Write a run's records: requests.csv, steps.csv and summary.json (deterministic bytes)."""
+"""Write a run's records: requests.csv, steps.csv and summary.json (deterministic bytes, each
+file replaced whole: ``safe_write``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from clustersim.engine.request import Request
 from clustersim.engine.steplog import StepRecord
 from clustersim.metrics import RunSummary, request_metrics, summarize_run
+from clustersim.safe_write import atomic_file, atomic_write_text
 
 if TYPE_CHECKING:
     from clustersim.sim import RunResult
@@ -34,7 +36,7 @@ def write_requests_csv(path: Path, requests: list[Request], retries: bool = Fals
     """``retries``: a column with the times each request was sent again after a failure
     lost it (runs with ``faults:``); ``client_queue``: a last column with each request's wait
     for a concurrency slot between its dispatch and its send (``benchmark`` workloads)."""
-    with path.open("w", newline="") as f:
+    with atomic_file(path) as f:
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(REQUEST_COLUMNS + (("retries",) if retries else ())
                         + (("client_queue_s",) if client_queue else ()))
@@ -56,7 +58,7 @@ def format_chunks(chunks: tuple[tuple[str, int], ...]) -> str:
 
 
 def write_steps_csv(path: Path, steps: list[StepRecord]) -> None:
-    with path.open("w", newline="") as f:
+    with atomic_file(path) as f:
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(STEP_COLUMNS)
         for s in steps:
@@ -74,7 +76,7 @@ TRANSFER_COLUMNS = (
 
 
 def write_transfers_csv(path: Path, transfers: list[Any]) -> None:
-    with path.open("w", newline="") as f:
+    with atomic_file(path) as f:
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(TRANSFER_COLUMNS)
         for t in transfers:
@@ -85,7 +87,7 @@ def write_transfers_csv(path: Path, transfers: list[Any]) -> None:
 
 
 def write_summary_json(path: Path, summary: RunSummary) -> None:
-    path.write_text(json.dumps(summary.to_json(), indent=2, sort_keys=False) + "\n")
+    atomic_write_text(path, json.dumps(summary.to_json(), indent=2, sort_keys=False) + "\n")
 
 
 def write_run(result: RunResult, out: Path) -> RunSummary:

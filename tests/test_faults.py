@@ -346,3 +346,30 @@ def test_a_failure_after_the_last_request_moves_nothing():
     assert a.end_s == b.end_s < 1000
     assert summarize_run(a).makespan_s == summarize_run(b).makespan_s
     assert a.faults.tallies == {}  # it never happened
+
+
+def test_the_fault_tallies_count_the_measured_rows_and_the_warm_ups_apart():
+    # 20 measured requests after 4 warm-ups, 4 at a time, on a split whose decode node dies at
+    # t = 0 and is back after 5 s: every attempt is lost once, retried, and lost again
+    data = pd({"events": [{"kind": "node", "name": "node1", "at_s": 0.0, "repair_after_s": 5.0}],
+               "client": {"max_retries": 1, "retry_delay_s": 0.1}}, [("A", 0.0, 8, 8)])
+    data["workload"] = {"kind": "benchmark", "num_prompts": 20, "num_warmups": 4,
+                        "max_concurrency": 4, "lengths": {"kind": "independent",
+                                                          "prompt_tokens": 64,
+                                                          "output_tokens": 8}}
+    result = run(data)
+    f = summarize_run(result).faults
+    rows = result.requests
+    failed = [r for r in rows if (r.reject_reason or "").startswith("lost: ")]
+    assert len(rows) == len(failed) == 20
+    (impact,) = f.faults
+    assert f.num_failed == impact.num_failed == len(failed)
+    assert f.num_retries == impact.num_retried == sum(r.num_retries for r in rows) == 20
+    assert f.num_lost == impact.num_lost == 40
+    assert (f.warmups.num_lost, f.warmups.num_retried, f.warmups.num_failed) == (8, 4, 4)
+    assert summarize_run(result).to_json()["faults"]["warmups"]["num_failed"] == 4
+
+
+def test_a_run_without_warm_ups_has_no_warm_up_tally():
+    result = run(two_instances({"events": [MAIN_0_AT_1_05], "client": {"max_retries": 0}}))
+    assert summarize_run(result).faults.warmups is None

@@ -22,6 +22,7 @@ import yaml
 
 from clustersim.calibration.fit import FIT_ID
 from clustersim.catalog import FIT_SET_FILES
+from clustersim.safe_write import atomic_write_text
 
 _CATALOG = Path(__file__).resolve().parent.parent / "catalog"
 CATALOG_PROFILE = _CATALOG / "calibrated.yaml"
@@ -47,5 +48,5 @@ def dump_profiles(profiles: dict[str, dict[str, Any]], *, header: str = _HEADER,
 
 def write_profiles(profiles: dict[str, dict[str, Any]], path: Path = CATALOG_PROFILE,
                    fit_id: str = FIT_ID) -> Path:
-    path.write_text(dump_profiles(profiles, fit_id=fit_id), encoding="utf-8")
+    atomic_write_text(path, dump_profiles(profiles, fit_id=fit_id))
     return path

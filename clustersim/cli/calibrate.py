@@ -14,6 +14,7 @@ import typer
 from clustersim.cli.checks import check_fits, check_parallel
 from clustersim.cli.common import user_errors
 from clustersim.errors import InputError
+from clustersim.safe_write import atomic_write_text
 
 _PREFILL_HELP = "A measured prefill: TOKENS=SECONDS (one prompt of TOKENS, no cached prefix)."
 _DECODE_HELP = "A measured decode step: BATCH@CONTEXT=SECONDS (BATCH decodes at CONTEXT tokens)."
@@ -188,7 +189,7 @@ def _few_shot(out, gpu_id, model_id, tp, prefill, decode, from_requests, budget,
     # keyed by the catalog id: `--gpu h100-sxm@base.yaml` tunes h100-sxm
     doc = {"schema_version": 1, "generated_by": "clustersim calibrate (few-shot)",
            "profiles": {gpu.id: entry}}
-    _write(out, lambda: out.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8"))
+    _write(out, lambda: atomic_write_text(out, yaml.safe_dump(doc, sort_keys=False)))
     for line in lines:
         typer.echo(line)
     typer.echo(
@@ -252,7 +253,7 @@ def validate_cmd(
     validation = validate_fits()
     if write_docs is not None:
         page = render_markdown(validation)
-        _write(write_docs, lambda: write_docs.write_text(page, encoding="utf-8"))
+        _write(write_docs, lambda: atomic_write_text(write_docs, page))
     typer.echo(render_text(validation))
     if write_docs is not None:
         typer.echo(f"\nwrote {write_docs}")

@@ -15,6 +15,7 @@ import typer
 from typer.core import TyperGroup
 
 from clustersim.errors import ClusterSimError, OutputError
+from clustersim.safe_write import folder_lock
 from clustersim.validation import shown_lines
 
 # Click's UsageError, from whichever copy of Click this Typer uses (newer ones vendor it)
@@ -135,21 +136,34 @@ def describe_layout(name: str, model: str, instances: list[Any]) -> str:
     return "\n".join(lines)
 
 
-def check_out_dir(out: Path) -> Path:
-    """Say in one line why a command's output folder cannot be created, before the work; leave
-    nothing behind (:func:`writing` creates it once there is something to write)."""
-    _remove_if_empty(_make_dir(out))
+def check_out_dir(out: Path, subfolders: tuple[str, ...] = ()) -> Path:
+    """Say in one line why a command's output folder (or one of the ``subfolders`` it will
+    write into) cannot be created, before the work; leave nothing behind (:func:`writing`
+    creates it once there is something to write)."""
+    created: list[Path] = []
+    try:
+        for folder in [out / name for name in subfolders] or [out]:
+            created += _make_dir(folder)
+            if folder != out:
+                _make_subfolder(folder)  # there already: a link there is refused
+    finally:
+        _remove_if_empty(created)
     return out
 
 
 @contextmanager
-def writing(folder: Path) -> Iterator[None]:
-    """Create ``folder`` and run the block that writes a command's files into it; a file that
-    cannot be written (a full disk, a folder like /proc or /sys) is one ``path: message`` line.
-    If the block fails, the folders this created are removed while they are still empty."""
+def writing(folder: Path, subfolders: tuple[str, ...] = ()) -> Iterator[None]:
+    """Create ``folder`` (and ``subfolders`` in it) and run the block that writes a command's
+    files into it, holding the folder's lock (``safe_write.folder_lock``: another run writing
+    there waits its turn); a file that cannot be written (a full disk, a folder like /proc or
+    /sys) is one ``path: message`` line. If the block fails, the folders this created are
+    removed while they are still empty."""
     created = _make_dir(folder)
     try:
-        yield
+        for name in subfolders:
+            created += _make_subfolder(folder / name)
+        with folder_lock(folder):
+            yield
     except BaseException as error:
         _remove_if_empty(created)
         if isinstance(error, OSError):
@@ -172,6 +186,24 @@ def _make_dir(folder: Path) -> list[Path]:
         message = f"cannot create output directory: {error.strerror}"
         raise OutputError(str(folder), message) from None
     return missing[::-1]
+
+
+def _make_subfolder(folder: Path) -> list[Path]:
+    """Create a folder the command names inside the output folder (``[folder]``, or ``[]``
+    if it is there already). A link there is refused, not followed: the user chose where the
+    output folder is, not that its files go anywhere else."""
+    try:
+        folder.mkdir()
+        return [folder]
+    except FileExistsError:
+        if folder.is_symlink() or not folder.is_dir():
+            what = "a symbolic link" if folder.is_symlink() else "not a folder"
+            raise OutputError(str(folder), f"is {what}; clustersim writes its files only into "
+                              "real folders inside the output folder") from None
+        return []
+    except OSError as error:
+        message = f"cannot create output directory: {error.strerror}"
+        raise OutputError(str(folder), message) from None
 
 
 def _remove_if_empty(created: list[Path]) -> None:

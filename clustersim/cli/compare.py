@@ -41,13 +41,16 @@ def compare_cmd(
     spec = load_scenario(scenario)
     report_dir = None if report is None else check_out_dir(report)
     colocated_spec, split_spec = counterparts(spec)
-    folders = {label: check_out_dir(out / label) for label in ("colocated", "disaggregated")}
+    labels = ("colocated", "disaggregated")
+    check_out_dir(out, subfolders=labels)
+    results = {label: run_scenario(variant)
+               for label, variant in zip(labels, (colocated_spec, split_spec), strict=True)}
     summaries, instances, runs = {}, [], {}
-    for label, variant in (("colocated", colocated_spec), ("disaggregated", split_spec)):
-        result = run_scenario(variant)
+    with writing(out, subfolders=labels):  # both runs' files under one lock: never mixed
+        for label, result in results.items():
+            summaries[label] = write_run(result, out / label)
+    for label, result in results.items():
         instances += result.instances
-        with writing(folders[label]):
-            summaries[label] = write_run(result, folders[label])
         runs[label] = (result, summaries[label])
         typer.echo(describe_layout(f"{label}", spec.model, result.instances))
     colocated, split = summaries["colocated"], summaries["disaggregated"]

@@ -31,6 +31,7 @@ from clustersim.plan.result import (
     PlanResult,
     ledger_rows,
 )
+from clustersim.safe_write import atomic_file, atomic_write_text
 
 if TYPE_CHECKING:
     from clustersim.plan.planner import Planner
@@ -119,8 +120,8 @@ def full_runs(planner: Planner, result: PlanResult) -> dict[str, RunResult]:
 
 
 def write_plan(result: PlanResult, folder: Path) -> None:
-    (folder / "plan.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
-    with (folder / "ledger.csv").open("w", newline="") as f:
+    atomic_write_text(folder / "plan.json", json.dumps(result.to_json(), indent=2) + "\n")
+    with atomic_file(folder / "ledger.csv") as f:
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(LEDGER_COLUMNS)
         for row in ledger_rows(result):

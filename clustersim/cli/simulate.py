@@ -123,6 +123,11 @@ def print_faults(summary: RunSummary) -> None:
         typer.echo(f"  {impact.fault}{back}: {impact.num_lost} lost, {impact.num_retried} "
                    f"retried, {impact.num_failed} failed, {impact.num_kv_load_failures} KV "
                    f"loads failed")
+    if f.warmups is not None:
+        w = f.warmups
+        typer.echo(f"  warm-ups (not measured, in none of the counts above): {w.num_lost} lost, "
+                   f"{w.num_retried} retried, {w.num_failed} failed, {w.num_kv_load_failures} "
+                   f"KV loads failed")
     if f.first_fault_s is not None and summary.slo is not None:
         before = "-" if f.attainment_before is None else f"{f.attainment_before:.1%}"
         after = "-" if f.after is None else f"{f.after.attainment:.1%}"

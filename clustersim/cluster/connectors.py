@@ -296,7 +296,7 @@ class KVConnector:
             return
         cluster = self.cluster
         client = handoff.client
-        tally = cluster.faults.tally(cause)  # type: ignore[union-attr]
+        tally = cluster.faults.tally(cause, client)  # type: ignore[union-attr]
         tally.num_kv_load_failures += 1
         prefill = self.instances["prefill"][handoff.prefill_index]
         prefill.release_kv(handoff.producer)  # its reader gives up (a no-op if it died)

@@ -18,6 +18,10 @@ did. What happens, following vLLM, its proxy and the OpenAI client::
                      counted on the request) up to max_retries, else it ends rejected with a
                      reason naming the failure
 
+What a failure did to the measured requests is tallied by failure; what it did to a benchmark's
+warm-ups, which are not rows of the run, in one tally of their own, so that each tally adds up
+to the rows it describes.
+
 Failures are scheduled when the run starts, each an event at its exact time, so a coalesced
 run of decode steps (``engine.instance``) is cut at the step in progress exactly as the
 step-by-step loop would see it. Transfer failures draw from their own random stream of the
@@ -35,9 +39,11 @@ import numpy as np
 from clustersim.cluster.faults_spec import FaultsSpec, InstanceFault, LinkFault, NodeFault
 from clustersim.engine.data_parallel import DataParallelGroup
 from clustersim.errors import ConfigError
+from clustersim.workload.benchmark import WARMUP_PREFIX
 
 if TYPE_CHECKING:
     from clustersim.cluster.system import Cluster
+    from clustersim.engine.request import Request
 
 FAULT_RNG_STREAM = 2
 """Transfer failures draw from ``default_rng([seed, 2])`` (routers use stream 1)."""
@@ -74,6 +80,9 @@ class FaultLog:
     """Every failure of a run, in the order they happened, with what each did."""
 
     tallies: dict[str, FaultTally] = field(default_factory=dict)
+    """What each failure did to the measured requests."""
+    warmups: FaultTally = field(default_factory=lambda: FaultTally("warm-ups", 0.0))
+    """What the failures did to a benchmark's warm-ups, all failures together."""
     num_rerouted: int = 0
     """KV sub-flows a failed link moved to another path."""
 
@@ -210,5 +219,9 @@ class Faults:
         self.log.tally(self._random_label, self.env.now)
         return self._random_label
 
-    def tally(self, cause: str) -> FaultTally:
+    def tally(self, cause: str, request: Request) -> FaultTally:
+        """Where what ``cause`` did to ``request`` is counted: its failure's tally, or the
+        warm-ups' one."""
+        if request.request_id.startswith(WARMUP_PREFIX):
+            return self.log.warmups
         return self.log.tallies[cause]

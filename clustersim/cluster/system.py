@@ -541,7 +541,7 @@ class Cluster:
         faults = self.faults
         assert faults is not None, "requests are lost only to faults"
         self.dispatch.returned(request)
-        tally = faults.tally(cause)
+        tally = faults.tally(cause, request)
         tally.num_lost += 1
         client = faults.spec.client
         now = self.env.now

@@ -25,7 +25,7 @@ from clustersim.workload.spec import BenchmarkWorkload
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from clustersim.cluster.faults import FaultLog
+    from clustersim.cluster.faults import FaultLog, FaultTally
     from clustersim.cluster.system import InstanceInfo
     from clustersim.engine.request import Request
     from clustersim.engine.steplog import StepRecord, StepTotals
@@ -47,7 +47,9 @@ FAULT_DEFINITIONS = (
     "scratch) while it has retries left; it is judged on its final attempt, its TTFT and E2E "
     "from its first arrival; a lost request with no retry left is rejected and misses. "
     "lost = attempts lost (one request may lose several); retried requests = those sent more "
-    "than once; failed = requests rejected because of a failure; before/after = requests "
+    "than once; failed = requests rejected because of a failure; every count is of measured "
+    "requests, what the failures did to a benchmark's warm-ups is counted apart (warmups); "
+    "before/after = requests "
     "whose first arrival is before / at or after the first failure; timeline windows group "
     "requests by first arrival."
 )
@@ -85,6 +87,9 @@ class FaultSummary:
     num_recomputed: int
     num_rerouted: int
     """KV sub-flows a failed link moved to another path."""
+    warmups: FaultImpact | None
+    """What the failures did to a benchmark's warm-ups, which are not measured and so in
+    none of the counts above (None: they met none)."""
     first_fault_s: float | None
     num_requests_before: int
     attainment_before: float | None
@@ -103,6 +108,9 @@ class FaultSummary:
             "num_kv_load_failures": self.num_kv_load_failures,
             "num_recomputed": self.num_recomputed,
             "num_rerouted": self.num_rerouted,
+            "warmups": None if self.warmups is None else {
+                k: v for k, v in asdict(self.warmups).items()
+                if k not in ("fault", "at_s", "repair_s")},
             "first_fault_s": self.first_fault_s,
             "before_first_fault": {"num_requests": self.num_requests_before,
                                    "attainment": self.attainment_before},
@@ -350,9 +358,7 @@ def summarize(
 def fault_summary(log: FaultLog, requests: list[Request], table: RequestTable,
                   slo: SLO | None) -> FaultSummary:
     """What a run's failures cost (see ``FAULT_DEFINITIONS``)."""
-    impacts = tuple(FaultImpact(t.label, t.at_s, t.repair_s, t.num_lost, t.num_retried,
-                                t.num_failed, t.num_kv_load_failures, t.num_recomputed)
-                    for t in sorted(log.tallies.values(), key=lambda t: t.at_s))
+    impacts = tuple(_impact(t) for t in sorted(log.tallies.values(), key=lambda t: t.at_s))
     first = min((t.at_s for t in impacts), default=None)
     before = table.arrival_s < first if first is not None else np.ones(len(table), bool)
     num_before = int(before.sum())
@@ -371,12 +377,19 @@ def fault_summary(log: FaultLog, requests: list[Request], table: RequestTable,
         num_kv_load_failures=sum(t.num_kv_load_failures for t in impacts),
         num_recomputed=sum(t.num_recomputed for t in impacts),
         num_rerouted=log.num_rerouted,
+        warmups=_impact(log.warmups) if log.warmups.num_lost or log.warmups.num_kv_load_failures
+        else None,
         first_fault_s=first,
         num_requests_before=num_before,
         attainment_before=attainment_before,
         after=after,
         timeline=slo_timeline(table, slo),
     )
+
+
+def _impact(t: FaultTally) -> FaultImpact:
+    return FaultImpact(t.label, t.at_s, t.repair_s, t.num_lost, t.num_retried, t.num_failed,
+                       t.num_kv_load_failures, t.num_recomputed)
 
 
 def _instance_summary(name: str, acc: StepTotals, usable_blocks: int,

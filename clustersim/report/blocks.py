@@ -220,6 +220,11 @@ def fault_blocks(summary: RunSummary) -> list[Text | Table]:
              f"of a failure); {f.num_kv_load_failures:,} KV loads failed, {f.num_recomputed:,} "
              f"of them recomputed on the decode side; {f.num_rerouted:,} KV flows moved to "
              "another path."]
+    if f.warmups is not None:
+        w = f.warmups
+        parts.append(f" The benchmark's warm-ups, not measured and in none of these counts: "
+                     f"{w.num_lost:,} attempts lost, {w.num_retried:,} retried, "
+                     f"{w.num_failed:,} failed, {w.num_kv_load_failures:,} KV loads failed.")
     if summary.slo is not None and f.first_fault_s is not None:
         after = f.after
         parts.append(

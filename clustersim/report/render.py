@@ -12,6 +12,7 @@ import jinja2
 
 from clustersim.errors import ClusterSimError
 from clustersim.report.document import Document, Figure, Section
+from clustersim.safe_write import atomic_write_bytes, atomic_write_text
 
 _MD_SPECIAL = re.compile(r"([\\`*|]|<(?=[A-Za-z/!?])|\](?=[(\[]))")
 
@@ -95,9 +96,9 @@ def write_report(document: Document, folder: Path) -> ReportFiles:
             if old.name not in keep:
                 old.unlink()
         for figure in figures:
-            (folder / figure.name).write_bytes(figure.png)
-        (folder / "report.md").write_text(render_markdown(document), encoding="utf-8")
-        (folder / "report.html").write_text(render_html(document), encoding="utf-8")
+            atomic_write_bytes(folder / figure.name, figure.png)
+        atomic_write_text(folder / "report.md", render_markdown(document))
+        atomic_write_text(folder / "report.html", render_html(document))
     except OSError as error:
         where = error.filename or folder
         raise ClusterSimError(str(where), f"cannot write the report: {error.strerror}") from None
