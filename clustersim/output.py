@@ -91,7 +91,8 @@ def write_summary_json(path: Path, summary: RunSummary) -> None:
 
 
 def write_run(result: RunResult, out: Path) -> RunSummary:
-    """Write requests.csv, steps.csv, summary.json (and transfers.csv when KV moved)."""
+    """Write requests.csv, steps.csv, summary.json (and transfers.csv when KV moved; an
+    earlier run's transfers.csv is removed when none did, so the folder holds one run)."""
     summary = summarize_run(result)
     write_requests_csv(out / "requests.csv", result.requests,
                        retries=result.scenario.faults is not None,
@@ -99,5 +100,7 @@ def write_run(result: RunResult, out: Path) -> RunSummary:
     write_steps_csv(out / "steps.csv", result.steps)
     if result.transfers:
         write_transfers_csv(out / "transfers.csv", result.transfers)
+    elif (out / "transfers.csv").is_file():
+        (out / "transfers.csv").unlink()  # an earlier run's: no KV moved in this one
     write_summary_json(out / "summary.json", summary)
     return summary

@@ -77,6 +77,11 @@ def test_vllm_0_10_moves_full_blocks_only(tmp_path):
     assert [schedule(s) for s in steps_of(short, "decode-0")][0] == {"S": 10}
     assert not (short["out"] / "transfers.csv").exists()
     assert short["requests"]["S"]["outcome"] == "finished"
+    # the same output folder for a run that moves KV, then one that does not: no stale file
+    again = simulate(tmp_path / "b", pd_scenario([("R", 0.0, 40, 5)], kv_transfer=old))
+    assert (again["out"] / "transfers.csv").exists()
+    simulate(tmp_path / "b", pd_scenario([("S", 0.0, 10, 3)], kv_transfer=old))
+    assert not (again["out"] / "transfers.csv").exists()
 
 
 def test_a_1000_token_prompt_moves_its_kv_at_link_speed(tmp_path):

@@ -284,3 +284,23 @@ def test_the_tie_sentence_names_the_tie_and_its_rule():
                                      candidates=(c, s, third)))
     assert other.startswith("the best by the objective was a statistical tie among")
     assert isinstance(tie, Tie)
+
+
+def test_the_cli_prints_a_tie_one_candidate_a_line(capsys):
+    from clustersim.cli.plan import print_tie
+
+    p = planner()
+    s = result(p, split(3, 1), 25.51, 25.51, 24.08)
+    c = result(p, colocated(4), 24.80, 24.32, 21.26)
+    ranked, tie = p._break_tie(sorted([c, s], key=p._key))
+    plan = PlanResult(
+        scenario="t", objective="max_goodput_per_gpu", criterion="joint",
+        target_rate_per_s=None, gpu_budget=4, base_rate_per_s=10.0, seeds=(0, 1, 2),
+        tolerance=0.02, candidates=(c, s), recommended=ranked[0], runner_up=s,
+        split_verdict=None, pareto=(), answer="", tie=tie)
+    print_tie(plan)
+    assert capsys.readouterr().out.splitlines() == [
+        "  won a statistical tie with (per-draw differences that cannot be told from zero at "
+        "95 %):",
+        f"    - {s.candidate.label()}  (the mean goodput alone would pick it)",
+        f"    broken by the rule: {TIE_RULE}"]

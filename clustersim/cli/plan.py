@@ -22,7 +22,6 @@ from clustersim.plan.answer import (
     operating_text,
     same_outcome,
     survival_text,
-    tie_text,
 )
 from clustersim.plan.result import (
     LEDGER_COLUMNS,
@@ -210,9 +209,7 @@ def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
         typer.echo(result.answer)
     else:
         _print_choice("recommendation", rec, result, target)
-        tie = tie_text(result)
-        if tie:
-            typer.echo(f"  {'won ' if tie.startswith('a statistical tie with') else ''}{tie}")
+        print_tie(result)
         survival = survival_text(result)
         if survival:
             typer.echo(f"  {survival}")
@@ -268,6 +265,25 @@ def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
             typer.echo(f"  {line}")
     if result.bench_command:
         typer.echo(f"check it on real GPUs:\n  {result.bench_command}")
+
+
+def print_tie(result: PlanResult) -> None:
+    """The tie at the top, one candidate a line: who, why, by which rule."""
+    tie, rec = result.tie, result.recommended
+    if tie is None or rec is None:
+        return
+    why = " or ".join(tie.reasons) or "a statistical tie"
+    won = rec.id == tie.tied[0]
+    others = tie.tied[1:] if won else tie.tied
+    head = ("won a statistical tie with" if won
+            else "the best by the objective was a statistical tie among")
+    typer.echo(f"  {head} ({why}):")
+    for cid in others:
+        mark = ("  (the mean goodput alone would pick it)"
+                if cid == tie.by_goodput and tie.by_goodput != tie.tied[0] else "")
+        typer.echo(f"    - {result.by_id(cid).candidate.label()}{mark}")
+    if won:
+        typer.echo(f"    broken by the rule: {tie.rule}")
 
 
 def _attainment_target(result: PlanResult) -> float:
