@@ -1,10 +1,12 @@
-"""The README's scenario examples are valid scenarios (they are what users copy first)."""
+"""The README and docs/: their scenario examples are valid scenarios (they are what users copy
+first), their links resolve, and the catalog ids they list are the catalog's."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from clustersim.scenario import parse_scenario
@@ -12,9 +14,49 @@ from clustersim.scenario import parse_scenario
 ROOT = Path(__file__).resolve().parents[1]
 
 
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
 def yaml_blocks() -> list[dict]:
-    text = (ROOT / "README.md").read_text()
+    """The YAML examples of the planning and scenario pages, in reading order."""
+    text = "".join((ROOT / "docs" / name).read_text() for name in ("planning.md", "scenarios.md"))
     return [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", text, re.S)]
+
+
+def _anchors(text: str) -> set[str]:
+    found, in_code = set(), False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        elif not in_code and (m := re.match(r"#+ (.*)", line)):
+            title = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower())
+            found.add(title.replace(" ", "-"))
+    return found
+
+
+@pytest.mark.parametrize("page", DOCS, ids=lambda p: p.name)
+def test_every_link_of_the_docs_resolves(page):
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if target.startswith(("http://", "https://")):
+            continue
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        assert file.exists(), f"{page.name}: {target}"
+        if anchor:
+            assert anchor in _anchors(file.read_text()), f"{page.name}: {target}"
+
+
+def test_every_catalog_id_is_listed_in_the_docs():
+    from clustersim.catalog import gpu_ids, model_ids
+
+    text = "".join(page.read_text() for page in DOCS)
+    for catalog_id in [*gpu_ids(), *model_ids()]:
+        assert f"`{catalog_id}`" in text, catalog_id
+
+
+def test_the_readme_is_a_front_door():
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 250
 
 
 def test_readme_scenario_and_layout_examples_validate():

@@ -81,7 +81,7 @@ class Planner:
         (``plan.n_plus_one``; a few more simulations)."""
         if scenario.plan is None:
             raise ConfigError("plan", "the scenario has no plan: section (objective, budget, "
-                              "choices); see README 'Planning'")
+                              "choices); see docs/planning.md")
         if scenario.slo is None:
             raise ConfigError("slo", "a plan needs an slo: the limits goodput is measured "
                               "against")
