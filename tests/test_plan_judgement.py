@@ -262,7 +262,8 @@ def test_an_n_plus_one_check_that_could_not_run_is_no_survival():
     assert not n1.meets("n_plus_one") and not n1.meets("n_plus_one_instance")
 
 
-def test_the_tie_sentence_names_the_tie_and_its_rule():
+def tied_plan() -> tuple[Planner, CandidateResult, CandidateResult, PlanResult]:
+    """The quick start's tie: a split winning each draw by uneven margins over colocated."""
     p = planner()
     s = result(p, split(3, 1), 25.51, 25.51, 24.08)
     c = result(p, colocated(4), 24.80, 24.32, 21.26)
@@ -272,6 +273,12 @@ def test_the_tie_sentence_names_the_tie_and_its_rule():
         target_rate_per_s=None, gpu_budget=4, base_rate_per_s=10.0, seeds=(0, 1, 2),
         tolerance=0.02, candidates=(c, s), recommended=ranked[0], runner_up=s,
         split_verdict=None, pareto=(), answer="", tie=tie)
+    return p, c, s, plan
+
+
+def test_the_tie_sentence_names_the_tie_and_its_rule():
+    p, c, s, plan = tied_plan()
+    tie = plan.tie
     text = answers.tie_text(plan)
     assert text.startswith(f"a statistical tie with {s.candidate.label()} (per-draw "
                            "differences that cannot be told from zero at 95 %)")
@@ -289,15 +296,7 @@ def test_the_tie_sentence_names_the_tie_and_its_rule():
 def test_the_cli_prints_a_tie_one_candidate_a_line(capsys):
     from clustersim.cli.plan import print_tie
 
-    p = planner()
-    s = result(p, split(3, 1), 25.51, 25.51, 24.08)
-    c = result(p, colocated(4), 24.80, 24.32, 21.26)
-    ranked, tie = p._break_tie(sorted([c, s], key=p._key))
-    plan = PlanResult(
-        scenario="t", objective="max_goodput_per_gpu", criterion="joint",
-        target_rate_per_s=None, gpu_budget=4, base_rate_per_s=10.0, seeds=(0, 1, 2),
-        tolerance=0.02, candidates=(c, s), recommended=ranked[0], runner_up=s,
-        split_verdict=None, pareto=(), answer="", tie=tie)
+    _, _, s, plan = tied_plan()
     print_tie(plan)
     assert capsys.readouterr().out.splitlines() == [
         "  won a statistical tie with (per-draw differences that cannot be told from zero at "

@@ -269,15 +269,14 @@ def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
 
 def print_tie(result: PlanResult) -> None:
     """The tie at the top, one candidate a line: who, why, by which rule."""
-    tie, rec = result.tie, result.recommended
-    if tie is None or rec is None:
+    tie = result.tie
+    if tie is None or result.recommended is None:
         return
-    why = " or ".join(tie.reasons) or "a statistical tie"
-    won = rec.id == tie.tied[0]
+    won = tie.chose(result.recommended)
     others = tie.tied[1:] if won else tie.tied
     head = ("won a statistical tie with" if won
             else "the best by the objective was a statistical tie among")
-    typer.echo(f"  {head} ({why}):")
+    typer.echo(f"  {head} ({tie.why}):")
     for cid in others:
         mark = ("  (the mean goodput alone would pick it)"
                 if cid == tie.by_goodput and tie.by_goodput != tie.tied[0] else "")

@@ -242,13 +242,11 @@ def tie_text(result: PlanResult) -> str | None:
     tie = result.tie
     if tie is None:
         return None
-    why = " or ".join(tie.reasons) or "a statistical tie"
-    rec = result.recommended
-    if rec is None or rec.id != tie.tied[0]:
+    if not tie.chose(result.recommended):
         names = "; ".join(result.by_id(i).candidate.label() for i in tie.tied)
-        return f"the best by the objective was a statistical tie among {names} ({why})"
+        return f"the best by the objective was a statistical tie among {names} ({tie.why})"
     others = [result.by_id(i).candidate.label() for i in tie.tied[1:]]
-    text = f"a statistical tie with {'; '.join(others)} ({why}); {tie.rule}"
+    text = f"a statistical tie with {'; '.join(others)} ({tie.why}); {tie.rule}"
     if tie.by_goodput != tie.tied[0]:
         text += (f"; the mean goodput alone would pick "
                  f"{result.by_id(tie.by_goodput).candidate.label()}")
@@ -312,7 +310,7 @@ def explain(result: PlanResult, slo: SLO) -> str:
             text += f" Binding just above goodput: {rec.binding}."
         tie = tie_text(result)
         if tie:
-            won = tie.startswith("a statistical tie with")
+            won = result.tie is not None and result.tie.chose(rec)
             text += f" It won {tie}." if won else f" {tie[0].upper()}{tie[1:]}."
         survival = survival_text(result)
         if survival:

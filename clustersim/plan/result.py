@@ -300,6 +300,15 @@ class Tie:
     reasons: tuple[str, ...] = ()
     """Why they are tied (a gain under the tolerance, draws that cannot tell them apart)."""
 
+    @property
+    def why(self) -> str:
+        return " or ".join(self.reasons) or "a statistical tie"
+
+    def chose(self, result: CandidateResult | None) -> bool:
+        """Whether ``result`` (the recommendation) is the tie's choice; plan.require may have
+        recommended another."""
+        return result is not None and result.id == self.tied[0]
+
     def to_json(self) -> dict[str, Any]:
         return {"tied": list(self.tied), "by_goodput": self.by_goodput, "rule": self.rule,
                 "reasons": list(self.reasons)}
