@@ -1,5 +1,6 @@
 """The API-server stage: its time is in the client's TTFT and E2E, its jitter has its own random
-stream, a zero stage changes nothing, and its jitter breaks the lockstep of equal clients."""
+stream, a zero stage changes nothing, its queue spreads a burst over its service times (and so
+breaks the lockstep of equal clients), and streaming takes its share of the servers."""
 
 from __future__ import annotations
 
@@ -90,10 +91,11 @@ def test_jitter_draws_from_its_own_stream():
     assert not np.array_equal(seed_a, _before_engine_s(_gaps_scenario(api, seed=1)))
 
 
-def test_jitter_breaks_the_lockstep_of_equal_clients_and_none_keeps_it():
-    """The shipped benchmark at 8 clients, whose 8 prompts fill one 2,048-token step: without
-    jitter every round is sent at one instant and prefilled in one step, for ever; with the
-    measured jitter the clients drift apart."""
+def test_the_queue_breaks_the_lockstep_of_equal_clients_and_enough_servers_keep_it():
+    """The shipped benchmark at 8 clients, whose 8 prompts fill one 2,048-token step: with no
+    API server, or one server per client and no jitter, every round is sent at one instant and
+    prefilled in one step, for ever; one server takes the round's prompts one after another,
+    so they reach the engine apart and the clients drift apart."""
     base = load_scenario(BENCH)
     workload = base.workload.model_copy(update={"max_concurrency": 8})
 
@@ -104,18 +106,19 @@ def test_jitter_breaks_the_lockstep_of_equal_clients_and_none_keeps_it():
         batches = [len(s.prefill_chunks) for s in result.steps if s.prefill_chunks]
         return len(sends), batches
 
-    for api in (None, base.api_server.model_copy(update={"jitter_cv": 0.0})):
+    for api in (None, base.api_server.model_copy(update={"jitter_cv": 0.0, "count": 8})):
         sends, batches = rounds(api)
         assert sends == 38  # ceil(300 / 8): rounds of 8, then 4
         assert batches == [8] * 37 + [4]
-    sends, batches = rounds(base.api_server)
-    assert sends > 250
-    assert sum(b == 8 for b in batches) < len(batches) / 2
+    for api in (base.api_server, base.api_server.model_copy(update={"jitter_cv": 0.0})):
+        sends, batches = rounds(api)
+        assert sends > 100
+        assert sum(b == 8 for b in batches) < len(batches) / 2
 
 
-def test_closed_loop_users_with_equal_lengths_drift_apart_only_with_jitter():
+def test_closed_loop_users_with_equal_lengths_drift_apart_only_through_the_queue():
     """Eight closed-loop users, equal prompts and answers, no think time: every round goes out
-    at one instant and is prefilled in one step unless the API server's times vary."""
+    at one instant and is prefilled in one step unless the server queues the prompts."""
     def rounds(api: dict | None) -> tuple[int, list[int]]:
         data = scenario(cost=FIXED, workload={
             "kind": "synthetic", "num_requests": 160,
@@ -127,13 +130,57 @@ def test_closed_loop_users_with_equal_lengths_drift_apart_only_with_jitter():
         batches = [len(s.prefill_chunks) for s in result.steps if s.prefill_chunks]
         return len({r.arrival_s for r in result.requests}), batches
 
-    measured = {"request_s": 0.004, "output_s": 0.001}
-    for api in (None, {**measured, "jitter_cv": 0.0}):
+    measured = {"request_s": 0.004, "prompt_token_s": 5e-5, "output_s": 0.001}
+    for api in (None, {**measured, "jitter_cv": 0.0, "count": 8}):
         sends, batches = rounds(api)
         assert sends == 20 and batches == [8] * 20  # 160 requests in 20 rounds of 8
-    sends, batches = rounds({**measured, "jitter_cv": 0.1})
-    assert sends == 160 - 7  # after the first round (all at 0), every send at its own time
-    assert max(batches) < 8
+    sends, batches = rounds({**measured, "jitter_cv": 0.0})
+    assert sends > 20 and max(batches[1:]) < 8
+
+
+def _engine_arrivals(api: dict, num: int = 8) -> list[float]:
+    """Seconds to the engine of ``num`` requests sent at one instant."""
+    from clustersim.cluster.api_server import ApiServer, ApiServerSpec
+    from clustersim.engine.request import Request
+
+    server = ApiServer(ApiServerSpec(**api), seed=0)
+    return [server.before_engine_s(Request(f"r{i}", 0.0, 32, 2), 0.0) for i in range(num)]
+
+
+def test_a_burst_reaches_the_engine_one_tokenization_apart_per_server():
+    """32 prompt tokens at 0.3 ms each: 9.6 ms a tokenization, after 5 ms of each request's own
+    processing (a delay every request takes at once)."""
+    api = {"request_s": 0.005, "prompt_token_s": 3e-4, "output_s": 0.0, "jitter_cv": 0.0}
+    assert _engine_arrivals(api) == pytest.approx([0.005 + 0.0096 * k for k in range(1, 9)])
+    two = _engine_arrivals({**api, "count": 2})
+    assert two == pytest.approx([0.005 + 0.0096 * k for k in (1, 1, 2, 2, 3, 3, 4, 4)])
+    assert _engine_arrivals({**api, "count": 8}) == pytest.approx([0.0146] * 8)
+    untokenized = _engine_arrivals({**api, "prompt_token_s": 0.0})
+    assert untokenized == pytest.approx([0.005] * 8)
+
+
+def test_streaming_takes_its_share_of_the_server_before_a_new_request():
+    """Ten requests in flight streaming a token each 10 ms at 0.5 ms a token take half of one
+    server: a new prompt's 10 ms of tokenization then takes 20 ms; two servers share the
+    load."""
+    from clustersim.cluster.api_server import ApiServer, ApiServerSpec
+    from clustersim.engine.request import Request, RequestStatus
+
+    def served(count: int) -> float:
+        server = ApiServer(ApiServerSpec(request_s=0.0, prompt_token_s=1.25e-3, output_s=5e-4,
+                                         jitter_cv=0.0, count=count), seed=0)
+        done = Request("done", 0.0, 8, 11)
+        done.first_token_s, done.finish_s, done.num_output_tokens = 1.0, 1.1, 11
+        done.status = RequestStatus.FINISHED
+        server.before_engine_s(done, 0.0)
+        server.served()
+        server.answered(done)  # one finished request: 10 ms between tokens
+        for i in range(10):
+            server.num_in_flight += 1
+        return server.before_engine_s(Request("new", 2.0, 8, 4), 2.0)
+
+    assert served(1) == pytest.approx(0.02)
+    assert served(2) == pytest.approx(0.01 / 0.75)
 
 
 @pytest.mark.parametrize(("field", "value", "says"), [

@@ -52,11 +52,10 @@ import pandas as pd
 from clustersim.calibration.fit import (
     _LINK_FIELDS,
     _MIN_ATTN_CHUNK,
-    _SAME_LINK,
-    BLIS_OVERHEADS,
-    BLIS_SOURCE,
     FP8_MIN_WIDTH,
     FP8_TRANSFERS,
+    HOST_OVERHEADS,
+    HOST_SOURCE,
     TRANSFERS,
     GemmRows,
     Reader,
@@ -68,6 +67,7 @@ from clustersim.calibration.fit import (
     _layer_profile_gemm_rows,
     collective_values,
     fit_gemm,
+    same_link,
 )
 from clustersim.calibration.sources import FIT_DIR
 from clustersim.catalog import load_gpu, load_model
@@ -374,7 +374,7 @@ def profile_values(fit: dict) -> dict:
         "attention_efficiency": attn["attention_efficiency"],
         "attention_half_keys": attn["attention_half_keys"],
         "attention_floor_s": attn["attention_floor_s"],
-        **BLIS_OVERHEADS,
+        **HOST_OVERHEADS,
     }
     if "moe_gemm" in fit:
         moe = fit["moe_gemm"]
@@ -397,7 +397,7 @@ def provenance(fit: dict) -> dict:
              "custom_allreduce", "all_gather", "reduce_scatter")
     return {
         **{k: fit[k] for k in parts if k in fit},
-        "overheads": BLIS_SOURCE,
+        "overheads": HOST_SOURCE,
         "sources": [str(Path(p).relative_to(FIT_DIR)) for p in fit["sources"]],
     }
 
@@ -452,6 +452,6 @@ def transferred(profile: dict, donor: str, gpu_id: str) -> dict:
     values = {k: v for k, v in profile.items() if k not in ("calibration", "provenance")}
     if "moe_gemm" in values:  # its own copy, labelled as borrowed
         values["moe_gemm"] = {**values["moe_gemm"], "calibration": label}
-    for key in () if gpu_id in _SAME_LINK else LINK_FIELDS:
+    for key in () if same_link(gpu_id, donor) else LINK_FIELDS:
         values.pop(key, None)
     return {**values, "calibration": label, "provenance": {"transferred_from": donor}}

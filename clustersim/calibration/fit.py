@@ -63,6 +63,20 @@ BLIS_SOURCE = (
     "BLIS trained-physics fit on H100 vLLM traces (inference-sim PR 448): 126 us/step, "
     "32.1 us/layer, 4.4 us/request; not refitted (kernel profiles hold no CPU time)"
 )
+HOST_OVERHEADS = {
+    "per_step_overhead_s": 126e-6,
+    "per_layer_overhead_s": 18e-6,
+    "per_request_overhead_s": 25e-6,
+}
+"""fit-v2's time outside the kernels: the step's host time and launches."""
+HOST_SOURCE = (
+    "per layer and per request fitted on the 45 measured vLLM serving runs of the calibration "
+    "set (aiconfigurator silicon rows: Llama-3.1-70B FP8, H100 SXM, TP 2-8, 4-64 clients), the "
+    "grid of `python benchmarks/silicon_calibration.py --fit-host` (mean TPOT error 4.1 %, "
+    "bias -0.2 %): 18 us/layer (launches a CUDA-graph replay leaves), 25 us/request (the host's "
+    "schedule, input preparation and output processing of each running request); 126 us/step "
+    "kept from the BLIS fit"
+)
 
 _BF16_BYTES = 2
 _GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
@@ -103,9 +117,15 @@ _MIN_ATTN_CHUNK = 256
 _LINK_FIELDS = ("link_efficiency", "allreduce_latency_s", "allgather_latency_s",
                 "allgather_link_efficiency", "reduce_scatter_latency_s",
                 "reduce_scatter_link_efficiency")
-_SAME_LINK = {"rtx-pro-6000"}
-"""Transfers whose GPU sits on the same host link as its donor (both RTX PRO 6000 editions on
-PCIe Gen5 x16): they keep the donor's measured all-reduce fit."""
+
+
+def same_link(gpu_id: str, donor: str) -> bool:
+    """Whether ``gpu_id``'s collectives run on the same link as ``donor``'s (the catalog's
+    link and PCIe fallback are equal, e.g. the H200 and the H100 SXM on NVLink 4, both RTX
+    PRO 6000 editions on PCIe Gen5 x16): a transfer then keeps the donor's measured
+    collective fits, where on another link it keeps the catalog's NCCL defaults."""
+    gpu, source = load_gpu(gpu_id, profile="default"), load_gpu(donor, profile="default")
+    return gpu.link == source.link and gpu.pcie == source.pcie
 
 
 @dataclass(frozen=True)
@@ -500,7 +520,7 @@ def _assemble(fits: dict[str, dict]) -> dict[str, dict]:
         }
     for gpu_id, donor in TRANSFERS.items():
         values = {k: v for k, v in out[donor].items() if k not in ("calibration", "provenance")}
-        for key in () if gpu_id in _SAME_LINK else _LINK_FIELDS:
+        for key in () if same_link(gpu_id, donor) else _LINK_FIELDS:
             values.pop(key, None)  # links differ between variants: keep the catalog's
         out[gpu_id] = {
             **values,

@@ -640,7 +640,12 @@ same swaps on the A100 and H100 (mean MAPE over their groups):
   closer on the H100 (its attention efficiency grows with the prompt, as FlashAttention's does).
   Zero-shot prefill MAPE is {zero_prefill_v1} (fit-v1) and
   {zero_prefill_v2} (fit-v2), optimistic in every group: kernel tables leave out the old stack's
-  per-layer host overhead, which grows with TP degree.
+  per-layer host overhead, which grows with TP degree. fit-v2's host time is fitted on vLLM
+  V1 serving runs (18 us a layer, where CUDA graphs replay the decode step's launches, and 25
+  us a running request; `python benchmarks/silicon_calibration.py --fit-host`), so on this
+  eager 2023 stack its zero-shot rows are 0.5-3.3 points further off than with the BLIS
+  overheads it had before (32.1 us a layer, 4.4 us a request); the few-shot rows, which
+  refit the step, do not move, and the vLLM runs above move closer.
 - **Mixture of experts with data parallelism.** Qwen3-30B-A3B (DP2 x EP) is {z_moe_tpot_v1} %
   optimistic on TPOT on fit-v1 ({z_moe_tpot_v2} % on fit-v2). The replay's decode-only steps at
   saturation (256 running) keep vLLM's pace; the ramp-up steps, where prompt chunks on one rank

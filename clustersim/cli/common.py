@@ -116,11 +116,11 @@ def describe_layout(name: str, model: str, instances: list[Any]) -> str:
         precision = ""  # named only where the engine is not plain 16-bit
         if getattr(info, "quantization", None) is not None:
             precision += f", {info.quantization}"
-        if getattr(info, "kv_cache_dtype", "auto") != "auto":
-            precision += f", {info.kv_cache_dtype} KV"
+        kv = getattr(info, "kv_dtype", "")  # always named: KV-bound runs swing on it
+        kv = f" of {info.block_size} tokens ({kv})" if kv else ""
         return (f"{info.gpu} TP{info.tensor_parallel_size}{precision}, max_num_batched_tokens "
                 f"{info.max_num_batched_tokens}, max_num_seqs {info.max_num_seqs}, "
-                f"{info.num_gpu_blocks} KV blocks")
+                f"{info.num_gpu_blocks} KV blocks{kv}")
 
     if len(instances) == 1:
         return f"{name}: {model} on {engine(instances[0])}"

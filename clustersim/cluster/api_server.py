@@ -1,5 +1,5 @@
-"""The API server in front of each engine: its time before the engine sees a request and
-after the engine produces each token.
+"""The API server in front of each engine: a queue of CPU work before the engine sees a
+request, and its time after the engine produces each token.
 
 vLLM's OpenAI-compatible server (``vllm serve``) does per-request work on the CPU that no
 engine step contains::
@@ -11,18 +11,28 @@ engine step contains::
     client <--SSE--- [ detokenize, build the chunk, stream it ] <-- engine core outputs
                      vllm/v1/engine/output_processor.py, the serving layer's generators
 
-Modelled as delays of each request, not as a queue: ``request_s + prompt_token_s x prompt
-tokens`` before its router picks an instance, and ``output_s`` between the engine's token
-and the client's, the same for every token of the request (its gaps are unchanged), each
-times an independent lognormal factor of mean 1 and CV ``jitter_cv`` drawn from its own
-stream of the run's seed (traffic and routers draw from others). The client's TTFT and E2E
-therefore include both. What is left out: the tokenizer's single thread and micro-batches
-(they serialize simultaneous prompts only while a batch is being tokenized), and the server
-slowing down when its event loop streams many requests.
+The server's own work on a request (``request_s``: HTTP, parsing, the chat template, input
+processing) interleaves with every other request's in its event loop, so it is a delay of
+each request. Tokenization is not: the server runs it on a single worker thread (vLLM issue
+#25301: ``ThreadPoolExecutor(max_workers=1)`` in serving_engine.py, "requests are forced to wait
+in a serialized queue for preprocessing"), so ``prompt_token_s x prompt tokens`` of each
+request queues first come first served, one tokenizer per server process, over ``count``
+processes (``--api-server-count``). A burst of N requests therefore reaches the engine spread
+over N tokenizations, not at one instant. The same processes detokenize and stream every token
+of every request in flight (``output_s`` each); that work takes its share of the CPU, so a
+tokenization stretches by ``1 / (1 - u)``, ``u`` the streaming load: requests in flight x
+``output_s`` / (their mean time between tokens x ``count``), the mean taken over the requests
+finished so far (none finished: no load yet). Each token also reaches the client ``output_s``
+after the engine made it, the same for every token of the request (its gaps are unchanged).
+Every time is multiplied by an independent lognormal factor of mean 1 and CV ``jitter_cv``
+drawn from the server's own stream of the run's seed (traffic and routers draw from others).
+The client's TTFT and E2E therefore include the delay, the queue, the tokenization and the
+way back.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from typing import Annotated
 
@@ -44,6 +54,13 @@ TokenSeconds = Annotated[NonNegativeFloat, Within(
 JitterCv = Annotated[NonNegativeFloat, Within(
     high=10.0, reason="a lognormal factor of CV 10 puts nearly all of the time in a few "
     "requests already")]
+ServerCount = Annotated[int, Field(ge=1), Within(
+    high=1024, reason="vLLM runs one API server process per CPU core at most")]
+MAX_STREAMING_LOAD = 0.95
+"""The streaming side's share of the servers is capped here: at 1 no request would ever be
+served, where the real server slows every stream down instead."""
+TPOT_AVERAGE_WEIGHT = 0.1
+"""Weight of each finished request's mean time between tokens in the running mean."""
 
 
 class ApiServerSpec(Strict):
@@ -53,12 +70,14 @@ class ApiServerSpec(Strict):
 
     request_s: ServerSeconds = Field(
         0.012,
-        description="Before the engine sees a request: HTTP, request parsing, chat "
-        "template, input processing. Default 12 ms: vLLM PR #21139 measured 12-15 ms of "
+        description="Before the engine sees a request, interleaved with other requests' "
+        "(a delay, not a queue): HTTP, request parsing, chat template, input processing. "
+        "Default 12 ms: vLLM PR #21139 measured 12-15 ms of "
         "preprocessing per request (96 requests in flight).")
     prompt_token_s: TokenSeconds = Field(
         1.0e-5,
-        description="Tokenization, per prompt token. Default 10 us: HF tokenizers "
+        description="Tokenization, per prompt token, on the server's one tokenizer thread "
+        "(a queue). Default 10 us: HF tokenizers "
         "encoding 131-token prompts took 1.3-2.8 ms, 10-21 us a token "
         "(tenstorrent/tt-inference-server issue #2173).")
     output_s: ServerSeconds = Field(
@@ -66,6 +85,11 @@ class ApiServerSpec(Strict):
         description="From the engine's token to the client's: detokenization and the "
         "streamed chunk, per token. Default 30 us: incremental detokenization of 8 x 128 "
         "tokens took 0.03 s (vLLM PR #121).")
+    count: ServerCount = Field(
+        1,
+        description="vLLM --api-server-count: server processes, each with its own "
+        "tokenizer thread, taking prompts from one first-come-first-served queue; default 1, "
+        "vLLM's default.")
     jitter_cv: JitterCv = Field(
         0.1,
         description="Coefficient of variation of each request's times (lognormal "
@@ -80,13 +104,19 @@ class ApiServerSpec(Strict):
 
 
 class ApiServer:
-    """Draws each request's API-server times (:class:`ApiServerSpec`)."""
+    """The servers' queue and each request's draws (:class:`ApiServerSpec`)."""
 
     def __init__(self, spec: ApiServerSpec, seed: int) -> None:
         self.spec = spec
         self._rng = np.random.default_rng([seed, API_SERVER_RNG_STREAM])
         cv = spec.jitter_cv
         self._sigma = math.sqrt(math.log1p(cv * cv))
+        self._free_s = [0.0] * spec.count
+        """When each server finishes its queued work (a heap)."""
+        self.num_in_flight = 0
+        """Requests past the servers and not yet answered: their tokens stream through them."""
+        self._tpot_s = 0.0
+        """Running mean of finished requests' time between tokens (0: none finished yet)."""
 
     def _factor(self) -> float:
         """A lognormal factor of mean 1 and CV ``jitter_cv`` (1 exactly when it is 0)."""
@@ -95,10 +125,44 @@ class ApiServer:
         sigma = self._sigma
         return float(self._rng.lognormal(-sigma * sigma / 2, sigma))
 
-    def before_engine_s(self, request: Request) -> float:
-        """Seconds from the client's send to the engine's queue."""
+    def streaming_load(self) -> float:
+        """The share of the servers' time the requests in flight take to stream their
+        tokens, now."""
+        if self._tpot_s <= 0 or self.spec.output_s == 0:
+            return 0.0
+        load = self.num_in_flight * self.spec.output_s / (self._tpot_s * self.spec.count)
+        return min(load, MAX_STREAMING_LOAD)
+
+    def before_engine_s(self, request: Request, now_s: float) -> float:
+        """Seconds from the client's send at ``now_s`` to the engine's queue: the request's
+        own processing, the wait for the first free tokenizer, then its tokenization,
+        stretched by the streaming."""
         spec = self.spec
-        return (spec.request_s + spec.prompt_token_s * request.num_prompt_tokens) * self._factor()
+        factor = self._factor()
+        queued = now_s + spec.request_s * factor
+        tokenize = spec.prompt_token_s * request.num_prompt_tokens * factor
+        if tokenize == 0:
+            return queued - now_s
+        start = max(queued, self._free_s[0])
+        end = start + tokenize / (1.0 - self.streaming_load())
+        heapq.heapreplace(self._free_s, end)
+        return end - now_s
+
+    def served(self) -> None:
+        """A request left the servers for the engine: its tokens will stream through them."""
+        self.num_in_flight += 1
+
+    def answered(self, request: Request) -> None:
+        """``request`` left the servers (finished or rejected); a finished one's time between
+        tokens joins the running mean."""
+        self.num_in_flight = max(self.num_in_flight - 1, 0)
+        first, finish = request.first_token_s, request.finish_s
+        tokens = request.num_output_tokens
+        if first is None or finish is None or tokens < 2:
+            return
+        tpot = (finish - first) / (tokens - 1)
+        self._tpot_s = tpot if self._tpot_s == 0 else (
+            self._tpot_s + TPOT_AVERAGE_WEIGHT * (tpot - self._tpot_s))
 
     def to_client_s(self) -> float:
         """Seconds from the engine's token to the client's, for each token of one request."""

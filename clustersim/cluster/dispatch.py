@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from clustersim.cluster.router import Router
-from clustersim.engine.clock import Env, Waitable, alarm
+from clustersim.engine.clock import Env, Waitable, alarm, now_of
 from clustersim.engine.request import Request, RequestStatus
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class Dispatch:
         if api is None:
             self._enter(request)
             return
-        self._enter_after(api.before_engine_s(request), request)
+        self._enter_after(api.before_engine_s(request, now_of(self.env)), request)
 
     def _enter_after(self, delay_s: float, request: Request) -> None:
         # (the closure in a method of its own: a function holding one builds its variables'
@@ -65,6 +65,9 @@ class Dispatch:
         alarm(self.env, delay_s, lambda _event: self._enter(request))
 
     def _enter(self, request: Request) -> None:
+        api = self.api_server
+        if api is not None:
+            api.served()
         kind = self.kind
         if kind == "colocated":
             self.send("colocated", request)
@@ -135,7 +138,11 @@ class Dispatch:
         if connector is not None:
             connector.consumer_done(request)
         api = self.api_server
-        if api is None or request.status is not RequestStatus.FINISHED:
+        if api is None:
+            self.on_done(request)
+            return
+        api.answered(request)
+        if request.status is not RequestStatus.FINISHED:
             self.on_done(request)
             return
         # the client sees every token later by the same time, so its gaps are the engine's

@@ -29,8 +29,10 @@ from clustersim.cluster.faults import Faults
 from clustersim.cluster.router import InstanceLoad, Router
 from clustersim.cluster.spec import LayoutSpec, PoolSpec
 from clustersim.cost.kernels import gemm_kernel
+from clustersim.cost.memory import cudagraph_capture_sizes
 from clustersim.cost.roofline import BatchShape, CostModel
 from clustersim.engine.clock import Env, alarm
+from clustersim.engine.config import SchedulerConfig
 from clustersim.engine.data_parallel import DataParallelGroup, check_group
 from clustersim.engine.defaults import EngineSetup, resolve_engine
 from clustersim.engine.instance import Instance
@@ -72,6 +74,8 @@ class InstanceInfo:
     """vLLM's quantization method the engine runs (awq_marlin, fp8, ...); None: 16-bit."""
     kv_cache_dtype: str = "auto"
     """vLLM's --kv-cache-dtype of the engine."""
+    kv_dtype: str = ""
+    """The element type its KV cache is stored in (``auto``: the model's dtype)."""
     gemm_kernel: str = ""
     """The kernel that priced its linear layers, its peak and the fit it used
     (``clustersim.cost.kernels``)."""
@@ -381,7 +385,9 @@ class Cluster:
         )
 
     def _cost_model(self, model: ModelSpec, gpu: GpuSpec, tp: int, group: list[str],
-                    dp: int = 1, ep: bool = False) -> CostModel | None:
+                    scheduler: SchedulerConfig, dp: int = 1, ep: bool = False,
+                    ) -> CostModel | None:
+        """The pool's roofline, its decode batches padded to the engine's CUDA graphs."""
         if isinstance(self.scenario.cost, FixedCost):
             return None
         link: dict[str, Any] = {}
@@ -397,7 +403,10 @@ class Cluster:
             if self.topology is not None:
                 catalog = min(self.topology.tp_group_link(group).bytes_per_s, catalog)
             link["dp_link_bytes_per_s"] = catalog
-        return CostModel(model, gpu, tp, expert_parallel=ep, **link)
+        cost = CostModel(model, gpu, tp, expert_parallel=ep, **link)
+        cost.prices.graph_sizes = cudagraph_capture_sizes(
+            scheduler.max_num_seqs, scheduler.max_num_batched_tokens)
+        return cost
 
     def _add_group(
         self, pool: PoolSpec, gpu: GpuSpec, tp: int, setup: EngineSetup, index: int,
@@ -406,7 +415,7 @@ class Cluster:
         """A data-parallel instance: ``dp`` ranks of ``tp`` GPUs behind vLLM's balancer."""
         dp, ep = self._parallel[pool.name]
         lockstep = self.model.is_moe
-        cost_model = self._cost_model(setup.model, gpu, tp, group, dp, ep)
+        cost_model = self._cost_model(setup.model, gpu, tp, group, setup.scheduler, dp, ep)
         position = len(self.instances["colocated"])
         ranks = [
             self._make_instance(
@@ -430,7 +439,7 @@ class Cluster:
         position = len(self.instances[role])
         instance = self._make_instance(
             pool, gpu, tp, setup, f"{pool.name}-{index}", group, position,
-            self._cost_model(setup.model, gpu, tp, group, 1, ep),
+            self._cost_model(setup.model, gpu, tp, group, setup.scheduler, 1, ep),
         )
         self.instances[role].append(instance)
 
@@ -486,6 +495,8 @@ class Cluster:
                 quantization=None if setup.model.quantization is None
                 else setup.model.quantization.method,
                 kv_cache_dtype=setup.model.kv_cache_dtype,
+                kv_dtype=setup.model.dtype if setup.model.kv_cache_dtype == "auto"
+                else setup.model.kv_cache_dtype,
                 gemm_kernel="fixed step time" if isinstance(self.scenario.cost, FixedCost)
                 else gemm_kernel(setup.model.quantization, gpu).describe,
             )

@@ -23,6 +23,21 @@ def experts_touched(num_experts: float, top_k: float, num_tokens: float) -> floa
     return num_experts * (1.0 - (1.0 - top_k / num_experts) ** num_tokens)
 
 
+def graph_rows(sizes: list[int], num_decodes: int) -> int:
+    """Rows a pure-decode batch of ``num_decodes`` runs: the smallest CUDA-graph capture size
+    that holds it, or the batch itself above the largest (vLLM runs it eagerly)."""
+    if not sizes or num_decodes > sizes[-1]:
+        return num_decodes
+    low, high = 0, len(sizes) - 1
+    while low < high:
+        middle = (low + high) // 2
+        if sizes[middle] < num_decodes:
+            low = middle + 1
+        else:
+            high = middle
+    return sizes[low]
+
+
 def decode_step_s(
     compute: float, memory: float, communication: float, overhead: float,
     attn_s_per_pair: float, kv_s_per_token: float, rows: float, kv: float,
@@ -108,6 +123,9 @@ class StepPrices:
         self.decode_rows_per_seq: float = 0.0
         self.fixed_overhead_s: float = 0.0
         self.request_overhead_s: float = 0.0
+        self.graph_sizes: list[int] = []
+        """The engine's CUDA-graph capture sizes, ascending (empty: no graphs, as priced
+        outside an engine): a pure-decode batch runs the graph of the next size up."""
         self.dense_decode_parts: dict[int, tuple[float, float, float, float]] = {}
         """(compute, memory, communication, overhead) of a pure-decode batch by its size, all
         but its attention: what a run of decode steps shares."""
@@ -170,8 +188,10 @@ class StepPrices:
         if parts is None:
             if num_decodes <= 0:
                 raise ValueError(f"a decode run needs decodes, got {num_decodes}")
+            # the captured graph's rows, padding included, go through every layer; only the
+            # real rows are sampled (the LM head runs outside the graph)
             compute, memory, communication = self.dense_parts(
-                num_decodes, num_decodes, moe_tokens)
+                graph_rows(self.graph_sizes, num_decodes), num_decodes, moe_tokens)
             parts = (compute, memory, communication,
                      self.fixed_overhead_s + num_decodes * self.request_overhead_s)
             if moe_tokens is None:

@@ -162,7 +162,7 @@ def _benchmark(workload: BenchmarkWorkload, rng: np.random.Generator, block_size
                                workload.burstiness, rng)
     warmups = warmup_requests(requests[0], workload.num_warmups, block_size)
     return Benchmark(requests, offsets.tolist(), warmups, workload.max_concurrency,
-                     workload.start_s)
+                     workload.start_s, workload.ramp_up_s)
 
 
 def build_requests(

@@ -132,12 +132,13 @@ class Benchmark(_ProcessSource):
     soon as a slot is free. A request's ``dispatch_s`` is its dispatch, ``arrival_s`` its
     send. A slot freed by an answer is taken by the next queued request as a separate event,
     as the closed loop's next request is. ``measured_start_s`` is when the measured run
-    began (the tool's ``benchmark_start_time``).
+    began (the tool's ``benchmark_start_time``). With ``ramp_up_s``, the measured run opens
+    its slots one at a time: slot k (0-based) at ``k / (max_concurrency - 1) x ramp_up_s``.
     """
 
     def __init__(
         self, requests: list[Request], offsets_s: Sequence[float], warmups: list[Request],
-        max_concurrency: int | None, start_s: float = 0.0,
+        max_concurrency: int | None, start_s: float = 0.0, ramp_up_s: float = 0.0,
     ) -> None:
         if len(offsets_s) != len(requests):
             raise ValueError(f"{len(offsets_s)} dispatch times for {len(requests)} requests")
@@ -146,6 +147,9 @@ class Benchmark(_ProcessSource):
         self.offsets_s = list(offsets_s)
         self.max_concurrency = max_concurrency
         self.start_s = start_s
+        self.ramp_up_s = ramp_up_s
+        self._limit = max_concurrency
+        """Slots open now (below ``max_concurrency`` while the ramp opens them)."""
         self.measured_start_s: float | None = None
         self._queue: deque[Request] = deque()
         self._num_in_flight = 0
@@ -163,6 +167,9 @@ class Benchmark(_ProcessSource):
             self._fill()
             yield self._warmups_done
         start = self.measured_start_s = now_of(env)
+        if self.ramp_up_s > 0 and self.max_concurrency is not None and self.max_concurrency > 1:
+            self._limit = 1
+            env.process(self._ramp(env, self.max_concurrency))
         for request, offset in zip(self.requests, self.offsets_s, strict=True):
             delay = start + offset - now_of(env)
             if delay > 0:
@@ -171,10 +178,18 @@ class Benchmark(_ProcessSource):
             self._queue.append(request)
             self._fill()
 
+    def _ramp(self, env: Env, slots: int) -> Generator[Any, Any, None]:
+        """Open the measured run's slots one by one over ``ramp_up_s``."""
+        gap = self.ramp_up_s / (slots - 1)
+        for opened in range(2, slots + 1):
+            yield env.timeout(gap)
+            self._limit = opened
+            self._fill()
+
     def _fill(self) -> None:
         """Send queued requests while a slot is free."""
         assert self._env is not None and self._submit is not None
-        limit = self.max_concurrency
+        limit = self._limit
         while self._queue and (limit is None or self._num_in_flight < limit):
             request = self._queue.popleft()
             self._num_in_flight += 1

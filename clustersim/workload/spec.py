@@ -511,6 +511,10 @@ class BenchmarkWorkload(Strict):
         "measured run (at most max_concurrency at a time), all finished before it starts.")
     lengths: Lengths = Field(description="Prompt and output lengths of the requests.")
     start_s: Seconds = Field(0.0, description="When the client starts.")
+    ramp_up_s: Seconds = Field(
+        0.0, description="Concurrency ramp of the measured run (aiperf "
+        "--concurrency-ramp-duration): the slot limit rises from 1 to max_concurrency in "
+        "even steps over this many seconds; 0: every slot open at once.")
 
 
 Workload = kind_union(ExplicitWorkload, PoissonWorkload, SyntheticWorkload, ReplayWorkload,
