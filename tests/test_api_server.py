@@ -175,7 +175,7 @@ def test_streaming_takes_its_share_of_the_server_before_a_new_request():
         server.before_engine_s(done, 0.0)
         server.served()
         server.answered(done)  # one finished request: 10 ms between tokens
-        for i in range(10):
+        for _ in range(10):
             server.num_in_flight += 1
         return server.before_engine_s(Request("new", 2.0, 8, 4), 2.0)
 
