@@ -259,10 +259,12 @@ class StepPrices:
         num_decode_tokens: float, decode_kv_tokens: float, num_sampled: float,
         num_seqs: float, moe_tokens: float | None,
     ) -> tuple[float, float, float, float]:
-        """(compute, memory, communication, overhead) seconds of a non-empty step."""
-        compute, memory, communication = self.dense_parts(
-            num_prefill_tokens + num_decode_tokens, num_sampled, moe_tokens
-        )
+        """(compute, memory, communication, overhead) seconds of a non-empty step; a
+        pure-decode one runs its CUDA graph's rows (:meth:`decode_batch_parts`)."""
+        tokens = num_prefill_tokens + num_decode_tokens
+        if not num_prefill_tokens and num_sampled == num_seqs == num_decode_tokens:
+            tokens = graph_rows(self.graph_sizes, int(num_decode_tokens))
+        compute, memory, communication = self.dense_parts(tokens, num_sampled, moe_tokens)
         if num_prefill_tokens:
             # reads the KV the chunks attend to, writes the chunks' own KV
             t_compute = ((prefill_attn_pairs + self.attn_half_keys * num_prefill_tokens)
