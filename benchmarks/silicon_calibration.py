@@ -4,7 +4,6 @@
                                              [--csv out.csv]
     python benchmarks/silicon_calibration.py --fit-host
 
-
 The 45 measured rows of NVIDIA's aiconfigurator (shipped in
 ``clustersim/data/calibration/fit/aiconfigurator/``, credited in NOTICE): Llama-3.1-70B with
 vLLM's ``--quantization fp8`` on H100 SXM, one colocated instance at TP 2, 4 or 8, a closed
@@ -22,67 +21,10 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 import time
 from pathlib import Path
 
-from clustersim.metrics import summarize_run
-from clustersim.scenario import parse_scenario
-from clustersim.sim import run_scenario
-
-ROOT = Path(__file__).resolve().parents[1]
-DATA = (ROOT / "clustersim" / "data" / "calibration" / "fit" / "aiconfigurator"
-        / "silicon_vllm_llama31_70b_fp8_h100.csv")
-WARMUPS_PER_CLIENT = 2
-MEASURED_PER_CLIENT = 10
-"""NVIDIA's aiperf recipes: about 2 x concurrency warm-ups, 10 x concurrency measured."""
-
-
-def rows() -> list[dict[str, str]]:
-    with DATA.open(newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def scenario(row: dict[str, str], api_server: bool, spread: bool = False) -> dict:
-    """The row as a scenario; ``spread``: the measured run's clients opened one by one over
-    one measured cycle (TTFT + (osl - 1) x TPOT), so that they start evenly spread, a what-if
-    (the rows do not say how their clients started)."""
-    isl, osl = int(row["isl"]), int(row["osl"])
-    clients = int(row["batch_size"])
-    data = {
-        "name": f"silicon-tp{row['tp_size']}-{isl}x{osl}-c{clients}",
-        "seed": 0,
-        "model": "llama-3.1-70b",
-        "gpu": "h100-sxm",
-        "tensor_parallel_size": int(row["tp_size"]),
-        "engine": {"quantization": "fp8", "max_model_len": isl + osl + 256},
-        "workload": {
-            "kind": "benchmark",
-            "num_prompts": MEASURED_PER_CLIENT * clients,
-            "num_warmups": WARMUPS_PER_CLIENT * clients,
-            "max_concurrency": clients,
-            "request_rate": math.inf,
-            "lengths": {"kind": "independent", "prompt_tokens": isl, "output_tokens": osl},
-        },
-    }
-    if spread:
-        cycle_s = (float(row["silicon_ttft_ms"]) + (osl - 1) * float(row["silicon_tpot_ms"])) / 1e3
-        data["workload"]["ramp_up_s"] = cycle_s * (clients - 1) / clients
-    if api_server:
-        data["api_server"] = {}
-    return data
-
-
-def replay(row: dict[str, str], api_server: bool, gpu: str | None = None,
-           spread: bool = False) -> tuple[float, float]:
-    """(mean TTFT ms, mean TPOT ms) of the row's benchmark, simulated (``gpu``: another
-    profile of the row's GPU, ``h100-sxm@file.yaml``)."""
-    data = scenario(row, api_server, spread)
-    if gpu is not None:
-        data["gpu"] = gpu
-    summary = summarize_run(run_scenario(parse_scenario(data), record_steps=False))
-    return summary.ttft_s.mean * 1e3, summary.tpot_s.mean * 1e3
-
+from clustersim.calibration.silicon import by_concurrency, replay, rows
 
 PER_LAYER_US = (12, 15, 18, 21, 24, 32.1)
 PER_REQUEST_US = (4.4, 15, 20, 25, 30, 35)
@@ -109,8 +51,7 @@ def fit_host(table: list[dict[str, str]]) -> None:
                          "per_request_overhead_s": request * 1e-6}
                 path = Path(folder) / f"host-{layer}-{request}.yaml"
                 path.write_text(yaml.safe_dump({"profiles": {"h100-sxm": entry}}))
-                errors = [replay(row, True, f"h100-sxm@{path}")[1]
-                          / float(row["silicon_tpot_ms"]) - 1 for row in table]
+                errors = [replay(row, gpu=f"h100-sxm@{path}").tpot_error for row in table]
                 mape = sum(abs(e) for e in errors) / len(errors)
                 bias = sum(errors) / len(errors)
                 print(f"{layer:>9}{request:>11}{mape:>11.1%}{bias:>+8.1%}", flush=True)
@@ -144,27 +85,19 @@ def main() -> None:
     out = []
     started = time.perf_counter()
     for i in chosen:
-        row = table[i]
-        ttft, tpot = replay(row, not args.no_api_server, spread=args.spread)
-        m_ttft, m_tpot = float(row["silicon_ttft_ms"]), float(row["silicon_tpot_ms"])
-        e_ttft, e_tpot = ttft / m_ttft - 1, tpot / m_tpot - 1
-        out.append((i, int(row["tp_size"]), int(row["isl"]), int(row["osl"]),
-                    int(row["batch_size"]), m_ttft, ttft, e_ttft, m_tpot, tpot, e_tpot))
-        print(f"{i:>3} {row['tp_size']:>2} {row['isl']:>5} {row['osl']:>5} "
-              f"{row['batch_size']:>3}{m_ttft:>11,.1f}{ttft:>11,.1f}{e_ttft:>+11.1%}"
-              f"{m_tpot:>11,.2f}{tpot:>11,.2f}{e_tpot:>+11.1%}", flush=True)
+        score = replay(table[i], not args.no_api_server, spread=args.spread)
+        out.append((i, score))
+        print(f"{i:>3} {score.tp:>2} {score.isl:>5} {score.osl:>5} {score.concurrency:>3}"
+              f"{score.ttft_ms:>11,.1f}{score.sim_ttft_ms:>11,.1f}{score.ttft_error:>+11.1%}"
+              f"{score.tpot_ms:>11,.2f}{score.sim_tpot_ms:>11,.2f}{score.tpot_error:>+11.1%}",
+              flush=True)
     print()
-    groups = {"all": out}
-    for c in sorted({r[4] for r in out}):
-        groups[f"C={c}"] = [r for r in out if r[4] == c]
     print(f"{'rows':<8}{'n':>4}{'TTFT MAPE':>12}{'TTFT bias':>12}{'TPOT MAPE':>12}"
           f"{'TPOT bias':>12}")
-    for name, group in groups.items():
-        n = len(group)
-        print(f"{name:<8}{n:>4}"
-              f"{sum(abs(r[7]) for r in group) / n:>12.1%}{sum(r[7] for r in group) / n:>+12.1%}"
-              f"{sum(abs(r[10]) for r in group) / n:>12.1%}"
-              f"{sum(r[10] for r in group) / n:>+12.1%}")
+    for name, n, ttft_mape, ttft_bias, tpot_mape, tpot_bias in by_concurrency(
+            [score for _, score in out]):
+        print(f"{name:<8}{n:>4}{ttft_mape:>12.1%}{ttft_bias:>+12.1%}{tpot_mape:>12.1%}"
+              f"{tpot_bias:>+12.1%}")
     print(f"\n{len(out)} rows in {time.perf_counter() - started:,.1f} s")
     if args.csv is not None:
         with args.csv.open("w", newline="") as f:
@@ -172,7 +105,9 @@ def main() -> None:
             writer.writerow(("row", "tp", "isl", "osl", "concurrency", "ttft_ms_measured",
                              "ttft_ms_sim", "ttft_error", "tpot_ms_measured", "tpot_ms_sim",
                              "tpot_error"))
-            writer.writerows(out)
+            writer.writerows((i, r.tp, r.isl, r.osl, r.concurrency, r.ttft_ms, r.sim_ttft_ms,
+                              r.ttft_error, r.tpot_ms, r.sim_tpot_ms, r.tpot_error)
+                             for i, r in out)
 
 
 if __name__ == "__main__":

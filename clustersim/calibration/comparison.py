@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import yaml
 
 from clustersim.calibration.aiconfigurator import LINK_FIELDS
+from clustersim.calibration.silicon import RowScore
+from clustersim.calibration.silicon import score as silicon_scores
 from clustersim.calibration.splitwise import HARDWARE, GroupScore, validate_splitwise
 from clustersim.calibration.tp_check import StepCheck, decode_step_checks
 from clustersim.calibration.vllm_runs import (
@@ -66,6 +68,8 @@ class Validation:
     runs: list[RunScore]
     tp_checks: dict[str, list[StepCheck]]
     parts: list[PartScore]
+    silicon: dict[str, list[RowScore]] = field(default_factory=dict)
+    """Per fit: the calibration rows the host time is fitted on (not held out)."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,8 @@ def validate_fits(with_parts: bool = True) -> Validation:
     splitwise = [s for fit in FITS for s in validate_splitwise(profile=fit)]
     runs = [s for fit in FITS for s in validate_vllm_runs(profile=fit)]
     checks = {fit: decode_step_checks(profile=fit) for fit in FITS}
-    return Validation(splitwise, runs, checks, part_scores() if with_parts else [])
+    silicon = {fit: silicon_scores(fit) for fit in FITS}
+    return Validation(splitwise, runs, checks, part_scores() if with_parts else [], silicon)
 
 
 def part_scores() -> list[PartScore]:

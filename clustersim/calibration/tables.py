@@ -13,6 +13,7 @@ from clustersim.calibration.comparison import (
     ship_verdict,
 )
 from clustersim.calibration.fitsets import SETS, SHIPPED
+from clustersim.calibration.silicon import RowScore, by_concurrency
 from clustersim.calibration.splitwise import GroupScore
 from clustersim.calibration.tp_check import CHECK_HEADER, StepCheck
 from clustersim.calibration.vllm_runs import METRICS, STATS, RunScore
@@ -269,6 +270,23 @@ def ship_rows(validation: Validation) -> list[list[str]]:
              FIT_LABELS[verdict[gpu]], FIT_LABELS[SHIPPED[gpu]]]
             for gpu, s in sorted(scores.items())]
     rows.append(["l40s", "none", "-", "-", "-", FIT_LABELS[SHIPPED["l40s"]]])
+    return rows
+
+
+SILICON_HEADER = ["rows", "n", "fit", "TTFT MAPE %", "TTFT bias %", "TPOT MAPE %",
+                  "TPOT bias %"]
+
+
+def silicon_rows(silicon: dict[str, list[RowScore]]) -> list[list[str]]:
+    """Both fits on the calibration rows, over all rows and per concurrency."""
+    rows = []
+    groups = {fit: by_concurrency(scores) for fit, scores in silicon.items() if scores}
+    for i in range(len(next(iter(groups.values()), []))):
+        for fit, table in groups.items():
+            name, n, ttft_mape, ttft_bias, tpot_mape, tpot_bias = table[i]
+            rows.append([name, str(n), FIT_LABELS[fit], f"{100 * ttft_mape:.1f}",
+                         f"{100 * ttft_bias:+.1f}", f"{100 * tpot_mape:.1f}",
+                         f"{100 * tpot_bias:+.1f}"])
     return rows
 
 

@@ -92,6 +92,11 @@ def step_time_cmd(
         "memory_s": cost.memory_s,
         "communication_s": cost.communication_s,
         "overhead_s": cost.overhead_s,
+        "host": {"per_step_s": spec_gpu.per_step_overhead_s,
+                 "per_layer_s": spec_gpu.per_layer_overhead_s,
+                 "num_layers": spec_model.num_layers,
+                 "per_request_s": spec_gpu.per_request_overhead_s,
+                 "num_requests": batch.num_seqs},
     }
     if as_json:
         typer.echo(json.dumps(result, indent=2))
@@ -111,4 +116,11 @@ def step_time_cmd(
         f"step time {cost.time_s * 1e3:.3f} ms = compute-bound {cost.compute_s * 1e3:.3f} + "
         f"memory-bound {cost.memory_s * 1e3:.3f} + communication "
         f"{cost.communication_s * 1e3:.3f} + overhead {cost.overhead_s * 1e3:.3f} ms"
+    )
+    typer.echo(
+        f"overhead: the host's time and kernel launches, {cost.overhead_s / cost.time_s:.1%} "
+        f"of the step = {spec_gpu.per_step_overhead_s * 1e6:.0f} us a step + "
+        f"{spec_model.num_layers} layers x {spec_gpu.per_layer_overhead_s * 1e6:.1f} us + "
+        f"{batch.num_seqs} requests x {spec_gpu.per_request_overhead_s * 1e6:.1f} us "
+        f"({spec_gpu.calibration})"
     )

@@ -1,0 +1,126 @@
+"""NVIDIA's 45 measured vLLM serving runs (the calibration rows of the time outside the kernels)
+replayed with clustersim's own benchmark client.
+
+The rows (``fit/aiconfigurator/silicon_vllm_llama31_70b_fp8_h100.csv``, credited in NOTICE):
+Llama-3.1-70B with vLLM's ``--quantization fp8`` on H100 SXM, one colocated instance at TP 2, 4
+or 8, a closed loop of 4 to 64 clients with fixed prompt and output lengths (1K/1K, 1K/8K,
+8K/1K), mean TTFT and mean TPOT measured. Each row is replayed as its benchmark ran: about
+2 x concurrency warm-ups, then 10 x concurrency measured requests, every prompt and output
+exactly the row's lengths, requests sent as soon as a slot frees (request rate inf). The host
+time of each engine step in fit-v2 is fitted on these rows; ``clustersim validate`` shows them
+beside the held-out sets, marked as what they are.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from clustersim.calibration.sources import FIT_DIR
+from clustersim.inputs import read_bytes
+
+ROWS_FILE = FIT_DIR / "aiconfigurator" / "silicon_vllm_llama31_70b_fp8_h100.csv"
+WARMUPS_PER_CLIENT = 2
+MEASURED_PER_CLIENT = 10
+"""NVIDIA's aiperf recipes: about 2 x concurrency warm-ups, 10 x concurrency measured."""
+
+
+@dataclass(frozen=True)
+class RowScore:
+    """One row replayed: its shape, the measured and simulated means (ms)."""
+
+    tp: int
+    isl: int
+    osl: int
+    concurrency: int
+    ttft_ms: float
+    tpot_ms: float
+    sim_ttft_ms: float
+    sim_tpot_ms: float
+
+    @property
+    def ttft_error(self) -> float:
+        return self.sim_ttft_ms / self.ttft_ms - 1
+
+    @property
+    def tpot_error(self) -> float:
+        return self.sim_tpot_ms / self.tpot_ms - 1
+
+
+def rows() -> list[dict[str, str]]:
+    """The measured rows, every column as text."""
+    text = read_bytes(ROWS_FILE, "calibration rows").decode("utf-8")
+    return list(csv.DictReader(io.StringIO(text, newline="")))
+
+
+def scenario(row: dict[str, str], api_server: bool = True, spread: bool = False,
+             gpu: str = "h100-sxm") -> dict:
+    """The row as a scenario. ``spread``: the measured run's clients opened one by one over
+    one measured cycle (TTFT + (osl - 1) x TPOT), so that they start evenly spread, a what-if
+    (the rows do not say how their clients started). ``gpu``: the GPU with a profile
+    (``h100-sxm@vidur``)."""
+    isl, osl = int(row["isl"]), int(row["osl"])
+    clients = int(row["batch_size"])
+    data: dict = {
+        "name": f"silicon-tp{row['tp_size']}-{isl}x{osl}-c{clients}",
+        "seed": 0,
+        "model": "llama-3.1-70b",
+        "gpu": gpu,
+        "tensor_parallel_size": int(row["tp_size"]),
+        "engine": {"quantization": "fp8", "max_model_len": isl + osl + 256},
+        "workload": {
+            "kind": "benchmark",
+            "num_prompts": MEASURED_PER_CLIENT * clients,
+            "num_warmups": WARMUPS_PER_CLIENT * clients,
+            "max_concurrency": clients,
+            "request_rate": math.inf,
+            "lengths": {"kind": "independent", "prompt_tokens": isl, "output_tokens": osl},
+        },
+    }
+    if spread:
+        cycle_s = (float(row["silicon_ttft_ms"]) + (osl - 1) * float(row["silicon_tpot_ms"])) / 1e3
+        data["workload"]["ramp_up_s"] = cycle_s * (clients - 1) / clients
+    if api_server:
+        data["api_server"] = {}
+    return data
+
+
+def replay(row: dict[str, str], api_server: bool = True, spread: bool = False,
+           gpu: str = "h100-sxm") -> RowScore:
+    """The row's benchmark, simulated."""
+    from clustersim.metrics import summarize_run
+    from clustersim.scenario import parse_scenario
+    from clustersim.sim import run_scenario
+
+    summary = summarize_run(run_scenario(parse_scenario(scenario(row, api_server, spread, gpu)),
+                                         record_steps=False))
+    return RowScore(int(row["tp_size"]), int(row["isl"]), int(row["osl"]),
+                    int(row["batch_size"]), float(row["silicon_ttft_ms"]),
+                    float(row["silicon_tpot_ms"]), summary.ttft_s.mean * 1e3,
+                    summary.tpot_s.mean * 1e3)
+
+
+def score(profile: str | None = None) -> list[RowScore]:
+    """Every row replayed with the API server's defaults, on the shipped profile or another
+    (``vidur``, ``aiconfigurator`` or a profile file)."""
+    gpu = "h100-sxm" if profile is None else f"h100-sxm@{profile}"
+    return [replay(row, gpu=gpu) for row in rows()]
+
+
+def by_concurrency(scores: Sequence[RowScore]) -> list[tuple[str, int, float, float, float, float]]:
+    """(group, rows, TTFT MAPE, TTFT bias, TPOT MAPE, TPOT bias) over all rows, then per
+    concurrency; errors as fractions."""
+    groups: list[tuple[str, list[RowScore]]] = [("all", list(scores))]
+    for c in sorted({s.concurrency for s in scores}):
+        groups.append((f"C={c}", [s for s in scores if s.concurrency == c]))
+    out = []
+    for name, group in groups:
+        n = len(group)
+        out.append((name, n, sum(abs(s.ttft_error) for s in group) / n,
+                    sum(s.ttft_error for s in group) / n,
+                    sum(abs(s.tpot_error) for s in group) / n,
+                    sum(s.tpot_error for s in group) / n))
+    return out

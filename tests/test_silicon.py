@@ -1,0 +1,50 @@
+"""The calibration rows of the time outside the kernels: NVIDIA's 45 measured vLLM runs load,
+replay as their benchmark ran, and the shipped host time keeps their TPOT."""
+
+from __future__ import annotations
+
+import pytest
+
+from clustersim.calibration.silicon import by_concurrency, replay, rows, scenario
+from clustersim.calibration.tables import SILICON_HEADER, silicon_rows
+
+
+def _row(tp: int, isl: int, osl: int, clients: int) -> dict[str, str]:
+    (row,) = [r for r in rows() if (r["tp_size"], r["isl"], r["osl"], r["batch_size"])
+              == (str(tp), str(isl), str(osl), str(clients))]
+    return row
+
+
+def test_the_45_rows_cover_three_tps_three_shapes_five_concurrencies():
+    table = rows()
+    assert len(table) == 45
+    assert {(r["tp_size"], r["isl"], r["osl"], r["batch_size"]) for r in table} == {
+        (str(tp), str(i), str(o), str(c)) for tp in (2, 4, 8)
+        for i, o in ((1024, 1024), (1024, 8192), (8192, 1024)) for c in (4, 8, 16, 32, 64)}
+
+
+def test_a_row_replays_as_its_benchmark_ran():
+    data = scenario(_row(4, 8192, 1024, 16), spread=True)
+    workload = data["workload"]
+    assert workload["num_prompts"] == 160 and workload["num_warmups"] == 32
+    assert workload["max_concurrency"] == 16 and data["api_server"] == {}
+    assert data["engine"]["quantization"] == "fp8" and data["tensor_parallel_size"] == 4
+    # one measured cycle: 731.5 ms + 1,023 x 21.06 ms, the last client opened 15/16 into it
+    assert workload["ramp_up_s"] == pytest.approx((0.7315 + 1023 * 0.02106) * 15 / 16, rel=1e-3)
+    assert "ramp_up_s" not in scenario(_row(4, 8192, 1024, 16))["workload"]
+
+
+@pytest.mark.parametrize("shape", [(8, 1024, 1024, 4), (4, 1024, 1024, 64)])
+def test_the_shipped_host_time_keeps_the_measured_tpot(shape):
+    score = replay(_row(*shape))
+    assert abs(score.tpot_error) < 0.06, score
+    assert score.ttft_error > 0  # the bunched clients: TTFT errs long, not short
+
+
+def test_the_validate_table_groups_both_fits_by_concurrency():
+    fake = replay(_row(8, 1024, 1024, 4))
+    table = silicon_rows({"vidur": [fake], "aiconfigurator": [fake]})
+    assert [r[:3] for r in table] == [["all", "1", "fit-v1"], ["all", "1", "fit-v2"],
+                                      ["C=4", "1", "fit-v1"], ["C=4", "1", "fit-v2"]]
+    assert len(SILICON_HEADER) == len(table[0])
+    assert by_concurrency([fake])[0][4] == pytest.approx(abs(fake.tpot_error))
