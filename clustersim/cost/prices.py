@@ -263,7 +263,7 @@ class StepPrices:
         pure-decode one runs its CUDA graph's rows (:meth:`decode_batch_parts`)."""
         tokens = num_prefill_tokens + num_decode_tokens
         if not num_prefill_tokens and num_sampled == num_seqs == num_decode_tokens:
-            tokens = graph_rows(self.graph_sizes, int(num_decode_tokens))
+            tokens = float(graph_rows(self.graph_sizes, int(num_decode_tokens)))
         compute, memory, communication = self.dense_parts(tokens, num_sampled, moe_tokens)
         if num_prefill_tokens:
             # reads the KV the chunks attend to, writes the chunks' own KV
