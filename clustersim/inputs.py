@@ -18,6 +18,8 @@ import json
 import os
 import stat
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +34,14 @@ MAX_CONFIG_BYTES = 16 * MIB
 """Largest scenario, topology, profile or config.json file: PyYAML's pure-Python parser takes
 about a minute for that much; list long request sets in a trace file instead."""
 MAX_TRACE_BYTES = 1024 * MIB
-"""Largest trace, after decompression: the reader holds the whole text in memory (Azure's
-2023 traces are 1-2 MB; a week of the 2024 ones is about 1 GB)."""
+"""Largest trace or request-records file, after decompression (Azure's 2023 traces are 1-2 MB;
+a week of the 2024 ones is about 1 GB). A trace is read in chunks (:func:`read_chunks`), so
+its memory is bounded by the request limit rather than by this; request records are read
+whole."""
+CHUNK_BYTES = MIB
+"""Bytes :func:`read_chunks` reads at a time: a trace reader's memory beyond the requests it
+keeps is a few times this (benchmarks/trace_memory.py: 1 MiB held less than 4 or 16, and read
+as fast)."""
 MAX_NESTING_DEPTH = 64
 """Deepest nesting of YAML or JSON values; no schema clustersim reads goes past 8 levels, and
 Python's parsers recurse once per level."""
@@ -79,7 +87,16 @@ def read_bytes(path: Path | str, what: str, *, max_bytes: int = MAX_CONFIG_BYTES
 
 
 def _read_file(path: Path, what: str, where: str, limit: int) -> bytes:
-    """At most ``limit`` bytes of ``path``, once it is known that reading it ends.
+    """At most ``limit`` bytes of ``path``, once it is known that reading it ends."""
+    with _open_checked(path, what, where) as (f, size):
+        return _read_up_to(f, limit, size)
+
+
+@contextmanager
+def _open_checked(path: Path, what: str,
+                  where: str) -> Iterator[tuple[io.BufferedIOBase, int]]:
+    """``path`` open for reading, and its size (0 for a pipe), once it is known that reading
+    it ends.
 
     Opening a pipe waits until something writes to it, and a device such as ``/dev/zero``
     never ends: so the kind of file is checked before it is opened, the open never waits
@@ -93,16 +110,66 @@ def _read_file(path: Path, what: str, where: str, limit: int) -> bytes:
         info = os.fstat(fd)
         _check_kind(info.st_mode, what, where)
         if not stat.S_ISFIFO(info.st_mode):
-            return _read_up_to(f, limit, info.st_size)
+            yield f, info.st_size
+            return
         try:
-            head = os.read(fd, min(limit, io.DEFAULT_BUFFER_SIZE))
+            head = os.read(fd, io.DEFAULT_BUFFER_SIZE)
         except BlockingIOError:
             head = b""  # a writer, with nothing written yet
         else:
             if not head:
                 raise InputError(where, f"is a pipe that nothing writes to, not a {what} file")
         os.set_blocking(fd, True)
-        return head + _read_up_to(f, limit - len(head), 0)
+        yield io.BufferedReader(_Prefixed(head, f)), 0
+
+
+class _Prefixed(io.RawIOBase):
+    """``head``, then the rest of ``rest``: a pipe after the bytes its first read took."""
+
+    def __init__(self, head: bytes, rest: io.BufferedIOBase) -> None:
+        super().__init__()
+        self._head, self._rest = memoryview(head), rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if not self._head:
+            return self._rest.readinto(buffer)
+        n = min(len(buffer), len(self._head))
+        buffer[:n] = self._head[:n]
+        self._head = self._head[n:]
+        return n
+
+
+def read_chunks(path: Path | str, what: str, *, max_bytes: int = MAX_TRACE_BYTES,
+                where: str | None = None, chunk_bytes: int | None = None) -> Iterator[bytes]:
+    """The bytes of ``path`` (decompressed if it ends in ``.gz``) in pieces of up to
+    ``chunk_bytes`` (default :data:`CHUNK_BYTES`), at most ``max_bytes`` in all: what
+    :func:`read_bytes` reads, with its checks (a device, a socket or a pipe without a writer
+    is refused before it is read), for a reader that holds one piece at a time. The pieces
+    split lines anywhere; an empty file yields nothing."""
+    path = Path(path)
+    where = where or str(path)
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
+    total = 0
+    try:
+        with _open_checked(path, what, where) as (f, _):
+            stream: io.BufferedIOBase = gzip.GzipFile(fileobj=f) if path.suffix == ".gz" else f
+            while block := stream.read(chunk_bytes):
+                total += len(block)
+                if total > max_bytes:
+                    raise InputError(where, f"{what} file larger than {max_bytes // MIB:,} MiB, "
+                                     "the most clustersim reads")
+                yield block
+    except EOFError:
+        raise InputError(where, "truncated gzip file: it ends before its last block") from None
+    except (gzip.BadGzipFile, zlib.error) as error:
+        raise InputError(where, f"corrupt gzip file: {error}") from None
+    except OSError as error:
+        raise InputError(where, f"cannot read {what}: {error.strerror or error}") from None
+    except ValueError as error:  # a NUL byte in the path
+        raise InputError(where, f"cannot read {what}: {error}") from None
 
 
 def _read_up_to(f: io.BufferedIOBase, limit: int, size: int) -> bytes:
@@ -140,13 +207,14 @@ def _gunzip(data: bytes, where: str, max_bytes: int) -> bytes:
         raise InputError(where, f"corrupt gzip file: {error}") from None
 
 
-def decode_text(data: bytes, where: str) -> str:
-    """UTF-8 ``data`` as text (a byte-order mark is dropped); bad bytes are located by line."""
+def decode_text(data: bytes, where: str, *, first_line: int = 1) -> str:
+    """UTF-8 ``data`` as text (a byte-order mark is dropped); bad bytes are located by line,
+    counted from ``first_line`` (that of ``data``'s first byte, for a piece of a file)."""
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         start = error.start
-        line = data.count(b"\n", 0, start) + 1
+        line = data.count(b"\n", 0, start) + first_line
         column = start - (data.rfind(b"\n", 0, start) + 1) + 1
         raise InputError(f"{where}:{line}", f"not UTF-8 text: byte 0x{data[start]:02x} at "
                          f"column {column} ({error.reason})") from None

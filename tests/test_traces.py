@@ -414,3 +414,131 @@ def test_the_request_limit_is_checked_before_the_rows_are_read(tmp_path, monkeyp
     line = 7 if kind == "csv" else 6  # the sixth request
     assert str(error.value).startswith(f"{path}:{line}: more than 5 requests: a run holds "
                                        "every request in memory"), error.value
+
+
+# ------------------------------------------------------------ streamed reading
+def _same_trace(a, b) -> None:
+    assert (a.format, a.num_dropped, a.hash_ids, a.request_ids) == (
+        b.format, b.num_dropped, b.hash_ids, b.request_ids)
+    for field in ("prompt_tokens", "output_tokens", "lines", "arrival_s"):
+        x, y = getattr(a, field), getattr(b, field)
+        assert (x is None and y is None) or x.tolist() == y.tolist(), field
+
+
+STREAMED = [  # good files with what a chunk boundary could split: blank lines, CRLF, a BOM,
+    # a quoted value over two lines, BurstGPT's dropped rows, datetimes, request ids
+    ("v.csv", "\n\narrived_at,num_prefill_tokens,num_decode_tokens\r\n0.0,374,44\r\n\r\n"
+     "4.5,396,109\r\n4.5,10,1\r\n,,\n7,\"8\n\",9\n12,1,1"),
+    ("bom.csv", "\ufeffnum_prefill_tokens,num_decode_tokens\n" + "5,3\n" * 7),
+    ("b.csv", "Timestamp,Model,Request tokens,Response tokens\n" + "".join(
+        f"{t},ChatGPT,{t % 3},{t % 4}\n" for t in range(40))),
+    ("a.csv", AZURE_HEAD + "".join(f"2024-05-10 00:00:{s:02d}.5+00:00,{s + 1},2\n"
+                                   for s in range(30))),
+    ("r.jsonl", "\n".join(json.dumps({"request_id": f"q{i}", "input_toks": i + 1,
+                                      "output_toks": 2, "arrival_time": i / 4})
+                          for i in range(25)) + "\n\n"),
+]
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 7, 64])
+def test_the_chunk_size_does_not_change_what_is_read(tmp_path, monkeypatch, chunk_bytes):
+    # a trace is read a few MiB at a time; with chunks of a few bytes every row, line end,
+    # quote and multi-byte character is split somewhere, and the answer stays the same
+    from clustersim import inputs
+
+    expected = {}
+    for name, text in STREAMED:
+        expected[name] = load_trace(write(tmp_path, name, text))
+    old_mac = write(tmp_path, "cr.csv", "num_prefill_tokens,num_decode_tokens\r5,3\r6,4\r")
+    expected["cr.csv"] = load_trace(old_mac, "lengths")  # lines that end in a lone CR
+    assert expected["cr.csv"].lines.tolist() == [2, 3]
+    for name, text, _, _ in MALFORMED:
+        with pytest.raises(InputError) as error:
+            load_trace(write(tmp_path, name, text))
+        expected[name] = str(error.value)
+    monkeypatch.setattr(inputs, "CHUNK_BYTES", chunk_bytes)
+    for name, _ in STREAMED:
+        _same_trace(load_trace(tmp_path / name), expected[name])
+    _same_trace(load_trace(old_mac, "lengths"), expected["cr.csv"])
+    assert expected["v.csv"].lines.tolist() == [4, 6, 7, 9, 11]
+    assert expected["b.csv"].num_dropped == 20
+    for name, *_ in MALFORMED:
+        with pytest.raises(InputError) as error:
+            load_trace(tmp_path / name)
+        assert str(error.value) == expected[name]
+
+
+def test_a_shipped_trace_read_in_small_chunks_is_the_same(monkeypatch):
+    from clustersim import inputs
+
+    whole = load_trace("mooncake-conversation")
+    monkeypatch.setattr(inputs, "CHUNK_BYTES", 1 << 16)
+    _same_trace(load_trace("mooncake-conversation"), whole)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_trace_past_the_request_limit_is_refused_while_it_is_read(tmp_path, monkeypatch, gz):
+    # the limit is checked chunk by chunk: the file after the first request past it is never
+    # read (here, a byte that is not UTF-8 three hundred lines further on)
+    from clustersim import inputs
+    from clustersim.workload import traces
+
+    monkeypatch.setattr(traces, "MAX_NUM_REQUESTS", 50)
+    monkeypatch.setattr(inputs, "CHUNK_BYTES", 100)
+    head = "arrived_at,num_prefill_tokens,num_decode_tokens\n"
+    rows = [f"{i},5,3\n" + ("\n" if i % 10 == 0 else "") for i in range(60)]  # blank lines
+    data = (head + "".join(rows[:50])).encode()
+    within = tmp_path / ("within.csv.gz" if gz else "within.csv")
+    within.write_bytes(gzip.compress(data) if gz else data)
+    assert len(load_trace(within)) == 50
+    data = (head + "".join(rows) + "1,1,1\n" * 300 + "\xfe").encode("latin-1")
+    past = tmp_path / ("past.csv.gz" if gz else "past.csv")
+    past.write_bytes(gzip.compress(data) if gz else data)
+    code, output = run_cli("trace", "stats", str(past))
+    line = 1 + 50 + 5 + 1  # the header, 50 rows, 5 blank lines, the 51st request
+    assert code == 2, output
+    assert output == (f"{past}:{line}: more than 50 requests: a run holds every request in "
+                      "memory; cut the trace (its first rows: head -n)\n")
+    jsonl = tmp_path / "past.jsonl"
+    jsonl.write_bytes(b"".join(b'{"input_toks": 5, "output_toks": 3}\n\n' for _ in range(60))
+                      + b"\xfe\n")
+    code, output = run_cli("trace", "stats", str(jsonl), "--format", "jsonl", "--columns",
+                           "prompt_tokens=input_toks,output_tokens=output_toks")
+    assert code == 2 and output.startswith(f"{jsonl}:101: more than 50 requests"), output
+
+
+@pytest.mark.parametrize("chunk_bytes", [100, 1 << 20])
+def test_a_line_longer_than_any_trace_line_is_refused(tmp_path, monkeypatch, chunk_bytes):
+    # the reader holds a line whole: one without an end would be read into memory whole
+    from clustersim import inputs
+    from clustersim.workload import traces
+
+    monkeypatch.setattr(traces, "MAX_LINE_BYTES", 1000)
+    monkeypatch.setattr(inputs, "CHUNK_BYTES", chunk_bytes)
+    path = write(tmp_path, "long.csv", AZURE_HEAD + "2023-11-16 18:15:46.1,5,3\n" + "9" * 5000)
+    with pytest.raises(InputError) as error:
+        load_trace(path)
+    assert str(error.value) == (f"{path}:3: a line longer than 1,000 bytes: not a trace (one "
+                                "request a line)")
+    path = write(tmp_path, "first.csv", "9" * 5000)
+    with pytest.raises(InputError) as error:
+        load_trace(path)
+    assert str(error.value).startswith(f"{path}:1: a line longer than")
+
+
+def test_a_corrupt_gz_says_so_before_what_its_bytes_decompressed_to(tmp_path, monkeypatch):
+    # a .gz's checksum is checked at its end: an error in its first rows (what damaged bytes
+    # may decompress to) gives way to the gzip error, as when the file was read whole
+    from clustersim import inputs
+
+    monkeypatch.setattr(inputs, "CHUNK_BYTES", 64)
+    data = gzip.compress((AZURE_HEAD + "2023-11-16 18:15:46.1,5,3\n2023-11-16 18:15:47.1,-4,3\n"
+                          + "2023-11-16 18:15:48.1,5,3\n" * 100).encode(), mtime=0)
+    path = tmp_path / "t.csv.gz"
+    path.write_bytes(data)
+    with pytest.raises(InputError, match="ContextTokens is negative"):
+        load_trace(path)
+    path.write_bytes(data[:-8] + bytes([data[-8] ^ 0xFF]) + data[-7:])  # the CRC-32
+    with pytest.raises(InputError) as error:
+        load_trace(path)
+    assert str(error.value).startswith(f"{path}: corrupt gzip file: CRC check failed")

@@ -13,7 +13,9 @@ overhead and efficiencies on three points of the group and scores all the others
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -23,6 +25,7 @@ from clustersim.calibration.sources import SPLITWISE_FILE
 from clustersim.catalog import load_gpu, load_model
 from clustersim.catalog.specs import GpuSpec
 from clustersim.cost.roofline import BatchShape, CostModel
+from clustersim.inputs import read_bytes
 
 HARDWARE = {"a100-80gb": "a100-80gb-sxm", "h100-80gb": "h100-sxm", "h100-80gb-pcap": "h100-sxm"}
 MODELS = {"llama2-70b": "llama-2-70b", "bloom-176b": "bloom-176b"}
@@ -49,9 +52,11 @@ class Point:
         return BatchShape.from_chunks([(1, context, True)] * self.batch_size)
 
 
-def load_points(path=SPLITWISE_FILE) -> dict[tuple[str, str, int], list[Point]]:
-    """Median of the repeats of each measured point, grouped by (model, hardware, TP)."""
-    frame = pd.read_csv(path)
+def load_points(path: Path | str = SPLITWISE_FILE) -> dict[tuple[str, str, int], list[Point]]:
+    """Median of the repeats of each measured point, grouped by (model, hardware, TP). The
+    file is read as every input is (``inputs.read_bytes``: a regular file or a pipe with a
+    writer, at most 16 MiB, not empty), then parsed by pandas."""
+    frame = pd.read_csv(io.BytesIO(read_bytes(path, "Splitwise table")))
     med = frame.groupby(_KEYS, as_index=False)[["prompt_time", "token_time"]].median()
     groups: dict[tuple[str, str, int], list[Point]] = {}
     for row in med.itertuples(index=False):
@@ -117,7 +122,8 @@ def _errors(pairs: list[tuple[float, float]]) -> tuple[float, float]:
     return float(np.abs(rel).mean() * 100), float(rel.mean() * 100)
 
 
-def validate_splitwise(path=SPLITWISE_FILE, profile: str = "calibrated") -> list[GroupScore]:
+def validate_splitwise(path: Path | str = SPLITWISE_FILE,
+                       profile: str = "calibrated") -> list[GroupScore]:
     """Zero-shot and few-shot scores of every group, and the ``all-rows`` bound: the same three
     parameters fitted on every row of the group (relative least squares) and scored on them,
     the best any rule's three points could do with this model. ``profile``: the calibrated
