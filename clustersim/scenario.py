@@ -48,7 +48,8 @@ class FixedCost(Strict):
     kind: Literal["fixed"]
     step_time_s: Annotated[PositiveFloat, Within(
         low=MIN_STEP_TIME_S, high=MAX_STEP_TIME_S, unit="s",
-        reason="a GPU runs one engine step in microseconds to seconds")]
+        reason="a GPU runs one engine step in microseconds to seconds")] = Field(
+        description="Seconds every engine step takes, whatever it runs.")
 
 
 Cost = kind_union(RooflineCost, FixedCost)
@@ -116,13 +117,16 @@ class Scenario(Strict):
         description="Names the output folders (runs/<name>, runs/plan/<name>, "
         "reports/<name>-<time>): letters, digits, '.', '_' and '-', at most 100."
     )
-    description: str | None = None
+    description: str | None = Field(None, description="Free text, shown in reports.")
     seed: Annotated[int, Within(
         low=0, high=MAX_SEED, reason="numpy's generators take non-negative seeds, and "
-        "clustersim keeps them within int64")] = 0
+        "clustersim keeps them within int64")] = Field(
+        0, description="Seeds every random draw of the run (arrivals, lengths, routers, "
+        "faults): the same scenario and seed give the same bytes.")
     model: str = Field(description="Catalog model id or a path to a HuggingFace config.json.")
     gpu: str = Field(description="Catalog GPU id.")
-    tensor_parallel_size: TensorParallelSize = 1
+    tensor_parallel_size: TensorParallelSize = Field(
+        1, description="vLLM --tensor-parallel-size: GPUs per engine, within one server.")
     data_parallel_size: DataParallelSize = Field(
         1,
         description="vLLM --data-parallel-size: engine ranks per instance behind its internal "
@@ -131,10 +135,14 @@ class Scenario(Strict):
     enable_expert_parallel: bool = Field(
         False, description="vLLM --enable-expert-parallel (MoE models): whole experts per GPU."
     )
-    engine: EngineSettings = EngineSettings()
-    workload: Workload
-    cost: Cost = RooflineCost()
-    slo: SLO | None = None
+    engine: EngineSettings = Field(
+        EngineSettings(), description="vLLM's engine arguments for every instance (a pool's "
+        "engine overrides them).")
+    workload: Workload = Field(description="The requests: listed, generated, replayed from a "
+                               "trace, or sent by a benchmark client.")
+    cost: Cost = Field(RooflineCost(), description="What prices an engine step.")
+    slo: SLO | None = Field(None, description="Latency limits for attainment and goodput; "
+                            "required by `clustersim plan`.")
     topology: TopologyRef | None = Field(
         None,
         description="Shipped topology name or a YAML path (relative to the scenario file), or "

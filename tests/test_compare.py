@@ -1,4 +1,6 @@
-"""Golden S7: keep a disaggregated layout only if throughput, p95 and the handoff all agree."""
+"""The keep-or-reject rule for a split: keep a disaggregated layout only if throughput, p95 and
+the handoff all agree (the worked case is golden_examples.md's S7: 100 -> 126 req/s, p95 180 ->
+150 ms, a handoff of 8 ms kept and of 18 ms rejected against a 10 ms budget)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Golden examples S1-S5, S8 and vLLM's G1-G8, end to end through ``clustersim simulate``.
+"""Worked examples of vLLM's scheduler (token budget, chunking, preemption, the admission gate,
+the long-prefill cap, the seat cap, prefix-cache hits, step policies), end to end through
+``clustersim simulate``; each test's name says its case and cites golden_examples.md's S1-S5,
+S8 or vllm_scheduler_spec.md's G1-G8.
 
 Each scenario uses a fixed 1 s step so that arrivals can be placed inside a chosen step:
 step k runs over [k, k+1) seconds, and a request arriving at k + 0.5 is first seen by step k+1.

@@ -168,7 +168,8 @@ def test_a_three_pool_screen_splits_the_traffic_as_the_cluster_routes_it():
     screen = Screen(scenario, load_model("llama-3.1-8b"), (prompts, outputs), 1.0,
                     scenario.slo, {"h100-sxm": dgx}, 1.0)
     classes = screen.classes()
-    # golden S6 with the cluster's thresholds (prompt > 2048, output > 256)
+    # the request classes (prefill-heavy, decode-heavy, mixed) with the cluster's thresholds
+    # (prompt > 2048, output > 256)
     assert classes["prefill_heavy"].share == pytest.approx(0.2)
     assert classes["decode_heavy"].share == pytest.approx(0.3)
     assert classes["mixed"].share == pytest.approx(0.5)  # both short, or both long

@@ -335,7 +335,8 @@ def test_compare_report_shows_both_runs_and_the_verdict(tmp_path):
     assert code == 0, output
     markdown = (report / "report.md").read_text()
     verdict = re.search(r"^verdict: (.+)$", output, re.M)[1]
-    assert f"Golden S7 on the same traffic and GPUs: {verdict}." in markdown
+    assert (f"The keep-or-reject rule for a split, on the same traffic and GPUs: {verdict}."
+            in markdown)
     reasons = [line.strip()[2:] for line in output.splitlines() if line.startswith("  - ")]
     assert reasons and all(f"\n- {reason}\n" in markdown for reason in reasons)
     bench = [b for b in pre_blocks(markdown) if "Serving Benchmark Result" in b]
@@ -683,18 +684,18 @@ def test_the_plan_report_slo_note_follows_the_run_at_goodput(planned):
             f"{where} the {slo['attainment_target']:.0%} target") in section
 
 
-def test_the_s7_sentence_says_whether_the_recommendation_agrees():
+def test_the_split_rule_sentence_says_whether_the_recommendation_agrees():
     from clustersim.plan.result import SplitVerdict
-    from clustersim.report.plan_report import s7_sentence
+    from clustersim.report.plan_report import split_rule_sentence
 
     keep = SplitVerdict(keep_split=True, reasons=(), rate_per_s=12.0)
     stay = SplitVerdict(keep_split=False, reasons=(), rate_per_s=12.0)
     split, colocated = make_candidate(), make_candidate("colocated")
-    assert "keep the split" in s7_sentence(keep, split)
-    assert s7_sentence(keep, split).endswith("agrees.")
-    assert s7_sentence(stay, colocated).endswith("agrees.")
-    assert "overrules it" in s7_sentence(stay, split)
-    assert "overrules it" in s7_sentence(keep, colocated)
+    assert "keep the split" in split_rule_sentence(keep, split)
+    assert split_rule_sentence(keep, split).endswith("agrees.")
+    assert split_rule_sentence(stay, colocated).endswith("agrees.")
+    assert "overrules it" in split_rule_sentence(stay, split)
+    assert "overrules it" in split_rule_sentence(keep, colocated)
 
 
 def test_the_timeline_caption_reads_the_steps_it_draws():

@@ -14,8 +14,10 @@ import typer
 
 from clustersim import native
 from clustersim.cli.calibrate import calibrate_cmd, validate_cmd
+from clustersim.cli.catalog import catalog_cmd
 from clustersim.cli.common import HELP_OPTIONS, Commands
 from clustersim.cli.compare import compare_cmd
+from clustersim.cli.docs import docs_cmd
 from clustersim.cli.plan import plan_cmd
 from clustersim.cli.simulate import simulate_cmd
 from clustersim.cli.step_time import step_time_cmd
@@ -53,6 +55,8 @@ app.command("step-time")(step_time_cmd)
 app.add_typer(trace_app, name="trace")
 app.command("calibrate")(calibrate_cmd)
 app.command("validate")(validate_cmd)
+app.command("catalog")(catalog_cmd)
+app.command("docs")(docs_cmd)
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -1,5 +1,5 @@
 """``clustersim compare``: the scenario colocated and disaggregated on the same traffic and
-GPUs, side by side, with golden S7's keep-or-reject verdict."""
+GPUs, side by side, with the verdict of the keep-or-reject rule for a split."""
 
 from __future__ import annotations
 

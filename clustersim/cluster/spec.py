@@ -88,7 +88,8 @@ class RouterSpec(Strict):
 
 
 class KVTransferSpec(Strict):
-    """How prefill instances hand the KV cache to decode instances (spec §7-§8)."""
+    """How prefill instances hand the KV cache to decode instances (vLLM's NIXL connector
+    or SGLang's push)."""
 
     connector: Literal["nixl", "sglang"] = Field(
         "nixl",
@@ -130,11 +131,18 @@ class LayoutSpec(Strict):
         "pool(s) -> decode pool(s); three_pool: prefill-heavy requests take the prefill -> "
         "decode path, decode-heavy ones go to the decode pool, the rest to a colocated pool.",
     )
-    pools: list[PoolSpec] = Field(min_length=1, max_length=64)
-    router: RouterSpec = Field(default_factory=RouterSpec, description="Colocated pools.")
-    prefill_router: RouterSpec = Field(default_factory=RouterSpec)
-    decode_router: RouterSpec = Field(default_factory=RouterSpec)
-    kv_transfer: KVTransferSpec = Field(default_factory=KVTransferSpec)
+    pools: list[PoolSpec] = Field(
+        min_length=1, max_length=64, description="The pools, each a group of identical "
+        "instances with one role; their names are unique.")
+    router: RouterSpec = Field(default_factory=RouterSpec,
+                               description="Picks the instance of the colocated pools.")
+    prefill_router: RouterSpec = Field(default_factory=RouterSpec,
+                                       description="Picks the prefill instance of a split.")
+    decode_router: RouterSpec = Field(default_factory=RouterSpec,
+                                      description="Picks the decode instance of a split.")
+    kv_transfer: KVTransferSpec = Field(
+        default_factory=KVTransferSpec,
+        description="How the prompt's KV cache moves from prefill to decode.")
     long_prompt_tokens: Tokens = Field(
         2048, description="three_pool: a prompt longer than this is prefill-heavy."
     )

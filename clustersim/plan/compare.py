@@ -1,7 +1,6 @@
-"""Colocated versus disaggregated on the same traffic and GPU count, and the keep-or-not rule.
-
-The rule is the source documents' (golden S7): keep the split only if throughput rises, p95
-latency does not get worse, and the KV handoff stays within its budget. No single metric decides.
+"""Colocated versus disaggregated on the same traffic and GPU count, and the keep-or-reject
+rule for a split: keep it only if throughput rises, p95 latency does not get worse, and the KV
+handoff stays within its budget. No single metric decides.
 """
 
 from __future__ import annotations
@@ -32,7 +31,8 @@ def split_verdict(
     handoff_budget_s: float,
     unit: str = "",
 ) -> Verdict:
-    """Golden S7: throughput must rise, no p95 may worsen, the handoff must fit its budget.
+    """The keep-or-reject rule for a split: throughput must rise, no p95 may worsen, the
+    handoff must fit its budget.
     ``unit`` names the throughput in the reasons (the planner compares goodput per GPU)."""
     reasons = []
     ok = True
@@ -144,9 +144,9 @@ def common_rate_verdict(
     job: Callable[[Candidate, int, float], Scenario],
     run: Callable[[str, list[Scenario]], list[RunSummary | str]],
 ) -> SplitVerdict | None:
-    """Golden S7 between the best split and the best colocated layout of a plan, both run at
-    the lowest goodput any seed of either found (the same offered traffic, which both carry
-    within the SLO); None unless one of the two is each."""
+    """The keep-or-reject rule between the best split and the best colocated layout of a plan,
+    both run at the lowest goodput any seed of either found (the same offered traffic, which
+    both carry within the SLO); None unless one of the two is each."""
     if runner_up is None:
         return None
     pair = {recommended.candidate.layout: recommended, runner_up.candidate.layout: runner_up}
@@ -155,7 +155,7 @@ def common_rate_verdict(
         return None
     assert colocated.goodput is not None and split.goodput is not None
     rate = min(*colocated.goodput.per_seed_per_s, *split.goodput.per_seed_per_s)
-    outcomes = run("golden S7 at a common rate",
+    outcomes = run("keep-or-reject rule: both at a common rate",
                    [job(colocated.candidate, 0, rate), job(split.candidate, 0, rate)])
     if any(isinstance(o, str) for o in outcomes):
         return None

@@ -140,7 +140,8 @@ class Screen:
     def _loads(self, candidate: Candidate) -> dict[str, tuple[float, float, str]]:
         """Per pool: (the share of the traffic it carries, requests/s one of its instances
         sustains, the limit that stops it). A disaggregated request passes both pools; a
-        three-pool layout routes each class to its path (golden S6, as the cluster does)."""
+        three-pool layout routes each class (prefill-heavy, decode-heavy, mixed) to its path,
+        as the cluster does."""
         engine = {p.role: self.engine(p.gpu, p.tensor_parallel_size, candidate)
                   for p in candidate.pools}
         size = {p.role: p.instances for p in candidate.pools}

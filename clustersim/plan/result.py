@@ -190,7 +190,8 @@ class CandidateResult:
 
 @dataclass(frozen=True)
 class SplitVerdict:
-    """Golden S7 between the best disaggregated and the best colocated candidate."""
+    """The keep-or-reject rule for a split, between the best disaggregated and the best
+    colocated candidate."""
 
     keep_split: bool
     reasons: tuple[str, ...]
@@ -357,7 +358,8 @@ class PlanResult:
     serve_commands: tuple[str, ...] = ()
     bench_command: str | None = None
     num_simulations: int = 0
-    """Every simulation the plan ran (bisection probes and the S7 pair)."""
+    """Every simulation the plan ran (bisection probes, the keep-or-reject pair, the cliff
+    and N+1 checks)."""
     num_simulated_requests: int = 0
     """The requests those simulations served, all together."""
     prices: dict[str, dict[str, Any]] = field(default_factory=dict)

@@ -113,7 +113,7 @@ class PlanSpec(Strict):
     )
     layouts: list[LayoutKind] = Field(
         ["colocated", "disaggregated"], min_length=1, max_length=3,
-        description="Layout kinds to consider. three_pool (golden S6): prefill-heavy requests "
+        description="Layout kinds to consider. three_pool: prefill-heavy requests "
         "take a prefill -> decode split, decode-heavy ones a decode pool, the rest a colocated "
         "pool, split by the layout's long_prompt_tokens / long_output_tokens (a scenario "
         "layout sets them, else 2048 / 256).",
@@ -172,7 +172,10 @@ class PlanSpec(Strict):
         "that server). The best candidates are checked in rank order until one does, and the "
         "answer says what survival costs.",
     )
-    search: SearchSettings = Field(default_factory=SearchSettings)
+    search: SearchSettings = Field(
+        default_factory=SearchSettings,
+        description="The goodput bisection's tolerance, the traffic draws per candidate and "
+        "how many candidates are simulated.")
 
     @model_validator(mode="after")
     def _objective_inputs(self) -> PlanSpec:

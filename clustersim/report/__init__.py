@@ -2,7 +2,7 @@
 
     PlanResult (+ full runs at goodput)  ->  plan_document      \\
     RunResult + RunSummary               ->  simulate_document   >  Document  ->  report.md + PNGs
-    two runs + golden S7's Verdict       ->  compare_document   /               report.html (inline)
+    two runs + the split's Verdict       ->  compare_document   /               report.html (inline)
 
 Figures are matplotlib on its Agg canvas, text is Jinja2 templates (package data). Nothing
 here computes a figure of merit: every number comes from the results it is handed, formatted

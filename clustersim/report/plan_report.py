@@ -163,7 +163,7 @@ def recommendation(result: PlanResult) -> list[Block]:
     out.append(_comparison(result, rec, result.runner_up))
     verdict = result.split_verdict
     if verdict is not None:
-        out += [Text.of(s7_sentence(verdict, rec)), Bullets.of(*verdict.reasons)]
+        out += [Text.of(split_rule_sentence(verdict, rec)), Bullets.of(*verdict.reasons)]
     if result.serve_commands:
         out += [Text.of("Deploy it:"), Pre("\n".join(result.serve_commands), "commands")]
     if result.bench_command:
@@ -172,13 +172,14 @@ def recommendation(result: PlanResult) -> list[Block]:
     return out
 
 
-def s7_sentence(verdict: SplitVerdict, rec: CandidateResult) -> str:
-    """Golden S7's opinion, and whether the recommendation (decided by goodput within the
-    SLO) agrees with it or overrules it."""
+def split_rule_sentence(verdict: SplitVerdict, rec: CandidateResult) -> str:
+    """The keep-or-reject rule for a split, and whether the recommendation (decided by
+    goodput within the SLO) agrees with it or overrules it."""
     keep = "keep the split" if verdict.keep_split else "stay colocated"
-    text = (f"Golden S7 between the two at {fmt.rate(verdict.rate_per_s)} req/s (a rate both "
-            f"carry): {keep}. Keep a split only if throughput rises, no p95 latency worsens "
-            "and the KV handoff fits its budget. ")
+    text = (f"The keep-or-reject rule for a split, between the two at "
+            f"{fmt.rate(verdict.rate_per_s)} req/s (a rate both carry): {keep}. Keep a split "
+            "only if throughput rises, no p95 latency worsens and the KV handoff fits its "
+            "budget. ")
     layout = rec.candidate.layout
     if layout not in ("colocated", "disaggregated"):
         return text + (f"The recommendation is {layout}, neither side of this comparison; "
@@ -188,7 +189,7 @@ def s7_sentence(verdict: SplitVerdict, rec: CandidateResult) -> str:
         return text + (f"The recommendation ({layout}, chosen by goodput within the SLO) "
                        "agrees.")
     return text + (f"The recommendation ({layout}) overrules it: goodput within the SLO "
-                   "decides, and S7 weighs p95 latency and the handoff on their own.")
+                   "decides, and the rule weighs p95 latency and the handoff on their own.")
 
 
 N1_HEADER = ("lost", "GPUs", "at (s)", "attainment over the run",

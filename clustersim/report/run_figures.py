@@ -1,6 +1,6 @@
 """Figures of one run's records (a ``RunResult``): latency CDFs against the SLO, the per-step
-timeline around the longest prompt's arrival (golden S10), KV-cache use and the waiting queue
-over time, the KV links of a disaggregated layout, and the SLO over time around failures.
+timeline around the longest prompt's arrival, KV-cache use and the waiting queue over time, the
+KV links of a disaggregated layout, and the SLO over time around failures.
 
 They plot the records as recorded: per-request latencies as the metrics layer defines them
 (``RequestTable``), step start and end times, token times, transfer times. A caption's "Here"
@@ -100,8 +100,9 @@ def longest_prompt(requests: list[Request]) -> Request | None:
 
 
 def step_timeline(label: str, run: RunResult, name: str = "timeline") -> Figure | None:
-    """Golden S10: step latency and each running stream's ITL on the instance that emits the
-    longest prompt's tokens (a split's decode instance), around that prompt's arrival."""
+    """Step latency and each running stream's ITL on the instance that emits the longest
+    prompt's tokens (a split's decode instance), around that prompt's arrival: what a long
+    prompt's chunks do to every stream sharing its steps."""
     long = longest_prompt(run.requests)
     if long is None or long.decode_instance is None:
         return None
@@ -158,9 +159,9 @@ def step_timeline(label: str, run: RunResult, name: str = "timeline") -> Figure 
         legend_outside(fig)
         what = _timeline_reading(instance, durations, chunked,
                                  split=long.handoff_start_s is not None)
-        caption = (f"Golden S10 on {label}: every engine step of {instance} (top, a bar "
-                   "from its start to its end at its latency) and the gap before each token of "
-                   "every request it emits (bottom, over the time it spans), from "
+        caption = (f"{label}: every engine step of {instance} (top, a bar from its start "
+                   "to its end at its latency) and the gap before each token of every request "
+                   "it emits (bottom, over the time it spans), from "
                    f"{pad:.2f} s before the longest prompt ({long.num_prompt_tokens:,} tokens) "
                    f"arrives to {pad:.2f} s after its first token. What to see: {what}.")
         return figure(fig, name, "step latency and ITL around the arrival of request "
@@ -283,9 +284,10 @@ def kv_links(label: str, run: RunResult, summary: RunSummary,
                    "of the busiest links over the run. Right: each transfer's time from its "
                    "request to its last byte (red) and what it would take alone on idle links "
                    "(green). What to see: the gap between the two is time lost to other "
-                   "transfers on the same links; golden S7 holds the handoffs' p95 to the "
-                   f"budget line. Here the transfers took {np.median(took):,.2f} ms at the "
-                   f"median as they ran, against {np.median(ideal):,.2f} ms alone")
+                   "transfers on the same links; the keep-or-reject rule for a split holds the "
+                   "handoffs' p95 to the budget line. Here the transfers took "
+                   f"{np.median(took):,.2f} ms at the median as they ran, against "
+                   f"{np.median(ideal):,.2f} ms alone")
         if handoff_budget_s is None:
             caption += "."
         else:

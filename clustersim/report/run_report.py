@@ -1,6 +1,7 @@
 """The reports of ``simulate`` (one run) and ``compare`` (the scenario colocated and
-disaggregated on the same traffic, with golden S7's verdict): each run in ``vllm bench
-serve``'s words, its SLO verdict, the figures of its records, the assumptions."""
+disaggregated on the same traffic, with the keep-or-reject rule's verdict on the split): each
+run in ``vllm bench serve``'s words, its SLO verdict, the figures of its records, the
+assumptions."""
 
 from __future__ import annotations
 
@@ -112,7 +113,7 @@ def comparison_table(colocated: RunSummary, split: RunSummary) -> Table:
         for p in (50, 95, 99):
             rows.append((f"{name} p{p} (ms)", fmt.ms(getattr(colocated, key).percentile(p)),
                          fmt.ms(getattr(split, key).percentile(p))))
-    rows.append(("S7 throughput (req/s)", fmt.rate(throughput(colocated)),
+    rows.append(("throughput (req/s)", fmt.rate(throughput(colocated)),
                  fmt.rate(throughput(split))))
     rows.append(("output tokens/s", fmt.tokens_per_s(colocated.throughput.output_tokens_per_s),
                  fmt.tokens_per_s(split.throughput.output_tokens_per_s)))
@@ -137,10 +138,10 @@ def compare_document(runs: dict[str, tuple[RunResult, RunSummary]], verdict: Ver
     colocated, split = runs["colocated"][1], runs["disaggregated"][1]
     keep = "keep the disaggregated layout" if verdict.keep_split else "stay colocated"
     verdict_blocks: list[Block] = [
-        Text.of(f"Golden S7 on the same traffic and GPUs: {keep}. A split is kept only if "
-                "throughput (requests meeting the SLO per second over the run, or finished "
-                "ones without an SLO) rises, no p95 latency worsens and the KV handoff p95 "
-                f"fits its {fmt.limit_ms(handoff_budget_s)} budget."),
+        Text.of(f"The keep-or-reject rule for a split, on the same traffic and GPUs: {keep}. "
+                "A split is kept only if throughput (requests meeting the SLO per second over "
+                "the run, or finished ones without an SLO) rises, no p95 latency worsens and "
+                f"the KV handoff p95 fits its {fmt.limit_ms(handoff_budget_s)} budget."),
         Bullets.of(*verdict.reasons),
         comparison_table(colocated, split),
     ]
