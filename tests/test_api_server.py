@@ -30,6 +30,7 @@ def _files(data: dict, out: Path) -> dict[str, bytes]:
     return {f.name: f.read_bytes() for f in sorted(out.iterdir())}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
 def test_a_zero_api_server_changes_no_byte_of_any_shipped_scenario(path, tmp_path):
     data = yaml.safe_load(path.read_text())

@@ -35,6 +35,7 @@ def make_gpu(**overrides):
 
 
 # ------------------------------------------------------------ data separation
+@pytest.mark.slow
 def test_calibration_reads_no_validation_file(monkeypatch):
     """Spy on every way the fit opens a file: all under fit/, none under validation/."""
     opened: list[Path] = []
@@ -68,6 +69,7 @@ def test_calibration_reads_no_validation_file(monkeypatch):
     assert fit_files() and all(VALIDATION_DIR not in p.parents for p in fit_files())
 
 
+@pytest.mark.slow
 def test_shipped_profiles_are_what_calibrate_writes():
     sets = calibrate_sets()
     shipped = yaml.safe_load(CATALOG_PROFILE.read_text())

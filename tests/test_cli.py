@@ -37,6 +37,7 @@ def test_simulate_writes_the_three_files_with_the_documented_columns(tmp_path):
     assert result["summary"]["num_finished"] == 1
 
 
+@pytest.mark.slow
 def test_shipped_scenarios_run_and_are_byte_identical_across_runs(tmp_path):
     for path in sorted((ROOT / "scenarios").glob("*.yaml")):
         outputs = []

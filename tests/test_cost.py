@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clustersim.catalog import load_gpu, load_model
@@ -213,6 +213,7 @@ def test_tp2_adds_communication():
     assert CostModel(model, gpu, 2).step_time(batch).communication_s > 0.0
 
 
+@settings(deadline=None)  # no wall-clock limit per example
 @given(
     prefill=st.integers(0, 4096),
     prefix=st.integers(0, 8192),
@@ -237,6 +238,7 @@ RUN_SETUPS = [("llama-3.1-8b", "h100-sxm", 1, 1), ("llama-3.1-8b", "a100-40gb-sx
               ("qwen3-30b-a3b", "h100-sxm", 1, 4), ("qwen2.5-7b-instruct", "rtx4090", 1, 1)]
 
 
+@settings(deadline=None)  # no wall-clock limit per example
 @given(st.sampled_from(RUN_SETUPS), st.integers(1, 300), st.integers(0, 3_000_000),
        st.integers(1, 40))
 def test_a_decode_run_is_priced_step_by_step_bit_for_bit(setup, decodes, context, steps):

@@ -216,6 +216,7 @@ def test_bad_input_is_path_message_and_exit_2(tmp_path, monkeypatch, files, argv
     assert "Traceback" not in output and len(output.strip().splitlines()) <= 11
 
 
+@pytest.mark.slow
 def test_many_unknown_keys_are_ten_lines_and_a_count(tmp_path):
     data = scenario(**{f"k{i}": i for i in range(100_000)})
     path = tmp_path / "s.yaml"
@@ -253,6 +254,7 @@ def test_a_bare_command_group_prints_its_help_once_and_exits_0():
         assert code == 0 and output.count("Usage:") == 1, output
 
 
+@pytest.mark.slow
 def test_calibrate_writes_only_where_out_says(tmp_path, monkeypatch):
     import clustersim.catalog
 

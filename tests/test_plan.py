@@ -182,12 +182,18 @@ def test_the_same_plan_serially_in_a_process_pool_and_twice():
     assert json.dumps(plan(data).to_json()) == json.dumps(serial)
 
 
-def test_the_ray_executor_gives_the_process_pools_plan():
+@pytest.mark.slow
+def test_the_ray_executor_gives_the_process_pools_plan(monkeypatch):
     ray = pytest.importorskip("ray")
     from clustersim.plan.executors import RayExecutor
 
     data = scenario(plan={"gpu_budget": 2, "layouts": ["colocated", "disaggregated"]})
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # a Ray of its own, never one already running on the machine: address="local" starts a
+    # new local instance even when another runs, and RAY_ADDRESS (which ray.init reads only
+    # when the address is None or "auto") is cleared so its workers do not inherit it either
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert not ray.is_initialized()
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         on_ray = plan(data, RayExecutor()).to_json()
     finally:

@@ -115,6 +115,7 @@ def test_docs_page_is_generated():
 
 
 # ----------------------------------------------------------------------- CLI
+@pytest.mark.slow
 def test_calibrate_cli_writes_a_profile(tmp_path):
     out = tmp_path / "cal.yaml"
     code, output = run_cli("calibrate", "--out", str(out))
@@ -162,6 +163,7 @@ def test_calibrate_cli_bad_input(args, path):
     assert code == 2 and output.strip().splitlines()[-1].startswith(f"{path}:"), output
 
 
+@pytest.mark.slow
 def test_validate_cli_prints_tables_and_writes_docs(tmp_path):
     page = tmp_path / "validation.md"
     code, output = run_cli("validate", "--write-docs", str(page))

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clustersim.scenario import load_scenario, parse_scenario
@@ -266,6 +266,7 @@ def test_a_diurnal_rate_curve_is_followed_hour_by_hour():
     assert abs(np.sum(stepped >= 200) - 2000) < 4 * np.sqrt(2000)
 
 
+@settings(deadline=None)  # no wall-clock limit per example
 @given(st.floats(min_value=0.0, max_value=1000.0))
 def test_rate_curve_inverse_undoes_the_cumulative(t):
     curve = RateCurve(np.array([0.0, 10.0, 25.0, 40.0]), np.array([3.0, 0.0, 0.0, 7.0]),
@@ -343,6 +344,7 @@ def test_golden_s6_classification():
     assert classify_request(4000, 64, long_prompt_threshold=8192) == "mixed"
 
 
+@settings(deadline=None)  # no wall-clock limit per example
 @given(st.lists(st.tuples(st.integers(1, 10_000), st.integers(1, 2_000)), min_size=1,
                 max_size=50), st.integers(1, 9000))
 def test_class_counts_agree_with_the_classifier(pairs, threshold):
