@@ -70,25 +70,33 @@ def read_bytes(path: Path | str, what: str, *, max_bytes: int = MAX_CONFIG_BYTES
     """
     path = Path(path)
     where = where or str(path)
+    too_large = InputError(where, f"{what} file larger than {max_bytes // MIB:,} MiB; "
+                           "clustersim reads it whole into memory")
+    gz = path.suffix == ".gz"
     try:
-        data = _read_file(path, what, where, max_bytes + 1)
+        data = _read_file(path, what, where, max_bytes + 1,
+                          None if gz else too_large)
     except OSError as error:
         raise InputError(where, f"cannot read {what}: {error.strerror or error}") from None
     except ValueError as error:  # a NUL byte in the path
         raise InputError(where, f"cannot read {what}: {error}") from None
-    if path.suffix == ".gz":
+    if gz:
         data = _gunzip(data, where, max_bytes)
     if len(data) > max_bytes:
-        raise InputError(where, f"{what} file larger than {max_bytes // MIB:,} MiB; "
-                         "clustersim reads it whole into memory")
+        raise too_large
     if not data.strip():
         raise InputError(f"{where}:1", "empty file")
     return data
 
 
-def _read_file(path: Path, what: str, where: str, limit: int) -> bytes:
-    """At most ``limit`` bytes of ``path``, once it is known that reading it ends."""
+def _read_file(path: Path, what: str, where: str, limit: int,
+               too_large: InputError | None) -> bytes:
+    """At most ``limit`` bytes of ``path``, once it is known that reading it ends;
+    ``too_large`` is raised before anything is read when the file says it holds ``limit``
+    bytes or more (a sparse 1 GiB file is refused at once, not after a GiB of reading)."""
     with _open_checked(path, what, where) as (f, size):
+        if too_large is not None and size >= limit:
+            raise too_large
         return _read_up_to(f, limit, size)
 
 

@@ -4,10 +4,21 @@ and coalesced runs match the step-by-step loop."""
 
 from __future__ import annotations
 
+import csv
+import json
+import random
+import re
+from collections import Counter
+from unittest import mock
+
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from clustersim.output import write_run
 from clustersim.scenario import parse_scenario
+from clustersim.sim import build_workload, run_scenario
+from clustersim.workload.benchmark import WARMUP_PREFIX
 from tests.test_cluster_properties import (
     cases,
     data_parallel_cases,
@@ -138,3 +149,117 @@ def test_faulty_data_parallel_runs_end_every_request(case):
 @given(dp_fault_cases(), st.sampled_from([0.01, 0.001]))
 def test_faulty_data_parallel_clusters_coalesce_exactly(case, quantum):
     _same_cluster_run(_dp(case), case[0], case[4], quantum)
+
+
+# ------------------------------------------------ fault tallies against the rows
+def _benchmark_fault_scenario(seed: int) -> dict:
+    """A benchmark client (warm-ups, a concurrency limit, retries) on a random layout of two
+    DGX H100 nodes, with random instance and node failures, repaired or not, at random times;
+    drawn from ``seed``."""
+    draw = random.Random(seed)
+    split = draw.random() < 0.5
+    if split:
+        pools = [{"name": "p", "role": "prefill", "instances": draw.choice([1, 2]),
+                  "nodes": ["node0"]},
+                 {"name": "d", "role": "decode", "instances": draw.choice([1, 2]),
+                  "nodes": ["node1"]}]
+        layout = {"kind": "disaggregated", "pools": pools,
+                  "kv_transfer": {"kv_load_failure_policy": draw.choice(["fail", "recompute"])}}
+    else:
+        pools = [{"name": "m", "instances": draw.choice([1, 2, 3]),
+                  "nodes": draw.choice([["node0"], ["node0", "node1"]])}]
+        layout = {"kind": "colocated", "pools": pools}
+    names = [f"{p['name']}-{i}" for p in pools for i in range(p["instances"])]
+    events = []
+    for _ in range(draw.randint(1, 3)):
+        event = {"kind": draw.choice(["instance", "instance", "node"]),
+                 "at_s": draw.choice([0.0, *(round(draw.uniform(0.0, 0.6), 3),) * 3])}
+        event["name"] = draw.choice(names if event["kind"] == "instance" else ["node0",
+                                                                               "node1"])
+        if draw.random() < 0.6:
+            event["repair_after_s"] = round(draw.uniform(0.05, 2.0), 3)
+        events.append(event)
+    concurrency = draw.choice([1, 2, 4, 16])
+    return {
+        "name": "tallies", "seed": seed, "model": "llama-3.1-8b", "gpu": "h100-sxm",
+        "topology": "dgx-h100-x2", "layout": layout,
+        "cost": {"kind": "fixed", "step_time_s": draw.choice([0.005, 0.02])},
+        "workload": {"kind": "benchmark", "num_prompts": draw.randint(10, 40),
+                     "num_warmups": draw.randint(1, 2 * concurrency),
+                     "max_concurrency": concurrency,
+                     "lengths": {"kind": "independent", "prompt_tokens": draw.choice([8, 64]),
+                                 "output_tokens": draw.choice([4, 16])}},
+        "faults": {"events": events,
+                   "kv_transfer_failure_probability": (draw.choice([0.0, 0.3, 0.6, 0.6]) if split
+                                                       else 0.0),
+                   "client": {"max_retries": draw.randint(0, 3),
+                              "retry_delay_s": draw.choice([0.0, 0.05, 0.3])}},
+    }
+
+
+def _lost_to(reason: str | None) -> str | None:
+    """The failure a ``lost: <failure>[ (sent N times)]`` reason names (None: not lost)."""
+    if not (reason or "").startswith("lost: "):
+        return None
+    return re.sub(r" \(sent \d+ times\)$", "", reason[len("lost: "):])
+
+
+def _adds_up(tally) -> None:
+    """One tally (a failure's, or the warm-ups'): each attempt it lost was sent again or
+    failed, and only a failed KV load was recomputed."""
+    assert tally.num_lost == tally.num_retried + tally.num_failed, tally
+    assert tally.num_recomputed <= tally.num_kv_load_failures, tally
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_fault_tallies_equal_the_rows_of_benchmarks_with_warm_ups(seed, tmp_path):
+    data = _benchmark_fault_scenario(seed)
+    built = []
+
+    def capture(*args, **kwargs):
+        built.append(build_workload(*args, **kwargs))
+        return built[-1]
+
+    with mock.patch("clustersim.sim.build_workload", capture):
+        result = run_scenario(parse_scenario(data))
+    warmups, rows = built[0].warmups, result.requests
+    workload = data["workload"]
+    # measured requests and warm-ups each counted once, each where it belongs
+    assert len(rows) == workload["num_prompts"] and len(warmups) == workload["num_warmups"]
+    assert not any(r.request_id.startswith(WARMUP_PREFIX) for r in rows)
+    log = result.faults
+    measured = list(log.tallies.values())
+    for tally in [*measured, log.warmups]:
+        _adds_up(tally)
+    # each failure's failed requests are the rows rejected naming it, its retries theirs
+    assert Counter(_lost_to(r.reject_reason) for r in rows if _lost_to(r.reject_reason)) == {
+        t.label: t.num_failed for t in measured if t.num_failed}
+    assert sum(t.num_retried for t in measured) == sum(r.num_retries for r in rows)
+    for r in rows:
+        tries = re.search(r"\(sent (\d+) times\)$", r.reject_reason or "")
+        assert (int(tries.group(1)) if tries else 1) == r.num_retries + 1 or not _lost_to(
+            r.reject_reason)
+    # the warm-ups' tally is theirs alone
+    w = log.warmups
+    assert w.num_failed == sum(1 for r in warmups if _lost_to(r.reject_reason))
+    assert w.num_retried == sum(r.num_retries for r in warmups)
+    # what the summary, requests.csv and summary.json say
+    summary = write_run(result, tmp_path)
+    f = summary.faults
+    assert (f.num_lost, f.num_failed, f.num_retries) == (
+        sum(t.num_lost for t in measured), sum(t.num_failed for t in measured),
+        sum(r.num_retries for r in rows))
+    assert f.num_retried_requests == sum(1 for r in rows if r.num_retries)
+    assert (f.warmups is None) == (w.num_lost == 0 and w.num_kv_load_failures == 0)
+    if f.warmups is not None:
+        assert (f.warmups.num_lost, f.warmups.num_retried, f.warmups.num_failed) == (
+            w.num_lost, w.num_retried, w.num_failed)
+    with (tmp_path / "requests.csv").open(newline="") as file:
+        csv_rows = list(csv.DictReader(file))
+    assert sum(int(row["retries"]) for row in csv_rows) == f.num_retries
+    assert sum(1 for row in csv_rows if row["outcome"].startswith("rejected: lost: ")) == (
+        f.num_failed)
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert written["num_rejected"] == sum(1 for r in rows if r.reject_reason)
+    assert written["faults"]["num_failed"] == f.num_failed
+    assert written["faults"]["num_retries"] == f.num_retries

@@ -1,28 +1,45 @@
-"""The fuzz campaign's quick run (the long one: ``python -m tests.fuzz --cases 10000``), and
-its classifier on hand-made answers."""
+"""The fuzz campaign's quick runs (the long one: ``python -m tests.fuzz --cases 10000``), its
+file-level mutator, and its classifier on hand-made answers."""
 
 from __future__ import annotations
 
+import os
+import signal
+import stat
 from pathlib import Path
+
+import pytest
 
 from tests.fuzz import checks, generate
 from tests.fuzz.runner import FAILURES, OK, Campaign
 from tests.fuzz.strategies import SOURCES
 
+SMOKE_CASES = 30
 QUICK_CASES = 150
 
 
-def test_a_quick_fuzz_campaign_has_no_failures():
-    cases = generate(QUICK_CASES, seed=20261201)
-    assert {case.source for case in cases} == {source for source, _, _ in SOURCES}
+def _campaign(num_cases: int, seed: int) -> None:
+    cases = generate(num_cases, seed=seed)
     with Campaign(jobs=2) as campaign:
         report = campaign.run(cases)
-    assert report.num_cases == QUICK_CASES
+    assert report.num_cases == num_cases
     assert report.total[OK] > 0
     failures = [f"{r.outcome}: clustersim {' '.join(r.case.argv)}: {r.detail[:300]}"
                 for r in report.failures]
     assert not failures, "\n".join(failures)
     assert not set(report.total) & set(FAILURES)
+
+
+def test_a_fuzz_smoke_run_has_no_failures():
+    # every source, the file-level one included, a few cases each (seconds)
+    _campaign(SMOKE_CASES, seed=7)
+
+
+@pytest.mark.slow
+def test_a_quick_fuzz_campaign_has_no_failures():
+    assert {case.source for case in generate(QUICK_CASES, seed=20261201)} == {
+        source for source, _, _ in SOURCES}
+    _campaign(QUICK_CASES, seed=20261201)
 
 
 def test_the_same_seed_draws_the_same_cases():
@@ -67,28 +84,105 @@ def test_run_outputs_catch_non_finite_numbers_and_broken_invariants(tmp_path: Pa
     assert any("3 KV blocks used of 2" in p for p in problems)
 
 
-def test_the_worker_stops_a_run_at_its_time_and_memory_limits(tmp_path: Path):
-    import os
-
-    from tests.fuzz.runner import MEMORY, TIMEOUT, Worker, classify
+def test_the_worker_stops_a_run_at_its_cpu_wall_and_memory_limits(tmp_path: Path):
+    from tests.fuzz.runner import HANG, MEMORY, TIMEOUT, Worker, classify
     from tests.fuzz.strategies import Case
 
     os.mkfifo(tmp_path / "fifo")
-    # a writer that never writes: reading the pipe waits for ever (one with no writer at all
-    # is refused at once)
+    # a writer that never writes: reading the pipe waits for ever without spending CPU, which
+    # only the wall-clock backstop ends (one with no writer at all is refused at once)
     writer = os.open(tmp_path / "fifo", os.O_RDWR)
     worker = Worker(hash_seed=1)
     try:
-        answer = worker.run(tmp_path, ["trace", "stats", "fifo"], timeout_s=1.0)
-        assert answer["timed_out"] and 1.0 <= answer["wall_s"] < 5.0
+        answer = worker.run(tmp_path, ["trace", "stats", "fifo"], wall_s=1.0)
+        assert answer["hung"] and not answer["past_cpu"] and 1.0 <= answer["wall_s"] < 5.0
+        assert answer["cpu_s"] < 0.5
         case = Case("test", ("trace", "stats", "fifo"))
-        assert classify(case, tmp_path, answer)[0] == TIMEOUT
+        assert classify(case, tmp_path, answer)[0] == HANG
+        # a plan of the quick start takes seconds of CPU: stopped by SIGXCPU at 1 s
+        quickstart = str(Path(__file__).parents[1] / "scenarios" / "quickstart.yaml")
+        argv = ["plan", quickstart, "--executor", "serial", "--no-report", "--out", "p"]
+        answer = worker.run(tmp_path, argv, cpu_s=1.0)
+        assert answer["past_cpu"] and answer["signal"] == signal.SIGXCPU, answer
+        assert 0.9 <= answer["cpu_s"] < 2.5 and not answer["hung"]  # (ticks, not exact)
+        assert classify(Case("test", tuple(argv)), tmp_path, answer)[0] == TIMEOUT
+        assert not list(tmp_path.glob("core*"))  # no core dump left in the case folder
         # a whole run (thousands of requests) cannot fit in 64 MB of address space, whatever
         # the fork server had already mapped; a scenario that fails validation early might
-        quickstart = str(Path(__file__).parents[1] / "scenarios" / "quickstart.yaml")
         argv = ["simulate", quickstart, "--out", "out"]
         answer = worker.run(tmp_path, argv, memory_bytes=64 << 20)
         assert classify(Case("test", tuple(argv)), tmp_path, answer)[0] == MEMORY
     finally:
         worker.close()
         os.close(writer)
+
+
+# ------------------------------------------------------------ file-level mutator
+def test_the_file_level_mutator_makes_every_kind_of_file(tmp_path: Path):
+    from tests.fuzz.files import make_special
+
+    root, outside = tmp_path / "case", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "victim.txt").write_text("precious\n")
+    (root / "s.yaml").write_text("name: x\n")
+    (root / "t.csv").write_text("a,p,o\n")
+    for name, kind, argument in [
+            ("fifo", "fifo", ""), ("sock", "socket", ""), ("zero", "device", "zero"),
+            ("out/link", "link", "{outside}/victim.txt"), ("loop", "link", "loop"),
+            ("s.yaml", "pad", str(1 << 20)), ("t.csv", "sparse", str(1 << 30))]:
+        make_special(root, outside, name, kind, argument)
+    assert stat.S_ISFIFO((root / "fifo").lstat().st_mode)
+    assert stat.S_ISSOCK((root / "sock").lstat().st_mode)
+    assert stat.S_ISCHR((root / "zero").stat().st_mode)  # a device, or a link to /dev/zero
+    assert (root / "out" / "link").read_text() == "precious\n"
+    assert os.readlink(root / "out" / "link") == str(outside.resolve() / "victim.txt")
+    assert (root / "loop").is_symlink() and not (root / "loop").exists()
+    padded = (root / "s.yaml").read_bytes()
+    assert len(padded) == 1 << 20 and padded.startswith(b"name: x\n\n###")
+    assert (root / "t.csv").stat().st_size == 1 << 30
+    assert (root / "t.csv").stat().st_blocks * 512 < 1 << 20  # a hole, not a GiB on disk
+
+
+def test_file_cases_cover_inputs_outputs_and_their_hazards():
+    from tests.fuzz import _draw
+    from tests.fuzz.files import SOURCE, file_cases
+
+    cases = _draw(file_cases(), 200, seed=3)
+    assert {case.source for case in cases} == {SOURCE}
+    kinds = {kind for case in cases for _, kind, _ in case.specials}
+    assert kinds == {"fifo", "socket", "device", "link", "pad", "sparse"}
+    assert {case.argv[0] for case in cases} == {"simulate", "plan", "compare", "calibrate",
+                                                "trace"}
+    assert any(name.startswith("out/") for case in cases for name, _, _ in case.specials)
+
+
+def test_a_change_beside_the_case_folder_is_a_failure(tmp_path: Path):
+    from tests.fuzz.runner import OUTSIDE_CHANGED, Worker, _beside, _changed_beside, _write_files
+    from tests.fuzz.strategies import Case
+
+    case = Case("files", ("simulate", "s.yaml"), (("../outside/s.yaml", b"name: x\n"),),
+                (("out/summary.json", "link", "../../outside/victim.txt"),))
+    folder = tmp_path / "a" / "case"
+    _write_files(folder, case)
+    before = _beside(folder)
+    assert sorted(before) == ["outside", "outside/dir", "outside/dir/victim.txt",
+                              "outside/s.yaml", "outside/victim.txt"]
+    (folder / "out" / "summary.json").write_text("{}\n")  # written through the link
+    (folder / "out" / "new.json").write_text("{}\n")  # inside: nobody's business
+    (tmp_path / "a" / "escaped").mkdir()
+    assert _changed_beside(before, _beside(folder)) == (
+        "outside/victim.txt changed; escaped created")
+    assert OUTSIDE_CHANGED in FAILURES and Worker  # (the runner counts it as a failure)
+
+
+def test_docs_check_may_exit_1_where_the_pages_are_missing(tmp_path: Path):
+    from tests.fuzz.runner import OTHER_EXIT, STALE, classify
+    from tests.fuzz.strategies import Case
+
+    (tmp_path / "stdout.txt").write_text("docs/commands.md: missing\n")
+    (tmp_path / "stderr.txt").write_text("run `clustersim docs --write` to update them\n")
+    answer = {"code": 1, "signal": None, "wall_s": 0.1, "cpu_s": 0.1, "maxrss_bytes": 1,
+              "past_cpu": False, "hung": False}
+    assert classify(Case("x", ("docs", "--check")), tmp_path, answer)[0] == STALE
+    assert classify(Case("x", ("docs",)), tmp_path, answer)[0] == OTHER_EXIT

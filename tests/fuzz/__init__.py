@@ -4,10 +4,12 @@ each outcome classified (``python -m tests.fuzz --cases 10000``; a quick run is 
 
 Cases are drawn by the hypothesis strategies of :mod:`tests.fuzz.strategies` (mutated shipped
 scenarios and files, scenarios built from the JSON schema the models export, malformed traces
-in every format, command lines) and run by :mod:`tests.fuzz.runner` in fork servers
-(:mod:`tests.fuzz.worker`) with 20 s and 2 GB each. An input must end in exit 0 with outputs
-that hold the run's invariants and rerun to the same bytes, or in exit 2 with a few ``path:
-message`` lines; anything else is a failure.
+in every format, command lines, and :mod:`tests.fuzz.files`' special files, links and size
+extremes) and run by :mod:`tests.fuzz.runner` in fork servers (:mod:`tests.fuzz.worker`) with
+30 s of CPU time and 2 GB each (and a wall-clock backstop against a hang). An input must end
+in exit 0 with outputs that hold the run's invariants and rerun to the same bytes, or in exit
+2 with a few ``path: message`` lines, and change nothing beside its folder; anything else is a
+failure.
 """
 
 from __future__ import annotations

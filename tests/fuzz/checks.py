@@ -24,15 +24,16 @@ _EPS_S = 1e-9
 
 
 # ------------------------------------------------------------------- exit 2
-def error_lines(stderr: str) -> list[str]:
-    """Problems with an exit-2 answer: one to a few ``path: message`` lines, each with a
-    non-empty path, no internals."""
+def error_lines(stderr: str, max_lines: int | None = None) -> list[str]:
+    """Problems with an exit-2 answer: one to a few ``path: message`` lines (at most
+    ``max_lines``, default :data:`MAX_LINES`), each with a non-empty path, no internals."""
+    max_lines = max_lines or MAX_LINES
     lines = stderr.rstrip("\n").split("\n") if stderr.strip() else []
     if not lines:
         return ["exit 2 without a message"]
     problems = []
-    if len(lines) > MAX_LINES:
-        problems.append(f"{len(lines)} lines (at most {MAX_LINES})")
+    if len(lines) > max_lines:
+        problems.append(f"{len(lines)} lines (at most {max_lines})")
     for line in lines:
         if _MORE.match(line):
             continue
@@ -204,9 +205,16 @@ def _option(argv: list[str], name: str, default: str) -> str:
     return value
 
 
-def tree_bytes(folder: Path) -> dict[str, bytes]:
-    """Every file under ``folder`` by its relative path (a rerun must give the same)."""
+def tree_bytes(folder: Path, skip: set[str] | frozenset[str] = frozenset()
+               ) -> dict[str, bytes]:
+    """Every file under ``folder`` by its relative path (a rerun must give the same), but
+    those named in ``skip`` (a case's inputs: a link to a file is read as the file; a pipe,
+    a device or a link to one is not a file)."""
     if not folder.is_dir():
         return {}
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file()}
+    found = {}
+    for path in sorted(folder.rglob("*")):
+        name = str(path.relative_to(folder))
+        if name not in skip and name + "/" not in skip and path.is_file():
+            found[name] = path.read_bytes()
+    return found

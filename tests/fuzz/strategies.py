@@ -1,7 +1,7 @@
 """Hypothesis strategies that draw fuzz cases: a ``clustersim`` command line and the files it
 reads, as a new user and a hostile one would write them.
 
-Eleven sources, each a row of the campaign's table:
+Twelve sources, each a row of the campaign's table:
 
 - **scenario fields**: a shipped scenario (its traffic cut to at most 40 requests so a run
   takes well under a second) with one to three of: a key deleted, a value replaced by an odd
@@ -23,10 +23,15 @@ Eleven sources, each a row of the campaign's table:
 - **topologies**, **GPU profiles**, **HF configs**, **request records**: the other files a
   scenario or ``calibrate`` reads, mutated like scenarios;
 - **command lines**: every command and option of the CLI (read from Click's command tree)
-  with odd values, unknown options and commands, ``-h``, ``--version``.
+  with odd values, unknown options and commands, ``-h``, ``--version``;
+- **files**: the file-level mutator (:mod:`tests.fuzz.files`): each file a command reads made
+  a pipe, a socket, a device, a link (to a folder, dangling, a loop, to a file outside the
+  case folder), empty, one byte past its size limit or a sparse giant, and each output folder
+  seeded with links out of it, pipes, sockets and folders under the names the command writes.
 
 Output paths are never drawn from the odd strings: a command writes only inside its case
-folder or tries one of a few places it cannot write (/proc, /sys, a missing folder).
+folder or tries one of a few places it cannot write (/proc, /sys, a missing folder); the
+runner checks that nothing beside the case folder changed.
 """
 
 from __future__ import annotations
@@ -51,11 +56,15 @@ MAX_CASE_REQUESTS = 40
 @dataclass(frozen=True)
 class Case:
     """One command line and the files it reads, relative to the folder it runs in (a path
-    ending in ``/`` is a folder)."""
+    ending in ``/`` is a folder; one under ``../outside/`` lies beside that folder, where the
+    command must write nothing), and the special files made after them (``(path, kind,
+    argument)``: a pipe, a socket, a device, a link, a padded or sparse file; see
+    :func:`tests.fuzz.files.make_special`)."""
 
     source: str
     argv: tuple[str, ...]
     files: tuple[tuple[str, bytes], ...] = ()
+    specials: tuple[tuple[str, str, str], ...] = ()
 
 
 # ----------------------------------------------------------------- values
@@ -932,8 +941,14 @@ def cli_cases(draw: st.DrawFn) -> Case:
 
 
 # ------------------------------------------------------------------- mix
+def _file_cases() -> st.SearchStrategy[Case]:
+    from tests.fuzz.files import file_cases  # (that module builds on this one)
+
+    return file_cases()
+
+
 SOURCES: list[tuple[str, int, st.SearchStrategy[Case]]] = [
-    ("scenario fields", 24, scenario_fields()),
+    ("scenario fields", 16, scenario_fields()),
     ("plan sections", 4, plan_sections()),
     ("scenario bytes", 10, scenario_bytes()),
     ("schema, broken", 10, schema_scenario(0.04)),
@@ -944,6 +959,7 @@ SOURCES: list[tuple[str, int, st.SearchStrategy[Case]]] = [
     ("HF configs", 4, hf_config_cases()),
     ("request records", 3, records_cases()),
     ("command lines", 10, cli_cases()),
+    ("files", 8, st.deferred(_file_cases)),
 ]
 """(source, weight in 100, strategy): how the campaign's cases are drawn."""
 
