@@ -77,7 +77,7 @@ class Dispatch:
             self._three_pool(request)
 
     def _three_pool(self, request: Request) -> None:
-        """Golden S6: a long prompt with a short output takes the prefill -> decode path, a
+        """Three pools: a long prompt with a short output takes the prefill -> decode path, a
         long output with a short prompt goes to the decode pool, everything else shares."""
         long_prompt = request.num_prompt_tokens > self.long_prompt_tokens
         long_output = request.max_tokens > self.long_output_tokens

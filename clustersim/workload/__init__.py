@@ -2,8 +2,8 @@
 
 ``build_workload`` is the simulator's one entry point; the pure pieces live beside it:
 ``arrivals`` (open-loop arrival times), ``lengths`` (length distributions), ``traces`` (trace
-file readers), ``replay`` (trace windows and prefix-block keys), ``classify`` (golden S6 request
-classes), ``stats`` (trace statistics) and ``sources`` (the SimPy processes).
+file readers), ``replay`` (trace windows and prefix-block keys), ``classify`` (request classes
+by length), ``stats`` (trace statistics) and ``sources`` (the SimPy processes).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The source documents' request classes (golden S6), for trace statistics and pool routing.
+"""Request classes by prompt and output length, for trace statistics and three-pool routing.
 
 With a long-prompt threshold T::
 
@@ -20,7 +20,8 @@ REQUEST_CLASSES: tuple[RequestClass, ...] = ("prefill_heavy", "decode_heavy", "m
 def classify_request(
     prompt_tokens: int, output_tokens: int, long_prompt_threshold: int = 2048
 ) -> RequestClass:
-    """Golden S6: (4000, 64) -> prefill_heavy, (256, 512) -> decode_heavy, (1500, 128) -> mixed."""
+    """At the default threshold: (4000, 64) -> prefill_heavy, (256, 512) -> decode_heavy,
+    (1500, 128) -> mixed."""
     long_output = output_tokens * 8 > long_prompt_threshold  # output > T/8, in integers
     long_prompt = prompt_tokens > long_prompt_threshold
     if long_prompt and not long_output:

@@ -108,7 +108,7 @@ SOURCE_CLASSES: dict[str, tuple[int, int]] = {
     "long_document_16k": (16384, 32),
     "long_document_32k": (32768, 32),
 }
-"""The source documents' traffic classes, (prompt, output) tokens: a class of one of these
+"""The named traffic classes, (prompt, output) tokens: a class of one of these
 names that gives no lengths takes these."""
 
 
