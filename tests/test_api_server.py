@@ -198,3 +198,25 @@ def test_bad_api_server_values_are_one_line_each_and_exit_2(tmp_path, field, val
     assert code == 2
     (line,) = output.strip().splitlines()
     assert line.startswith(f"{path}: api_server.{field}: ") and says in line
+
+
+def test_every_attempt_stops_streaming_lost_ones_included(monkeypatch):
+    """A failure that loses requests ends their attempts at the API server too: after a run
+    with lost and retried requests, nothing is left streaming through it."""
+    from clustersim import sim
+
+    built = []
+
+    class Recorded(sim.Cluster):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            built.append(self)
+
+    monkeypatch.setattr(sim, "Cluster", Recorded)
+    data = yaml.safe_load((ROOT / "scenarios" / "pd_decode_failure.yaml").read_text())
+    data["api_server"] = {}
+    spec = parse_scenario(data)
+    spec._base_dir = ROOT / "scenarios"
+    result = run_scenario(spec, record_steps=False)
+    assert sum(t.num_lost for t in result.faults.tallies.values()) > 0
+    assert built[0].api_server.num_in_flight == 0

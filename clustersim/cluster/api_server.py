@@ -153,8 +153,8 @@ class ApiServer:
         self.num_in_flight += 1
 
     def answered(self, request: Request) -> None:
-        """``request`` left the servers (finished or rejected); a finished one's time between
-        tokens joins the running mean."""
+        """This attempt of ``request`` stopped streaming (finished, rejected or lost to a
+        failure); a finished one's time between tokens joins the running mean."""
         self.num_in_flight = max(self.num_in_flight - 1, 0)
         first, finish = request.first_token_s, request.finish_s
         tokens = request.num_output_tokens

@@ -116,7 +116,11 @@ class Dispatch:
         instance.submit(request)  # a data-parallel group names the rank it picks
 
     def returned(self, request: Request) -> None:
-        """The request no longer holds the instance it was routed to (done, or lost)."""
+        """This attempt of the request is over (done, or lost): it no longer holds the instance
+        it was routed to, nor streams through the API server."""
+        api = self.api_server
+        if api is not None:
+            api.answered(request)
         route = self.route_of.get(request)
         if route is not None:
             del self.route_of[request]  # (not pop: a generic method call in compiled code)
@@ -138,11 +142,7 @@ class Dispatch:
         if connector is not None:
             connector.consumer_done(request)
         api = self.api_server
-        if api is None:
-            self.on_done(request)
-            return
-        api.answered(request)
-        if request.status is not RequestStatus.FINISHED:
+        if api is None or request.status is not RequestStatus.FINISHED:
             self.on_done(request)
             return
         # the client sees every token later by the same time, so its gaps are the engine's

@@ -10,6 +10,7 @@ compiled and a pure run price every step to the same bits.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Any
 
 Gemm = tuple[float, float, float, float, float]
@@ -26,16 +27,8 @@ def experts_touched(num_experts: float, top_k: float, num_tokens: float) -> floa
 def graph_rows(sizes: list[int], num_decodes: int) -> int:
     """Rows a pure-decode batch of ``num_decodes`` runs: the smallest CUDA-graph capture size
     that holds it, or the batch itself above the largest (vLLM runs it eagerly)."""
-    if not sizes or num_decodes > sizes[-1]:
-        return num_decodes
-    low, high = 0, len(sizes) - 1
-    while low < high:
-        middle = (low + high) // 2
-        if sizes[middle] < num_decodes:
-            low = middle + 1
-        else:
-            high = middle
-    return sizes[low]
+    index = bisect_left(sizes, num_decodes)
+    return sizes[index] if index < len(sizes) else num_decodes
 
 
 def decode_step_s(
