@@ -3,6 +3,7 @@
     python benchmarks/silicon_calibration.py [--rows 0,5,7] [--no-api-server] [--spread]
                                              [--csv out.csv]
     python benchmarks/silicon_calibration.py --fit-host
+    python benchmarks/silicon_calibration.py --rounds [--rows 0,5,7]
 
 The 45 measured rows of NVIDIA's aiconfigurator (shipped in
 ``clustersim/data/calibration/fit/aiconfigurator/``, credited in NOTICE): Llama-3.1-70B with
@@ -24,7 +25,7 @@ import csv
 import time
 from pathlib import Path
 
-from clustersim.calibration.silicon import by_concurrency, replay, rows
+from clustersim.calibration.silicon import by_concurrency, replay, round_ttfts_ms, rows
 
 PER_LAYER_US = (12, 15, 18, 21, 24, 32.1)
 PER_REQUEST_US = (4.4, 15, 20, 25, 30, 35)
@@ -61,6 +62,36 @@ def fit_host(table: list[dict[str, str]]) -> None:
     print(f"\nbest: {best[1]} us/layer, {best[2]} us/request (TPOT MAPE {best[0]:.1%})")
 
 
+def rounds(table: list[dict[str, str]], chosen: list[int]) -> None:
+    """Where the TTFT error lives: each row's simulated mean TTFT of the cold first round and
+    of the later rounds, replayed as the benchmark ran and with the clients spread over one
+    cycle (``--spread``), and the mean of a run whose first round is the simulated burst and
+    whose later rounds are the spread ones, beside the measured mean."""
+    print(f"{'row':>3} {'TP':>2} {'isl':>5} {'osl':>5} {'C':>3}{'TTFT meas':>11}{'burst r0':>11}"
+          f"{'later':>11}{'spread':>11}{'r0+spread':>11}{'err':>8}")
+    errors: dict[str, list[float]] = {}
+    for i in chosen:
+        row = table[i]
+        burst = round_ttfts_ms(row)
+        spread = round_ttfts_ms(row, spread=True)
+        later = sum(burst[1:]) / len(burst[1:])
+        spread_later = sum(spread[1:]) / len(spread[1:])
+        mixed = (burst[0] + sum(spread[1:])) / len(spread)
+        measured = float(row["silicon_ttft_ms"])
+        error = mixed / measured - 1
+        errors.setdefault("all", []).append(error)
+        errors.setdefault(f"C={row['batch_size']}", []).append(error)
+        errors.setdefault(f"{row['isl']}/{row['osl']}", []).append(error)
+        print(f"{i:>3} {row['tp_size']:>2} {row['isl']:>5} {row['osl']:>5} {row['batch_size']:>3}"
+              f"{measured:>11,.1f}{burst[0]:>11,.1f}{later:>11,.1f}{spread_later:>11,.1f}"
+              f"{mixed:>11,.1f}{error:>+8.1%}", flush=True)
+    print(f"\n{'rows':<10}{'n':>4}{'MAPE':>9}{'bias':>9}   (r0+spread against measured)")
+    for name in sorted(errors, key=lambda k: (k != "all", "/" in k, len(k), k)):
+        group = errors[name]
+        print(f"{name:<10}{len(group):>4}{sum(map(abs, group)) / len(group):>9.1%}"
+              f"{sum(group) / len(group):>+9.1%}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", help="comma-separated row numbers (default: all)")
@@ -69,6 +100,9 @@ def main() -> None:
     parser.add_argument("--csv", type=Path, help="also write the table here")
     parser.add_argument("--spread", action="store_true",
                         help="what-if: clients opened evenly over one measured cycle")
+    parser.add_argument("--rounds", action="store_true",
+                        help="TTFT by round: the cold first round, the later ones, and a "
+                        "first round as simulated followed by spread clients")
     parser.add_argument("--fit-host", action="store_true",
                         help="grid-search the host time per layer and per request instead")
     args = parser.parse_args()
@@ -78,6 +112,9 @@ def main() -> None:
         return
     chosen = (range(len(table)) if args.rows is None
               else [int(i) for i in args.rows.split(",")])
+    if args.rounds:
+        rounds(table, list(chosen))
+        return
     header = ("row", "TP", "isl", "osl", "C", "TTFT meas", "TTFT sim", "err", "TPOT meas",
               "TPOT sim", "err")
     print(f"{header[0]:>3} {header[1]:>2} {header[2]:>5} {header[3]:>5} {header[4]:>3}"

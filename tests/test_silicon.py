@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from clustersim.calibration.silicon import by_concurrency, replay, rows, scenario
+from clustersim.calibration.silicon import by_concurrency, replay, round_ttfts_ms, rows, scenario
 from clustersim.calibration.tables import SILICON_HEADER, silicon_rows
 
 
@@ -48,3 +48,14 @@ def test_the_validate_table_groups_both_fits_by_concurrency():
                                       ["C=4", "1", "fit-v1"], ["C=4", "1", "fit-v2"]]
     assert len(SILICON_HEADER) == len(table[0])
     assert by_concurrency([fake])[0][4] == pytest.approx(abs(fake.tpot_error))
+
+
+def test_rounds_split_the_cold_burst_from_the_later_rounds():
+    """Ten rounds of 16; the cold first round queues every prompt behind the others, and
+    clients spread over a cycle wait far less in their later rounds than the bunched ones."""
+    row = _row(8, 1024, 1024, 16)
+    bunched = round_ttfts_ms(row)
+    spread = round_ttfts_ms(row, spread=True)
+    assert len(bunched) == len(spread) == 10
+    assert bunched[0] > 2 * max(spread[1:])
+    assert sum(spread[1:]) < 0.5 * sum(bunched[1:])

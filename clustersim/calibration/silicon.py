@@ -103,6 +103,26 @@ def replay(row: dict[str, str], api_server: bool = True, spread: bool = False,
                     summary.tpot_s.mean * 1e3)
 
 
+def round_ttfts_ms(row: dict[str, str], spread: bool = False) -> list[float]:
+    """Mean TTFT (ms) of each round of the row's measured requests, replayed with the API
+    server's defaults: the requests in send order, ``concurrency`` at a time (the first
+    round is the cold burst that opens the measured run)."""
+    from clustersim.metrics.requests import request_metrics
+    from clustersim.scenario import parse_scenario
+    from clustersim.sim import run_scenario
+    from clustersim.workload.benchmark import WARMUP_PREFIX
+
+    clients = int(row["batch_size"])
+    result = run_scenario(parse_scenario(scenario(row, spread=spread)), record_steps=False)
+    measured = sorted((r for r in result.requests
+                       if not str(r.request_id).startswith(WARMUP_PREFIX)),
+                      key=lambda r: r.arrival_s)
+    ttfts = [request_metrics(r, with_itl=False).ttft_s for r in measured]
+    rounds = [[t for t in ttfts[i:i + clients] if t is not None]
+              for i in range(0, len(ttfts), clients)]
+    return [1e3 * sum(group) / len(group) for group in rounds if group]
+
+
 def score(profile: str | None = None) -> list[RowScore]:
     """Every row replayed with the API server's defaults, on the shipped profile or another
     (``vidur``, ``aiconfigurator`` or a profile file)."""
