@@ -9,7 +9,7 @@ spec §5.1), quantization methods the GPU or the checkpoint cannot take
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from clustersim.catalog.specs import GpuSpec, ModelSpec
 from clustersim.cost.memory import (
@@ -25,6 +25,13 @@ from clustersim.engine.settings import EngineSettings
 from clustersim.errors import ConfigError
 
 GIB = 1 << 30
+RESOLVED_FIELDS = ("max_num_batched_tokens", "max_num_seqs", "max_model_len")
+"""Scheduler knobs whose value comes from the GPU's or the model's defaults when unset."""
+ENGINE_ONLY_FIELDS = ("kv_full_blocks_only",)
+"""Scheduler knobs the cluster sets (the KV connector's version), not the scenario."""
+SETTINGS_FIELDS = tuple(f.name for f in fields(SchedulerConfig)
+                        if f.name not in RESOLVED_FIELDS + ENGINE_ONLY_FIELDS)
+"""Scheduler knobs carried from the ``engine:`` settings as they are, by name."""
 # (min device GiB, excluded GPU families, max_num_batched_tokens, max_num_seqs), first match wins.
 _SERVE_BATCH_DEFAULTS = (
     (160, (), 16384, 1024),
@@ -152,19 +159,6 @@ def resolve_engine(
         max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs,
         max_model_len=max_model_len,
-        block_size=settings.block_size,
-        max_num_scheduled_tokens=settings.max_num_scheduled_tokens,
-        enable_chunked_prefill=settings.enable_chunked_prefill,
-        long_prefill_token_threshold=settings.long_prefill_token_threshold,
-        long_prefill_token_threshold_adaptive=settings.long_prefill_token_threshold_adaptive,
-        long_prefill_threshold_single_request=settings.long_prefill_threshold_single_request,
-        policy=settings.policy,
-        scheduler_reserve_full_isl=settings.scheduler_reserve_full_isl,
-        watermark=settings.watermark,
-        enable_prefix_caching=settings.enable_prefix_caching,
-        async_scheduling=settings.async_scheduling,
-        step_policy=settings.step_policy,
-        prefill_reserve_fraction=settings.prefill_reserve_fraction,
-        decode_reserve_tokens=settings.decode_reserve_tokens,
+        **{name: getattr(settings, name) for name in SETTINGS_FIELDS},
     )
     return EngineSetup(scheduler=scheduler, num_gpu_blocks=blocks, model=model)

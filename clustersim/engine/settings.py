@@ -12,6 +12,7 @@ from pydantic import AfterValidator, Field
 
 from clustersim.catalog.quantization import QuantMethod
 from clustersim.catalog.specs import KvCacheDType
+from clustersim.engine.config import QueuePolicy, StepPolicy
 from clustersim.limits import MAX_COUNT, NonNegativeTokens, NumRequests, Tokens, Within
 from clustersim.validation import Strict
 
@@ -57,7 +58,7 @@ class EngineSettings(Strict):
     long_prefill_threshold_single_request: bool = Field(
         False, description="Apply the cap even with one eligible request (vLLM before v0.33)."
     )
-    policy: Literal["fcfs", "priority"] = Field("fcfs", description="Waiting-queue order.")
+    policy: QueuePolicy = Field("fcfs", description="Waiting-queue order.")
     scheduler_reserve_full_isl: bool = Field(
         True, description="Admit a request only if its whole input fits in free KV (v0.33)."
     )
@@ -78,7 +79,7 @@ class EngineSettings(Strict):
     async_scheduling: bool = Field(
         False, description="Schedule step N+1 while step N runs (vLLM v0.33 default on)."
     )
-    step_policy: Literal["decode_first", "prefill_first", "balanced"] = Field(
+    step_policy: StepPolicy = Field(
         "decode_first",
         description="decode_first = vLLM; prefill_first: prompt chunks before decodes; "
         "balanced: decode_reserve_tokens decodes, then prompt chunks, then the other decodes.",
