@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from clustersim.catalog.specs import ModelSpec
+from clustersim.cluster.domains import ROLES, failure_domains
 from clustersim.cluster.faults_spec import ClientRetries, FaultsSpec, InstanceFault, NodeFault
 from clustersim.metrics import RunSummary
 from clustersim.metrics.goodput import cost_per_million_tokens
@@ -52,41 +53,30 @@ class Target:
 def targets(scenario: Scenario, model: ModelSpec) -> tuple[list[Target], list[str]]:
     """What to lose in ``scenario`` (a job of the recommendation): each role's first
     instance, then the busiest node; and notes on the checks that cannot be made."""
-    from clustersim.cluster.system import Cluster
-    from clustersim.engine.clock import Clock
-
-    cluster = Cluster(Clock(), scenario, model, np.random.default_rng(0), lambda _r: None,
-                      record_steps=False)  # built, never run: its names and placement
-    gpu_of = {info.name: info.gpu for info in cluster.infos}
+    domains = failure_domains(scenario, model)
     out = []
-    for role in ("colocated", "prefill", "decode"):
-        instances = cluster.instances[role]
-        if instances:
-            first = instances[0]
-            ranks = getattr(first, "ranks", [first])
-            out.append(Target("instance", first.name,
-                              dict(Counter({gpu_of[r.name]: len(r.gpus) for r in ranks}))))
-    topology = cluster.topology
-    if topology is None:
+    for role in ROLES:
+        first = domains.first_of(role)
+        if first is not None:
+            out.append(Target("instance", first.name, first.gpu_counts))
+    if not domains.has_servers:
         return out, ["no node check: the layout has no topology, so no server to lose"]
-    placed = [(i.name, list(i.gpus)) for _, i in cluster.keyed_instances()]
     best: tuple[int, str, Counter[str], list[str]] | None = None
-    for node in topology.node_names():
-        on = [g for _, gpus in placed for g in gpus if topology.node_of(g) == node]
-        held = [name for name, gpus in placed if any(topology.node_of(g) == node for g in gpus)]
+    for node in domains.servers:
+        held = domains.held_by(node)
         if held and (best is None or len(held) > best[0]):
-            best = (len(held), node, Counter(topology.gpu_type(g) for g in on), held)
+            on = domains.gpus_on(node)
+            best = (len(held), node, Counter(domains.gpu_type[g] for g in on), held)
     if best is None:
         return out, []
     _, node, gpus, held = best
-    whole = len(held) == 1 and all(topology.node_of(g) == node
-                                   for name, placed_gpus in placed if name == held[0]
-                                   for g in placed_gpus)
+    whole = len(held) == 1 and all(domains.server_of[g] == node for i in domains.instances
+                                   if i.name == held[0] for g in i.gpus)
     if whole and any(t.kind == "instance" for t in out):
         return out, [f"no separate node check: each server holds at most one instance ({node} "
                      f"holds only {held[0]}), so losing one is losing an instance"]
     out.append(Target("node", node, dict(sorted(gpus.items()))))
-    total = sum(len(placed_gpus) for _, placed_gpus in placed)
+    total = sum(len(i.gpus) for i in domains.instances)
     if sum(gpus.values()) == total:
         return out, [f"the whole deployment sits on {node}: no layout on one server survives "
                      "that server's loss; only a second server would"]
