@@ -22,12 +22,20 @@ PACKAGE = ROOT / "clustersim"
 native = runpy.run_path(str(PACKAGE / "native.py"))
 compiled_sources: dict[str, str] = {}
 """The hashes of the package's sources as mypyc read them (the stamp's)."""
+EDITABLE = len(sys.argv) > 1 and sys.argv[1] == "editable_wheel"
+"""pip install -e: the compiled files live in the checkout itself."""
+REUSE = EDITABLE and native["_why_pure"](PACKAGE) is None
+"""An editable install over a checkout whose compiled core matches every source and this
+Python (a second ``pip install -e``, for the test extras): keep it rather than compile the
+same files again. Any source changed, another Python or CLUSTERSIM_PURE set: compile."""
 
 
 class OptionalBuildExt(build_ext):
     """Compiles the core if it can; writes the stamp that tells clustersim it may use it."""
 
     def run(self) -> None:
+        if REUSE:
+            return
         target = Path(self.get_ext_fullpath(native["GROUP"] + "__mypyc")).parent
         self._clear(target)  # nothing from an older build may outlive this one
         if not self.extensions:
@@ -60,6 +68,10 @@ def core_extensions() -> list:
         return []
     if len(sys.argv) > 1 and sys.argv[1] in METADATA_ONLY:
         return []  # mypyc reads and type-checks the core: only for the build itself
+    if REUSE:
+        print("clustersim: the compiled core matches every source; kept, not compiled again",
+              file=sys.stderr)
+        return []
     try:
         from mypyc.build import mypycify
     except ImportError:
