@@ -1,5 +1,5 @@
-"""Write a run's records: requests.csv, steps.csv and summary.json (deterministic bytes, each
-file replaced whole: ``safe_write``)."""
+"""Write a run's records: requests.csv, summary.json, transfers.csv when KV moved and, when
+asked for, steps.csv (deterministic bytes, each file replaced whole: ``safe_write``)."""
 
 from __future__ import annotations
 
@@ -90,17 +90,42 @@ def write_summary_json(path: Path, summary: RunSummary) -> None:
     atomic_write_text(path, json.dumps(summary.to_json(), indent=2, sort_keys=False) + "\n")
 
 
-def write_run(result: RunResult, out: Path) -> RunSummary:
-    """Write requests.csv, steps.csv, summary.json (and transfers.csv when KV moved; an
-    earlier run's transfers.csv is removed when none did, so the folder holds one run)."""
+def run_files(result: RunResult, *, steps: bool | None = None) -> list[str]:
+    """The names of the files :func:`write_run` writes for ``result``, in the order it
+    writes them."""
+    return [
+        "requests.csv",
+        *(("steps.csv",) if _with_steps(result, steps) else ()),
+        *(("transfers.csv",) if result.transfers else ()),
+        "summary.json",
+    ]
+
+
+def _with_steps(result: RunResult, steps: bool | None) -> bool:
+    if steps is None:
+        return result.record_steps
+    if steps and not result.record_steps:
+        raise ValueError("steps.csv asked for, but the run recorded no steps "
+                         "(run_scenario(record_steps=False))")
+    return steps
+
+
+def write_run(result: RunResult, out: Path, *, steps: bool | None = None) -> RunSummary:
+    """Write :func:`run_files`: requests.csv, summary.json, transfers.csv when KV moved, and
+    steps.csv when ``steps`` (None: when the run recorded its steps). An earlier run's
+    transfers.csv or steps.csv that this run does not write is removed, so the folder holds
+    one run. The summary is the same with steps recorded or not."""
+    names = run_files(result, steps=steps)
     summary = summarize_run(result)
     write_requests_csv(out / "requests.csv", result.requests,
                        retries=result.scenario.faults is not None,
                        client_queue=summary.benchmark is not None)
-    write_steps_csv(out / "steps.csv", result.steps)
+    if "steps.csv" in names:
+        write_steps_csv(out / "steps.csv", result.steps)
     if result.transfers:
         write_transfers_csv(out / "transfers.csv", result.transfers)
-    elif (out / "transfers.csv").is_file():
-        (out / "transfers.csv").unlink()  # an earlier run's: no KV moved in this one
+    for name in ("steps.csv", "transfers.csv"):
+        if name not in names and (out / name).is_file():
+            (out / name).unlink()  # an earlier run's
     write_summary_json(out / "summary.json", summary)
     return summary

@@ -54,16 +54,21 @@ class RunResult:
 
 
 def run_scenario(
-    scenario: Scenario, *, record_steps: bool = True, coalesce: bool = True
+    scenario: Scenario,
+    *,
+    record_steps: bool = True,
+    coalesce: bool = True,
+    ideal_times: bool | None = None,
 ) -> RunResult:
     """Simulate a scenario to the end.
 
     ``record_steps=False`` is the planner's lean run: no per-step records and no per-token
     times are kept, only per-engine step totals, a few integers per request and the end time
     of every engine step (8 bytes a step, from which the exact token gaps are read), yet
-    ``summarize_run`` gives the same summary. ``coalesce=False`` steps every engine one step
-    per event (the reference the coalesced runs are tested against); both give the same
-    results."""
+    ``summarize_run`` gives the same summary. ``ideal_times``: each KV transfer records its
+    time alone on idle links (``transfers.csv``'s ``ideal_s`` and ``queue_s``); None: when
+    ``record_steps``. ``coalesce=False`` steps every engine one step per event (the reference
+    the coalesced runs are tested against); both give the same results."""
     with _rare_collections() as freeze:
         model = load_model(scenario.model, path="model")
         rng = np.random.default_rng(scenario.seed)
@@ -80,7 +85,8 @@ def run_scenario(
             on_done = _stop_when_all_done(env, source.on_done,
                                           len(source.requests) + len(warmups))
         cluster = Cluster(env, scenario, model, router_rng, on_done=on_done,
-                          record_steps=record_steps, coalesce=coalesce)
+                          record_steps=record_steps, coalesce=coalesce,
+                          ideal_times=ideal_times)
         source.start(env, cluster.dispatch.submit)
         freeze()
         env.run()

@@ -53,10 +53,10 @@ def run_cli(*args: str) -> tuple[int, str]:
 
 
 def simulate(tmp_path: Path, data: dict[str, Any]) -> dict[str, Any]:
-    """Run ``clustersim simulate`` on ``data``; return the files it wrote, parsed."""
+    """Run ``clustersim simulate --steps`` on ``data``; return the files it wrote, parsed."""
     path = write_scenario(tmp_path, data)
     out = tmp_path / "out"
-    code, output = run_cli("simulate", str(path), "--out", str(out))
+    code, output = run_cli("simulate", str(path), "--out", str(out), "--steps")
     assert code == 0, output
     with (out / "steps.csv").open() as f:
         steps = list(csv.DictReader(f))

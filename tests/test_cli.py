@@ -43,12 +43,41 @@ def test_shipped_scenarios_run_and_are_byte_identical_across_runs(tmp_path):
         outputs = []
         for run in ("a", "b"):
             out = tmp_path / path.stem / run
-            code, text = run_cli("simulate", str(path), "--out", str(out))
+            code, text = run_cli("simulate", str(path), "--out", str(out), "--steps")
             assert code == 0, text
             outputs.append({f.name: f.read_bytes() for f in sorted(out.iterdir())})
         assert outputs[0] == outputs[1], path.name
         summary = json.loads(outputs[0]["summary.json"])
         assert summary["num_requests"] == summary["num_finished"] + summary["num_rejected"]
+
+
+@pytest.mark.parametrize("name", ["pd_decode_failure", "quickstart_awq"])
+def test_steps_csv_is_opt_in_and_changes_no_byte_of_the_other_files(name, tmp_path):
+    """Without --steps no step is recorded: summary.json (per-instance steps, busy share, KV
+    use), requests.csv, transfers.csv and the printout are the same bytes as with it; the
+    wrote line names the files written, and an earlier run's steps.csv goes."""
+    path = ROOT / "scenarios" / f"{name}.yaml"
+    folders, printed = {}, {}
+    for label, extra in (("steps", ("--steps",)), ("lean", ())):
+        out = folders[label] = tmp_path / label
+        code, printed[label] = run_cli("simulate", str(path), "--out", str(out), *extra)
+        assert code == 0, printed[label]
+    files = {label: {f.name: f.read_bytes() for f in sorted(out.iterdir())}
+             for label, out in folders.items()}
+    assert files["steps"].pop("steps.csv").count(b"\n") > 100
+    assert files["lean"] == files["steps"]
+    transfers = ["transfers.csv"] if name.startswith("pd_") else []
+    for label, out in folders.items():
+        *lines, wrote = printed[label].replace(str(out), "OUT").splitlines()
+        printed[label] = lines
+        names = ["requests.csv", *(["steps.csv"] if label == "steps" else []), *transfers,
+                 "summary.json"]
+        assert sorted(f.name for f in out.iterdir()) == sorted(names)
+        assert wrote == "wrote OUT/" + ", ".join(names)
+    assert printed["lean"] == printed["steps"]
+    code, output = run_cli("simulate", str(path), "--out", str(folders["steps"]))
+    assert code == 0, output
+    assert not (folders["steps"] / "steps.csv").exists()
 
 
 def test_different_seeds_give_different_poisson_traffic(tmp_path):

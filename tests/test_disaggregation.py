@@ -201,6 +201,11 @@ def test_compare_runs_both_layouts_and_gives_a_verdict(tmp_path: Path):
     assert "verdict:" in output
     assert (tmp_path / "cmp" / "colocated" / "requests.csv").exists()
     assert (tmp_path / "cmp" / "disaggregated" / "transfers.csv").exists()
+    assert not list((tmp_path / "cmp").glob("*/steps.csv"))  # only with --steps
+    code, stepped = run_cli("compare", str(path), "--out", str(tmp_path / "cmp"), "--steps")
+    assert code == 0, stepped
+    assert stepped == output
+    assert len(list((tmp_path / "cmp").glob("*/steps.csv"))) == 2
 
 
 def test_heterogeneous_pools_prefill_on_h100_tp2_decode_on_a100(tmp_path):

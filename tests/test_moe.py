@@ -148,7 +148,7 @@ def test_hf_config_mixtral_experts_are_intermediate_size_wide(tmp_path):
     ("extra", "message"),
     [
         ({"kv_lora_rank": 512, "n_routed_experts": 256}, "multi-head latent attention"),
-        ({"n_routed_experts": 256}, "DeepSeek-style mixture-of-experts"),
+        ({"n_routed_experts": 256}, "both num_experts and n_routed_experts count experts"),
         ({"shared_expert_intermediate_size": 5632}, "shared-expert"),
         ({"decoder_sparse_step": 2}, "dense layers between MoE layers"),
         ({"mlp_only_layers": [0, 1]}, "dense layers"),

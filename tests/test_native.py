@@ -85,7 +85,7 @@ def _simulate(scenario: str, out: Path, pure: bool) -> str:
     env = {**os.environ, native.PURE_ENV: "1" if pure else ""}
     done = subprocess.run(
         [sys.executable, "-m", "clustersim", "simulate", str(ROOT / "scenarios" / scenario),
-         "--out", str(out)],
+         "--out", str(out), "--steps"],
         capture_output=True, text=True, env=env, cwd=ROOT, check=False,
     )
     assert done.returncode == 0, done.stderr

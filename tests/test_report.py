@@ -305,14 +305,16 @@ def test_report_options_that_cannot_work_are_one_line_and_exit_2(tmp_path):
 def test_simulate_report_renders_the_runs_summary(tmp_path):
     scenario = ROOT / "scenarios" / "quickstart.yaml"
     folders = []
-    for attempt in ("a", "b"):
+    for attempt, steps in (("a", ()), ("b", ("--steps",))):
         report = tmp_path / attempt / "report"
-        code, output = run_cli("simulate", str(scenario), "--out", str(tmp_path / "run"),
-                               "--report", str(report))
+        code, output = run_cli("simulate", str(scenario), "--out", str(tmp_path / attempt),
+                               "--report", str(report), *steps)
         assert code == 0, output
         assert f"wrote report {report}/report.md (3 figures" in output
         folders.append(report)
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    # the report reads every step with --steps or without; steps.csv is written only with it
+    assert [(tmp_path / a / "steps.csv").is_file() for a in "ab"] == [False, True]
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
     markdown = (folders[0] / "report.md").read_text()
     blocks = pre_blocks(markdown)
     bench = next(b for b in blocks if "Serving Benchmark Result" in b)
@@ -326,6 +328,8 @@ def test_simulate_report_renders_the_runs_summary(tmp_path):
                                                    "kv-queue-1.png"]
     for name in ("report.md", "report.html", *names):  # same scenario, same bytes
         assert (folders[0] / name).read_bytes() == (folders[1] / name).read_bytes(), name
+    assert sorted(p.name for p in folders[0].iterdir()) == sorted(
+        p.name for p in folders[1].iterdir())
 
 
 def test_compare_report_shows_both_runs_and_the_verdict(tmp_path):

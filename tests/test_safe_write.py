@@ -52,7 +52,8 @@ def test_simulate_and_its_report_never_write_through_planted_links(tmp_path):
         folder.mkdir()
         for name in names:
             (folder / name).symlink_to(victim)
-    code, output = run_cli("simulate", str(path), "--out", str(out), "--report", str(report))
+    code, output = run_cli("simulate", str(path), "--out", str(out), "--report", str(report),
+                           "--steps")
     assert code == 0, output
     assert victim.read_text() == "precious\n"
     assert json.loads((out / "summary.json").read_text())["num_requests"] >= 1

@@ -1,12 +1,16 @@
 """Read a HuggingFace ``config.json`` into a :class:`ModelSpec`.
 
-Dense decoder-only transformers and mixture-of-experts models whose every layer routes to
-top-k of E gated experts (Mixtral, Qwen3-MoE) are modelled; shared experts, dense layers between
-MoE layers, multi-head latent attention (DeepSeek) and other layouts are refused with an
-``InputError`` rather than priced wrongly. A quantized checkpoint's ``quantization_config``
-(AWQ, GPTQ, FP8, compressed-tensors, ModelOpt) is read into the spec's ``quantization``, from
-the top level first and then ``text_config``, as vLLM's ``ModelConfig._verify_quantization``
-looks for it.
+Dense decoder-only transformers, mixture-of-experts models that route each token to top-k of E
+gated experts (Mixtral, Qwen3-MoE), and DeepSeek-V2/V3-style models (DeepSeek-V3, R1) are
+modelled: multi-head latent attention (``kv_lora_rank``, ``q_lora_rank``,
+``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``), ``n_routed_experts`` routed and
+``n_shared_experts`` shared experts of ``moe_intermediate_size``, and the first
+``first_k_dense_replace`` layers dense. Other layouts (Qwen2-MoE's separately sized shared
+expert, dense layers between MoE layers, DeepSeek-V3.2's sparse attention indexer, ...) are
+refused with an ``InputError`` rather than priced wrongly. A quantized checkpoint's
+``quantization_config`` (AWQ, GPTQ, FP8, compressed-tensors, ModelOpt) is read into the spec's
+``quantization``, from the top level first and then ``text_config``, as vLLM's
+``ModelConfig._verify_quantization`` looks for it.
 """
 
 from __future__ import annotations
@@ -25,15 +29,21 @@ from clustersim.inputs import parse_json, read_text
 _OPT_POSITION_OFFSET = 2
 # config.json keys that mean a layout the cost model does not price.
 _UNSUPPORTED_KEYS = {
-    "kv_lora_rank": "multi-head latent attention (DeepSeek-style)",
-    "n_routed_experts": "DeepSeek-style mixture-of-experts",
-    "n_shared_experts": "shared-expert mixture-of-experts",
-    "num_shared_experts": "shared-expert mixture-of-experts",
+    "num_shared_experts": "shared-expert mixture-of-experts (num_shared_experts)",
     "shared_expert_intermediate_size": "shared-expert mixture-of-experts",
     "mlp_only_layers": "mixture-of-experts with dense layers",
+    "index_topk": "DeepSeek sparse attention (an indexer)",
 }
-# Routed-expert counts: Qwen-MoE's key, then Mixtral's.
-_NUM_EXPERTS_KEYS = ("num_experts", "num_local_experts")
+# config values that must be 1 (every layer from the first MoE one is MoE).
+_MUST_BE_ONE = {
+    "decoder_sparse_step": "dense layers between MoE layers",
+    "moe_layer_freq": "dense layers between MoE layers",
+}
+# The multi-head latent attention keys vLLM reads (DeepseekV2MLAAttention): all but q_lora_rank
+# (None: a plain q_proj, as DeepSeek-V2-Lite) are required once kv_lora_rank is set.
+_MLA_KEYS = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+# Routed-expert counts: Qwen-MoE's key, Mixtral's, then DeepSeek's.
+_NUM_EXPERTS_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 # Model types whose q/k/v projections always carry a bias (the config has no switch for it).
 _QKV_BIAS_TYPES = {"qwen2"}
 # Model types with a per-head RMSNorm on q and k.
@@ -58,6 +68,10 @@ def model_from_hf_config(path: Path) -> ModelSpec:
     for key, layout in _UNSUPPORTED_KEYS.items():
         if config.get(key):
             raise InputError(where, f"{layout} models ({key}) are not supported")
+    for key, layout in _MUST_BE_ONE.items():
+        if config.get(key) not in (None, 1):
+            raise InputError(where, f"mixture-of-experts models with {layout} ({key} "
+                             f"{config[key]!r}) are not supported")
 
     model_type = str(config.get("model_type") or raw.get("model_type") or "")
     is_opt = model_type == "opt"
@@ -83,6 +97,7 @@ def model_from_hf_config(path: Path) -> ModelSpec:
         "num_attention_heads": heads,
         "num_key_value_heads": config.get("num_key_value_heads") or heads,
         "head_dim": config.get("head_dim") or _head_dim(hidden, heads, where),
+        **_mla_fields(config, where),
         "intermediate_size": _require(config, "ffn_dim" if is_opt else "intermediate_size", where),
         "vocab_size": _require(config, "vocab_size", where),
         "max_position_embeddings": max_pos,
@@ -122,19 +137,39 @@ def _moe_fields(config: dict[str, Any], where: str) -> dict[str, Any]:
         raise InputError(
             where, f"mixture-of-experts config ({key}) is missing key 'num_experts_per_tok'"
         )
-    if config.get("decoder_sparse_step", 1) != 1:
-        raise InputError(
-            where,
-            f"mixture-of-experts models with dense layers between MoE layers "
-            f"(decoder_sparse_step {config['decoder_sparse_step']!r}) are not supported",
-        )
-    # Mixtral's experts are intermediate_size wide; Qwen-MoE names the expert width apart
+    others = [k for k in _NUM_EXPERTS_KEYS if k != key and config.get(k)]
+    if others:
+        raise InputError(where, f"both {key} and {others[0]} count experts; give one")
+    # Mixtral's experts are intermediate_size wide; Qwen-MoE and DeepSeek name the width apart
     width = "moe_intermediate_size" if "moe_intermediate_size" in config else "intermediate_size"
     return {
         "num_experts": config[key],
         "num_experts_per_tok": config["num_experts_per_tok"],
         "moe_intermediate_size": _require(config, width, where),
+        # DeepSeek: shared experts in every MoE layer, the first k layers dense
+        "num_shared_experts": config.get("n_shared_experts") or 0,
+        "first_k_dense_replace": config.get("first_k_dense_replace") or 0,
     }
+
+
+def _mla_fields(config: dict[str, Any], where: str) -> dict[str, Any]:
+    """The ModelSpec multi-head latent attention fields of ``config`` (``kv_lora_rank`` set,
+    as vLLM's ``ModelConfig.is_deepseek_mla`` asks); none for standard attention. ``head_dim``
+    becomes the query/key head size, whatever the config says (transformers' DeepseekV3Config
+    sets it to qk_rope_head_dim for the rotary embedding)."""
+    if config.get("kv_lora_rank") is None:
+        return {}
+    missing = [key for key in _MLA_KEYS if config.get(key) is None]
+    if missing:
+        raise InputError(where, f"multi-head latent attention (kv_lora_rank) needs "
+                         f"{', '.join(map(repr, missing))}")
+    fields = {key: config[key] for key in _MLA_KEYS}
+    nope, rope = fields["qk_nope_head_dim"], fields["qk_rope_head_dim"]
+    if not isinstance(nope, int) or not isinstance(rope, int):
+        raise InputError(where, f"qk_nope_head_dim and qk_rope_head_dim must be integers, got "
+                         f"{nope!r} and {rope!r}")
+    return {"kv_lora_rank": config["kv_lora_rank"], "q_lora_rank": config.get("q_lora_rank"),
+            **fields, "head_dim": nope + rope}
 
 
 def _require(config: dict[str, Any], key: str, where: str) -> Any:

@@ -64,6 +64,9 @@ Width = Annotated[PositiveInt, Within(high=MAX_MODEL_WIDTH, reason=(
     "20 times the widest model published (Llama 3.1 405B's MLP: 53,248)"))]
 """A model dimension: a hidden, MLP, expert or head size, or a head count."""
 
+OptionalWidth = Width | None
+"""A model dimension that only some architectures have (MLA's ranks and head splits)."""
+
 HalfTokens = Annotated[NonNegativeFloat, Within(high=MAX_TOKENS, reason=TOKENS_REASON)]
 """A fitted half-saturation point or fixed cost, in tokens (may be fractional)."""
 
@@ -246,10 +249,22 @@ class GpuSpec(_Spec):
 class ModelSpec(_Spec):
     """A decoder-only transformer, described by its HF config fields.
 
-    A mixture-of-experts model (``num_experts > 0``) replaces every layer's MLP with
-    ``num_experts`` gated experts of width ``moe_intermediate_size`` behind an ``h x E`` router,
-    of which each token runs ``num_experts_per_tok``; ``intermediate_size`` is then unused.
-    Shared experts and dense-MLP layers between MoE layers are not modelled.
+    A mixture-of-experts model (``num_experts > 0``) replaces the MLP of every layer from
+    ``first_k_dense_replace`` on with ``num_experts`` gated experts of width
+    ``moe_intermediate_size`` behind an ``h x E`` router, of which each token runs
+    ``num_experts_per_tok``, plus ``num_shared_experts`` experts every token runs (DeepSeek's
+    shared experts, one gated MLP ``num_shared_experts x moe_intermediate_size`` wide, as vLLM's
+    ``DeepseekV2MoE`` builds it); the first ``first_k_dense_replace`` layers keep a dense MLP of
+    width ``intermediate_size`` (unused when there are none). Dense-MLP layers between MoE
+    layers (``decoder_sparse_step``, ``moe_layer_freq`` > 1) are not modelled.
+
+    Multi-head latent attention (DeepSeek-V2/V3, ``kv_lora_rank`` set) caches one latent vector
+    of ``kv_lora_rank + qk_rope_head_dim`` elements per token and layer, shared by every head;
+    queries go through a ``q_lora_rank`` bottleneck (``q_a_proj``/``q_b_proj``; a plain
+    ``q_proj`` when None), keys and values are up-projected from the latent by ``kv_b_proj``.
+    ``head_dim`` is then the query/key head size ``qk_nope_head_dim + qk_rope_head_dim`` and
+    ``num_key_value_heads`` is unused (vLLM caches the latent as one head: see
+    :meth:`kv_bytes_per_token`).
     """
 
     id: str
@@ -287,6 +302,25 @@ class ModelSpec(_Spec):
         high=MAX_MODEL_WIDTH, reason="20 times the widest model published")] = Field(
         0, description="Intermediate width of one expert (Mixtral: its intermediate_size)."
     )
+    num_shared_experts: Experts = Field(
+        0, description="Shared experts every token runs in each MoE layer (DeepSeek's "
+        "n_shared_experts), each moe_intermediate_size wide; 0: none.")
+    first_k_dense_replace: Annotated[NonNegativeInt, Within(
+        high=MAX_NUM_LAYERS, reason="eight times the deepest model published (126 layers)")] = (
+        Field(0, description="Leading layers whose MLP stays dense (intermediate_size wide) "
+              "in a MoE model (DeepSeek's first_k_dense_replace); 0: every layer is MoE."))
+    q_lora_rank: OptionalWidth = Field(
+        None, description="MLA: the query bottleneck (q_a_proj h -> q_lora_rank, q_b_proj "
+        "q_lora_rank -> heads x head_dim); None: a plain q_proj (or not MLA).")
+    kv_lora_rank: OptionalWidth = Field(
+        None, description="MLA: the compressed KV latent each token caches per layer; None: "
+        "standard (grouped-query) attention.")
+    qk_nope_head_dim: OptionalWidth = Field(
+        None, description="MLA: per-head query/key dimensions without rotary embedding.")
+    qk_rope_head_dim: OptionalWidth = Field(
+        None, description="MLA: per-head query/key dimensions with rotary embedding; the key "
+        "part is shared by all heads and cached beside the latent.")
+    v_head_dim: OptionalWidth = Field(None, description="MLA: per-head value dimensions.")
     quantization: QuantizationSpec | None = Field(
         None, description="How the linear layers are stored (the config's quantization_config, "
         "or what the engine's --quantization makes of it); None: in dtype.")
@@ -321,6 +355,44 @@ class ModelSpec(_Spec):
             raise ValueError("a mixture-of-experts model needs moe_intermediate_size > 0")
         if self.mlp != "gated" or self.mlp_bias:
             raise ValueError("experts are modelled as gated MLPs without biases")
+        if self.first_k_dense_replace >= self.num_layers:
+            raise ValueError(
+                f"first_k_dense_replace {self.first_k_dense_replace} leaves no MoE layer of "
+                f"the {self.num_layers}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _dense_moe_fields_need_experts(self) -> ModelSpec:
+        if not self.num_experts and (self.num_shared_experts or self.first_k_dense_replace):
+            raise ValueError("num_shared_experts and first_k_dense_replace need num_experts > 0")
+        return self
+
+    @model_validator(mode="after")
+    def _latent_attention_is_complete(self) -> ModelSpec:
+        parts = {"qk_nope_head_dim": self.qk_nope_head_dim,
+                 "qk_rope_head_dim": self.qk_rope_head_dim, "v_head_dim": self.v_head_dim}
+        if self.kv_lora_rank is None:
+            given = [k for k, v in {"q_lora_rank": self.q_lora_rank, **parts}.items()
+                     if v is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)} need kv_lora_rank (multi-head latent "
+                                 "attention)")
+            return self
+        missing = [k for k, v in parts.items() if v is None]
+        if missing:
+            raise ValueError(f"multi-head latent attention (kv_lora_rank) needs "
+                             f"{', '.join(missing)}")
+        assert self.qk_nope_head_dim is not None and self.qk_rope_head_dim is not None
+        if self.head_dim != self.qk_nope_head_dim + self.qk_rope_head_dim:
+            raise ValueError(
+                f"with multi-head latent attention head_dim is the query/key head size "
+                f"qk_nope_head_dim + qk_rope_head_dim = "
+                f"{self.qk_nope_head_dim + self.qk_rope_head_dim}, got {self.head_dim}"
+            )
+        if self.qkv_bias or self.o_bias or self.qk_norm:
+            raise ValueError("multi-head latent attention is modelled without attention biases "
+                             "or q/k norms")
         return self
 
     # ---------------------------------------------------------------- derived
@@ -350,9 +422,39 @@ class ModelSpec(_Spec):
         """Bytes of one cached K or V element: ``kv_cache_dtype``'s, or ``dtype``'s for auto."""
         return KV_CACHE_DTYPE_BYTES.get(self.kv_cache_dtype, self.dtype_bytes)
 
+    @property
+    def is_mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V2/V3)."""
+        return self.kv_lora_rank is not None
+
+    @property
+    def mla_latent_dim(self) -> int:
+        """Elements an MLA layer caches per token: the latent and the shared rotary key."""
+        assert self.kv_lora_rank is not None and self.qk_rope_head_dim is not None
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    @property
+    def o_in_size(self) -> int:
+        """Input width of o_proj: every head's value output."""
+        if self.is_mla:
+            assert self.v_head_dim is not None
+            return self.num_attention_heads * self.v_head_dim
+        return self.q_size
+
     def kv_bytes_per_token(self, tp: int = 1, kv_dtype_bytes: int | None = None) -> int:
-        """K and V bytes one token occupies on one TP rank, over all layers."""
+        """KV-cache bytes one token occupies on one TP rank, over all layers.
+
+        Standard attention: K and V of this rank's KV heads. Multi-head latent attention: one
+        ``kv_lora_rank + qk_rope_head_dim`` vector per layer, whatever ``tp``: vLLM caches it
+        as a single head (``ModelConfig.get_num_kv_heads`` returns 1 under MLA, "When using MLA
+        during decode it becomes MQA"; ``get_head_size`` is ``kv_lora_rank +
+        qk_rope_head_dim``; ``MLAAttentionSpec`` pages hold ``block_size x 1 x head_size`` of
+        the cache dtype, no separate K and V), so every TP rank holds the whole latent cache of
+        its requests: replicated, not split. DeepSeek-V3 (512 + 64, 61 layers): 70,272 B in
+        16 bits, 35,136 B in FP8."""
         elem = self.kv_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
+        if self.is_mla:
+            return self.num_layers * self.mla_latent_dim * elem
         return 2 * self.num_layers * self.kv_heads_per_gpu(tp) * self.head_dim * elem
 
     @property
@@ -366,8 +468,47 @@ class ModelSpec(_Spec):
 
     @property
     def params_per_layer(self) -> int:
-        """All of a layer's parameters: for MoE, every expert and the router."""
-        return self._params_per_layer(self.num_experts)
+        """All of a layer's parameters: for MoE, every expert and the router (of a MoE layer,
+        where leading layers are dense)."""
+        return self._params_per_layer(self.num_experts, dense=not self.is_moe)
+
+    @property
+    def num_dense_layers(self) -> int:
+        """Layers with a dense MLP: every layer of a dense model, the first
+        ``first_k_dense_replace`` of a MoE one."""
+        return self.first_k_dense_replace if self.is_moe else self.num_layers
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Layers whose MLP is a mixture of experts."""
+        return self.num_layers - self.num_dense_layers
+
+    @property
+    def shared_expert_width(self) -> int:
+        """Intermediate width of a MoE layer's shared experts, fused into one gated MLP."""
+        return self.num_shared_experts * self.moe_intermediate_size
+
+    def attention_projections(self) -> tuple[tuple[int, int, bool], ...]:
+        """``(in, out, sharded)`` of one layer's attention linear layers, unsharded: q/k/v and
+        o (standard attention), or MLA's as vLLM's ``DeepseekV2MLAAttention`` builds them:
+        ``fused_qkv_a_proj`` h -> q_lora_rank + kv_lora_rank + qk_rope_head_dim, replicated
+        on every TP rank (``disable_tp``; without q_lora_rank a replicated
+        ``kv_a_proj_with_mqa`` and a column-parallel ``q_proj``), ``q_b_proj`` q_lora_rank ->
+        heads x head_dim, ``kv_b_proj`` kv_lora_rank -> heads x (qk_nope_head_dim +
+        v_head_dim), ``o_proj`` heads x v_head_dim -> h. ``sharded``: split ``tp`` ways
+        (column- or row-parallel)."""
+        h = self.hidden_size
+        if not self.is_mla:
+            return ((h, self.q_size + 2 * self.kv_size, True), (self.q_size, h, True))
+        assert self.kv_lora_rank is not None and self.qk_nope_head_dim is not None
+        assert self.v_head_dim is not None
+        heads, latent = self.num_attention_heads, self.mla_latent_dim
+        if self.q_lora_rank is None:
+            q: tuple[tuple[int, int, bool], ...] = ((h, latent, False), (h, self.q_size, True))
+        else:
+            q = ((h, self.q_lora_rank + latent, False), (self.q_lora_rank, self.q_size, True))
+        return (*q, (self.kv_lora_rank, heads * (self.qk_nope_head_dim + self.v_head_dim), True),
+                (self.o_in_size, h, True))
 
     @property
     def num_params(self) -> int:
@@ -386,17 +527,27 @@ class ModelSpec(_Spec):
         embeddings = self.vocab_size * h + self.learned_position_rows * h
         lm_head = 0 if self.tie_word_embeddings else self.vocab_size * h
         final_norm = (2 if self.norm == "layernorm" else 1) * h
-        return embeddings + lm_head + final_norm + self.num_layers * self._params_per_layer(experts)
+        layers = (self.num_dense_layers * self._params_per_layer(experts, dense=True)
+                  + self.num_moe_layers * self._params_per_layer(experts, dense=False))
+        return embeddings + lm_head + final_norm + layers
 
-    def _params_per_layer(self, experts: int) -> int:
-        """A layer's parameters counting ``experts`` experts (ignored for a dense model)."""
+    def _params_per_layer(self, experts: int, dense: bool) -> int:
+        """A layer's parameters: a dense-MLP one, or a MoE one counting ``experts`` routed
+        experts (and the shared experts and the router)."""
         h, f = self.hidden_size, self.intermediate_size
-        qkv = h * (self.q_size + 2 * self.kv_size)
-        if self.qkv_bias:
-            qkv += self.q_size + 2 * self.kv_size
-        o = self.q_size * h + (h if self.o_bias else 0)
-        if self.is_moe:
-            mlp = experts * self.expert_params + h * self.num_experts  # experts + router
+        if self.is_mla:
+            assert self.kv_lora_rank is not None
+            attention = sum(k * n for k, n, _ in self.attention_projections())
+            # RMSNorms on the query bottleneck and on the KV latent
+            attention += (self.q_lora_rank or 0) + self.kv_lora_rank
+        else:
+            qkv = h * (self.q_size + 2 * self.kv_size)
+            if self.qkv_bias:
+                qkv += self.q_size + 2 * self.kv_size
+            attention = qkv + self.q_size * h + (h if self.o_bias else 0)
+        if not dense:
+            shared = self.mlp_matrices * h * self.shared_expert_width
+            mlp = experts * self.expert_params + shared + h * self.num_experts  # + router
         else:
             mlp = self.mlp_matrices * h * f
             if self.mlp_bias:
@@ -406,7 +557,7 @@ class ModelSpec(_Spec):
         norms = 2 * norm_width * h
         if self.qk_norm:
             norms += 2 * self.head_dim
-        return qkv + o + mlp + norms
+        return attention + mlp + norms
 
     def linear_shapes(self) -> tuple[tuple[int, int, int], ...]:
         """``(in, out, count)`` of every linear layer a quantization method quantizes, counted
@@ -415,12 +566,18 @@ class ModelSpec(_Spec):
         ``dtype``."""
         h, layers = self.hidden_size, self.num_layers
         gate_up = self.mlp_matrices - 1
-        shapes = [(h, self.q_size + 2 * self.kv_size, layers), (self.q_size, h, layers)]
+        shapes = [(k, n, layers) for k, n, _ in self.attention_projections()]
         if self.is_moe:
-            f, count = self.moe_intermediate_size, layers * self.num_experts
+            f, count = self.moe_intermediate_size, self.num_moe_layers * self.num_experts
         else:
             f, count = self.intermediate_size, layers
         shapes += [(h, gate_up * f, count), (f, h, count)]
+        if self.is_moe and self.num_dense_layers:
+            f, count = self.intermediate_size, self.num_dense_layers
+            shapes += [(h, gate_up * f, count), (f, h, count)]
+        if self.num_shared_experts:
+            f, count = self.shared_expert_width, self.num_moe_layers
+            shapes += [(h, gate_up * f, count), (f, h, count)]
         if self.quantization is not None and self.quantization.lm_head:
             shapes.append((h, self.vocab_size, 1))
         return tuple(shapes)
@@ -435,13 +592,14 @@ class ModelSpec(_Spec):
 
     @property
     def expert_weight_bytes(self) -> float:
-        """Bytes of every routed expert of every layer, as stored (0 for a dense model)."""
+        """Bytes of every routed expert of every MoE layer, as stored (0 for a dense model;
+        shared experts are not routed: they are sharded like a dense MLP)."""
         if self.quantization is None:
-            return self.num_layers * self.num_experts * self.expert_params * self.dtype_bytes
+            return self.num_moe_layers * self.num_experts * self.expert_params * self.dtype_bytes
         if not self.is_moe:
             return 0
         f, h = self.moe_intermediate_size, self.hidden_size
-        count = self.num_layers * self.num_experts
+        count = self.num_moe_layers * self.num_experts
         shapes = ((h, (self.mlp_matrices - 1) * f, count), (f, h, count))
         return self._stored_bytes(count * self.expert_params, shapes)
 

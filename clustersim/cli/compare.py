@@ -32,6 +32,9 @@ def compare_cmd(
     report: Annotated[Path | None, typer.Option(
         "--report", help="Also write the comparison's report (report.md with its figures, "
         "report.html) to this folder.")] = None,
+    steps: Annotated[bool, typer.Option(
+        "--steps", help="Also write each run's steps.csv, every engine step of every instance "
+        "(large: one row per step).")] = False,
 ) -> None:
     """Run the scenario colocated and disaggregated on the same traffic and GPUs; compare."""
     from clustersim.output import write_run
@@ -43,12 +46,15 @@ def compare_cmd(
     colocated_spec, split_spec = counterparts(spec)
     labels = ("colocated", "disaggregated")
     check_out_dir(out, subfolders=labels)
-    results = {label: run_scenario(variant)
+    # the report's step timelines and KV figures read every step: kept for it, written only
+    # with --steps
+    record_steps = steps or report_dir is not None
+    results = {label: run_scenario(variant, record_steps=record_steps, ideal_times=True)
                for label, variant in zip(labels, (colocated_spec, split_spec), strict=True)}
     summaries, instances, runs = {}, [], {}
     with writing(out, subfolders=labels):  # both runs' files under one lock: never mixed
         for label, result in results.items():
-            summaries[label] = write_run(result, out / label)
+            summaries[label] = write_run(result, out / label, steps=steps)
     for label, result in results.items():
         instances += result.instances
         runs[label] = (result, summaries[label])

@@ -27,22 +27,28 @@ def simulate_cmd(
     report: Annotated[Path | None, typer.Option(
         "--report", help="Also write the run's report (report.md with its figures, "
         "report.html) to this folder.")] = None,
+    steps: Annotated[bool, typer.Option(
+        "--steps", help="Also write steps.csv, every engine step of every instance (large: "
+        "one row per step).")] = False,
 ) -> None:
-    """Simulate a scenario; write requests.csv, steps.csv and summary.json to --out."""
-    from clustersim.output import write_run
+    """Simulate a scenario; write requests.csv, summary.json (steps.csv: --steps) to --out.
+
+    Also transfers.csv when KV moved between instances."""
+    from clustersim.output import run_files, write_run
     from clustersim.scenario import load_scenario
     from clustersim.sim import run_scenario
 
     spec = load_scenario(scenario)
     report_dir = None if report is None else check_out_dir(report)
     folder = check_out_dir(out)
-    result = run_scenario(spec)
+    # the report's step timeline and KV figures read every step: kept for it, written only
+    # with --steps
+    result = run_scenario(spec, record_steps=steps or report_dir is not None, ideal_times=True)
     with writing(folder):
-        summary = write_run(result, folder)
+        summary = write_run(result, folder, steps=steps)
     print_summary(summary, describe_layout(spec.name, spec.model, result.instances))
     typer.echo(describe_calibration(result.instances))
-    files = "requests.csv, steps.csv, " + ("transfers.csv, " if result.transfers else "")
-    typer.echo(f"wrote {out}/{files}summary.json")
+    typer.echo(f"wrote {out}/" + ", ".join(run_files(result, steps=steps)))
     if report_dir is not None:
         from clustersim.report import write_simulate_report
 

@@ -192,12 +192,16 @@ class Cluster:
         *,
         record_steps: bool = True,
         coalesce: bool = False,
+        ideal_times: bool | None = None,
     ) -> None:
         """``record_steps=False``: engines keep step totals, not every step, and requests
         keep no per-token times (a lean run). ``coalesce``: engines advance runs of pure-decode
-        steps in one event where that is provably the same (see ``engine.instance``)."""
+        steps in one event where that is provably the same (see ``engine.instance``).
+        ``ideal_times``: KV transfers record their time alone on idle links; None: when
+        ``record_steps``."""
         self.env = env
         self.record_steps = record_steps
+        self.ideal_times = record_steps if ideal_times is None else ideal_times
         self.coalesce = coalesce
         self.scenario = scenario
         self.model = model
@@ -266,7 +270,7 @@ class Cluster:
         from clustersim.cluster.flows import FlowNetwork
 
         # a lean run reports no transfer's time alone on idle links (transfers.csv does)
-        return FlowNetwork(self.env, self.topology, ideal_times=self.record_steps)
+        return FlowNetwork(self.env, self.topology, ideal_times=self.ideal_times)
 
     def _build_pools(self) -> None:
         scenario = self.scenario

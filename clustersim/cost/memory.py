@@ -11,7 +11,11 @@ Weights count as stored (4-bit AWQ codes plus their scales, FP8 bytes, ...; see
 ``ModelSpec.weight_bytes``), and a block holds ``block_size`` tokens' K and V in the engine's
 ``kv_cache_dtype``: vllm/v1/kv_cache_interface.py ``AttentionSpec.real_page_size_bytes`` is
 2 x block_size x heads x head_dim x the cache dtype's size per layer, so fp8 (one byte per
-element) halves a BF16 block and doubles the blocks that fit.
+element) halves a BF16 block and doubles the blocks that fit. Under multi-head latent attention
+(DeepSeek-V2/V3) a block holds one ``kv_lora_rank + qk_rope_head_dim`` vector per token and
+layer (``MLAAttentionSpec``: one head of that size, no separate K and V), and every TP rank
+holds all of it (``ModelSpec.kv_bytes_per_token``): TP shrinks each rank's weights but not its
+bytes per cached token.
 
 vLLM measures the activation peak and the non-torch memory by profiling a dummy forward of
 ``max_num_batched_tokens`` tokens; here the first is estimated from the layer shapes and the
@@ -96,13 +100,17 @@ def activation_peak_bytes(model: ModelSpec, tp: int, num_tokens: int) -> int:
     logits are part of the non-torch reserve. In a mixture-of-experts layer every token has
     ``num_experts_per_tok`` routed rows of expert width (vLLM's fused-MoE caches are
     tokens x top-k wide); the router logits are small and left out. Weights (``kv_budget``)
-    count every expert.
+    count every expert. A MoE model with leading dense layers (DeepSeek's
+    ``first_k_dense_replace``) peaks in whichever MLP is wider.
     """
     hidden = _HIDDEN_TENSORS_AT_PEAK * model.hidden_size
     if model.is_moe:
         f_shard = model.moe_intermediate_size / tp
         up_out = (model.mlp_matrices - 1) * f_shard
         width = hidden + model.num_experts_per_tok * (up_out + f_shard)
+        if model.num_dense_layers:
+            f_shard = model.intermediate_size / tp
+            width = max(width, hidden + (model.mlp_matrices - 1) * f_shard + f_shard)
     else:
         f_shard = model.intermediate_size / tp
         up_out = (model.mlp_matrices - 1) * f_shard

@@ -111,6 +111,12 @@ class StepPrices:
         self.lm_head_floor_s: float = 0.0
         self.attn_half_keys: float = 0.0
         self.attn_s_per_pair: float = 0.0
+        self.decode_attn_s_per_pair: float = 0.0
+        """Decode attention's seconds per query-key pair: ``attn_s_per_pair`` but under
+        multi-head latent attention, whose decodes attend over the latent (absorbed path)."""
+        self.prefill_ctx_s_per_token: float = 0.0
+        """Per cached context token a prefill chunk attends to: the compute of re-expanding its
+        latent to per-head keys and values (MLA's kv_b_proj); 0 for standard attention."""
         self.kv_s_per_token: float = 0.0
         self.decode_kv_s_per_token: float = 0.0
         self.decode_rows_per_seq: float = 0.0
@@ -152,7 +158,7 @@ class StepPrices:
         compute, memory, communication, overhead = self.decode_batch_parts(
             num_decodes, moe_tokens)
         return decode_step_times(
-            compute, memory, communication, overhead, self.attn_s_per_pair,
+            compute, memory, communication, overhead, self.decode_attn_s_per_pair,
             self.decode_kv_s_per_token, num_decodes * self.decode_rows_per_seq,
             decode_kv_tokens, num_decodes, num_steps,
         )
@@ -165,7 +171,7 @@ class StepPrices:
         (:func:`decode_step_ends`)."""
         compute, memory, communication, overhead = self.decode_batch_parts(num_decodes, None)
         decode_step_ends(
-            ends_s, start_s, compute, memory, communication, overhead, self.attn_s_per_pair,
+            ends_s, start_s, compute, memory, communication, overhead, self.decode_attn_s_per_pair,
             self.decode_kv_s_per_token, num_decodes * self.decode_rows_per_seq,
             decode_kv_tokens, num_decodes, num_steps,
         )
@@ -262,13 +268,16 @@ class StepPrices:
             # reads the KV the chunks attend to, writes the chunks' own KV
             t_compute = ((prefill_attn_pairs + self.attn_half_keys * num_prefill_tokens)
                          * self.attn_s_per_pair)
+            if self.prefill_ctx_s_per_token:  # MLA: the cached context's keys and values
+                t_compute += ((prefill_kv_tokens - num_prefill_tokens)
+                              * self.prefill_ctx_s_per_token)
             t_memory = (prefill_kv_tokens + num_prefill_tokens) * self.kv_s_per_token
             if t_compute >= t_memory:
                 compute += t_compute
             else:
                 memory += t_memory
         if num_decode_tokens:
-            t_compute = decode_kv_tokens * self.attn_s_per_pair
+            t_compute = decode_kv_tokens * self.decode_attn_s_per_pair
             t_memory = ((decode_kv_tokens + num_decode_tokens * self.decode_rows_per_seq)
                         * self.decode_kv_s_per_token)
             if t_compute >= t_memory:

@@ -23,6 +23,25 @@ A mixture-of-experts layer replaces gate_up and down with (vLLM's fused MoE)::
         gate_up (rows x h) @ (h x 2 f_moe / n)
         down    (rows x f_moe / n) @ (f_moe / n x h)  -> all-reduce
 
+A DeepSeek-style MoE model keeps the dense MLP in its first ``first_k_dense_replace`` layers and
+adds its shared experts to every MoE layer as one gated MLP of ``n_shared x f_moe`` that every
+token runs, sharded tp ways like a dense MLP.
+
+Multi-head latent attention (DeepSeek-V2/V3) replaces qkv_proj and the attention::
+
+      q_a+kv_a  (tokens x h) @ (h x (q_lora + kv_lora + rope))   replicated on every rank
+      q_b       (tokens x q_lora) @ (q_lora x n_q (nope + rope) / tp)
+      kv_b      (tokens x kv_lora) @ (kv_lora x n_q (nope + v) / tp)
+      attention prefill chunks (not absorbed): nope + rope + v MACs per pair and head, and
+                kv_b again on every cached context token a chunk attends to;
+                decodes (absorbed into the latent): (kv_lora + rope) + kv_lora MACs per pair
+                and head; both read kv_lora + rope cached elements per token and layer
+      o_proj    (tokens x n_q v / tp) @ (n_q v / tp x h)  -> all-reduce
+
+(kv_b on every token stands for both paths: a prefill token's latent up-projected to its heads'
+keys and values, a decode token's query absorbed into the latent and its output expanded back,
+the same MACs.) The latent cache is not split by TP: every rank reads all of it.
+
 FLOPs and activations follow the tokens x k routed rows; weights are read only for the experts
 the step touches. Routing is assumed uniform and independent per token, so with T tokens each
 picking k of E experts, E x (1 - (1 - k/E)^T) experts are touched on average (k at T = 1,
@@ -200,19 +219,41 @@ class CostModel:
         mlp_shapes: tuple[tuple[float, float], ...]
         expert_shapes: tuple[tuple[float, float], ...]
         moe_gpus = dp * tp
+        moe_layers = model.num_moe_layers
+        # GEMMs of some layers only (in, out, layers): a MoE model's leading dense MLPs and
+        # its shared experts (sharded tp ways like a dense MLP)
+        partial: list[tuple[float, float, int]] = []
         if model.is_moe:
             router = ((h, model.num_experts),)
             mlp_shapes = ()
             f_expert = model.moe_intermediate_size / (1 if expert_parallel else moe_gpus)
             expert_shapes = ((h, (model.mlp_matrices - 1) * f_expert), (f_expert, h))
+            for width, count in ((f, model.num_dense_layers),
+                                 (model.shared_expert_width, moe_layers)):
+                if width and count:
+                    partial += [(h, (model.mlp_matrices - 1) * width / tp, count),
+                                (width / tp, h, count)]
         else:
             mlp_shapes = ((h, up_out), (f_shard, h))
             expert_shapes = ()
-        shapes = ((h, q_out + 2 * kv_out), (q_out, h), *mlp_shapes)
+        if model.is_mla:
+            # MLA's projections (ModelSpec.attention_projections) on one rank: the replicated
+            # down-projections whole, the rest 1/tp. kv_b_proj runs on every token: a prefill
+            # token's latent is up-projected to its heads' keys and values; a decode token's
+            # query is absorbed into the latent and its output expanded back (W_UK, W_UV, the
+            # same heads x kv_lora_rank x (nope + v) MACs)
+            *column, (o_in, o_out, _) = model.attention_projections()  # o_proj: row-parallel
+            attention: tuple[tuple[float, float], ...] = (
+                *((k, n / tp if sharded else n) for k, n, sharded in column), (o_in / tp, o_out))
+        else:
+            attention = ((h, q_out + 2 * kv_out), (q_out, h))
+        shapes = (*attention, *mlp_shapes)
         # per GEMM, summed over layers: (compute s per token, weight-read s, activation s per
         # token, half-saturation tokens, floor s)
+        partial_gemms = tuple(g for k, n, count in partial
+                              for g in _layer_gemms(((k, n),), count, e, kernel, gpu))
         p.gemms = (*_layer_gemms(shapes, layers, e, kernel, gpu),
-                       *_layer_gemms(router, layers, e, sixteen, gpu))
+                       *_layer_gemms(router, moe_layers, e, sixteen, gpu), *partial_gemms)
         # the same per expert: (compute s per routed row, weight-read s per expert touched,
         # activation s per routed row, half-saturation rows, floor s of the fused call)
         # vLLM's fused MoE: one call per layer for both projections, with its own fit where
@@ -220,7 +261,7 @@ class CostModel:
         expert_kernel = kernel
         if model.quantization is None and gpu.moe_gemm is not None:
             expert_kernel = GemmKernel("fused_moe", gpu.peak_flops, gpu.moe_gemm, 1.0, None, None)
-        expert_gemms = _layer_gemms(expert_shapes, layers, e, expert_kernel, gpu)
+        expert_gemms = _layer_gemms(expert_shapes, moe_layers, e, expert_kernel, gpu)
         p.expert_gemms = tuple((*g[:4], g[4] if i == 0 else 0.0)
                                    for i, g in enumerate(expert_gemms))
         # kernels that dequantize the whole weight from dequant_rows tokens on, then run a
@@ -230,10 +271,16 @@ class CostModel:
         if kernel.dequant_rows < float("inf"):
             assert kernel.weight is not None
             p.gemms_large = (*_layer_gemms(shapes, layers, e, sixteen, gpu),
-                                 *_layer_gemms(router, layers, e, sixteen, gpu))
+                                 *_layer_gemms(router, moe_layers, e, sixteen, gpu),
+                                 *(g for k, n, count in partial
+                                   for g in _layer_gemms(((k, n),), count, e, sixteen, gpu)))
             dequant_bytes = sum(kernel.weight.weight_bytes(k, n) + k * n * e for k, n in shapes)
             p.dequant_s = layers * dequant_bytes / (kernel.fit.memory_efficiency
                                                         * gpu.mem_bytes_per_s)
+            if partial:
+                p.dequant_s += sum(count * (kernel.weight.weight_bytes(k, n) + k * n * e)
+                                   for k, n, count in partial) / (
+                    kernel.fit.memory_efficiency * gpu.mem_bytes_per_s)
         else:
             p.gemms_large = p.gemms
             p.dequant_s = 0.0
@@ -261,9 +308,30 @@ class CostModel:
             ((h, vocab_shard),), 1, e, lm_head_kernel, gpu)
 
         # attention: FLOPs per query-key pair over this rank's query heads; K and V of one token
-        p.attn_s_per_pair = (
-            layers * _FLOPS_PER_MAC * _ATTENTION_MATMULS * q_out * s_per_attn_flop
-        )
+        if model.is_mla:
+            assert model.kv_lora_rank is not None and model.v_head_dim is not None
+            assert model.qk_nope_head_dim is not None
+            heads = model.num_attention_heads // tp
+            # prefill, not absorbed: per head, QK^T over qk_nope + qk_rope and AV over v_head_dim
+            p.attn_s_per_pair = (layers * _FLOPS_PER_MAC * heads
+                                 * (model.head_dim + model.v_head_dim) * s_per_attn_flop)
+            # decode, absorbed: per head, scores over the latent and rotary key, values over the
+            # latent (kv_lora_rank + qk_rope_head_dim, then kv_lora_rank MACs per pair)
+            p.decode_attn_s_per_pair = (
+                layers * _FLOPS_PER_MAC * heads * (model.mla_latent_dim + model.kv_lora_rank)
+                * s_per_attn_flop)
+            # a chunk after cached context up-projects the context's latents (kv_b_proj) to
+            # keys and values: a GEMM row per context token, at the kernel's saturated rate
+            kv_b_flops = (_FLOPS_PER_MAC * model.kv_lora_rank * heads
+                          * (model.qk_nope_head_dim + model.v_head_dim))
+            p.prefill_ctx_s_per_token = layers * kv_b_flops / (
+                kernel.fit.compute_efficiency * kernel.peak_flops * kernel.compute_ratio)
+        else:
+            p.attn_s_per_pair = (
+                layers * _FLOPS_PER_MAC * _ATTENTION_MATMULS * q_out * s_per_attn_flop
+            )
+            p.decode_attn_s_per_pair = p.attn_s_per_pair
+            p.prefill_ctx_s_per_token = 0.0
         # prefill efficiency saturates with the keys per query K: eff x K / (K + half), so a
         # chunk of s queries costs (pairs + half x s) pairs at the saturated efficiency
         p.attn_half_keys = gpu.attention_half_keys

@@ -78,12 +78,15 @@ def _number(text: str) -> float | None:
     return None if text == "" else float(text)
 
 
-def run_outputs(folder: Path) -> list[str]:
-    """Problems with a simulated run's requests.csv, steps.csv and summary.json."""
+def run_outputs(folder: Path, steps: bool = True) -> list[str]:
+    """Problems with a simulated run's requests.csv, summary.json and, with ``steps`` (the
+    run was given --steps), steps.csv; without ``steps``, a steps.csv in the folder is one."""
     problems: list[str] = []
-    for name in ("requests.csv", "steps.csv", "summary.json"):
+    for name in ("requests.csv", *(("steps.csv",) if steps else ()), "summary.json"):
         if not (folder / name).is_file():
             problems.append(f"{folder.name}/{name} missing")
+    if not steps and (folder / "steps.csv").is_file():
+        problems.append(f"{folder.name}/steps.csv written without --steps")
     if problems:
         return problems
     summary, found = finite_json(folder / "summary.json")
@@ -93,6 +96,8 @@ def run_outputs(folder: Path) -> list[str]:
     with (folder / "requests.csv").open(newline="") as f:
         requests = list(csv.DictReader(f))
     problems += _request_problems(requests, summary)
+    if not steps:
+        return problems
     engines = {engine["name"]: engine for engine in summary.get("engine", [])}
     with (folder / "steps.csv").open(newline="") as f:
         for row in csv.DictReader(f):
@@ -163,8 +168,9 @@ def outputs_of(argv: list[str], folder: Path, stdout: str) -> list[str]:
     before = argv[: argv.index("--")] if "--" in argv else argv
     if {"-h", "--help", "--version"} & set(before):
         return []  # help or the version, printed instead of running
+    steps = "--steps" in before
     if command == "simulate":
-        return run_outputs(folder / _option(argv, "--out", "runs/latest"))
+        return run_outputs(folder / _option(argv, "--out", "runs/latest"), steps)
     if command == "plan":
         out = _option(argv, "--out", "")
         if not out:  # the default folder is runs/plan/<the scenario's name>
@@ -173,7 +179,7 @@ def outputs_of(argv: list[str], folder: Path, stdout: str) -> list[str]:
         return finite_json(folder / out / "plan.json")[1]
     if command == "compare":
         out = folder / _option(argv, "--out", "runs/compare")
-        return run_outputs(out / "colocated") + run_outputs(out / "disaggregated")
+        return run_outputs(out / "colocated", steps) + run_outputs(out / "disaggregated", steps)
     if "--json" in argv and command in ("step-time", "trace"):
         try:
             data = json.loads(stdout, parse_constant=_reject_constant)

@@ -251,7 +251,7 @@ def input_cases(draw: st.DrawFn) -> Case:
 # ------------------------------------------------------------------- outputs
 OUTPUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # how the command is run: (argv, the names it writes, with a / for a folder)
-    "simulate": (("simulate", "s.yaml", "--out", "out", "--report", "rep"),
+    "simulate": (("simulate", "s.yaml", "--out", "out", "--report", "rep", "--steps"),
                  ("out/summary.json", "out/requests.csv", "out/steps.csv",
                   "out/transfers.csv", "out/.clustersim.lock", "rep/report.md",
                   "rep/report.html", "rep/fig01-latency-cdf.png", "rep/.clustersim.lock")),

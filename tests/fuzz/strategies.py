@@ -346,7 +346,7 @@ def _hints() -> dict[str, st.SearchStrategy[Any]]:
     from clustersim.workload.traces import SHIPPED_TRACES
 
     small_models = [m for m in model_ids() if not any(
-        big in m for big in ("70b", "72b", "66b", "176b", "32b", "8x7b"))]
+        big in m for big in ("70b", "72b", "66b", "176b", "32b", "8x7b", "deepseek"))]
     times = st.floats(0.0, 60.0)
     tokens = st.integers(1, 4096)
     _NAME_HINTS.update({
