@@ -48,7 +48,9 @@ def plan_cmd(
     workers: Annotated[int | None, typer.Option(
         min=1, help="Worker processes of the local pool; default one per core.")] = None,
     address: Annotated[str | None, typer.Option(
-        help="Ray cluster address (with --executor ray); default a local Ray.")] = None,
+        help="Ray cluster address (only with --executor ray): HOST:PORT, ray://HOST:PORT or "
+        "auto; default a local Ray. One that does not answer as a Ray cluster ends the plan "
+        "in one line within 90 s.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print plan.json to stdout.")] = False,
     report: Annotated[Path | None, typer.Option(
         "--report", help="Folder for the SLO report (report.md with its figures, report.html); "

@@ -12,6 +12,7 @@ Ray is imported only here, and only when asked for (``pip install 'clustersim[ra
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import TYPE_CHECKING, Protocol
@@ -111,8 +112,14 @@ class RayExecutor:
         self._ray = ray
         self._started = not ray.is_initialized()
         if self._started:
-            ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
-                     include_dashboard=False)
+            if address is not None:
+                check_ray_address(address)
+            try:
+                ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
+                         include_dashboard=False)
+            except Exception as error:  # noqa: BLE001  Ray's own words, in one line
+                raise ConfigError("--address" if address is not None else "--executor",
+                                  f"Ray could not start: {first_line(error)}") from None
         self._task = ray.remote(run_job)
         self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
 
@@ -136,8 +143,84 @@ class RayExecutor:
             self._ray.shutdown()
 
 
+RAY_CONNECT_TIMEOUT_S = 15.0
+"""How long an address may take to accept a connection, and Ray to reach its head, before
+the plan gives up on it."""
+PROBE_LIMIT_S = 90.0
+"""The most a Ray connection attempt may take in all (its own retries included): an address
+that does not answer ends the plan within this."""
+LOCAL_ADDRESSES = ("local",)
+"""Addresses that start a Ray of this process's own: nothing to reach."""
+
+
+def first_line(error: BaseException) -> str:
+    """An exception's message, its first non-empty line (its type when it has none)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
+
+
+def parse_ray_address(address: str) -> tuple[str, int] | None:
+    """(host, port) of ``HOST:PORT`` or ``ray://HOST:PORT``; None for ``auto`` (the cluster
+    this machine runs, found by Ray) and ``local``. A malformed address is a ConfigError."""
+    if address in ("auto", *LOCAL_ADDRESSES):
+        return None
+    text = address.removeprefix("ray://")
+    host, sep, port = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")  # [IPv6]:port
+    if not sep or not host or any(c.isspace() for c in host) or not port.isdigit() \
+            or not 0 < int(port) < 65536:
+        raise ConfigError("--address", f"{address!r} is not a Ray address: give HOST:PORT (the "
+                          "head node's GCS port, 6379 unless changed), ray://HOST:PORT (Ray "
+                          "Client) or auto (the cluster this machine belongs to)")
+    return host, int(port)
+
+
+def check_ray_address(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """Refuse an address that is malformed or where no Ray cluster answers within
+    ``timeout_s``, in one line, before Ray itself tries it: Ray retries an unreachable head
+    for minutes and then ends the process. A port that accepts connections is then tried
+    as a Ray cluster in a child process, which may die without taking the plan with it."""
+    import socket
+    import subprocess
+    import sys
+
+    target = parse_ray_address(address)
+    if address in LOCAL_ADDRESSES:
+        return
+    if target is not None:
+        host, port = target
+        try:
+            socket.create_connection((host, port), timeout=timeout_s).close()
+        except OSError as error:
+            why = error.strerror or type(error).__name__
+            raise ConfigError("--address", f"no Ray cluster answers at {host}:{port} "
+                              f"within {timeout_s:.0f} s ({why})") from None
+    probe = ("import ray, sys\n"
+             "ray.init(address=sys.argv[1], log_to_driver=False, include_dashboard=False)\n"
+             "ray.shutdown()\n")
+    wait = str(max(1, int(timeout_s)))
+    env = {**os.environ, "RAY_gcs_rpc_server_reconnect_timeout_s": wait,
+           "RAY_gcs_rpc_server_connect_timeout_s": wait}
+    started = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, "-c", probe, address], env=env,
+                              capture_output=True, text=True, timeout=PROBE_LIMIT_S)
+    except subprocess.TimeoutExpired:
+        raise ConfigError("--address", f"{address} did not answer as a Ray cluster within "
+                          f"{PROBE_LIMIT_S:.0f} s") from None
+    if done.returncode != 0:
+        lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+        said = next((line for line in reversed(lines) if "Error" in line), None)
+        raise ConfigError("--address", f"{address} does not answer as a Ray cluster"
+                          + (f": {said}" if said else
+                             f" (tried for {time.monotonic() - started:.0f} s)"))
+
+
 def make_executor(kind: str, *, workers: int | None = None,
                   address: str | None = None) -> Executor:
+    if address is not None and kind != "ray":
+        raise ConfigError("--address", f"only with --executor ray (this plan runs on "
+                          f"--executor {kind})")
     if kind == "serial":
         return SerialExecutor()
     if kind == "process":
