@@ -215,6 +215,10 @@ def test_plan_cli_writes_the_plan_and_the_ledger(tmp_path):
     assert code == 0, output
     assert "recommendation: " in output and "vllm serve" in output and "vllm bench serve" in output
     assert "wrote report" not in output
+    # not a terminal: one plain progress line per round, the plan's count so far in each
+    rounds = [line for line in output.splitlines() if line.startswith("plan: goodput, round")]
+    assert rounds and rounds[0].startswith("plan: goodput, round 1: ")
+    assert all(" in " in line and line.endswith(" s so far)") for line in rounds)
     data = json.loads((tmp_path / "out" / "plan.json").read_text())
     assert data["recommended"] and len(data["candidates"]) == 2  # 2 x TP1 and 1P + 1D
     ledger = (tmp_path / "out" / "ledger.csv").read_text().splitlines()

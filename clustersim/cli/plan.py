@@ -131,30 +131,62 @@ def write_plan(result: PlanResult, folder: Path) -> None:
 
 
 class _progress:
-    """A rich progress bar on stderr while the plan runs (nothing when not a terminal)."""
+    """The plan's progress on stderr: a rich bar per round on a terminal; elsewhere (CI, nohup,
+    a pipe) one plain line when a round ends, with its simulations and time and the plan's so
+    far, and a line every ``LINE_EVERY_S`` within a long round with its count and time left."""
+
+    LINE_EVERY_S = 30.0
 
     def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled and sys.stderr.isatty()
+        self.enabled = enabled
+        self.terminal = enabled and sys.stderr.isatty()
         self._bar = None
         self._tasks: dict[str, int] = {}
+        self._started = time.perf_counter()
+        self._round_started: dict[str, float] = {}
+        self._last_line = 0.0
+        self._finished = 0
 
     def __enter__(self) -> _progress:
-        if self.enabled:
+        if self.terminal:
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self._bar = Progress("{task.description}", BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=Console(stderr=True),
-                                 transient=True)
+                                 TimeElapsedColumn(), TimeRemainingColumn(),
+                                 console=Console(stderr=True), transient=True)
             self._bar.start()
         return self
 
     def __call__(self, stage: str, done: int, total: int) -> None:
-        if self._bar is None:
+        if not self.enabled:
             return
-        if stage not in self._tasks:
-            self._tasks[stage] = self._bar.add_task(stage, total=total)
-        self._bar.update(self._tasks[stage], completed=done, total=total)
+        now = time.perf_counter()
+        if done == 0:
+            self._round_started[stage] = now
+        began = self._round_started.setdefault(stage, now)
+        if self._bar is not None:
+            if stage not in self._tasks:
+                self._tasks[stage] = self._bar.add_task(stage, total=total)
+            self._bar.update(self._tasks[stage], completed=done, total=total)
+            return
+        if done == total and total:
+            self._finished += total
+            noun = "simulation" if total == 1 else "simulations"
+            typer.echo(f"plan: {stage}: {total} {noun} in {now - began:,.1f} s "
+                       f"({self._finished:,} in {now - self._started:,.0f} s so far)", err=True)
+            self._last_line = now
+        elif done and now - max(self._last_line, began) >= self.LINE_EVERY_S:
+            left = (now - began) / done * (total - done)
+            typer.echo(f"plan: {stage}: {done}/{total} simulations, about {left:,.0f} s left "
+                       "in this round", err=True)
+            self._last_line = now
 
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:

@@ -318,6 +318,7 @@ class Planner:
             if self.progress is not None:
                 self.progress(stage, done, total)
 
+        tick(0)  # the round shows as it starts, not when its first job ends
         # the longest first (by requests), so that a round's last job is a
         # short one and no worker idles long at its end; results come back in the caller's order
         order = sorted(range(total), key=lambda i: -_work(jobs[i]))
