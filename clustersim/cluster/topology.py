@@ -25,7 +25,17 @@ Assumptions, on purpose:
   little optimistic there.
 
 Paths are shortest by summed latency, then by hop count; ties go to the first edge in file
-order, so the same file always gives the same paths.
+order, so the same file always gives the same paths. A path search between two servers only
+looks at those two servers, the network switches and the servers that touch two or more
+switches: a server on one switch can only be a dead end for anyone else's traffic (a path
+that enters it must leave through the switch it came from), so skipping it changes no path,
+tie-breaking included, and a search costs the same on a fleet of 2 servers as on 128.
+Servers of the same make (the same vertices, cables and latencies, on the same switches) have
+the same paths between them up to their names: a path that is the only shortest one is kept
+by the shapes of its two servers and of the network, and every later pair of servers of those
+shapes, in this topology or another built in the same process, reuses it renamed. A path that
+ties with another is searched for each pair (the tie goes by file order, which shapes do not
+record).
 """
 
 from __future__ import annotations
@@ -96,6 +106,28 @@ _BUILT: dict[str, Topology] = {}
 """Topologies built in this process, by their spec's JSON (see :meth:`Topology.built`)."""
 _BUILT_SIZE = 32
 
+_SHAPE_IDS: dict[tuple[Any, ...], int] = {}
+"""A small number per shape of a server or of a network (see :meth:`Topology._index_shapes`)."""
+_SHARED: dict[tuple[int, int, int, str, str], tuple[tuple[int, str], ...]] = {}
+"""Paths that are the only shortest ones between their ends, by (network shape, source server
+shape, destination server shape or -1 for the same server, source and destination names inside
+their servers): each vertex as (0 source server, 1 destination server, 2 network; its name
+inside the server, or its own name in the network)."""
+_SHARED_SIZE = 1_000_000
+_SHAPE_IDS_SIZE = 10_000
+_SHAPE_COUNT = itertools.count()
+
+
+def _shape_id(shape: tuple[Any, ...]) -> int:
+    """The number of ``shape``: a new one for a shape not seen (numbers are never reused, so
+    forgetting old shapes never lets two shapes share one)."""
+    number = _SHAPE_IDS.get(shape)
+    if number is None:
+        if len(_SHAPE_IDS) >= _SHAPE_IDS_SIZE:
+            _SHAPE_IDS.clear()
+        number = _SHAPE_IDS[shape] = next(_SHAPE_COUNT)
+    return number
+
 
 # ------------------------------------------------------------------- views
 @dataclass(frozen=True)
@@ -132,6 +164,14 @@ class Topology:
         self._paths: dict[tuple[str, str], list[tuple[str, str]]] = {}
         self._build()
         self._check_reachable()
+        self._gpu_set = frozenset(self._gpu_ids)
+        self._scope: dict[str, str | None] = {}
+        self._out: dict[str, dict[str | None, list[tuple[int, str, int]]]] = {}
+        self._index_out_edges()
+        self._inside: dict[str, str] = {}
+        self._shape: dict[str, int] = {}
+        self._network_shape = -1
+        self._index_shapes()
 
     # ----------------------------------------------------------- loading
     @classmethod
@@ -239,6 +279,59 @@ class Topology:
                     "nics and connect them through switches",
                 )
 
+    def _index_out_edges(self) -> None:
+        """What a path search reads of each vertex: its out-edges as (position among the
+        vertex's successors, next vertex, latency ps), grouped by the server the next vertex
+        sits in when that server touches at most one network switch (it is a dead end for
+        paths between two other servers), under None for every other next vertex (switches,
+        servers on two or more switches)."""
+        graph = self.graph
+        switches_of: dict[str, set[str]] = {node.name: set() for node in self.spec.nodes}
+        for u, v in graph.edges:
+            server = graph.nodes[u]["node"]
+            if server is not None and graph.nodes[v]["node"] is None:
+                switches_of[server].add(v)
+        for vertex, server in graph.nodes(data="node"):
+            self._scope[vertex] = server if server is not None and len(
+                switches_of[server]) <= 1 else None
+        for vertex in graph:
+            groups: dict[str | None, list[tuple[int, str, int]]] = {}
+            for position, nxt in enumerate(graph.successors(vertex)):
+                groups.setdefault(self._scope[nxt], []).append(
+                    (position, nxt, self._latency_ps[vertex, nxt]))
+            self._out[vertex] = groups
+
+    def _index_shapes(self) -> None:
+        """The shape of every server a search can skip (its vertices by their names inside
+        it, whether each is a GPU, and its cables with their latencies, the other end named
+        in the server or by its own name in the network) and of the network (every vertex the
+        searches never skip, and the cables between them), each as a small number."""
+        graph = self.graph
+        gpus = self._gpu_set
+        scope = self._scope
+        members: dict[str, list[tuple[str, bool]]] = {}
+        for vertex, server in scope.items():
+            if server is not None:
+                inside = self._inside[vertex] = vertex[len(server) + 1:]
+                members.setdefault(server, []).append((inside, vertex in gpus))
+        cables: dict[str | None, list[tuple[Any, ...]]] = {server: [] for server in members}
+        cables[None] = []
+        for (u, v), ps in self._latency_ps.items():
+            ends = (scope[u], scope[v])
+            for server in dict.fromkeys(ends):
+                if server is None and ends != (None, None):
+                    continue  # a server's cable to the network is part of the server's shape
+                named = [(0, self._inside[x]) if scope[x] == server and server is not None
+                         else (1, x) for x in (u, v)]
+                cables[server].append((*named, ps))
+        for server, vertices in members.items():
+            self._shape[server] = _shape_id(
+                ("server", tuple(sorted(vertices)), tuple(sorted(cables[server]))))
+        network = sorted(v for v, server in scope.items() if server is None)
+        self._network_shape = _shape_id((
+            "network", tuple((v, v in gpus, graph.nodes[v]["role"]) for v in network),
+            tuple(sorted(cables[None]))))
+
     # ------------------------------------------------------------ queries
     def gpu_ids(self) -> list[str]:
         """Every GPU, node by node in file order, then by index."""
@@ -337,15 +430,43 @@ class Topology:
     # --------------------------------------------------------------- paths
     def path(self, src_gpu: str, dst_gpu: str) -> list[tuple[str, str]]:
         """The directed edges from ``src_gpu`` to ``dst_gpu`` ([] for a GPU to itself)."""
-        self._gpu(src_gpu)
-        self._gpu(dst_gpu)
         key = (src_gpu, dst_gpu)
-        if key not in self._paths:
-            path = self._shortest(src_gpu, dst_gpu)
-            if path is None:
+        path = self._paths.get(key)
+        if path is None:
+            self._gpu(src_gpu)
+            self._gpu(dst_gpu)
+            found = self._find(src_gpu, dst_gpu)
+            if found is None:
                 raise ConfigError("topology", f"no path from {src_gpu} to {dst_gpu}")
-            self._paths[key] = path
-        return list(self._paths[key])
+            path = self._paths[key] = found
+        return list(path)
+
+    def _find(self, src: str, dst: str) -> list[tuple[str, str]] | None:
+        """The usual path from ``src`` to ``dst``: renamed from a pair of servers of the same
+        shapes when that pair's path is the only shortest one, else searched (and kept for
+        such pairs when it is the only shortest one)."""
+        if src == dst:
+            return []
+        home = self._scope[src]
+        away = self._scope[dst]
+        if home is None or away is None:
+            return self._search(src, dst)[0]
+        key = (self._network_shape, self._shape[home],
+               -1 if home == away else self._shape[away], self._inside[src], self._inside[dst])
+        shared = _SHARED.get(key)
+        if shared is not None:
+            prefixes = (f"{home}/", f"{away}/", "")
+            vertices = [prefixes[side] + name for side, name in shared]
+            return list(itertools.pairwise(vertices))
+        path, only = self._search(src, dst)
+        if path is not None and only:
+            if len(_SHARED) >= _SHARED_SIZE:
+                _SHARED.clear()
+            inside = self._inside
+            _SHARED[key] = tuple(
+                (2, v) if v not in inside else (0 if self._scope[v] == home else 1, inside[v])
+                for v in [src, *(v for _, v in path)])
+        return path
 
     def path_avoiding(self, src_gpu: str, dst_gpu: str,
                       down: frozenset[tuple[str, str]]) -> list[tuple[str, str]] | None:
@@ -367,12 +488,26 @@ class Topology:
 
     def _shortest(self, src: str, dst: str, down: frozenset[tuple[str, str]] = frozenset()
                   ) -> list[tuple[str, str]] | None:
+        """The path from ``src`` to ``dst`` over the edges not in ``down`` (see
+        :meth:`_search`); None: ``dst`` cannot be reached."""
+        return self._search(src, dst, down)[0]
+
+    def _search(self, src: str, dst: str, down: frozenset[tuple[str, str]] = frozenset()
+                ) -> tuple[list[tuple[str, str]] | None, bool]:
         """Dijkstra on (latency ps, hops) over the edges not in ``down``; GPUs other than
-        ``src`` do not forward. None: ``dst`` cannot be reached."""
+        ``src`` do not forward; vertices of servers other than the two ends' that touch at
+        most one switch are skipped (dead ends, see the module's notes). Equal costs pop in
+        the order they were pushed, successors in graph order. Returns the path (None:
+        ``dst`` cannot be reached) and whether it is the only shortest one (no vertex on it
+        has a second predecessor at its cost)."""
         if src == dst:
-            return []
+            return [], True
+        scopes = tuple(dict.fromkeys((None, self._scope[src], self._scope[dst])))
+        out = self._out
+        gpus = self._gpu_set
         best: dict[str, tuple[int, int]] = {src: (0, 0)}
         parent: dict[str, str] = {}
+        tied: set[str] = set()
         order = itertools.count()
         heap = [(0, 0, next(order), src)]
         done: set[str] = set()
@@ -383,23 +518,30 @@ class Topology:
             done.add(vertex)
             if vertex == dst:
                 break
-            if vertex != src and self.graph.nodes[vertex]["role"] == "gpu":
+            if vertex != src and vertex in gpus:
                 continue
-            for nxt in self.graph.successors(vertex):
-                if down and (vertex, nxt) in down:
+            groups = out[vertex]
+            parts = [part for scope in scopes if (part := groups.get(scope))]
+            successors = parts[0] if len(parts) == 1 else sorted(itertools.chain(*parts))
+            for _, nxt, edge_ps in successors:
+                if nxt in done or (down and (vertex, nxt) in down):
                     continue
-                cost = (latency + self._latency_ps[vertex, nxt], hops + 1)
-                if nxt not in done and (nxt not in best or cost < best[nxt]):
+                cost = (latency + edge_ps, hops + 1)
+                known = best.get(nxt)
+                if known is None or cost < known:
                     best[nxt] = cost
                     parent[nxt] = vertex
+                    tied.discard(nxt)
                     heapq.heappush(heap, (*cost, next(order), nxt))
+                elif cost == known:
+                    tied.add(nxt)
         if dst not in done:
-            return None
+            return None, False
         vertices = [dst]
         while vertices[-1] != src:
             vertices.append(parent[vertices[-1]])
         vertices.reverse()
-        return list(itertools.pairwise(vertices))
+        return list(itertools.pairwise(vertices)), tied.isdisjoint(vertices)
 
     def path_view(self, src_gpu: str, dst_gpu: str) -> LinkView:
         """The path from ``src_gpu`` to ``dst_gpu`` as one link."""
@@ -450,6 +592,50 @@ class Topology:
 
     def __repr__(self) -> str:
         return f"Topology({self.name!r}, {len(self._gpu_ids)} GPUs)"
+
+
+def whole_graph_path(topology: Topology, src: str, dst: str,
+                     down: frozenset[tuple[str, str]] = frozenset()
+                     ) -> list[tuple[str, str]] | None:
+    """The path from ``src`` to ``dst`` by one Dijkstra over every vertex of the graph, with
+    the rules of :meth:`Topology.path` (cost (latency ps, hops), GPUs other than ``src`` do
+    not forward, equal costs pop in push order, successors in graph order), skipping the
+    edges in ``down``; None: ``dst`` cannot be reached. The reference the scoped and shared
+    searches are checked against, and the baseline ``benchmarks/split_scale.py`` compares
+    them with; it costs time in proportion to the whole fleet."""
+    if src == dst:
+        return []
+    graph = topology.graph
+    latency_ps = topology._latency_ps
+    best: dict[str, tuple[int, int]] = {src: (0, 0)}
+    parent: dict[str, str] = {}
+    order = itertools.count()
+    heap = [(0, 0, next(order), src)]
+    done: set[str] = set()
+    while heap:
+        latency, hops, _, vertex = heapq.heappop(heap)
+        if vertex in done:
+            continue
+        done.add(vertex)
+        if vertex == dst:
+            break
+        if vertex != src and graph.nodes[vertex]["role"] == "gpu":
+            continue
+        for nxt in graph.successors(vertex):
+            if down and (vertex, nxt) in down:
+                continue
+            cost = (latency + latency_ps[vertex, nxt], hops + 1)
+            if nxt not in done and (nxt not in best or cost < best[nxt]):
+                best[nxt] = cost
+                parent[nxt] = vertex
+                heapq.heappush(heap, (*cost, next(order), nxt))
+    if dst not in done:
+        return None
+    vertices = [dst]
+    while vertices[-1] != src:
+        vertices.append(parent[vertices[-1]])
+    vertices.reverse()
+    return list(itertools.pairwise(vertices))
 
 
 def _take(free: list[str], tp: int) -> list[str]:
