@@ -33,6 +33,7 @@ from clustersim.plan.result import (
 from clustersim.safe_write import atomic_file, atomic_write_text
 
 if TYPE_CHECKING:
+    from clustersim.plan.day import DayPlan
     from clustersim.plan.planner import Planner
     from clustersim.sim import RunResult
 
@@ -265,6 +266,8 @@ def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
                 typer.echo(f"  - {reason}")
     for note in result.traffic_notes:
         typer.echo(f"traffic: {note}")
+    if result.day is not None:
+        print_day(result.day)
     typer.echo("")
     shown = [c for c in result.candidates if c.goodput is not None][:12]
     if shown:
@@ -299,6 +302,26 @@ def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
             typer.echo(f"  {line}")
     if result.bench_command:
         typer.echo(f"check it on real GPUs:\n  {result.bench_command}")
+
+
+def print_day(day: DayPlan) -> None:
+    """The day plan: the unit, then the two fleets side by side."""
+    typer.echo(f"a day of {day.curve} traffic (peak {day.peak_rate_per_s:,.2f} req/s, mean "
+               f"{day.mean_rate_per_s:,.2f}, {day.window_s / 60:g} min windows), in units of "
+               f"{day.unit} ({day.unit_gpus} GPU{'s' if day.unit_gpus > 1 else ''}, "
+               f"{day.unit_rate_per_s:,.2f} req/s each):")
+    for fleet in (day.static, day.autoscaled):
+        cost = "" if fleet.cost_usd is None else f", ${fleet.cost_usd:,.0f}"
+        gpus = (f"{fleet.max_gpus} GPUs" if fleet.min_gpus == fleet.max_gpus
+                else f"{fleet.min_gpus}-{fleet.max_gpus} GPUs")
+        typer.echo(f"  {fleet.name}: {gpus}, {fleet.gpu_hours:,.0f} GPU-hours{cost}, "
+                   f"SLO attainment over the day {fleet.attainment:.1%}"
+                   f"{'' if fleet.meets else ' (below the target)'}")
+    if day.saving is not None:
+        typer.echo(f"  autoscaling ({day.scale_up_delay_s:g} s to add units) saves "
+                   f"{day.saving:.0%} of the GPU-hours")
+    for note in day.notes:
+        typer.echo(f"  note: {note}")
 
 
 def print_tie(result: PlanResult) -> None:

@@ -36,6 +36,13 @@ def step_time_cmd(
         "compressed-tensors, modelopt, modelopt_fp4); default: the model's own config.")] = None,
     kv_cache_dtype: Annotated[str, typer.Option(
         help="vLLM's --kv-cache-dtype: auto, fp8, fp8_e4m3 or fp8_e5m2.")] = "auto",
+    num_speculative_tokens: Annotated[int, typer.Option(
+        min=0, max=16, help="With --decode-batch: price the speculative verification step, "
+        "each request verifying this many drafts (1 + k query rows; vLLM's "
+        "--speculative-config num_speculative_tokens), and the draft passes.")] = 0,
+    draft_layers: Annotated[float, typer.Option(
+        min=0.0, help="With --num-speculative-tokens: target-shaped layers one draft pass "
+        "costs (1: EAGLE or MTP; 0: n-gram).")] = 1.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Price one engine step with the roofline cost model."""
@@ -47,6 +54,8 @@ def step_time_cmd(
 
     if (prefill_tokens is None) == (decode_batch is None):
         raise ClusterSimError("step-time", "give exactly one of --prefill-tokens or --decode-batch")
+    if num_speculative_tokens and decode_batch is None:
+        raise ClusterSimError("--num-speculative-tokens", "prices decodes: give --decode-batch")
     if quantization is not None and quantization not in QUANT_METHODS:
         raise ClusterSimError("--quantization", f"unknown method {quantization!r}; known: "
                               f"{', '.join(QUANT_METHODS)}")
@@ -76,6 +85,17 @@ def step_time_cmd(
     tokens = batch.num_prefill_tokens + batch.num_decode_tokens
     cost_model = CostModel(spec_model, spec_gpu, tp, dp=dp, expert_parallel=expert_parallel)
     cost = cost_model.step_time(batch, dp * tokens)
+    speculative: dict[str, float] = {}
+    if num_speculative_tokens:
+        from clustersim.engine.spec_decode import verification_step_s
+
+        assert decode_batch is not None
+        verify_s, draft_s = verification_step_s(
+            cost_model.prices, decode_batch, context, num_speculative_tokens, draft_layers,
+            spec_model.num_layers)
+        speculative = {"num_speculative_tokens": num_speculative_tokens,
+                       "draft_layers": draft_layers, "time_s": verify_s, "draft_s": draft_s,
+                       "break_even_tokens_per_step": verify_s / cost.time_s}
     quant = spec_model.quantization
     result = {
         "model": spec_model.id,
@@ -92,6 +112,7 @@ def step_time_cmd(
         "memory_s": cost.memory_s,
         "communication_s": cost.communication_s,
         "overhead_s": cost.overhead_s,
+        **({"speculative": speculative} if speculative else {}),
         "host": {"per_step_s": spec_gpu.per_step_overhead_s,
                  "per_layer_s": spec_gpu.per_layer_overhead_s,
                  "num_layers": spec_model.num_layers,
@@ -124,3 +145,12 @@ def step_time_cmd(
         f"{batch.num_seqs} requests x {spec_gpu.per_request_overhead_s * 1e6:.1f} us "
         f"({spec_gpu.calibration})"
     )
+    if speculative:
+        k = num_speculative_tokens
+        typer.echo(
+            f"speculative: {decode_batch} requests x (1 + {k}) rows verified in "
+            f"{speculative['time_s'] * 1e3:.3f} ms, of which {k if draft_layers else 0} draft "
+            f"passes {speculative['draft_s'] * 1e3:.3f} ms; it beats the plain decode step "
+            f"above when more than {speculative['break_even_tokens_per_step']:.2f} tokens per "
+            "request are accepted per step (the accepted drafts + 1)"
+        )

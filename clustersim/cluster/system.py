@@ -41,6 +41,7 @@ from clustersim.engine.request import Request, RequestStatus
 from clustersim.engine.run_timer import append_ends
 from clustersim.engine.scheduler import Scheduler, StepPlan
 from clustersim.engine.settings import EngineSettings
+from clustersim.engine.spec_decode import configure_prices, seeded
 from clustersim.engine.step_plan import RooflinePricer
 from clustersim.errors import ClusterSimError, ConfigError
 from clustersim.scenario import Cost, FixedCost, Scenario
@@ -410,6 +411,7 @@ class Cluster:
         cost = CostModel(model, gpu, tp, expert_parallel=ep, **link)
         cost.prices.graph_sizes = cudagraph_capture_sizes(
             scheduler.max_num_seqs, scheduler.max_num_batched_tokens)
+        configure_prices(cost.prices, scheduler, model.num_layers)  # (speculative decoding)
         return cost
 
     def _add_group(
@@ -451,9 +453,9 @@ class Cluster:
         self, pool: PoolSpec, gpu: GpuSpec, tp: int, setup: EngineSetup, name: str,
         group: list[str], position: int, cost_model: CostModel | None, run: bool = True,
     ) -> Instance:
-        config = replace(
+        config = seeded(replace(
             setup.scheduler, kv_full_blocks_only=self.kv_transfer.vllm_compat == "0.10"
-        )
+        ), self.scenario.seed, name)  # (speculative decoding: the engine's acceptance stream)
 
         def fresh_scheduler() -> Scheduler:
             kv = KVCacheManager(

@@ -131,6 +131,14 @@ class StepPrices:
         self.decode_parts: dict[tuple[int, Any], tuple[float, float, float, float]] = {}
         """The same by (size, MoE tokens), for batches whose MoE layers see more tokens than
         their own (a lockstep group's)."""
+        self.speculative: bool = False
+        """The engine decodes speculatively: its steps are priced by :meth:`spec_step_time_s`
+        (``clustersim.engine.spec_decode.configure_prices`` sets this and the two below)."""
+        self.num_draft_passes: int = 0
+        """Draft-head passes per step (k for EAGLE and MTP, 0 for n-gram drafts)."""
+        self.draft_layer_share: float = 0.0
+        """One draft pass's layers over the target's: the share of the target's layer GEMMs,
+        attention and all-reduces a pass over the same rows costs."""
 
     def step_time_s(
         self, num_prefill_tokens: int, prefill_attn_pairs: float, prefill_kv_tokens: int,
@@ -149,6 +157,93 @@ class StepPrices:
             decode_kv_tokens, num_sampled, num_seqs, moe_tokens,
         )
         return compute + memory + communication + overhead
+
+    def spec_step_time_s(
+        self, num_prefill_tokens: int, prefill_attn_pairs: float, prefill_kv_tokens: int,
+        num_decode_tokens: int, decode_kv_tokens: int, num_sampled: int, num_seqs: int,
+        num_spec_tokens: int, spec_attn_pairs: float,
+    ) -> float:
+        """A step of a speculative engine: the target's verification forward pass plus the
+        draft head's passes.
+
+        ``num_decode_tokens`` counts every decode query row, drafts included (a request with
+        k drafts runs 1 + k rows: ``num_spec_tokens`` of them are drafts); every row is a GEMM
+        row and an LM-head row (the rejection sampler reads the logits of each draft position
+        and the bonus one: vllm/v1/sample/rejection_sampler.py). Decode attention computes
+        ``decode_kv_tokens + spec_attn_pairs`` query-key pairs (query position i of 1 + k
+        attends to the context and the i + 1 new tokens) but reads each request's KV once.
+        A pure-decode step pads its rows to the next CUDA-graph size (multiples of 1 + k:
+        ``spec_decode.capture_sizes``). The draft head (:attr:`num_draft_passes` > 0) runs
+        its first pass over all the step's rows, then ``passes - 1`` over one row per
+        sampling request (vllm/v1/spec_decode/eagle.py, ``EagleProposer.propose``), each
+        pass :attr:`draft_layer_share` of the target's layers plus the LM head on the
+        sampling requests' rows."""
+        if not num_prefill_tokens and not num_decode_tokens:
+            return 0.0
+        tokens = num_prefill_tokens + num_decode_tokens
+        rows = float(tokens)
+        if not num_prefill_tokens and num_sampled == num_seqs:  # a pure-decode step
+            rows = float(graph_rows(self.graph_sizes, tokens))
+        compute, memory, communication = self.dense_parts(
+            rows, num_sampled + num_spec_tokens, None)
+        attn_compute, attn_memory = self._attention(
+            num_prefill_tokens, prefill_attn_pairs, prefill_kv_tokens, num_decode_tokens,
+            decode_kv_tokens, num_spec_tokens, spec_attn_pairs)
+        total = (compute + attn_compute) + (memory + attn_memory) + communication + (
+            self.fixed_overhead_s + num_seqs * self.request_overhead_s)
+        passes = self.num_draft_passes
+        if passes and num_sampled:
+            share = self.draft_layer_share
+            lm_head = self._lm_head_s(num_sampled)
+            compute, memory, communication = self.dense_parts(rows, 0, None)
+            total += share * (compute + memory + communication + attn_compute
+                              + attn_memory) + lm_head
+            if passes > 1:
+                # later passes: one row per drafting request, over the same contexts
+                draft_rows = float(graph_rows(self.graph_sizes, num_sampled))
+                compute, memory, communication = self.dense_parts(draft_rows, 0, None)
+                attn_compute, attn_memory = self._attention(
+                    0, 0.0, 0, num_sampled, decode_kv_tokens, 0, 0.0)
+                total += (passes - 1) * (share * (compute + memory + communication
+                                                  + attn_compute + attn_memory) + lm_head)
+        return total
+
+    def _attention(
+        self, num_prefill_tokens: float, prefill_attn_pairs: float, prefill_kv_tokens: float,
+        num_decode_tokens: float, decode_kv_tokens: float, num_spec_tokens: float,
+        spec_attn_pairs: float,
+    ) -> tuple[float, float]:
+        """(compute, memory) seconds of a step's attention, as :meth:`parts` books them; the
+        decodes' drafts add query-key pairs and a KV write each, not another read."""
+        compute = memory = 0.0
+        if num_prefill_tokens:
+            t_compute = ((prefill_attn_pairs + self.attn_half_keys * num_prefill_tokens)
+                         * self.attn_s_per_pair)
+            if self.prefill_ctx_s_per_token:
+                t_compute += ((prefill_kv_tokens - num_prefill_tokens)
+                              * self.prefill_ctx_s_per_token)
+            t_memory = (prefill_kv_tokens + num_prefill_tokens) * self.kv_s_per_token
+            if t_compute >= t_memory:
+                compute += t_compute
+            else:
+                memory += t_memory
+        if num_decode_tokens:
+            t_compute = (decode_kv_tokens + spec_attn_pairs) * self.decode_attn_s_per_pair
+            num_requests = num_decode_tokens - num_spec_tokens
+            t_memory = ((decode_kv_tokens + num_requests * self.decode_rows_per_seq
+                         + num_spec_tokens) * self.decode_kv_s_per_token)
+            if t_compute >= t_memory:
+                compute += t_compute
+            else:
+                memory += t_memory
+        return compute, memory
+
+    def _lm_head_s(self, rows: float) -> float:
+        """The LM head (and its logits all-gather) on ``rows`` rows."""
+        t_compute = (rows + self.lm_head_half) * self.lm_head_s_per_row
+        t_memory = self.lm_head_weight_s + rows * self.lm_head_act_s_per_row
+        return (self.logits_fixed_s + rows * self.logits_s_per_row + max(t_compute, t_memory)
+                + self.lm_head_floor_s)
 
     def decode_run_s(
         self, num_decodes: int, decode_kv_tokens: int, num_steps: int,

@@ -8,6 +8,47 @@ from typing import Literal
 
 StepPolicy = Literal["decode_first", "prefill_first", "balanced"]
 QueuePolicy = Literal["fcfs", "priority"]
+SpecMethod = Literal["eagle", "mtp", "ngram"]
+
+
+@dataclass(frozen=True, slots=True)
+class SpecDecodeConfig:
+    """Speculative decoding as the engine runs it (vLLM's ``--speculative-config``, resolved
+    from the scenario's ``engine.speculative``; ``clustersim.engine.spec_decode``).
+
+    A decoding request carries ``num_speculative_tokens`` drafts: it schedules ``1 + k``
+    tokens (``num_tokens_with_spec``), all counted against the step's budget; after the step
+    ``n`` of its ``k`` drafts are accepted (drawn from ``acceptance_cdf``) and it gains
+    ``n + 1`` output tokens.
+    """
+
+    method: str
+    """``eagle``, ``mtp`` (draft heads run on the GPU, KV lookahead) or ``ngram`` (host)."""
+    num_speculative_tokens: int
+    acceptance_cdf: tuple[float, ...]
+    """``P(accepted <= j)`` for ``j = 0 .. k - 1`` (``P(accepted <= k)`` is 1)."""
+    draft_layers: float
+    """Target-shaped transformer layers one draft pass costs (0: no GPU time, n-gram)."""
+    seed: tuple[int, ...] = ()
+    """Entropy of the engine's acceptance stream (``spec_decode.SPEC_DECODE_RNG_STREAM``);
+    set by the cluster for each engine."""
+
+    def __reduce__(self) -> tuple[type[SpecDecodeConfig], tuple[object, ...]]:
+        # compiled, a frozen dataclass is rebuilt from its fields (see SchedulerConfig)
+        return (SpecDecodeConfig, tuple(getattr(self, f.name) for f in fields(self)))
+
+    @property
+    def num_lookahead_tokens(self) -> int:
+        """KV slots ``allocate_slots`` reserves beyond the scheduled tokens: ``k`` for the
+        EAGLE proposer (EAGLE and MTP, whose draft head writes its own next positions), 0 for
+        n-gram (vllm/v1/core/sched/scheduler.py, ``Scheduler.__init__``:
+        ``num_lookahead_tokens``)."""
+        return 0 if self.method == "ngram" else self.num_speculative_tokens
+
+    @property
+    def uniform_decode_query_len(self) -> int:
+        """Query rows of one decoding request in a verification step: ``1 + k``."""
+        return 1 + self.num_speculative_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +86,8 @@ class SchedulerConfig:
     decode_reserve_tokens: int = 1
     kv_full_blocks_only: bool = False
     """Decode side of P/D as in vLLM <= 0.10: pull only the prompt's full blocks (spec §7.4)."""
+    speculative: SpecDecodeConfig | None = None
+    """Speculative decoding (None: off); resolved from ``engine.speculative``."""
 
     def __reduce__(self) -> tuple[type[SchedulerConfig], tuple[object, ...]]:
         # compiled (``clustersim.native``), a frozen dataclass cannot be unpickled by setting

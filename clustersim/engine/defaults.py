@@ -9,6 +9,7 @@ spec §5.1), quantization methods the GPU or the checkpoint cannot take
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 from clustersim.catalog.specs import GpuSpec, ModelSpec
@@ -18,15 +19,16 @@ from clustersim.cost.memory import (
     num_gpu_blocks,
     profiles_cuda_graphs,
 )
-from clustersim.engine.config import SchedulerConfig
+from clustersim.engine.config import SchedulerConfig, SpecDecodeConfig
 from clustersim.engine.kv_manager import cdiv
 from clustersim.engine.quantization import served_model
-from clustersim.engine.settings import EngineSettings
+from clustersim.engine.settings import EngineSettings, SpeculativeSettings
 from clustersim.errors import ConfigError
 
 GIB = 1 << 30
-RESOLVED_FIELDS = ("max_num_batched_tokens", "max_num_seqs", "max_model_len")
-"""Scheduler knobs whose value comes from the GPU's or the model's defaults when unset."""
+RESOLVED_FIELDS = ("max_num_batched_tokens", "max_num_seqs", "max_model_len", "speculative")
+"""Scheduler knobs whose value comes from the GPU's or the model's defaults when unset, or
+(``speculative``) that the engine takes in its own form (:func:`speculative_config`)."""
 ENGINE_ONLY_FIELDS = ("kv_full_blocks_only",)
 """Scheduler knobs the cluster sets (the KV connector's version), not the scenario."""
 SETTINGS_FIELDS = tuple(f.name for f in fields(SchedulerConfig)
@@ -145,6 +147,13 @@ def resolve_engine(
             cuda_graph_bytes=(cuda_graph_bytes(model, max_num_seqs, max_num_batched_tokens)
                               if profiles_cuda_graphs(settings.vllm_version) else 0),
         )
+    speculative = speculative_config(settings, model, dp)
+    if speculative is not None and speculative.draft_layers and (
+            settings.num_gpu_blocks_override is None):
+        # the draft head's layers keep their own KV in the same blocks (vLLM adds them to the
+        # KV cache spec: every block holds them too), so the budget buys fewer blocks
+        layers = model.num_layers
+        blocks = 1 + (blocks - 1) * layers // (layers + math.ceil(speculative.draft_layers))
     needed = cdiv(max_model_len, settings.block_size)
     if blocks - 1 < needed:
         raise ConfigError(
@@ -159,6 +168,33 @@ def resolve_engine(
         max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs,
         max_model_len=max_model_len,
+        speculative=speculative,
         **{name: getattr(settings, name) for name in SETTINGS_FIELDS},
     )
     return EngineSetup(scheduler=scheduler, num_gpu_blocks=blocks, model=model)
+
+
+def speculative_config(settings: EngineSettings, model: ModelSpec,
+                       dp: int = 1) -> SpecDecodeConfig | None:
+    """The engine's form of ``engine.speculative`` (None: off), refusing what clustersim does
+    not model with it."""
+    spec: SpeculativeSettings | None = settings.speculative
+    if spec is None:
+        return None
+    if settings.async_scheduling:
+        raise ConfigError(
+            "engine.speculative",
+            "modelled with sync scheduling only: set async_scheduling false (vLLM's async "
+            "scheduling with drafts keeps placeholders for unverified tokens, not simulated)",
+        )
+    if dp > 1 and model.is_moe:
+        raise ConfigError(
+            "engine.speculative",
+            "not modelled for lockstep data-parallel MoE ranks: use data_parallel_size 1",
+        )
+    return SpecDecodeConfig(
+        method=spec.method,
+        num_speculative_tokens=spec.num_speculative_tokens,
+        acceptance_cdf=spec.acceptance_cdf(),
+        draft_layers=spec.resolved_draft_layers,
+    )

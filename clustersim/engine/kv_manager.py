@@ -112,12 +112,14 @@ class KVCacheManager:
         watermark_blocks: int = 0,
         reserved_blocks: int = 0,
         delay_cache_blocks: bool = False,
+        num_lookahead_tokens: int = 0,
     ) -> bool:
         """Give ``request`` the blocks for ``num_new_tokens`` more tokens; False if they don't fit.
 
         Mirrors vLLM's ``allocate_slots`` (v0.33): comparisons are strict, so an exact fit
         succeeds; evictable prefix-hit blocks count against the free pool because touching them
-        takes them out of the free queue.
+        takes them out of the free queue. ``num_lookahead_tokens`` more slots are reserved
+        beyond them (speculative decoding's draft positions) and not cached.
         """
         bs = self.block_size
         hit_blocks = new_computed_blocks or []
@@ -141,7 +143,7 @@ class KVCacheManager:
             + num_external_tokens
             + num_new_tokens
         )
-        num_required = cdiv(min(total, self.max_model_len), bs)
+        num_required = cdiv(min(total + num_lookahead_tokens, self.max_model_len), bs)
         num_new_blocks = max(num_required - num_held - len(hit_blocks), 0)
         if num_new_blocks + num_evictable_hits + watermark_blocks > num_free - reserved_blocks:
             return False

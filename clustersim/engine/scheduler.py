@@ -18,6 +18,7 @@ from clustersim.engine.decode_set import DecodeSet, StepClock
 from clustersim.engine.kv_manager import KVCacheManager, cdiv
 from clustersim.engine.queues import FCFSQueue, PriorityQueue, WaitingQueue
 from clustersim.engine.request import Request, RequestStatus
+from clustersim.engine.spec_decode import AcceptanceSampler
 from clustersim.engine.step_plan import NOTHING, StepPlan, listed
 
 __all__ = ["FCFSQueue", "PriorityQueue", "Scheduler", "StepPlan"]
@@ -33,11 +34,26 @@ class Scheduler:
         """``keep_token_times=False`` (a lean run): requests keep no ``token_times_s``; their
         tokens are noted as positions in :attr:`token_clock` instead. ``bulk_decodes``:
         requests that decode every step join a :class:`DecodeSet` and are scheduled and
-        updated together (sync FCFS scheduling only; the same steps either way)."""
+        updated together (sync FCFS scheduling only; the same steps either way).
+
+        With speculative decoding (``config.speculative``) a decode schedules its drafts too
+        and gains ``1 + accepted`` tokens per step: requests then keep their token times (a
+        step's tokens share one time, which a lean run's clock positions cannot say), and
+        there is no decode set, so the engine steps one step at a time (no coalesced runs)."""
         self.config = config
         self.kv = kv
+        spec = config.speculative
+        keep_token_times = keep_token_times or spec is not None
         self.keep_token_times = keep_token_times
-        bulk = bulk_decodes and not config.async_scheduling and config.policy == "fcfs"
+        bulk = (bulk_decodes and not config.async_scheduling and config.policy == "fcfs"
+                and spec is None)
+        self._num_drafts = 0 if spec is None else spec.num_speculative_tokens
+        """Draft tokens a decode carries each step (0: no speculative decoding)."""
+        self._lookahead = 0 if spec is None else spec.num_lookahead_tokens
+        """KV slots reserved beyond a running request's scheduled tokens."""
+        self._acceptance: AcceptanceSampler | None = (
+            None if spec is None else AcceptanceSampler(spec))
+        """Draws how many of a decode's drafts the target accepts."""
         step_clock = StepClock() if bulk or not keep_token_times else None
         self.step_clock: StepClock | None = step_clock
         """The end time of every step applied, in order (decode-set members' tokens and a
@@ -130,6 +146,8 @@ class Scheduler:
         decode_budget = self._decode_cap
         async_mode = cfg.async_scheduling
         max_model_len = cfg.max_model_len
+        num_drafts = self._num_drafts
+        lookahead = self._lookahead
 
         num_eligible = self.num_unfinished
         threshold = cfg.long_prefill_token_threshold
@@ -174,6 +192,8 @@ class Scheduler:
                 deferred_decodes = listed(deferred_decodes, request)
                 index += 1
                 continue
+            if is_decode and num_drafts:
+                num_new += num_drafts  # num_tokens_with_spec: the drafts are verified too
             if 0 < threshold < num_new:
                 num_new = threshold
             if num_new > budget:
@@ -186,7 +206,7 @@ class Scheduler:
             # A decode that still has room in its last block needs no allocation (the common
             # case); anything else goes through allocate_slots and, if needed, preemption.
             held = kv_blocks.get(request.request_id) if is_decode else None
-            if held is None or len(held) * block_size <= num_computed:
+            if held is None or len(held) * block_size < num_computed + num_new + lookahead:
                 allocated, removed_before = self._allocate_running(request, num_new, plan)
                 index -= removed_before
                 budget = self._token_budget - plan.num_scheduled_tokens  # victims refunded
@@ -198,7 +218,7 @@ class Scheduler:
             plan.num_scheduled_tokens += num_new
             budget -= num_new
             if is_decode:
-                decode_budget -= 1
+                decode_budget -= num_new
             index += 1
         budget = self._token_budget - plan.num_scheduled_tokens
 
@@ -218,14 +238,18 @@ class Scheduler:
                     break
                 if request.status is not RequestStatus.RUNNING:
                     continue  # preempted meanwhile
-                allocated, _ = self._allocate_running(request, 1, plan, admitted)
+                num_new = 1
+                if num_drafts:  # with its drafts, as far as the budget and the model allow
+                    num_new = max(1, min(1 + num_drafts, budget,
+                                         max_model_len - 1 - request.num_computed_tokens))
+                allocated, _ = self._allocate_running(request, num_new, plan, admitted)
                 budget = self._token_budget - plan.num_scheduled_tokens
                 if not allocated:
                     if cfg.policy == "priority":
                         continue
                     break
-                self._record(plan, request, 1)
-                budget -= 1
+                self._record(plan, request, num_new)
+                budget -= num_new
 
         self._update_after_schedule(plan)
         plan.num_running = len(self.running)
@@ -294,6 +318,9 @@ class Scheduler:
                 num_new_computed_tokens=num_computed - request.num_computed_tokens,
                 full_sequence_must_fit=cfg.scheduler_reserve_full_isl,
                 watermark_blocks=watermark,
+                # vLLM reserves the lookahead only for a request with computed tokens
+                # (a finished KV pull): ``effective_lookahead_tokens``
+                num_lookahead_tokens=self._lookahead if request.num_computed_tokens else 0,
             ):
                 stopped_by = "kv"
                 plan.waiting_head = request
@@ -399,7 +426,8 @@ class Scheduler:
         """
         running = self.running
         removed_before = 0
-        while not self.kv.allocate_slots(request, num_new):
+        while not self.kv.allocate_slots(request, num_new,
+                                         num_lookahead_tokens=self._lookahead):
             if self.config.policy == "priority":
                 victim = max(running, key=lambda r: (r.priority, r.engine_arrival_s))
             else:
@@ -449,8 +477,8 @@ class Scheduler:
         """Advance ``num_computed_tokens`` and collect what the cost model needs (§3.5)."""
         async_mode = self.config.async_scheduling
         sampled = plan.sampled
-        num_decodes = decode_kv = prefill_tokens = prefill_kv = 0
-        attn_pairs = 0.0
+        num_decodes = decode_kv = prefill_tokens = prefill_kv = spec_tokens = 0
+        attn_pairs = spec_pairs = 0.0
         for request, num_new in plan.scheduled:
             context = request.num_computed_tokens
             placeholders = request.num_output_placeholders
@@ -461,9 +489,13 @@ class Scheduler:
                 sampled.append(request)
                 if async_mode:
                     request.num_output_placeholders = placeholders + 1
-            if num_new == 1 and target - context == 1 and num_outputs > 0:  # a decode
-                num_decodes += 1
-                decode_kv += context + 1
+            if target - context == 1 and num_outputs > 0:  # a decode (1 token, or 1 + drafts)
+                num_decodes += num_new
+                decode_kv += context + num_new
+                if num_new > 1:  # draft position i attends to i more keys than the first
+                    drafts = num_new - 1
+                    spec_tokens += drafts
+                    spec_pairs += drafts * context + (drafts + 1) * drafts / 2
             else:
                 plan.prefill_chunks = listed(plan.prefill_chunks, (request, num_new))
                 prefill_tokens += num_new
@@ -478,6 +510,8 @@ class Scheduler:
         plan.num_prefill_tokens = prefill_tokens
         plan.prefill_attn_pairs = attn_pairs
         plan.prefill_kv_tokens = prefill_kv
+        plan.num_spec_tokens = spec_tokens
+        plan.spec_attn_pairs = spec_pairs
 
     # ----------------------------------------------------------------- update
     def update_from_output(self, plan: StepPlan, now_s: float) -> list[Request]:
@@ -503,6 +537,7 @@ class Scheduler:
                 finished = listed(finished, request)
         keep_times = self.keep_token_times
         removed = self._removed
+        acceptance = self._acceptance
         for request in plan.sampled:
             if request.status is RequestStatus.FINISHED:
                 continue
@@ -511,9 +546,15 @@ class Scheduler:
             if async_mode:
                 request.num_output_placeholders -= 1
             num_outputs = request.num_output_tokens + 1
+            if acceptance is not None:
+                num_outputs = self._verify(request, acceptance)
             request.num_output_tokens = num_outputs
             if keep_times:
-                request.token_times_s.append(now_s)
+                times = request.token_times_s
+                times.append(now_s)
+                if acceptance is not None:
+                    for _extra in range(len(times), num_outputs):  # accepted drafts
+                        times.append(now_s)
             elif request.token_run_last == position - 1 >= 0:
                 request.token_run_last = position  # the common case: the step before too
             else:
@@ -542,6 +583,21 @@ class Scheduler:
         if members is not None:
             self._join_decodes(members, plan)
         return finished
+
+    def _verify(self, request: Request, acceptance: AcceptanceSampler) -> int:
+        """The step verified the request's drafts: ``n`` of them are accepted (drawn), the
+        rest rejected (``num_computed_tokens`` steps back over them, vLLM's
+        ``update_from_output``; their KV slots stay allocated, to be overwritten), and it
+        gains ``n + 1`` tokens, no more than ``max_tokens`` and ``max_model_len`` allow.
+        Returns its output count."""
+        gained = 1
+        drafts = request.num_computed_tokens - request.num_tokens  # sync: none in flight
+        if drafts > 0:
+            accepted = acceptance.draw(drafts)
+            request.num_computed_tokens -= drafts - accepted
+            gained += accepted
+        cap = min(request.max_tokens, self.config.max_model_len - request.num_prompt_tokens)
+        return min(request.num_output_tokens + gained, cap)
 
     def _join_decodes(self, members: DecodeSet, plan: StepPlan) -> None:
         """Requests right after the decode set that sampled in this step and decode from the

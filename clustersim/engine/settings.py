@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from clustersim.catalog.quantization import QuantMethod
 from clustersim.catalog.specs import KvCacheDType
-from clustersim.engine.config import QueuePolicy, StepPolicy
+from clustersim.engine.config import QueuePolicy, SpecMethod, StepPolicy
 from clustersim.limits import MAX_COUNT, NonNegativeTokens, NumRequests, Tokens, Within
 from clustersim.validation import Strict
 
@@ -28,6 +28,86 @@ def _vllm_version(value: str) -> str:
 
 VllmVersion = Annotated[str, AfterValidator(_vllm_version)]
 """A vLLM release as ``0.19`` or ``0.19.1``."""
+
+
+MAX_SPECULATIVE_TOKENS = 16
+"""Most draft tokens per step clustersim takes (vLLM sets no cap; EAGLE trees stop near 8)."""
+
+
+class SpeculativeSettings(Strict):
+    """Speculative decoding: vLLM's ``--speculative-config`` (``SpeculativeConfig``,
+    vllm/config/speculative.py), e.g. ``'{"method": "eagle", "num_speculative_tokens": 3,
+    "model": ...}'``, plus how often the drafts are accepted: vLLM measures that
+    (``vllm:spec_decode_num_accepted_tokens_per_pos``), a simulator has to be told it."""
+
+    method: SpecMethod = Field(
+        description="vLLM's method: eagle (an EAGLE draft head on the target's hidden states), "
+        "mtp (the model's own multi-token-prediction layers, DeepSeek-V3's MTP module), or "
+        "ngram (prompt lookup on the host, no GPU draft pass).")
+    num_speculative_tokens: Annotated[int, Field(ge=1, le=MAX_SPECULATIVE_TOKENS)] = Field(
+        description="vLLM's num_speculative_tokens k: drafts per decoding request per step; "
+        "each decode then schedules 1 + k tokens (num_tokens_with_spec), all counted against "
+        "the step's token budget.")
+    acceptance_rate: Annotated[float, Field(ge=0.0, le=1.0)] | None = Field(
+        None, description="Chance that a draft is accepted given the drafts before it were "
+        "(the same at every position): n of k drafts accepted with probability a^n (1 - a) "
+        "for n < k, a^k for n = k. Give it or acceptance_lengths.")
+    acceptance_lengths: list[Annotated[float, Field(ge=0.0, le=1.0)]] | None = Field(
+        None, description="A measured distribution of accepted drafts per verification step: "
+        "k + 1 probabilities, of 0, 1, ..., k accepted, summing to 1 (vLLM logs the mean "
+        "acceptance length, and the per-position counts it comes from). Give it or "
+        "acceptance_rate.")
+    draft_layers: Annotated[float, Field(ge=0.0, le=64.0)] | None = Field(
+        None, description="GPU cost of one draft pass, in transformer layers shaped like the "
+        "target's (each pass also runs the LM head on the drafting requests); default 1 for "
+        "eagle (EAGLE's head is one decoder layer) and mtp (one MTP module per draft, "
+        "num_nextn_predict_layers = 1), 0 for ngram. The k passes of a step: the first over "
+        "all the step's tokens, the other k - 1 over one token per drafting request "
+        "(vllm/v1/spec_decode/eagle.py, EagleProposer.propose).")
+
+    @field_validator("acceptance_lengths")
+    @classmethod
+    def _lengths_fit_k(cls, value: list[float] | None,
+                       info: ValidationInfo) -> list[float] | None:
+        k = info.data.get("num_speculative_tokens")
+        if value is None or k is None:
+            return value
+        if len(value) != k + 1:
+            raise ValueError(f"{len(value)} probabilities for num_speculative_tokens {k}: give "
+                             f"k + 1 = {k + 1}, of 0 .. {k} drafts accepted")
+        total = sum(value)
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(f"the probabilities sum to {total:.6g}, not 1")
+        return value
+
+    @model_validator(mode="after")
+    def _one_acceptance_model(self) -> SpeculativeSettings:
+        if (self.acceptance_rate is None) == (self.acceptance_lengths is None):
+            raise ValueError("give acceptance_rate or acceptance_lengths (exactly one): how "
+                             "often drafts are accepted")
+        return self
+
+    def acceptance_cdf(self) -> tuple[float, ...]:
+        """``P(accepted <= j)`` for ``j = 0 .. k - 1``."""
+        k = self.num_speculative_tokens
+        if self.acceptance_lengths is not None:
+            probabilities = self.acceptance_lengths
+        else:
+            a = self.acceptance_rate
+            assert a is not None
+            probabilities = [a ** n * (1.0 - a) for n in range(k)] + [a ** k]
+        cdf: list[float] = []
+        total = 0.0
+        for p in probabilities[:k]:
+            total += p
+            cdf.append(min(total, 1.0))
+        return tuple(cdf)
+
+    @property
+    def resolved_draft_layers(self) -> float:
+        if self.draft_layers is not None:
+            return self.draft_layers
+        return 0.0 if self.method == "ngram" else 1.0
 
 
 class EngineSettings(Strict):
@@ -101,6 +181,10 @@ class EngineSettings(Strict):
     kv_cache_dtype: KvCacheDType = Field(
         "auto", description="vLLM's --kv-cache-dtype: auto (the model's dtype) or fp8 "
         "(= fp8_e4m3), fp8_e5m2: one byte per cached element.")
+    speculative: SpeculativeSettings | None = Field(
+        None, description="Speculative decoding (vLLM's --speculative-config); default off. "
+        "Runs sync scheduling only (async_scheduling false), one engine per data-parallel "
+        "rank of a dense model.")
     vllm_version: VllmVersion = Field(
         "0.33",
         description="The vLLM release whose start-up memory profile sizes the KV cache "

@@ -46,6 +46,10 @@ class StepPlan:
     prefill_attn_pairs: float = 0.0
     prefill_kv_tokens: int = 0
     decode_kv_tokens: int = 0
+    num_spec_tokens: int = 0
+    """Draft tokens verified this step (speculative decoding), among ``num_decode_tokens``."""
+    spec_attn_pairs: float = 0.0
+    """Query-key pairs the drafts' positions add to the decodes' attention."""
 
     # Queue state right after scheduling, for the engine trace.
     num_running: int = 0
@@ -79,6 +83,8 @@ class StepPlan:
         self.prefill_attn_pairs = 0.0
         self.prefill_kv_tokens = 0
         self.decode_kv_tokens = 0
+        self.num_spec_tokens = 0
+        self.spec_attn_pairs = 0.0
         self.num_running = 0
         self.num_waiting = 0
         self.kv_blocks_used = 0
@@ -126,7 +132,14 @@ class RooflinePricer:
 
     def step_s(self, plan: StepPlan) -> float:
         """The step's seconds (what a call gives; the engine calls this natively)."""
-        return self.prices.step_time_s(
+        prices = self.prices
+        if prices.speculative:
+            return prices.spec_step_time_s(
+                plan.num_prefill_tokens, plan.prefill_attn_pairs, plan.prefill_kv_tokens,
+                plan.num_decode_tokens, plan.decode_kv_tokens, plan.num_sampled, plan.num_seqs,
+                plan.num_spec_tokens, plan.spec_attn_pairs,
+            )
+        return prices.step_time_s(
             plan.num_prefill_tokens, plan.prefill_attn_pairs, plan.prefill_kv_tokens,
             plan.num_decode_tokens, plan.decode_kv_tokens, plan.num_sampled, plan.num_seqs,
         )

@@ -32,6 +32,7 @@ from clustersim.plan import answer as answers
 from clustersim.plan import n_plus_one, traffic
 from clustersim.plan.bisect import RateSearch, mean_interval
 from clustersim.plan.compare import common_rate_verdict
+from clustersim.plan.day import plan_day
 from clustersim.plan.estimate import Screen, Screened
 from clustersim.plan.executors import Executor
 from clustersim.plan.fleet import NodeTemplate, fleet_for, node_templates
@@ -601,6 +602,10 @@ class Planner:
             serve_commands=answers.serve_commands(recommended, self.model, self.scenario),
             bench_command=answers.bench_command(recommended, self.model, self.scenario,
                                                 self.traffic),
+            day=None if plan.traffic_curve is None else plan_day(
+                plan.traffic_curve, recommended, target=self.slo.attainment_target,
+                default_peak=plan.target_rate_per_s or self.base_rate,
+                base_dir=self.scenario.base_dir),
         )
 
     def _qualifies(self, result: CandidateResult | None) -> bool:

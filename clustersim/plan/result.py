@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clustersim.metrics import RunSummary
+from clustersim.plan.day import DayPlan
 from clustersim.plan.space import Candidate
 
 STATUSES = ("simulated", "infeasible", "screened", "pruned")
@@ -378,6 +379,8 @@ class PlanResult:
     traffic_notes: tuple[str, ...] = ()
     """Properties of the traffic that hold at every rate (requests refused for their
     length)."""
+    day: DayPlan | None = None
+    """The recommendation over a day of traffic (``plan.traffic_curve``)."""
 
     def by_id(self, candidate_id: str) -> CandidateResult:
         return next(c for c in self.candidates if c.id == candidate_id)
@@ -413,7 +416,7 @@ class PlanResult:
             "survival": None if self.survival is None else self.survival.to_json(),
             "traffic_notes": list(self.traffic_notes),
             "candidates": [c.to_json() for c in self.candidates],
-        }
+        } | ({} if self.day is None else {"day": self.day.to_json()})
 
 
 LEDGER_COLUMNS = (

@@ -95,6 +95,46 @@ class SearchSettings(Strict):
     )
 
 
+SHIPPED_CURVES = ("servegen-deepseek-r1", "servegen-mm-image")
+"""Daily rate curves shipped with clustersim (clustersim/data/traces/servegen_rate_*.csv)."""
+
+
+class TrafficCurve(Strict):
+    """``plan.traffic_curve``: the traffic over a day, for sizing the recommended deployment
+    window by window. Its shape comes from a curve (``curve``) or a list (``rates_per_s``);
+    its level from ``peak_rate_per_s``."""
+
+    curve: str | None = Field(
+        None, description="A shipped daily rate curve (servegen-deepseek-r1: DeepSeek-R1 on "
+        "Alibaba Cloud Model Studio, 144 ten-minute windows; servegen-mm-image: a multimodal "
+        "model, the same day) or a CSV file with window_start_s and total_rate_rps (or "
+        "rate_per_s) columns in equal windows; one of curve and rates_per_s.")
+    rates_per_s: list[NonNegativeFloat] | None = Field(
+        None, min_length=1, max_length=10_000,
+        description="The rate of each window in turn, requests/s (windows of window_s).")
+    window_s: Annotated[PositiveFloat, Within(high=86_400.0, unit="s",
+                                              reason="a window longer than a day")] = Field(
+        3600.0, description="The window the fleet is sized for: the curve's windows are "
+        "averaged into windows this long (a multiple of theirs); rates_per_s has one rate "
+        "per window of this length.")
+    span_s: Annotated[PositiveFloat, Within(high=31 * 86_400.0, unit="s",
+                                            reason="a month")] = Field(
+        86_400.0, description="How much of the curve, from its start (a day).")
+    peak_rate_per_s: Rate | None = Field(
+        None, description="The busiest window's rate: the curve is scaled to it. Default: the "
+        "plan's target_rate_per_s, else the scenario's own rate.")
+    scale_up_delay_s: Seconds = Field(
+        300.0, description="How long after a window begins the instances it adds serve: the "
+        "autoscaler's decision (Dynamo's planner decides every 180 s) and the new engines' "
+        "start. An assumption: set it from your own start-up times. Scaling down is at once.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TrafficCurve:
+        if (self.curve is None) == (self.rates_per_s is None):
+            raise ValueError("give one of curve and rates_per_s")
+        return self
+
+
 class PlanSpec(Strict):
     """What ``clustersim plan`` optimises, over which deployments."""
 
@@ -172,6 +212,10 @@ class PlanSpec(Strict):
         "that server). The best candidates are checked in rank order until one does, and the "
         "answer says what survival costs.",
     )
+    traffic_curve: TrafficCurve | None = Field(
+        None, description="A day of traffic: the recommendation's deployment sized window by "
+        "window (each window's instances from its operating rate), a fleet sized for the peak "
+        "against one scaled per window, in GPU-hours, cost and SLO attainment over the day.")
     search: SearchSettings = Field(
         default_factory=SearchSettings,
         description="The goodput bisection's tolerance, the traffic draws per candidate and "

@@ -12,6 +12,7 @@ import math
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
+from clustersim.plan.day import DayPlan
 from clustersim.plan.result import CandidateResult, LossCheck, NPlusOne, PlanResult
 from clustersim.report import fmt
 from clustersim.report.document import Figure
@@ -414,3 +415,50 @@ def draw_pareto(ax, result: PlanResult, points: list[CandidateResult],
     return place_labels(ax, [(c.at_goodput.tokens_per_s_per_user,
                               c.at_goodput.output_tokens_per_s_per_gpu) for c in points],
                         [f"#{numbers[c.id]}" for c in points], marker_pt=12)
+
+
+def day_plan(day: DayPlan, target: float, name: str = "day") -> Figure:
+    """A day of traffic: the demand per window against what each fleet can carry at its
+    operating rate (top), and each fleet's SLO attainment per window against the target
+    (below)."""
+    hours = [w.start_s / 3600 for w in day.windows]
+    step = day.window_s / 3600
+    edges = [*hours, hours[-1] + step]
+    static_cap = [max(w.needed_units for w in day.windows) * day.unit_rate_per_s] * len(hours)
+    auto_cap = [w.autoscaled_units * day.unit_rate_per_s for w in day.windows]
+    with canvas(10, 5.2) as fig:
+        top, below = fig.subplots(2, 1, sharex=True, height_ratios=[3, 2])
+        top.stairs([w.rate_per_s for w in day.windows], edges, baseline=None,
+                   color="black", label="demand (req/s)")
+        top.stairs(static_cap, edges, baseline=None, color=PALETTE[0], linestyle="--",
+                   label=f"capacity, {day.static.name}")
+        top.stairs(auto_cap, edges, baseline=None, color=PALETTE[1],
+                   label=f"capacity, {day.autoscaled.name}")
+        top.set_ylabel("rate (req/s)")
+        top.set_ylim(bottom=0)
+        below.stairs([w.static_attainment for w in day.windows], edges, baseline=None,
+                     color=PALETTE[0], linestyle="--", label=f"attainment, {day.static.name}")
+        below.stairs([w.autoscaled_attainment for w in day.windows], edges, baseline=None,
+                     color=PALETTE[1], label=f"attainment, {day.autoscaled.name}")
+        below.axhline(target, color=TARGET, linestyle=":", label=f"target {target:.0%}")
+        below.set_ylabel("SLO attainment (share)")
+        below.set_xlabel("time of day (h)")
+        low = min(min(w.static_attainment, w.autoscaled_attainment) for w in day.windows)
+        below.set_ylim(min(low, target) - 0.05, 1.01)
+        legend_outside(fig, where="below", ncols=2)
+        worst = min(day.windows, key=lambda w: w.autoscaled_attainment)
+        caption = (f"A day of {day.curve} traffic scaled to a {fmt.rate(day.peak_rate_per_s)} "
+                   f"req/s peak, in {day.window_s / 60:g} min windows; the recommendation read "
+                   f"as units of {day.unit} ({day.unit_gpus} GPUs, "
+                   f"{fmt.rate(day.unit_rate_per_s)} req/s each at its operating rate). Top: "
+                   "the demand against the capacity of a fleet sized for the peak (dashed) and "
+                   f"of one scaled every window (solid; units it adds serve "
+                   f"{day.scale_up_delay_s:g} s into their window). Below: each window's SLO "
+                   "attainment, read off the recommendation's probes at the load per unit. "
+                   f"Here the static fleet runs {day.static.gpu_hours:,.0f} GPU-hours for "
+                   f"{day.static.attainment:.1%} attainment over the day, the autoscaled one "
+                   f"{day.autoscaled.gpu_hours:,.0f} for {day.autoscaled.attainment:.1%}; its "
+                   f"worst window starts at hour {worst.start_s / 3600:g} "
+                   f"({worst.autoscaled_attainment:.1%}).")
+        return figure(fig, name, "A day of traffic: demand, capacity and attainment of a "
+                      "static and an autoscaled fleet", caption)

@@ -17,6 +17,7 @@ from clustersim.report import assumptions, blocks, fmt, plan_figures, run_figure
 from clustersim.report.document import Block, Bullets, Document, Pre, Section, Span, Table, Text
 
 if TYPE_CHECKING:
+    from clustersim.plan.day import DayPlan
     from clustersim.scenario import Scenario
     from clustersim.sim import RunResult
 
@@ -373,6 +374,25 @@ def plan_assumptions(result: PlanResult, scenario: Scenario,
     return out
 
 
+def day_section(day: DayPlan, target: float) -> list[Block]:
+    """The recommendation over a day: the two fleets side by side, then the figure."""
+    rows = []
+    for fleet in (day.static, day.autoscaled):
+        gpus = (str(fleet.max_gpus) if fleet.min_gpus == fleet.max_gpus
+                else f"{fleet.min_gpus}-{fleet.max_gpus}")
+        rows.append((fleet.name, gpus, f"{fleet.gpu_hours:,.0f}",
+                     "-" if fleet.cost_usd is None else f"${fleet.cost_usd:,.0f}",
+                     f"{fleet.attainment:.1%}", "yes" if fleet.meets else "no"))
+    out: list[Block] = [
+        Table(("fleet", "GPUs", "GPU-hours", "cost", "attainment over the day",
+               f"meets {target:.0%}"), tuple(rows), "lrrrrl"),
+        plan_figures.day_plan(day, target),
+    ]
+    if day.notes:
+        out.append(Bullets.of(*day.notes))
+    return out
+
+
 def plan_document(result: PlanResult, scenario: Scenario,
                   runs: dict[str, RunResult]) -> Document:
     """The plan's report; ``runs`` holds full runs at goodput by candidate id (the
@@ -390,6 +410,9 @@ def plan_document(result: PlanResult, scenario: Scenario,
     if result.n_plus_one is not None or result.runner_up_n_plus_one is not None:
         sections.append(Section("N+1: one instance or one node lost",
                                 n_plus_one(result, scenario.slo)))
+    if result.day is not None:
+        sections.append(Section("A day of traffic", day_section(result.day,
+                                                                scenario.slo.attainment_target)))
     sections += [
         Section("Candidates", candidate_tables(result)),
         Section("Evidence", evidence(result, scenario, runs)),
