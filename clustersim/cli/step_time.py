@@ -43,6 +43,9 @@ def step_time_cmd(
     draft_layers: Annotated[float, typer.Option(
         min=0.0, help="With --num-speculative-tokens: target-shaped layers one draft pass "
         "costs (1: EAGLE or MTP; 0: n-gram).")] = 1.0,
+    async_scheduling: Annotated[bool, typer.Option(
+        "--async-scheduling", help="vLLM's --async-scheduling: the per-step and per-request "
+        "host time overlaps the GPU's work and counts only where it outlasts it.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Price one engine step with the roofline cost model."""
@@ -84,6 +87,9 @@ def step_time_cmd(
         shape = {"prefill_tokens": prefill_tokens, "context": context}
     tokens = batch.num_prefill_tokens + batch.num_decode_tokens
     cost_model = CostModel(spec_model, spec_gpu, tp, dp=dp, expert_parallel=expert_parallel)
+    if async_scheduling and num_speculative_tokens:
+        raise ClusterSimError("--async-scheduling", "is not priced with speculative decoding")
+    cost_model.prices.host_hidden = async_scheduling
     cost = cost_model.step_time(batch, dp * tokens)
     speculative: dict[str, float] = {}
     if num_speculative_tokens:
@@ -117,7 +123,8 @@ def step_time_cmd(
                  "per_layer_s": spec_gpu.per_layer_overhead_s,
                  "num_layers": spec_model.num_layers,
                  "per_request_s": spec_gpu.per_request_overhead_s,
-                 "num_requests": batch.num_seqs},
+                 "num_requests": batch.num_seqs,
+                 "hidden_by_async_scheduling": async_scheduling},
     }
     if as_json:
         typer.echo(json.dumps(result, indent=2))
@@ -144,6 +151,8 @@ def step_time_cmd(
         f"{spec_model.num_layers} layers x {spec_gpu.per_layer_overhead_s * 1e6:.1f} us + "
         f"{batch.num_seqs} requests x {spec_gpu.per_request_overhead_s * 1e6:.1f} us "
         f"({spec_gpu.calibration})"
+        + (", the per-step and per-request parts hidden behind the GPU by async scheduling "
+           "where they are shorter than its work" if async_scheduling else "")
     )
     if speculative:
         k = num_speculative_tokens

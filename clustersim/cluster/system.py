@@ -412,6 +412,7 @@ class Cluster:
         cost.prices.graph_sizes = cudagraph_capture_sizes(
             scheduler.max_num_seqs, scheduler.max_num_batched_tokens)
         configure_prices(cost.prices, scheduler, model.num_layers)  # (speculative decoding)
+        cost.prices.host_hidden = scheduler.async_scheduling
         return cost
 
     def _add_group(

@@ -122,6 +122,13 @@ class StepPrices:
         self.decode_rows_per_seq: float = 0.0
         self.fixed_overhead_s: float = 0.0
         self.request_overhead_s: float = 0.0
+        self.step_host_s: float = 0.0
+        """The per-step part of ``fixed_overhead_s`` (the scheduler, input preparation and
+        sampling on the CPU; the rest is per layer)."""
+        self.host_hidden: bool = False
+        """Async scheduling: the CPU prepares step N+1 while the GPU runs step N (vLLM's
+        --async-scheduling with overlapped model execution, PR #23569), so the per-step and
+        per-request host time counts only where it outlasts the step's GPU time."""
         self.graph_sizes: list[int] = []
         """The engine's CUDA-graph capture sizes, ascending (empty: no graphs, as priced
         outside an engine): a pure-decode batch runs the graph of the next size up."""
@@ -287,7 +294,7 @@ class StepPrices:
             compute, memory, communication = self.dense_parts(
                 graph_rows(self.graph_sizes, num_decodes), num_decodes, moe_tokens)
             parts = (compute, memory, communication,
-                     self.fixed_overhead_s + num_decodes * self.request_overhead_s)
+                     self.overhead_s(compute + memory + communication, num_decodes))
             if moe_tokens is None:
                 self.dense_decode_parts[num_decodes] = parts
             else:
@@ -379,5 +386,16 @@ class StepPrices:
                 compute += t_compute
             else:
                 memory += t_memory
-        overhead = self.fixed_overhead_s + num_seqs * self.request_overhead_s
+        overhead = self.overhead_s(compute + memory + communication, num_seqs)
         return compute, memory, communication, overhead
+
+    def overhead_s(self, gpu_s: float, num_seqs: float) -> float:
+        """The host time a step of ``num_seqs`` requests adds to its ``gpu_s`` of GPU work:
+        all of it, or with async scheduling the per-layer part and whatever of the per-step
+        and per-request part outlasts the GPU work."""
+        overhead = self.fixed_overhead_s + num_seqs * self.request_overhead_s
+        if not self.host_hidden:
+            return overhead
+        host = self.step_host_s + num_seqs * self.request_overhead_s
+        shown = overhead - host
+        return shown + max(0.0, host - (gpu_s + shown))

@@ -379,6 +379,7 @@ class CostModel:
             p.logits_fixed_s = p.logits_s_per_row = 0.0
         p.fixed_overhead_s = gpu.per_step_overhead_s + layers * gpu.per_layer_overhead_s
         p.request_overhead_s = gpu.per_request_overhead_s
+        p.step_host_s = gpu.per_step_overhead_s
 
     def step_time(self, batch: BatchShape, moe_tokens: int | None = None) -> StepCost:
         """Price one step; an empty batch costs 0. ``moe_tokens``: the tokens the MoE layers

@@ -157,7 +157,9 @@ class EngineSettings(Strict):
         "fit the GPU's memory."
     )
     async_scheduling: bool = Field(
-        False, description="Schedule step N+1 while step N runs (vLLM v0.33 default on)."
+        False, description="Schedule step N+1 while step N runs (vLLM v0.33 default on); "
+        "the step's per-step and per-request host time then overlaps the GPU's work and "
+        "counts only where it outlasts it."
     )
     step_policy: StepPolicy = Field(
         "decode_first",
