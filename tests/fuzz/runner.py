@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import shutil
 import stat
 import subprocess
@@ -54,6 +55,9 @@ FAILURES = (
     "bad exit-2 message", "stderr on exit 0", "changed outside its folder",
 )
 OUTCOMES = (OK, ERROR, STALE, *FAILURES)
+PROGRESS = re.compile(r"plan: .+: (\d+ simulations? in [\d.,]+ s \([\d,]+ in [\d,]+ s so far\)"
+                      r"|\d+/\d+ simulations, about [\d,]+ s left in this round)$")
+"""The plan's progress lines on a stderr that is not a terminal: expected, not noise."""
 ONE_LINE = 1
 """Lines a file-level case's exit 2 may have: the one file it names."""
 (TRACEBACK, OTHER_EXIT, TIMEOUT, HANG, MEMORY, NON_FINITE, INVARIANT, RERUN, BAD_MESSAGE, NOISE,
@@ -187,8 +191,9 @@ def classify(case: Case, folder: Path, answer: dict[str, Any]) -> tuple[str, str
         return STALE, ""
     if code != 0:
         return OTHER_EXIT, f"exit {code}, signal {answer['signal']}: {stderr[-500:]}"
-    if stderr.strip():
-        return NOISE, stderr[-500:]
+    noise = [line for line in stderr.splitlines() if line.strip() and not PROGRESS.match(line)]
+    if noise:
+        return NOISE, "\n".join(noise)[-500:]
     problems = checks.outputs_of(list(case.argv), folder, stdout)
     if any("non-finite" in p or "not JSON" in p for p in problems):
         return NON_FINITE, "; ".join(problems[:5])
