@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,7 +69,7 @@ def run_scenario(
     time alone on idle links (``transfers.csv``'s ``ideal_s`` and ``queue_s``); None: when
     ``record_steps``. ``coalesce=False`` steps every engine one step per event (the reference
     the coalesced runs are tested against); both give the same results."""
-    with _rare_collections() as freeze:
+    with _rare_collections():
         model = load_model(scenario.model, path="model")
         rng = np.random.default_rng(scenario.seed)
         # Routers draw from their own stream so that changing the layout never changes the
@@ -88,7 +88,6 @@ def run_scenario(
                           record_steps=record_steps, coalesce=coalesce,
                           ideal_times=ideal_times)
         source.start(env, cluster.dispatch.submit)
-        freeze()
         env.run()
 
     requests = source.requests
@@ -129,20 +128,41 @@ default is 700): a run allocates events, plans and lists by the million and free
 of them by reference counting, so frequent passes only rescan what lives for the whole run."""
 
 
+@dataclass(slots=True)
+class _Collector:
+    """What ``_rare_collections`` set up in this process."""
+
+    frozen: bool = False
+    """The heap that lived before the first run is out of the collector's sight for good."""
+
+
+_COLLECTOR = _Collector()
+
+
 @contextmanager
-def _rare_collections() -> Iterator[Callable[[], None]]:
+def _rare_collections() -> Iterator[None]:
     """The cyclic garbage collector runs rarely inside the block (a run's requests and its
     cluster are built by the hundred thousand and live to its end: at Python's default
     threshold their building alone set off collections that rescanned every request built
-    so far), and the function it yields moves everything alive (the catalog, the modules,
-    the workload and the cluster) out of the collector's sight until the block ends
-    (``gc.freeze``), where every full pass would rescan it. No effect on any result."""
+    so far), and it never rescans what lived before the first run of the process (the
+    modules, the catalog, the schemas: ``gc.freeze`` once, after a full collection, for the
+    rest of the process; an object of that heap that later becomes cyclic garbage stays).
+
+    A run's cluster, clock and requests form cycles, so what a run leaves behind is freed by
+    the collector, not by reference counting: every block begins with a full collection,
+    which frees the previous runs' leftovers, so that run after run in one process (a
+    planner's worker) holds at most one run's garbage. With the first heap frozen that
+    collection scans only the objects made since, and it is cheap. No effect on any
+    result."""
     thresholds = gc.get_threshold()
+    gc.collect()
+    if not _COLLECTOR.frozen:
+        gc.freeze()
+        _COLLECTOR.frozen = True
     gc.set_threshold(max(thresholds[0], GC_THRESHOLD_0), *thresholds[1:])
     try:
-        yield gc.freeze
+        yield
     finally:
-        gc.unfreeze()
         gc.set_threshold(*thresholds)
 
 

@@ -20,7 +20,7 @@ run summaries. Everything it reads from them is in ``clustersim.metrics``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
 from clustersim.catalog import default_prices, load_gpu, load_model
@@ -144,30 +144,34 @@ class Planner:
             return None
 
     # ------------------------------------------------------------- search
-    def candidates(self) -> list[Candidate]:
-        """Every candidate the plan considers, the scenario's own layout first."""
+    def candidates(self) -> Iterator[Candidate]:
+        """Every candidate the plan considers, one at a time, the scenario's own layout first
+        (it stands for its twin among the generated ones). Families repeat only when the
+        plan's choices repeat, and a family's sizes are distinct, so one family is made once
+        and no list of candidates is ever held."""
         plan = self.plan
-        out: list[Candidate] = []
         own = baseline(self.scenario)
+        twin = None
         if own is not None:
-            out.append(own)
+            twin = own.id.removeprefix("baseline/")
+            yield own
+        made: set[tuple] = set()
         for family in families(plan, self.scenario):
+            if family.family in made:
+                continue
+            made.add(family.family)
+            sizes: Iterable[Candidate]
             if plan.objective == "max_goodput_per_gpu":
                 assert plan.gpu_budget is not None
-                out += fill_budget(family, plan.gpu_budget, plan)
+                sizes = fill_budget(family, plan.gpu_budget, plan)
             else:
                 assert plan.target_rate_per_s is not None
                 sized = self.screen.sized_for(family, plan.target_rate_per_s)
                 budget = plan.gpu_budget
-                out.append(sized if budget is None or sized.num_gpus <= budget else family)
-        seen: set[str] = set()
-        unique = []
-        for c in out:  # the scenario's own layout comes first and stands for its twin
-            key = c.id.removeprefix("baseline/")
-            if key not in seen:
-                seen.add(key)
-                unique.append(c)
-        return unique
+                sizes = (sized if budget is None or sized.num_gpus <= budget else family,)
+            for c in sizes:
+                if twin is None or c.id != twin:
+                    yield c
 
     def run(self) -> PlanResult:
         plan = self.plan

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from clustersim.cluster.spec import LayoutSpec, PoolSpec, RouterSpec
@@ -170,36 +171,74 @@ def families(plan: PlanSpec, scenario: Scenario) -> list[Candidate]:
     return out
 
 
-def fill_budget(family: Candidate, budget: int, plan: PlanSpec) -> list[Candidate]:
+def fill_budget(family: Candidate, budget: int, plan: PlanSpec) -> Iterator[Candidate]:
     """Every size of ``family`` that fills ``budget`` GPUs (no room for one more instance of
-    any pool); instance lists given in the plan restrict the sizes."""
+    any pool), one at a time in the order of their instance counts; instance lists given in
+    the plan restrict the sizes (each count once)."""
     pools = family.pools
-    allowed = {p.role: getattr(plan, p.role).instances for p in pools}
+    allowed = {p.role: _once(getattr(plan, p.role).instances) for p in pools}
     if len(pools) == 1:
         pool = pools[0]
         counts = allowed[pool.role] or [budget // pool.tensor_parallel_size]
-        return [family.resized({pool.role: n}) for n in counts
-                if 0 < n * pool.tensor_parallel_size <= budget]
-    sizes: list[Candidate] = []
-    tps = [p.tensor_parallel_size for p in pools]
-    smallest = min(tps)
+        for n in counts:
+            if 0 < n * pool.tensor_parallel_size <= budget:
+                yield family.resized({pool.role: n})
+        return
     for counts in _count_combinations(pools, budget, allowed):
-        used = sum(n * tp for n, tp in zip(counts, tps, strict=True))
-        explicit = all(allowed[p.role] for p in pools)
-        if used <= budget and (explicit or budget - used < smallest):
-            sizes.append(family.resized({p.role: n for p, n in zip(pools, counts, strict=True)}))
-    return sizes
+        yield family.resized({p.role: n for p, n in zip(pools, counts, strict=True)})
+
+
+def _once(counts: list[int] | None) -> list[int] | None:
+    """The plan's instance counts, each once, in the plan's order (None: not given)."""
+    return list(dict.fromkeys(counts)) if counts else None
 
 
 def _count_combinations(pools: tuple[PoolChoice, ...], budget: int,
-                        allowed: dict[str, list[int] | None]) -> list[tuple[int, ...]]:
-    ranges = []
-    for i, pool in enumerate(pools):
-        others = sum(p.tensor_parallel_size for j, p in enumerate(pools) if j != i)
-        most = (budget - others) // pool.tensor_parallel_size
-        ranges.append(allowed[pool.role] or range(1, most + 1))
-    return [c for c in itertools.product(*ranges)
-            if sum(n * p.tensor_parallel_size for n, p in zip(c, pools, strict=True)) <= budget]
+                        allowed: dict[str, list[int] | None]) -> Iterator[tuple[int, ...]]:
+    """The instance counts of ``pools`` that fit ``budget`` and, unless every pool's counts
+    are the plan's, leave no room for one more instance of the smallest pool, in
+    lexicographic order (each pool's counts ascending, or in the plan's order). Only those
+    are made: a count that cannot be completed within the budget ends its loop, and the last
+    pool's count is the one that fills what the others leave (or none)."""
+    tps = [p.tensor_parallel_size for p in pools]
+    choices: list[list[int] | None] = [allowed[p.role] for p in pools]
+    explicit = all(c is not None for c in choices)
+    smallest = min(tps)
+    most = [(budget - (sum(tps) - tp)) // tp for tp in tps]
+    # the fewest GPUs the pools after each one need
+    least_after = [sum(tp * (min(c) if c else 1)
+                       for tp, c in zip(tps[i + 1:], choices[i + 1:], strict=True))
+                   for i in range(len(pools))]
+    last = len(pools) - 1
+
+    def fills(used: int) -> bool:
+        return used <= budget and (explicit or budget - used < smallest)
+
+    def walk(i: int, used: int, prefix: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
+        tp, given = tps[i], choices[i]
+        if i == last:
+            if given is not None:
+                for n in given:
+                    if fills(used + n * tp):
+                        yield (*prefix, n)
+                return
+            # the counts that fill the budget: budget - smallest < used + n * tp <= budget
+            low = max(1, (budget - smallest - used) // tp + 1)
+            high = min(most[i], (budget - used) // tp)
+            for n in range(low, high + 1):
+                yield (*prefix, n)
+            return
+        if given is not None:
+            for n in given:
+                if used + n * tp + least_after[i] <= budget:
+                    yield from walk(i + 1, used + n * tp, (*prefix, n))
+            return
+        for n in range(1, most[i] + 1):
+            if used + n * tp + least_after[i] > budget:
+                break
+            yield from walk(i + 1, used + n * tp, (*prefix, n))
+
+    yield from walk(0, 0, ())
 
 
 def baseline(scenario: Scenario) -> Candidate | None:
