@@ -200,17 +200,14 @@ def test_data_parallel_ranks_hold_their_share_of_the_experts():
         ({"data_parallel_size": 16},
          "data_parallel_size: 16 ranks x tensor_parallel_size 1 = 16 GPUs, more than one "
          "node's 8 h100-sxm GPUs"),
-        ({"tensor_parallel_size": 8, "topology": "dgx-h100-x2"},
-         "data_parallel_size: 2 ranks x tensor_parallel_size 8 = 16 GPUs, more than one "
-         "node's 8 h100-sxm GPUs"),
+        # on a topology a group may span nodes (tests/test_wide_ep.py), not more than it has
+        ({"tensor_parallel_size": 8, "data_parallel_size": 4, "topology": "dgx-h100-x2"},
+         "data_parallel_size: 4 ranks x tensor_parallel_size 8 = 32 GPUs, more than the "
+         "topology's 16 h100-sxm GPUs"),
         ({"data_parallel_size": 0}, "data_parallel_size: Input should be greater than 0"),
         ({"data_parallel_size": -1}, "data_parallel_size: Input should be greater than 0"),
         ({"data_parallel_size": "two"}, "data_parallel_size: Input should be a valid integer"),
         ({"enable_expert_parallel": "maybe"}, "enable_expert_parallel: Input should be a valid"),
-        ({"layout": {"kind": "three_pool", "pools": [
-            {"name": "p", "role": "prefill"}, {"name": "d", "role": "decode"},
-            {"name": "c", "role": "colocated"}]}, "topology": "dgx-h100"},
-         "data_parallel_size: 2 on a prefill pool"),
         ({"layout": {"kind": "colocated", "pools": [{"name": "a", "instances": 5}]},
           "topology": "dgx-h100", "model": "llama-3.1-8b", "enable_expert_parallel": False},
          "layout.pools.a: not enough free h100-sxm GPUs"),
@@ -226,25 +223,30 @@ def test_bad_parallel_settings_are_one_line_config_errors(tmp_path, fields, mess
     assert len(lines) == 1 and lines[0].startswith(f"{path}: {message}"), output
 
 
-def test_data_parallel_prefill_pools_are_refused(tmp_path):
+def test_data_parallel_prefill_pools_run_their_ranks_as_instances(tmp_path):
+    # SGLang's DP attention on a prefill pool: each rank an instance of the pool
+    # (tests/test_wide_ep.py prices them)
     layout = {"kind": "disaggregated", "pools": [
         {"name": "p", "role": "prefill", "data_parallel_size": 2},
         {"name": "d", "role": "decode"}]}
-    data = moe_scenario([("A", 0.0, 8, 2)], topology="dgx-h100", layout=layout)
+    data = moe_scenario([("A", 0.0, 8, 2), ("B", 0.0, 8, 2)], topology="dgx-h100",
+                        layout=layout)
     code, output = run_cli("simulate", str(write_scenario(tmp_path, data)),
                            "--out", str(tmp_path / "out"))
-    assert code == 2
-    assert "layout.pools[0].data_parallel_size: 2 on a prefill pool" in output
+    assert code == 0, output
+    assert "instance p-0.dp0:" in output and "instance p-0.dp1:" in output
 
 
 def test_a_scenario_wide_data_parallel_size_is_named_where_it_was_set(tmp_path):
     layout = {"kind": "disaggregated", "pools": [
         {"name": "p", "role": "prefill"}, {"name": "d", "role": "decode"}]}
-    data = moe_scenario([("A", 0.0, 8, 2)], topology="dgx-h100", layout=layout)
+    data = moe_scenario([("A", 0.0, 8, 2)], topology="dgx-h100", layout=layout,
+                        data_parallel_size=16)
     code, output = run_cli("simulate", str(write_scenario(tmp_path, data)),
                            "--out", str(tmp_path / "out"))
     assert code == 2
-    assert "data_parallel_size: 2 on a prefill pool" in output
+    assert "data_parallel_size: 16 ranks x tensor_parallel_size 1 = 16 GPUs, more than the " \
+        "topology's 8 h100-sxm GPUs" in output
     assert "layout.pools[0].data_parallel_size" not in output
 
 

@@ -341,9 +341,10 @@ class FlowNetwork:
     """
 
     def __init__(self, env: Env, topology: Topology,
-                 ideal_times: bool = True) -> None:
+                 ideal_times: bool = True, bandwidth_scale: float = 1.0) -> None:
         """``ideal_times=False``: records carry no time alone on idle links (``ideal_s`` None),
-        which costs a fluid replay of every transfer's own sub-flows."""
+        which costs a fluid replay of every transfer's own sub-flows. ``bandwidth_scale``: each
+        link carries this times its bandwidth in the topology (a what-if)."""
         self.env = env
         self.topology = topology
         self.ideal_times = ideal_times
@@ -354,7 +355,7 @@ class FlowNetwork:
         self._link_ids = [attrs["link_id"] for _, _, attrs in edges]
         self._edge_index = {(u, v): i for i, (u, v, _) in enumerate(edges)}
         self._capacity: dict[Edge, float] = {
-            i: attrs["bytes_per_s"] for i, (_, _, attrs) in enumerate(edges)
+            i: attrs["bytes_per_s"] * bandwidth_scale for i, (_, _, attrs) in enumerate(edges)
         }
         self._edge_bytes = [0.0] * len(edges)
         self._routes: dict[tuple[str, str], tuple[tuple[int, ...], float, str]] = {}

@@ -59,7 +59,9 @@ class PoolSpec(Strict):
         None,
         description="Engine ranks per instance behind vLLM's internal data-parallel load "
         "balancer (each its own scheduler and KV cache; MoE ranks step together and share "
-        "their experts); default the scenario's data_parallel_size. Colocated pools only.",
+        "their experts); default the scenario's data_parallel_size. On a prefill or decode pool "
+        "each rank is an instance of the pool (SGLang's DP attention), priced as one of the "
+        "group; a group larger than a node spans nodes, each rank's TP group inside one.",
     )
     enable_expert_parallel: bool | None = Field(
         None,
@@ -120,6 +122,12 @@ class KVTransferSpec(Strict):
         "may retry it; vLLM's default since PR #34896), recompute prefills the prompt on the "
         "decode instance. SGLang's push always fails the request.",
     )
+    link_bandwidth_scale: Annotated[PositiveFloat, Within(
+        low=1e-3, high=1e3, reason="a fabric a thousand times slower or faster than the "
+        "topology's is another topology")] = Field(
+        1.0, description="What-if: every link a KV transfer crosses carries this times its "
+        "bandwidth in the topology (0.5: a fabric half as fast, 2: twice as fast); "
+        "plan.sensitivity reads the recommendation at 0.5 and 2.")
 
 
 class LayoutSpec(Strict):

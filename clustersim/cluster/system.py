@@ -28,6 +28,7 @@ from clustersim.cluster.dispatch import Dispatch
 from clustersim.cluster.faults import Faults
 from clustersim.cluster.router import InstanceLoad, Router
 from clustersim.cluster.spec import LayoutSpec, PoolSpec
+from clustersim.cost.collectives import FP8_DISPATCH_BYTES, AllToAll
 from clustersim.cost.kernels import gemm_kernel
 from clustersim.cost.memory import cudagraph_capture_sizes
 from clustersim.cost.roofline import BatchShape, CostModel
@@ -173,6 +174,25 @@ def default_layout() -> LayoutSpec:
     return LayoutSpec(kind="colocated", pools=[PoolSpec(name=DEFAULT_POOL)])
 
 
+EXPERT_IMBALANCE_NO_EPLB = 1.3
+"""The busiest expert-parallel rank's routed tokens over the mean across nodes without EPLB
+(docs/scenarios.md, Wide expert parallelism: the sources and how soft they are)."""
+EXPERT_IMBALANCE_EPLB = 1.05
+"""The same with EPLB's redundant experts placed on the workload's statistics."""
+
+
+def expert_imbalance(settings: EngineSettings | None, across_nodes: bool) -> float:
+    """The busiest expert-parallel rank's load over the mean: the engine's own
+    ``expert_imbalance``, else 1 inside a node (as clustersim priced it before) and the cited
+    defaults across nodes, lower with EPLB."""
+    if settings is not None and settings.expert_imbalance is not None:
+        return settings.expert_imbalance
+    if not across_nodes:
+        return 1.0
+    eplb = settings is not None and settings.eplb
+    return EXPERT_IMBALANCE_EPLB if eplb else EXPERT_IMBALANCE_NO_EPLB
+
+
 def _merged_engine(base: EngineSettings, override: EngineSettings | None) -> EngineSettings:
     if override is None:
         return base
@@ -271,13 +291,16 @@ class Cluster:
         from clustersim.cluster.flows import FlowNetwork
 
         # a lean run reports no transfer's time alone on idle links (transfers.csv does)
-        return FlowNetwork(self.env, self.topology, ideal_times=self.ideal_times)
+        return FlowNetwork(self.env, self.topology, ideal_times=self.ideal_times,
+                           bandwidth_scale=self.kv_transfer.link_bandwidth_scale)
 
     def _build_pools(self) -> None:
         scenario = self.scenario
         explicit = scenario.layout is not None
         pools: list[tuple[int, PoolSpec, GpuSpec, int]] = []
         self._parallel: dict[str, tuple[int, bool]] = {}
+        self._moe_settings: dict[str, EngineSettings] = {}
+        """Each pool's merged engine settings (its expert imbalance, EPLB)."""
         for i, pool in enumerate(self.layout.pools):
             where = f"layout.pools[{i}]" if explicit else ""
             gpu_id = pool.gpu or scenario.gpu
@@ -288,7 +311,7 @@ class Cluster:
         if self.topology is not None:
             try:
                 placement = self.topology.place(
-                    [(p.name, gpu.id, tp * self._parallel[p.name][0], p.instances, p.nodes)
+                    [(p.name, gpu.id, tp * self._parallel[p.name][0], p.instances, p.nodes, tp)
                      for _, p, gpu, tp in pools]
                 )
             except ClusterSimError as error:
@@ -324,9 +347,12 @@ class Cluster:
                     f"{where}engine.async_scheduling",
                     "data-parallel MoE ranks are modelled with synchronous scheduling only",
                 )
+            self._moe_settings[pool.name] = settings
             for j, group in enumerate(placement[pool.name]):
                 if dp == 1:
                     self._add_instance(pool, gpu, tp, setup, j, group)
+                elif pool.role != "colocated":
+                    self._add_ranks(pool, gpu, tp, setup, j, group)
                 else:
                     self._add_group(pool, gpu, tp, setup, j, group)
 
@@ -362,19 +388,23 @@ class Cluster:
                     else f"{where}.data_parallel_size")
         ep_field = ("enable_expert_parallel" if pool.enable_expert_parallel is None or not where
                     else f"{where}.enable_expert_parallel")
-        if dp > 1 and pool.role != "colocated":
-            raise ConfigError(
-                dp_field,
-                f"{dp} on a {pool.role} pool: data-parallel ranks are modelled for colocated "
-                "pools only (use instances: N for prefill/decode pools)",
-            )
         if ep and not self.model.is_moe:
             raise ConfigError(ep_field, f"{self.model.id} has no experts")
         if dp > 1 or ep:
+            settings = _merged_engine(scenario.engine, pool.engine)
+            redundant = settings.num_redundant_experts if ep else 0
             check_group(self.model, gpu.id, tp, dp, ep, self._node_gpus(pool, gpu, dp * tp),
                         names=("data_parallel_size", "tensor_parallel_size"),
-                        fields=(dp_field, ep_field))
+                        fields=(dp_field, ep_field), total_gpus=self._type_gpus(pool, gpu),
+                        redundant_experts=redundant)
         return dp, ep
+
+    def _type_gpus(self, pool: PoolSpec, gpu: GpuSpec) -> int | None:
+        """GPUs of the pool's type on the nodes it may use (None: no topology, one node)."""
+        if self.topology is None:
+            return None
+        return sum(node.gpus.count for node in self.topology.spec.nodes
+                   if node.gpus.type == gpu.id and (pool.nodes is None or node.name in pool.nodes))
 
     def _node_gpus(self, pool: PoolSpec, gpu: GpuSpec, wanted: int) -> int:
         """How many GPUs of one node a data-parallel group may span: it is placed as one block,
@@ -389,8 +419,35 @@ class Cluster:
             default=wanted,  # no such node: placement says so
         )
 
+    def _all_to_all(self, model: ModelSpec, group: list[str], role: str) -> AllToAll | None:
+        """DeepEP's all-to-all over an expert-parallel group that spans nodes, its links
+        read off the topology (None: the group sits in one node, priced by its all-gather)."""
+        topology = self.topology
+        if topology is None:
+            return None
+        by_node: dict[str, list[str]] = {}
+        for gpu_id in group:
+            by_node.setdefault(topology.node_of(gpu_id), []).append(gpu_id)
+        if len(by_node) < 2:
+            return None
+        local, remote = list(by_node.values())[:2]
+        node_gpus = max(len(gpus) for gpus in by_node.values())
+        nvlink = topology.tp_group_link(local).bytes_per_s if len(local) > 1 else float("inf")
+        nic = topology.path_view(local[0], remote[0])
+        fp8 = model.quantization is not None and model.quantization.method == "fp8"
+        return AllToAll(
+            len(group), node_gpus, nvlink, nic.bytes_per_s,
+            dispatch_bytes=FP8_DISPATCH_BYTES if fp8 else model.dtype_bytes,
+            combine_bytes=model.dtype_bytes,
+            # SGLang with PD disaggregation: normal kernels for prefill, low-latency ones
+            # for decode; a colocated group mixes both in its steps: the normal kernels
+            mode="low_latency" if role == "decode" else "normal",
+            call_latency_s=nic.latency_s,
+        )
+
     def _cost_model(self, model: ModelSpec, gpu: GpuSpec, tp: int, group: list[str],
                     scheduler: SchedulerConfig, dp: int = 1, ep: bool = False,
+                    role: str = "colocated", settings: EngineSettings | None = None,
                     ) -> CostModel | None:
         """The pool's roofline, its decode batches padded to the engine's CUDA graphs."""
         if isinstance(self.scenario.cost, FixedCost):
@@ -402,12 +459,22 @@ class Cluster:
             link["tp_link_bytes_per_s"] = min(placed, gpu.tp_link(tp).effective_bytes_per_s)
         if self.model.is_moe and dp > 1:
             link["dp"] = dp
-            # the group's all-gathers cross all its dp x tp GPUs (rank 0's TP group to rank
-            # 1's is not one of the pairs an NVLink bridge joins)
-            catalog = gpu.tp_link(dp * tp).effective_bytes_per_s
-            if self.topology is not None:
-                catalog = min(self.topology.tp_group_link(group).bytes_per_s, catalog)
-            link["dp_link_bytes_per_s"] = catalog
+            a2a = self._all_to_all(model, group, role) if ep else None
+            if a2a is not None:
+                link["all_to_all"] = a2a
+            else:
+                # the group's all-gathers cross all its dp x tp GPUs (rank 0's TP group to
+                # rank 1's is not one of the pairs an NVLink bridge joins)
+                topology = self.topology
+                if topology is not None and len({topology.node_of(g) for g in group}) > 1:
+                    catalog = topology.tp_group_link(group).bytes_per_s  # over the NICs
+                else:
+                    catalog = gpu.tp_link(dp * tp).effective_bytes_per_s
+                    if topology is not None:
+                        catalog = min(topology.tp_group_link(group).bytes_per_s, catalog)
+                link["dp_link_bytes_per_s"] = catalog
+        if ep and self.model.is_moe:
+            link["expert_imbalance"] = expert_imbalance(settings, "all_to_all" in link)
         cost = CostModel(model, gpu, tp, expert_parallel=ep, **link)
         cost.prices.graph_sizes = cudagraph_capture_sizes(
             scheduler.max_num_seqs, scheduler.max_num_batched_tokens)
@@ -422,7 +489,8 @@ class Cluster:
         """A data-parallel instance: ``dp`` ranks of ``tp`` GPUs behind vLLM's balancer."""
         dp, ep = self._parallel[pool.name]
         lockstep = self.model.is_moe
-        cost_model = self._cost_model(setup.model, gpu, tp, group, setup.scheduler, dp, ep)
+        cost_model = self._cost_model(setup.model, gpu, tp, group, setup.scheduler, dp, ep,
+                                      pool.role, self._moe_settings[pool.name])
         position = len(self.instances["colocated"])
         ranks = [
             self._make_instance(
@@ -446,9 +514,31 @@ class Cluster:
         position = len(self.instances[role])
         instance = self._make_instance(
             pool, gpu, tp, setup, f"{pool.name}-{index}", group, position,
-            self._cost_model(setup.model, gpu, tp, group, setup.scheduler, 1, ep),
+            self._cost_model(setup.model, gpu, tp, group, setup.scheduler, 1, ep, role,
+                             self._moe_settings[pool.name]),
         )
         self.instances[role].append(instance)
+
+    def _add_ranks(
+        self, pool: PoolSpec, gpu: GpuSpec, tp: int, setup: EngineSetup, index: int,
+        group: list[str],
+    ) -> None:
+        """A data-parallel instance of a prefill or decode pool (SGLang's DP attention with
+        expert parallelism): each of its ``dp`` ranks joins the pool as an instance of its own,
+        chosen by the pool's router, and is priced alone as if every rank of the group ran a
+        batch like its own (the MoE layers see ``dp x`` its tokens; no lockstep, no padding)."""
+        dp, ep = self._parallel[pool.name]
+        role = pool.role
+        cost_model = self._cost_model(setup.model, gpu, tp, group, setup.scheduler, dp, ep,
+                                      role, self._moe_settings[pool.name])
+        if cost_model is not None and self.model.is_moe:
+            cost_model.prices.moe_token_scale = float(dp)
+        for r in range(dp):
+            position = len(self.instances[role])
+            self.instances[role].append(self._make_instance(
+                pool, gpu, tp, setup, f"{pool.name}-{index}.dp{r}", group[r * tp:(r + 1) * tp],
+                position, cost_model,
+            ))
 
     def _make_instance(
         self, pool: PoolSpec, gpu: GpuSpec, tp: int, setup: EngineSetup, name: str,

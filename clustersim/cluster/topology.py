@@ -358,26 +358,42 @@ class Topology:
     # ---------------------------------------------------------- placement
     def place(
         self, groups: list[tuple[str, str, int, int, list[str] | None]]
+        | list[tuple[str, str, int, int, list[str] | None, int]],
     ) -> dict[str, list[list[str]]]:
-        """Assign GPUs to instances: ``(pool, gpu_type, tp, num_instances, allowed_nodes)``.
+        """Assign GPUs to instances: ``(pool, gpu_type, tp, num_instances, allowed_nodes)``,
+        or ``(..., rank_gpus)`` for data-parallel instances of ``tp`` GPUs in ranks of
+        ``rank_gpus`` (each rank's TP group).
 
         Pools are placed in order, instances first-fit on the first node (in file order, among
         ``allowed_nodes`` if given) with ``tp`` free GPUs of the type; an instance takes the
         first free block of ``tp`` GPUs aligned to ``tp`` (GPUs 0-1, 2-3, ... for TP2) if
-        there is one, else the lowest free ones. A TP group never spans nodes. Every call
-        starts from an empty cluster. Returns pool -> instances -> GPU ids.
+        there is one, else the lowest free ones. A TP group never spans nodes. A data-parallel
+        instance larger than every node spans nodes rank by rank, each rank first-fit as an
+        instance of ``rank_gpus`` would be (filling one node before the next), so every rank's
+        TP group stays inside one node. Every call starts from an empty cluster. Returns
+        pool -> instances -> GPU ids.
         """
         free = {node.name: [f"{node.name}/gpu{i}" for i in range(node.gpus.count)]
                 for node in self.spec.nodes}
         types = {node.name: node.gpus.type for node in self.spec.nodes}
         placed: dict[str, list[list[str]]] = {}
-        for pool, gpu_type, tp, num_instances, allowed in groups:
+        for pool, gpu_type, tp, num_instances, allowed, *rank in groups:
             where = f"pools.{pool}"
             if pool in placed:
                 raise ConfigError(where, "duplicate pool name")
             if tp < 1 or num_instances < 1:
                 raise ConfigError(where, f"needs tp >= 1 and instances >= 1, got {tp}, "
                                   f"{num_instances}")
+            rank_gpus = rank[0] if rank else tp
+            if rank_gpus < 1 or tp % rank_gpus:
+                raise ConfigError(where, f"ranks of {rank_gpus} GPUs do not split {tp}")
+            if rank_gpus < tp and tp > max(
+                    (len(self._node_gpus(n)) for n in self.node_names()
+                     if types[n] == gpu_type and (allowed is None or n in allowed)),
+                    default=tp):
+                placed[pool] = self._place_ranks(where, gpu_type, tp, rank_gpus,
+                                                 num_instances, allowed, types, free)
+                continue
             candidates = self._candidate_nodes(where, gpu_type, tp, allowed, types)
             instances = []
             for k in range(num_instances):
@@ -393,6 +409,29 @@ class Topology:
                 instances.append(group)
             placed[pool] = instances
         return placed
+
+    def _place_ranks(
+        self, where: str, gpu_type: str, gpus: int, rank_gpus: int, num_instances: int,
+        allowed: list[str] | None, types: dict[str, str], free: dict[str, list[str]],
+    ) -> list[list[str]]:
+        """Instances of ``gpus`` GPUs over several nodes, ``rank_gpus`` at a time."""
+        candidates = self._candidate_nodes(where, gpu_type, rank_gpus, allowed, types)
+        instances = []
+        for k in range(num_instances):
+            group: list[str] = []
+            for r in range(gpus // rank_gpus):
+                node = next((n for n in candidates if len(free[n]) >= rank_gpus), None)
+                if node is None:
+                    left = ", ".join(f"{n} {len(free[n])}" for n in candidates)
+                    raise ConfigError(
+                        where,
+                        f"not enough free {gpu_type} GPUs: instance {k + 1} of {num_instances} "
+                        f"needs {gpus // rank_gpus} ranks of {rank_gpus} GPUs, rank {r + 1} "
+                        f"finds no node with {rank_gpus} free; free: {left}",
+                    )
+                group += _take(free[node], rank_gpus)
+            instances.append(group)
+        return instances
 
     def _candidate_nodes(
         self, where: str, gpu_type: str, tp: int, allowed: list[str] | None,

@@ -52,3 +52,86 @@ def custom_allreduce_max_bytes(gpu: GpuSpec, tp: int, link: LinkSpec) -> int:
     if tp in capped:
         limit = min(limit, capped[tp])
     return limit
+
+
+# ------------------------------------------------------------ MoE all-to-all
+LOW_LATENCY_DISPATCH_S = 45e-6
+"""Fixed seconds of one DeepEP low-latency dispatch (decode): DeepEP V1's measured latency
+less its cross-node bytes at the CX7 line rate (docs/legacy.md, H800 + CX7 400 Gb/s, 128
+tokens x 7168 hidden x top-8, FP8 dispatch: 118/155/173/194 us at EP 16/32/64/256, i.e.
+45/45/45/52 us over ``(G - 8)/G x 7.3 MB / 50 GB/s``)."""
+LOW_LATENCY_COMBINE_S = 50e-6
+"""The same for one low-latency combine (BF16): 195/273/314 us at EP 16/32/64, i.e. 48, 53,
+57 us over the bytes' line-rate time (github.com/deepseek-ai/DeepEP docs/legacy.md)."""
+FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
+"""Bytes per hidden element of an FP8 dispatch: one byte plus a 4-byte scale per 128 (DeepEP's
+``use_fp8`` dispatch with per-128 block scales, as DeepSeek-V3/R1 serving runs it)."""
+
+
+class AllToAll:
+    """The expert-parallel all-to-all of one MoE layer over ``group_gpus`` GPUs in nodes of
+    ``node_gpus`` (DeepEP's dispatch and combine).
+
+    Each token's hidden state goes to the ranks of its top-k experts (dispatch,
+    ``dispatch_bytes`` per element) and comes back weighted (combine, ``combine_bytes``).
+    Experts spread evenly, so of a token's k routed rows ``k (n - 1) / G`` go to another GPU
+    of its node, over NVLink, and the cross-node ones over the GPU's NIC path
+    (``nic_bytes_per_s``): DeepEP's low-latency kernels send every one of the
+    ``k (G - n) / G`` rows over RDMA; its normal kernels send a token once to each remote node
+    its experts sit on (then forward it over that node's NVLink), ``(N - 1)(1 - (1 - 1/N)^k)``
+    rows with ``N = G / n`` nodes. The NVLink and NIC parts go at once (``overlap``: the slower
+    one counts) or one after the other; each call adds ``dispatch_s`` / ``combine_s``."""
+
+    __slots__ = ("group_gpus", "node_gpus", "nvlink_bytes_per_s", "nic_bytes_per_s",
+                 "dispatch_s", "combine_s", "dispatch_bytes", "combine_bytes", "overlap", "mode")
+
+    def __init__(self, group_gpus: int, node_gpus: int, nvlink_bytes_per_s: float,
+                 nic_bytes_per_s: float, *, dispatch_bytes: float, combine_bytes: float,
+                 mode: str, call_latency_s: float = 0.0, overlap: bool = True) -> None:
+        """``mode``: ``low_latency`` (decode: DeepEP's low-latency kernels, their fixed cost
+        per call) or ``normal`` (prefill: ``call_latency_s`` per call, the NIC path's)."""
+        if not 1 <= node_gpus <= group_gpus:
+            raise ValueError(f"bad all-to-all group: {group_gpus} GPUs, {node_gpus} a node")
+        if not (nvlink_bytes_per_s > 0 and nic_bytes_per_s > 0):
+            raise ValueError("all-to-all bandwidths must be > 0")
+        if mode not in ("low_latency", "normal"):
+            raise ValueError(f"unknown all-to-all mode {mode!r}")
+        self.group_gpus, self.node_gpus = group_gpus, node_gpus
+        self.nvlink_bytes_per_s, self.nic_bytes_per_s = nvlink_bytes_per_s, nic_bytes_per_s
+        self.dispatch_bytes, self.combine_bytes = dispatch_bytes, combine_bytes
+        self.overlap, self.mode = overlap, mode
+        if mode == "low_latency":
+            self.dispatch_s, self.combine_s = LOW_LATENCY_DISPATCH_S, LOW_LATENCY_COMBINE_S
+        else:
+            self.dispatch_s = self.combine_s = call_latency_s
+
+    @property
+    def cross_node_fraction(self) -> float:
+        """Of a rank's routed rows, the share whose experts sit on another node."""
+        return (self.group_gpus - self.node_gpus) / self.group_gpus
+
+    @property
+    def in_node_fraction(self) -> float:
+        """The share on another GPU of the rank's own node."""
+        return (self.node_gpus - 1) / self.group_gpus
+
+    def nic_rows(self, top_k: float) -> float:
+        """Hidden states one token sends over the NIC per call (see the class)."""
+        if self.mode == "low_latency":
+            return top_k * self.cross_node_fraction
+        nodes = self.group_gpus / self.node_gpus
+        return (nodes - 1.0) * (1.0 - (1.0 - 1.0 / nodes) ** top_k)
+
+    def s_per_token_byte(self, top_k: float) -> float:
+        """Seconds per token and byte of its hidden state (one call, either direction): the
+        NVLink and NIC parts at once (the slower) or in turn."""
+        nvlink = top_k * self.in_node_fraction / self.nvlink_bytes_per_s
+        nic = self.nic_rows(top_k) / self.nic_bytes_per_s
+        return max(nvlink, nic) if self.overlap else nvlink + nic
+
+    def layer_s(self, tokens: float, top_k: float, hidden: float, imbalance: float = 1.0) -> float:
+        """Seconds of one layer's dispatch and combine for a rank sending ``tokens`` tokens
+        (the busiest rank receives ``imbalance x`` the mean)."""
+        return (self.dispatch_s + self.combine_s
+                + tokens * imbalance * hidden * (self.dispatch_bytes + self.combine_bytes)
+                * self.s_per_token_byte(top_k))

@@ -102,6 +102,16 @@ class StepPrices:
         self.dp: int = 1
         self.gather_fixed_s: float = 0.0
         self.gather_s_per_token: float = 0.0
+        self.a2a_fixed_s: float = 0.0
+        """An expert-parallel group across nodes: the all-to-all's fixed seconds per step
+        (every MoE layer's dispatch and combine calls); replaces the all-gather."""
+        self.a2a_s_per_token: float = 0.0
+        """Its seconds per token of the rank's own batch (0: the all-gather prices the group)."""
+        self.moe_token_scale: float = 1.0
+        """A rank priced alone for a group (a prefill or decode pool's data-parallel ranks):
+        its MoE layers see this many times its own tokens, as if every rank ran its batch."""
+        self.expert_imbalance: float = 1.0
+        """The busiest expert-parallel rank's routed rows over the mean (1: balanced)."""
         self.logits_fixed_s: float = 0.0
         self.logits_s_per_row: float = 0.0
         self.lm_head_half: float = 0.0
@@ -328,11 +338,15 @@ class StepPrices:
         else:
             communication = self.allreduce_fixed_s + tokens * self.allreduce_s_per_token
         if self.expert_gemms:
-            moe = tokens if moe_tokens is None else moe_tokens
+            moe = tokens * self.moe_token_scale if moe_tokens is None else moe_tokens
             share = self.expert_share
-            routed = moe * self.top_k * share
+            # the busiest rank's rows: expert_imbalance x the mean (x 1.0: the same bits)
+            routed = moe * self.top_k * share * self.expert_imbalance
             touched = experts_touched(self.num_experts, self.top_k, moe) * share
-            if self.dp > 1:
+            if self.a2a_s_per_token:
+                # DeepEP's dispatch and combine of the rank's own tokens (moe / dp of them)
+                communication += self.a2a_fixed_s + moe / self.dp * self.a2a_s_per_token
+            elif self.dp > 1:
                 communication += self.gather_fixed_s + moe * self.gather_s_per_token
             for flop_s, weight_s, act_s, half, floor in self.expert_gemms:
                 # touched experts of routed / touched rows each: (rows + half) x FLOPs per row;

@@ -57,6 +57,13 @@ outputs after them, ``(dp-1)/dp x T x h`` elements each way over the group's lin
 pad their batches to the largest rank's token count (as vLLM does with CUDA graphs), so
 ``T = dp x`` the largest rank's tokens.
 
+An expert-parallel group that spans nodes runs DeepEP's all-to-all instead
+(``clustersim.cost.collectives.AllToAll``): per MoE layer a dispatch and a combine of the rank's
+own tokens, each routed row's hidden state to its expert's rank over NVLink inside the node and
+over the NIC across nodes, the slower of the two plus a fixed time per call. With expert
+parallelism the busiest rank carries ``expert_imbalance x`` the mean routed rows (its expert
+GEMMs and its all-to-all bytes; 1 by default inside a node).
+
 GEMM weights are read once per step whatever the batch, as stored; activations in and out are
 read and written once per op. A quantized model's linear layers run the kernel vLLM picks on the
 GPU (``clustersim.cost.kernels``: native FP8/INT8/FP4 GEMMs at their peak and fit, or
@@ -78,7 +85,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from clustersim.catalog.specs import GpuSpec, ModelSpec
-from clustersim.cost.collectives import custom_allreduce_max_bytes
+from clustersim.cost.collectives import AllToAll, custom_allreduce_max_bytes
 from clustersim.cost.kernels import GemmKernel, gemm_kernel
 from clustersim.cost.prices import StepPrices
 
@@ -180,12 +187,21 @@ class CostModel:
         dp: int = 1,
         expert_parallel: bool = False,
         dp_link_bytes_per_s: float | None = None,
+        all_to_all: AllToAll | None = None,
+        expert_imbalance: float = 1.0,
     ) -> None:
         """``tp_link_*`` replace ``gpu.tp_link(tp)``'s effective bandwidth and
         ``gpu.allreduce_latency_s`` for the all-reduces (a topology's ``tp_group_link``).
         ``dp``: data-parallel ranks whose MoE layers run together (their experts spread over
         ``dp x tp`` GPUs, by expert with ``expert_parallel``, else by intermediate slice);
-        ``dp_link_bytes_per_s`` replaces ``gpu.tp_link(dp x tp)`` for their all-gathers."""
+        ``dp_link_bytes_per_s`` replaces ``gpu.tp_link(dp x tp)`` for their all-gathers.
+        ``all_to_all`` (an expert-parallel group across nodes): DeepEP's dispatch and combine
+        replace the all-gather and reduce-scatter. ``expert_imbalance``: the busiest rank's
+        routed rows (and all-to-all bytes) over the mean, with expert parallelism."""
+        if not expert_imbalance >= 1.0:
+            raise ValueError(f"expert_imbalance must be >= 1, got {expert_imbalance}")
+        if all_to_all is not None and not (expert_parallel and dp > 1):
+            raise ValueError("an all-to-all needs data-parallel ranks with expert parallelism")
         model.check_tp(tp)
         if dp < 1:
             raise ValueError(f"dp must be >= 1, got {dp}")
@@ -289,13 +305,27 @@ class CostModel:
         # the fraction of the routed rows and touched experts one GPU works on
         p.expert_share = 1.0 / moe_gpus if expert_parallel else 1.0
         p.dp = dp
-        if dp > 1:
+        if expert_parallel:
+            p.expert_imbalance = expert_imbalance
+        if all_to_all is not None:
+            # every MoE layer: one dispatch and one combine of the rank's tokens, each routed
+            # row's hidden state to its expert's rank (FP8 or 16-bit) and back (16-bit)
+            p.a2a_fixed_s = moe_layers * (all_to_all.dispatch_s + all_to_all.combine_s)
+            p.a2a_s_per_token = (moe_layers * expert_imbalance * h
+                                 * (all_to_all.dispatch_bytes + all_to_all.combine_bytes)
+                                 * all_to_all.s_per_token_byte(model.num_experts_per_tok))
+        if dp > 1 and all_to_all is None:
             if dp_link_bytes_per_s is None:  # the link that joins all dp x tp GPUs
                 dp_link_bytes_per_s = gpu.tp_link(dp * tp).effective_bytes_per_s
             # an all-gather before and a reduce-scatter after the experts, every layer, each
             # moving (dp - 1) / dp of the group's tokens over every GPU's link
-            (ag_latency, ag_speed), (rs_latency, rs_speed) = (
-                gpu.collective("all_gather", dp * tp), gpu.collective("reduce_scatter", dp * tp))
+            if dp * tp <= max(gpu.link.max_gpus, gpu.pcie.max_gpus):
+                (ag_latency, ag_speed), (rs_latency, rs_speed) = (
+                    gpu.collective("all_gather", dp * tp),
+                    gpu.collective("reduce_scatter", dp * tp))
+            else:  # a group across nodes (a topology's link): no measured collective there
+                ag_latency = rs_latency = gpu.allreduce_latency_s
+                ag_speed = rs_speed = 1.0
             p.gather_fixed_s = layers * (ag_latency + rs_latency)
             p.gather_s_per_token = (layers * (dp - 1) / dp * h * e / dp_link_bytes_per_s
                                         * (1.0 / ag_speed + 1.0 / rs_speed))

@@ -41,23 +41,42 @@ STATS_INTERVAL_S: Final = 0.1
 
 def check_group(
     model: ModelSpec, gpu_id: str, tp: int, dp: int, expert_parallel: bool, node_gpus: int,
-    *, names: tuple[str, str], fields: tuple[str, str],
+    *, names: tuple[str, str], fields: tuple[str, str], total_gpus: int | None = None,
+    redundant_experts: int = 0,
 ) -> None:
-    """A ``dp x tp`` group as clustersim models it: whole experts split evenly over its GPUs
-    with expert parallelism, and all of them on one node of ``node_gpus``. ``names``: how the
-    user spelled (dp, tp); ``fields``: the error paths of (dp, expert parallelism)."""
+    """A ``dp x tp`` group as clustersim models it: whole experts (plus EPLB's
+    ``redundant_experts`` replicas) split evenly over its GPUs with expert parallelism, and
+    all of them on one node of ``node_gpus``, or, where a topology gives ``total_gpus`` of the
+    type, over several nodes with every rank's TP group inside one. ``names``: how the user
+    spelled (dp, tp); ``fields``: the error paths of (dp, expert parallelism)."""
     n = dp * tp
     dp_name, tp_name = names
     dp_field, ep_field = fields
-    if expert_parallel and model.num_experts % n:
+    experts = model.num_experts + redundant_experts
+    if expert_parallel and experts % n:
+        spelled = (f"{model.num_experts} experts" if not redundant_experts else
+                   f"{model.num_experts} experts + {redundant_experts} redundant = {experts}")
         raise ConfigError(
-            ep_field, f"{model.num_experts} experts do not split evenly over "
+            ep_field, f"{spelled} do not split evenly over "
             f"{dp_name} x {tp_name} = {n} GPUs",
         )
-    if n > node_gpus:
+    if n <= node_gpus:
+        return
+    if total_gpus is None:
         raise ConfigError(
             dp_field, f"{dp} ranks x {tp_name} {tp} = {n} GPUs, more than one node's "
-            f"{node_gpus} {gpu_id} GPUs: a data-parallel group is modelled on one node",
+            f"{node_gpus} {gpu_id} GPUs: a data-parallel group spans nodes only on a "
+            "topology (e.g. topology: {node: dgx-h100, count: 2})",
+        )
+    if n > total_gpus:
+        raise ConfigError(
+            dp_field, f"{dp} ranks x {tp_name} {tp} = {n} GPUs, more than the topology's "
+            f"{total_gpus} {gpu_id} GPUs",
+        )
+    if tp > node_gpus:
+        raise ConfigError(
+            dp_field, f"a rank's {tp_name} {tp} is more than one node's {node_gpus} {gpu_id} "
+            "GPUs: a rank's TP group stays inside one node",
         )
 
 

@@ -187,6 +187,21 @@ class EngineSettings(Strict):
         None, description="Speculative decoding (vLLM's --speculative-config); default off. "
         "Runs sync scheduling only (async_scheduling false), one engine per data-parallel "
         "rank of a dense model.")
+    expert_imbalance: float | None = Field(
+        None, ge=1.0, le=16.0,
+        description="Expert parallelism: the busiest rank's routed tokens over the mean, "
+        "multiplying its expert GEMM rows and its all-to-all bytes (1 = perfectly balanced). "
+        "Default 1 for an expert-parallel group inside one node (as before); across nodes 1.3 "
+        "without EPLB and 1.05 with eplb (docs/scenarios.md, Wide expert parallelism).")
+    eplb: bool = Field(
+        False, description="Expert-parallel load balancer (vLLM --enable-eplb, SGLang "
+        "--enable-eplb): lowers the default expert_imbalance of a group across nodes to 1.05.")
+    num_redundant_experts: Annotated[int, Within(
+        low=0, high=4096, reason="EPLB adds tens of replicas, not thousands")] = Field(
+        0, description="EPLB's redundant expert replicas (vLLM eplb-config "
+        "num_redundant_experts, SGLang --ep-num-redundant-experts): the experts plus these "
+        "must split evenly over the expert-parallel GPUs (256 + 32 = 288 over 72); their "
+        "weights are not counted in memory.")
     vllm_version: VllmVersion = Field(
         "0.33",
         description="The vLLM release whose start-up memory profile sizes the KV cache "
