@@ -35,6 +35,7 @@ from clustersim.safe_write import atomic_file, atomic_write_text
 if TYPE_CHECKING:
     from clustersim.plan.day import DayPlan
     from clustersim.plan.planner import Planner
+    from clustersim.plan.sensitivity import LinkReading, Sensitivity
     from clustersim.sim import RunResult
 
 
@@ -266,6 +267,8 @@ def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
                 typer.echo(f"  - {reason}")
     for note in result.traffic_notes:
         typer.echo(f"traffic: {note}")
+    if result.sensitivity is not None:
+        print_sensitivity(result.sensitivity, _attainment_target(result))
     if result.day is not None:
         print_day(result.day)
     typer.echo("")
@@ -302,6 +305,33 @@ def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
             typer.echo(f"  {line}")
     if result.bench_command:
         typer.echo(f"check it on real GPUs:\n  {result.bench_command}")
+
+
+def print_sensitivity(sens: Sensitivity, target: float) -> None:
+    """The recommendation on another KV fabric and at a busier rate."""
+    typer.echo("sensitivity of the recommendation:")
+    for note in sens.notes:
+        typer.echo(f"  {note}")
+    if sens.link:
+        low, same, high = sens.link
+        typer.echo(f"  KV links at {low.scale:g}x / {same.scale:g}x / {high.scale:g}x bandwidth: "
+                   f"goodput {low.mean_per_s:,.2f} / {same.mean_per_s:,.2f} / "
+                   f"{high.mean_per_s:,.2f} req/s ({_change(low, same)} at half the bandwidth, "
+                   f"{_change(high, same)} at double)")
+    if sens.load is not None:
+        load = sens.load
+        n = len(load.attainments)
+        verdict = "holds" if load.num_meeting == n else "FAILS" if not load.num_meeting else (
+            "holds on some draws")
+        typer.echo(f"  load +{load.factor - 1:.0%} ({load.rate_per_s:,.2f} req/s): attainment "
+                   f"{load.attainment:.1%} against {target:.0%}, {load.num_meeting} of {n} "
+                   f"draws met the SLO: {verdict}")
+
+
+def _change(reading: LinkReading, reference: LinkReading) -> str:
+    if reference.mean_per_s <= 0:
+        return "-"
+    return f"{reading.mean_per_s / reference.mean_per_s - 1:+.0%}"
 
 
 def print_day(day: DayPlan) -> None:

@@ -46,6 +46,12 @@ from clustersim.plan.result import (
     Survival,
     Tie,
 )
+from clustersim.plan.sensitivity import (
+    LinkReading,
+    Sensitivity,
+    link_readings,
+    load_reading,
+)
 from clustersim.plan.space import Candidate, baseline, families, fill_budget, variant
 from clustersim.plan.spec import PlanSpec
 from clustersim.scenario import SLO, Scenario
@@ -582,6 +588,7 @@ class Planner:
             verdict = common_rate_verdict(recommended, runner_up, self.plan.handoff_budget_s,
                                           self._job, self._run_jobs)
         pareto = answers.pareto_front([r for r in ledger if r.status == "simulated"])
+        sensitivity = self._sensitivity(recommended, runner_up)
         seeds = tuple(self.scenario.seed + k for k in range(self.num_seeds))
         result = PlanResult(
             scenario=self.scenario.name, objective=plan.objective, criterion=self.slo.criterion,
@@ -606,11 +613,48 @@ class Planner:
             serve_commands=answers.serve_commands(recommended, self.model, self.scenario),
             bench_command=answers.bench_command(recommended, self.model, self.scenario,
                                                 self.traffic),
+            sensitivity=sensitivity,
             day=None if plan.traffic_curve is None else plan_day(
                 plan.traffic_curve, recommended, target=self.slo.attainment_target,
                 default_peak=plan.target_rate_per_s or self.base_rate,
                 base_dir=self.scenario.base_dir),
         )
+
+    def _sensitivity(self, rec: CandidateResult | None,
+                     runner_up: CandidateResult | None) -> Sensitivity | None:
+        """``plan.sensitivity``'s readings of the recommendation (:mod:`.sensitivity`); the
+        link's of the best split when the recommendation is colocated."""
+        asked = self.plan.sensitivity
+        if not asked or rec is None or rec.goodput is None:
+            return None
+
+        def job_of(c: Candidate) -> Callable[[int, float], Scenario]:
+            return lambda k, rate: self._job(c, k, rate)
+
+        notes: list[str] = []
+        link: tuple[LinkReading, ...] = ()
+        split = rec if rec.candidate.layout != "colocated" else runner_up
+        if "link" in asked:
+            if split is None or split.candidate.layout == "colocated" or split.goodput is None:
+                split = None
+                notes.append("KV links: no split was simulated, and a colocated deployment "
+                             "moves no KV between instances")
+            else:
+                if split is not rec:
+                    notes.append(f"KV links: read on the best split, {split.candidate.label()}"
+                                 ", as the colocated recommendation moves no KV")
+                settings = self.plan.search
+                searches = [self._searches[split.id, k] for k in range(self.num_seeds)
+                            if (split.id, k) in self._searches]
+                link = link_readings(job_of(split.candidate), self._run_jobs,
+                                     list(split.goodput.per_seed_per_s), searches,
+                                     settings.tolerance, settings.max_probes, LOCAL_STEP)
+        load = None
+        if "load" in asked and rec.operating_rate_per_s:
+            load = load_reading(job_of(rec.candidate), self._run_jobs,
+                                rec.operating_rate_per_s, len(rec.goodput.per_seed_per_s))
+        return Sensitivity(rec.id, rec.goodput.mean_per_s, link,
+                           None if not link or split is None else split.id, load, tuple(notes))
 
     def _qualifies(self, result: CandidateResult | None) -> bool:
         """Meets the objective's requirement: some goodput on every draw, and the target

@@ -12,6 +12,7 @@ from typing import Any
 
 from clustersim.metrics import RunSummary
 from clustersim.plan.day import DayPlan
+from clustersim.plan.sensitivity import Sensitivity
 from clustersim.plan.space import Candidate
 
 STATUSES = ("simulated", "infeasible", "screened", "pruned")
@@ -381,6 +382,9 @@ class PlanResult:
     length)."""
     day: DayPlan | None = None
     """The recommendation over a day of traffic (``plan.traffic_curve``)."""
+    sensitivity: Sensitivity | None = None
+    """The recommendation's readings on another KV fabric and a busier day
+    (``plan.sensitivity``)."""
 
     def by_id(self, candidate_id: str) -> CandidateResult:
         return next(c for c in self.candidates if c.id == candidate_id)
@@ -416,7 +420,8 @@ class PlanResult:
             "survival": None if self.survival is None else self.survival.to_json(),
             "traffic_notes": list(self.traffic_notes),
             "candidates": [c.to_json() for c in self.candidates],
-        } | ({} if self.day is None else {"day": self.day.to_json()})
+        } | ({} if self.day is None else {"day": self.day.to_json()}) | (
+            {} if self.sensitivity is None else {"sensitivity": self.sensitivity.to_json()})
 
 
 LEDGER_COLUMNS = (

@@ -212,6 +212,12 @@ class PlanSpec(Strict):
         "that server). The best candidates are checked in rank order until one does, and the "
         "answer says what survival costs.",
     )
+    sensitivity: list[Literal["link", "load"]] = Field(
+        default_factory=list, max_length=2,
+        description="Readings of the recommendation beyond the plan: link, its goodput with "
+        "every link a KV transfer crosses at half and at double its bandwidth (a split; a "
+        "colocated answer moves no KV); load, its SLO attainment with 20 % more traffic than "
+        "its operating rate. Each runs the plan's own probes again.")
     traffic_curve: TrafficCurve | None = Field(
         None, description="A day of traffic: the recommendation's deployment sized window by "
         "window (each window's instances from its operating rate), a fleet sized for the peak "
@@ -228,6 +234,13 @@ class PlanSpec(Strict):
         if self.objective in ("min_gpus", "min_cost") and self.target_rate_per_s is None:
             raise ValueError(f"{self.objective} needs target_rate_per_s")
         return self
+
+    @field_validator("sensitivity")
+    @classmethod
+    def _once_each(cls, readings: list[str]) -> list[str]:
+        if len(set(readings)) != len(readings):
+            raise ValueError(f"readings repeat: {readings}")
+        return readings
 
     @field_validator("layouts")
     @classmethod

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from clustersim.plan.day import DayPlan
 from clustersim.plan.result import CandidateResult, LossCheck, NPlusOne, PlanResult
+from clustersim.plan.sensitivity import Sensitivity
 from clustersim.report import fmt
 from clustersim.report.document import Figure
 from clustersim.report.figures import (
@@ -462,3 +463,55 @@ def day_plan(day: DayPlan, target: float, name: str = "day") -> Figure:
                    f"({worst.autoscaled_attainment:.1%}).")
         return figure(fig, name, "A day of traffic: demand, capacity and attainment of a "
                       "static and an autoscaled fleet", caption)
+
+
+def sensitivity(sens: Sensitivity, target: float, name: str = "sensitivity") -> Figure | None:
+    """The recommendation's goodput against its KV links' bandwidth (left) and its SLO
+    attainment per traffic draw with 20 % more traffic (right), each where it was read."""
+    panels = [p for p in ("link", "load") if (p == "link" and sens.link)
+              or (p == "load" and sens.load is not None)]
+    if not panels:
+        return None
+    with canvas(4.6 * len(panels) + 0.6, 3.4) as fig:
+        axes = fig.subplots(1, len(panels), squeeze=False)[0]
+        reading = []
+        for ax, panel in zip(axes, panels, strict=True):
+            if panel == "link":
+                points = [(r.scale, r.mean_per_s, r.low_per_s, r.high_per_s)
+                          for r in sens.link]
+                xs = [p[0] for p in points]
+                ys = [p[1] for p in points]
+                errors = [[p[1] - p[2] for p in points], [p[3] - p[1] for p in points]]
+                ax.errorbar(xs, ys, yerr=errors, color=PALETTE[1], marker="o", capsize=4,
+                            label="goodput (95% CI over draws)")
+                ax.set_xscale("log", base=2)
+                ax.set_xticks(xs, [f"{x:g}x" for x in xs])
+                ax.set_xlabel("KV link bandwidth (x the topology's)")
+                ax.set_ylabel("goodput (req/s)")
+                ax.set_ylim(bottom=0)
+                low, same, high = sens.link
+                reading.append(f"half the KV bandwidth gives {low.mean_per_s:,.2f} req/s and "
+                               f"double {high.mean_per_s:,.2f}, against {same.mean_per_s:,.2f} "
+                               "at the topology's")
+            else:
+                load = sens.load
+                assert load is not None
+                draws = list(range(1, len(load.attainments) + 1))
+                colors = [HOLDS if a >= target else FAILS for a in load.attainments]
+                ax.bar(draws, load.attainments, color=colors)
+                ax.axhline(target, color=TARGET, linestyle=":", label=f"target {target:.0%}")
+                ax.set_xticks(draws)
+                ax.set_xlabel("traffic draw (#)")
+                ax.set_ylabel("SLO attainment (share)")
+                ax.set_ylim(0, 1.02)
+                reading.append(f"at +{load.factor - 1:.0%} ({fmt.rate(load.rate_per_s)} req/s) "
+                               f"{load.num_meeting} of {len(load.attainments)} draws meet the "
+                               f"SLO, {load.attainment:.1%} on average")
+        legend_outside(fig, where="below", ncols=2)
+        caption = ("The recommendation beyond the plan: its goodput with every link a KV "
+                   "transfer crosses at half and at double the topology's bandwidth (left, each "
+                   "draw bisected again), and its SLO attainment per traffic draw with 20 % more "
+                   "traffic than its operating rate (right, blue where a draw meets the target, "
+                   "red where it does not). Here " + "; ".join(reading) + ".")
+        return figure(fig, name, "Sensitivity: goodput against KV bandwidth, attainment at "
+                      "more load", caption)

@@ -18,6 +18,7 @@ from clustersim.report.document import Block, Bullets, Document, Pre, Section, S
 
 if TYPE_CHECKING:
     from clustersim.plan.day import DayPlan
+    from clustersim.plan.sensitivity import Sensitivity
     from clustersim.scenario import Scenario
     from clustersim.sim import RunResult
 
@@ -374,6 +375,25 @@ def plan_assumptions(result: PlanResult, scenario: Scenario,
     return out
 
 
+def sensitivity_section(sens: Sensitivity, target: float) -> list[Block]:
+    """The readings as a table, then the figure."""
+    rows = [("the plan's goodput", f"{fmt.rate(sens.goodput_per_s)} req/s")]
+    rows += [(f"KV links at {r.scale:g}x", f"goodput {fmt.rate(r.mean_per_s)} req/s "
+              f"(95% CI {r.low_per_s:,.2f}-{r.high_per_s:,.2f})") for r in sens.link]
+    if sens.load is not None:
+        load = sens.load
+        rows.append((f"load +{load.factor - 1:.0%} ({fmt.rate(load.rate_per_s)} req/s)",
+                     f"attainment {load.attainment:.1%}, {load.num_meeting} of "
+                     f"{len(load.attainments)} draws meet {target:.0%}"))
+    out: list[Block] = [Table(("reading", "result"), tuple(rows), "ll")]
+    figure = plan_figures.sensitivity(sens, target)
+    if figure is not None:
+        out.append(figure)
+    if sens.notes:
+        out.append(Bullets.of(*sens.notes))
+    return out
+
+
 def day_section(day: DayPlan, target: float) -> list[Block]:
     """The recommendation over a day: the two fleets side by side, then the figure."""
     rows = []
@@ -410,6 +430,9 @@ def plan_document(result: PlanResult, scenario: Scenario,
     if result.n_plus_one is not None or result.runner_up_n_plus_one is not None:
         sections.append(Section("N+1: one instance or one node lost",
                                 n_plus_one(result, scenario.slo)))
+    if result.sensitivity is not None:
+        sections.append(Section("Sensitivity", sensitivity_section(
+            result.sensitivity, scenario.slo.attainment_target)))
     if result.day is not None:
         sections.append(Section("A day of traffic", day_section(result.day,
                                                                 scenario.slo.attainment_target)))
