@@ -26,16 +26,8 @@ ABOVE_SIMULATION = ("clustersim.plan", "clustersim.report", "clustersim.cli", "m
 """What the simulation layers must not import: the planner, the report, the command line,
 and the plotting, template and cluster libraries only those use."""
 
-KNOWN_CYCLE_ARROWS = {
-    ("scenario", "cluster"): "scenario.py gathers the schema's sections from beside their "
-    "subsystems: layout (cluster/spec.py), faults (cluster/faults_spec.py), api_server "
-    "(cluster/api_server.py); cluster/system.py imports scenario.py back",
-    ("scenario", "plan"): "scenario.py takes its plan: section from plan/spec.py; the "
-    "planner imports scenario.py back",
-}
-"""Arrows that close an import cycle between top-level parts today, each with why it is
-there. Both go away when the schema lives in one package of its own (issue 29, "each knob
-once"); delete an entry when its arrow goes. No other arrow may close a cycle."""
+SCHEMA = "clustersim.scenario"
+"""The scenario schema, every section in one package: read by the layers above and below."""
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
@@ -139,13 +131,20 @@ def test_the_subpackages_import_each_other_without_cycles():
     assert nx.is_directed_acyclic_graph(packages), _cycle_message(packages, where)
 
 
-def test_no_new_import_cycle_between_top_level_parts():
-    """Counting the top-level modules (scenario.py, sim.py, ...) as parts too, the only arrows
-    that close a cycle are the known ones; each known one is still there (else delete it from
-    ``KNOWN_CYCLE_ARROWS``)."""
+def test_no_import_cycle_between_top_level_parts():
+    """Counting the top-level modules (sim.py, inputs.py, ...) as parts too: no cycle."""
     graph, where = _graph()
-    gone = [arrow for arrow in KNOWN_CYCLE_ARROWS if arrow not in where]
-    assert gone == [], f"no longer imported, delete from KNOWN_CYCLE_ARROWS: {gone}"
-    rest = graph.copy()
-    rest.remove_edges_from(KNOWN_CYCLE_ARROWS)
-    assert nx.is_directed_acyclic_graph(rest), _cycle_message(rest, where)
+    assert nx.is_directed_acyclic_graph(graph), _cycle_message(graph, where)
+
+
+def test_the_schema_imports_no_layer_that_reads_it():
+    """The schema package sits below everything that reads a scenario: it imports neither the
+    simulation layers that run one (only the engine's settings, the workload's spec and the
+    catalog it names) nor the planner, the report or the command line."""
+    readers = ("clustersim.cluster", "clustersim.plan", "clustersim.report", "clustersim.cli",
+               "clustersim.metrics", "clustersim.sim")
+    found = [f"{path.relative_to(ROOT)}:{line} imports {name}"
+             for path in sources() if module_name(path).startswith(SCHEMA)
+             for name, line in imports(path)
+             if any(name == r or name.startswith(r + ".") for r in readers)]
+    assert found == [], found

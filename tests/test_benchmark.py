@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clustersim.cluster.api_server import ApiServerSpec
 from clustersim.engine.settings import EngineSettings
 from clustersim.metrics import summarize_run
 from clustersim.metrics.benchmark import peak_concurrency
 from clustersim.scenario import Scenario, parse_scenario
+from clustersim.scenario.api_server import ApiServerSpec
 from clustersim.sim import run_scenario
 from clustersim.validation import ValidationFailed
 from clustersim.workload import build_requests

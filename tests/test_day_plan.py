@@ -9,7 +9,7 @@ from clustersim.errors import ConfigError
 from clustersim.plan.day import attainment_curve, curve_rates, plan_day, read_attainment
 from clustersim.plan.result import CandidateResult, Probe
 from clustersim.plan.space import Candidate, PoolChoice
-from clustersim.plan.spec import TrafficCurve
+from clustersim.scenario.plan import TrafficCurve
 from clustersim.validation import ValidationFailed, validate
 
 PROBES = [(8.0, 0.99), (10.0, 0.97), (11.0, 0.93), (12.0, 0.88), (14.0, 0.6), (16.0, 0.3)]

@@ -21,8 +21,8 @@ from clustersim.plan.screen import (
     prefill_state,
 )
 from clustersim.plan.space import Candidate, PoolChoice, fill_budget
-from clustersim.plan.spec import PlanSpec
 from clustersim.scenario import SLO
+from clustersim.scenario.plan import PlanSpec
 
 
 # ------------------------------------------------------------- bisection

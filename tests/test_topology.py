@@ -12,7 +12,6 @@ import yaml
 
 from clustersim.catalog import load_gpu, load_model
 from clustersim.cluster import LinkView, Topology, shipped_topologies
-from clustersim.cluster.spec import ReplicatedNode
 from clustersim.cluster.topology_spec import TopologySpec, parse_topology, replicate_node
 from clustersim.cost.roofline import BatchShape, CostModel
 from clustersim.errors import ClusterSimError, ConfigError, InputError
@@ -23,6 +22,7 @@ from clustersim.output import (
     write_transfers_csv,
 )
 from clustersim.scenario import parse_scenario
+from clustersim.scenario.layout import ReplicatedNode
 from clustersim.sim import run_scenario
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,8 +13,8 @@ import pytest
 
 from clustersim.cluster import Topology, shipped_topologies
 from clustersim.cluster import topology as topology_module
-from clustersim.cluster.spec import ReplicatedNode
 from clustersim.cluster.topology import whole_graph_path
+from clustersim.scenario.layout import ReplicatedNode
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from clustersim.cluster.faults_spec import FaultsSpec, InstanceFault, LinkFault, NodeFault
 from clustersim.engine.data_parallel import DataParallelGroup
 from clustersim.errors import ConfigError
+from clustersim.scenario.faults import FaultsSpec, InstanceFault, LinkFault, NodeFault
 from clustersim.workload.benchmark import WARMUP_PREFIX
 
 if TYPE_CHECKING:

@@ -27,7 +27,6 @@ from clustersim.cluster.connectors import CONNECTORS, KVConnector
 from clustersim.cluster.dispatch import Dispatch
 from clustersim.cluster.faults import Faults
 from clustersim.cluster.router import InstanceLoad, Router
-from clustersim.cluster.spec import LayoutSpec, PoolSpec
 from clustersim.cost.collectives import FP8_DISPATCH_BYTES, AllToAll
 from clustersim.cost.kernels import gemm_kernel
 from clustersim.cost.memory import cudagraph_capture_sizes
@@ -46,6 +45,7 @@ from clustersim.engine.spec_decode import configure_prices, seeded
 from clustersim.engine.step_plan import RooflinePricer
 from clustersim.errors import ClusterSimError, ConfigError
 from clustersim.scenario import Cost, FixedCost, Scenario
+from clustersim.scenario.layout import LayoutSpec, PoolSpec
 
 DEFAULT_POOL = "main"
 DUMMY_BATCH = BatchShape(num_prefill_tokens=1, prefill_attn_pairs=1.0, prefill_kv_tokens=1)

@@ -50,7 +50,6 @@ from typing import Any
 
 import networkx as nx
 
-from clustersim.cluster.spec import ReplicatedNode
 from clustersim.cluster.topology_spec import (
     TopologySpec,
     combine_nodes,
@@ -59,6 +58,7 @@ from clustersim.cluster.topology_spec import (
 )
 from clustersim.errors import ConfigError, InputError
 from clustersim.inputs import load_yaml, parse_shipped_yaml
+from clustersim.scenario.layout import ReplicatedNode
 
 GIGA = 1e9
 _PS_PER_US = 1_000_000  # latencies are summed as integer picoseconds: exact ties, stable paths

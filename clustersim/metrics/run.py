@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from clustersim.cluster.spec import topology_label
 from clustersim.engine.request import RequestStatus
 from clustersim.metrics.benchmark import BenchmarkSummary, benchmark_summary
 from clustersim.metrics.goodput import SloVerdict, good_mask, slo_verdict
 from clustersim.metrics.requests import Distribution, RequestTable, pooled_gaps
 from clustersim.metrics.timeline import Window, slo_timeline
+from clustersim.scenario.layout import topology_label
 from clustersim.workload.spec import BenchmarkWorkload
 
 if TYPE_CHECKING:

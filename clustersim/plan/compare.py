@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from clustersim.cluster.spec import LayoutSpec, PoolSpec, RouterSpec
 from clustersim.errors import ConfigError
 from clustersim.metrics import RunSummary
 from clustersim.plan.result import CandidateResult, SplitVerdict
 from clustersim.plan.space import Candidate
 from clustersim.scenario import Scenario
+from clustersim.scenario.layout import LayoutSpec, PoolSpec, RouterSpec
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ from typing import Any
 
 from clustersim.errors import ConfigError
 from clustersim.inputs import read_bytes
-from clustersim.plan.spec import SHIPPED_CURVES, TrafficCurve
+from clustersim.scenario.plan import SHIPPED_CURVES, TrafficCurve
 
 CURVES_DIR = Path(__file__).resolve().parent.parent / "data" / "traces"
 RATE_COLUMNS = ("total_rate_rps", "rate_per_s")

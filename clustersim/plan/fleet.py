@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clustersim.catalog import load_gpu
-from clustersim.cluster.spec import ReplicatedNode
 from clustersim.cluster.topology import Topology, load_spec, shipped_topologies
 from clustersim.cluster.topology_spec import replicate_node
 from clustersim.errors import ConfigError
 from clustersim.plan.space import Candidate
-from clustersim.plan.spec import PlanSpec
 from clustersim.scenario import Scenario
+from clustersim.scenario.layout import ReplicatedNode
+from clustersim.scenario.plan import PlanSpec
 
 SHIPPED_SERVERS = {"h100-sxm": "dgx-h100", "a100-80gb-sxm": "a100-8x",
                    "rtx4090": "rtx4090-pcie-box"}

@@ -28,12 +28,12 @@ import numpy as np
 
 from clustersim.catalog.specs import ModelSpec
 from clustersim.cluster.domains import ROLES, failure_domains
-from clustersim.cluster.faults_spec import ClientRetries, FaultsSpec, InstanceFault, NodeFault
 from clustersim.metrics import RunSummary
 from clustersim.metrics.goodput import cost_per_million_tokens
 from clustersim.plan.result import CandidateResult, LossCheck, NPlusOne
 from clustersim.plan.space import Candidate
 from clustersim.scenario import Scenario
+from clustersim.scenario.faults import ClientRetries, FaultsSpec, InstanceFault, NodeFault
 from clustersim.workload import build_requests
 from clustersim.workload.spec import ClosedLoopArrivals
 

@@ -53,8 +53,8 @@ from clustersim.plan.sensitivity import (
     load_reading,
 )
 from clustersim.plan.space import Candidate, baseline, families, fill_budget, variant
-from clustersim.plan.spec import PlanSpec
 from clustersim.scenario import SLO, Scenario
+from clustersim.scenario.plan import PlanSpec
 from clustersim.workload import resolve_paths
 from clustersim.workload.scale import offered_rate
 

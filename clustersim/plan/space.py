@@ -21,9 +21,9 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from clustersim.cluster.spec import LayoutSpec, PoolSpec, RouterSpec
-from clustersim.plan.spec import PlanSpec
 from clustersim.scenario import Scenario
+from clustersim.scenario.layout import LayoutSpec, PoolSpec, RouterSpec
+from clustersim.scenario.plan import PlanSpec
 
 ROLE_LETTER = {"prefill": "P", "decode": "D", "colocated": ""}
 DEFAULT_ROUTERS = {

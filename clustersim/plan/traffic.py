@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from clustersim.plan.spec import SearchSettings
 from clustersim.scenario import Scenario
+from clustersim.scenario.plan import SearchSettings
 from clustersim.workload import build_requests
 from clustersim.workload.scale import scale_rate
 from clustersim.workload.spec import (

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from clustersim.catalog import load_profiles
-from clustersim.cluster.spec import topology_label
 from clustersim.cluster.topology import Topology
 from clustersim.report.document import Block, Bullets, Pre, Span, Table, Text
+from clustersim.scenario.layout import topology_label
 from clustersim.workload.spec import PoissonWorkload, SyntheticWorkload
 from clustersim.workload.traces import SHIPPED_TRACES
 

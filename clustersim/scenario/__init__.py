@@ -13,9 +13,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, PositiveFloat, PrivateAttr, model_validator
 
-from clustersim.cluster.api_server import ApiServerSpec
-from clustersim.cluster.faults_spec import FaultsSpec
-from clustersim.cluster.spec import LayoutSpec, TopologyRef
 from clustersim.engine.settings import EngineSettings
 from clustersim.errors import ConfigError, InputError
 from clustersim.inputs import load_yaml
@@ -30,7 +27,10 @@ from clustersim.limits import (
     TensorParallelSize,
     Within,
 )
-from clustersim.plan.spec import PlanSpec
+from clustersim.scenario.api_server import ApiServerSpec
+from clustersim.scenario.faults import FaultsSpec
+from clustersim.scenario.layout import LayoutSpec, TopologyRef
+from clustersim.scenario.plan import PlanSpec
 from clustersim.validation import Strict, kind_union, validate
 from clustersim.workload.spec import Workload
 
