@@ -148,3 +148,20 @@ def test_the_schema_imports_no_layer_that_reads_it():
              for name, line in imports(path)
              if any(name == r or name.startswith(r + ".") for r in readers)]
     assert found == [], found
+
+
+def test_the_cluster_s_modules_import_each_other_without_cycles():
+    """Dispatch, the KV connectors and the fault schedule reach the cluster and each other
+    through ``cluster/ports.py``: within ``cluster/`` every import, type-only ones included,
+    runs one way."""
+    modules = [p for p in sources() if module_name(p).startswith("clustersim.cluster.")]
+    names = {module_name(p) for p in modules}
+    graph = nx.DiGraph()
+    where: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for path in modules:
+        source = module_name(path)
+        for name, line in imports(path):
+            if name in names and name != source:
+                graph.add_edge(source, name)
+                where[source, name].append(f"{path.relative_to(ROOT)}:{line}")
+    assert nx.is_directed_acyclic_graph(graph), _cycle_message(graph, where)

@@ -50,7 +50,7 @@ from clustersim.engine.request import Request, RequestStatus
 
 if TYPE_CHECKING:
     from clustersim.cluster.dispatch import Dispatch
-    from clustersim.cluster.system import Cluster
+    from clustersim.cluster.ports import ClusterPort
 
 
 @dataclass(slots=True, init=False)
@@ -107,7 +107,7 @@ class KVConnector:
 
     name: ClassVar[str] = ""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: ClusterPort) -> None:
         self.cluster = cluster
         self.dispatch: Dispatch = cluster.dispatch
         self.instances: dict[str, list[Instance]] = cluster.instances
@@ -386,7 +386,7 @@ class NixlConnector(KVConnector):
 
     name: ClassVar[str] = "nixl"
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: ClusterPort) -> None:
         super().__init__(cluster)
         self.recomputes_failed_loads = self.spec.kv_load_failure_policy == "recompute"
 

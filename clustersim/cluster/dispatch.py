@@ -19,7 +19,7 @@ from clustersim.engine.request import Request, RequestStatus
 
 if TYPE_CHECKING:
     from clustersim.cluster.api_server import ApiServer
-    from clustersim.cluster.connectors import KVConnector
+    from clustersim.cluster.ports import ConnectorPort
 
 
 class Dispatch:
@@ -44,7 +44,7 @@ class Dispatch:
         self.api_server = api_server
         self.long_prompt_tokens = long_prompt_tokens
         self.long_output_tokens = long_output_tokens
-        self.connector: KVConnector | None = None
+        self.connector: ConnectorPort | None = None
         """The prefill -> decode handoff (layouts with a prefill pool; set by the cluster)."""
         self.route_of: dict[Request, tuple[str, int]] = {}
         """client -> (role, index) of the instance producing its tokens."""

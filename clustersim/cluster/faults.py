@@ -42,7 +42,7 @@ from clustersim.scenario.faults import FaultsSpec, InstanceFault, LinkFault, Nod
 from clustersim.workload.benchmark import WARMUP_PREFIX
 
 if TYPE_CHECKING:
-    from clustersim.cluster.system import Cluster
+    from clustersim.cluster.ports import ClusterPort
     from clustersim.engine.request import Request
 
 FAULT_RNG_STREAM = 2
@@ -106,7 +106,7 @@ class _Target:
 class Faults:
     """The failures of one run, scheduled on the cluster's clock."""
 
-    def __init__(self, cluster: Cluster, spec: FaultsSpec, seed: int) -> None:
+    def __init__(self, cluster: ClusterPort, spec: FaultsSpec, seed: int) -> None:
         self.cluster = cluster
         self.spec = spec
         self.env = cluster.env
