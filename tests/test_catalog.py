@@ -41,6 +41,7 @@ PUBLISHED_PARAMS_B = {
     "bloom-176b": 176.247,  # BLOOM paper: 176,247,271,424 parameters
     "mixtral-8x7b": 46.703,  # all experts; 12.88 B active (tests/test_moe.py)
     "qwen3-30b-a3b": 30.532,  # all experts; 3.35 B active
+    "qwen3-235b-a22b": 235.0,  # Qwen3 report: 235B total, 22B active
     "deepseek-v3": 671.0,  # DeepSeek-V3 report: 671B total (MTP module excluded), 37B active
     "deepseek-r1": 671.0,
 }

@@ -69,6 +69,7 @@ def errors_of(data: dict[str, Any]) -> list[str]:
 EXPECTED = {
     "dgx-h100": (8, "h100-sxm"),
     "dgx-h100-x2": (16, "h100-sxm"),
+    "hgx-h200": (8, "h200"),
     "a100-8x": (8, "a100-80gb-sxm"),
     "a100-4node-25g": (32, "a100-80gb-sxm"),
     "rtx4090-pcie-box": (8, "rtx4090"),

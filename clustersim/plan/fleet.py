@@ -26,7 +26,7 @@ from clustersim.scenario.layout import ReplicatedNode
 from clustersim.scenario.plan import PlanSpec
 
 SHIPPED_SERVERS = {"h100-sxm": "dgx-h100", "a100-80gb-sxm": "a100-8x",
-                   "rtx4090": "rtx4090-pcie-box"}
+                   "rtx4090": "rtx4090-pcie-box", "h200": "hgx-h200"}
 """The shipped one-node topology of each GPU that has one."""
 
 
