@@ -154,3 +154,8 @@ TensorParallelSize = Annotated[PositiveInt, Within(
     high=MAX_GPUS_PER_NODE, reason="tensor parallelism stays inside one NVLink domain, and the "
     "largest sold has 72 GPUs (GB200 NVL72)")]
 DataParallelSize = Annotated[PositiveInt, Within(high=MAX_NUM_GPUS, reason=GPUS_REASON)]
+MAX_PIPELINE_STAGES = 128
+"""Most pipeline stages: each holds at least one layer, and no catalog model has 128."""
+PipelineParallelSize = Annotated[PositiveInt, Within(
+    high=MAX_PIPELINE_STAGES, reason="every pipeline stage holds at least one layer, and no "
+    "model served here has more than 128")]

@@ -118,7 +118,10 @@ def describe_layout(name: str, model: str, instances: list[Any]) -> str:
             precision += f", {info.quantization}"
         kv = getattr(info, "kv_dtype", "")  # always named: KV-bound runs swing on it
         kv = f" of {info.block_size} tokens ({kv})" if kv else ""
-        return (f"{info.gpu} TP{info.tensor_parallel_size}{precision}, max_num_batched_tokens "
+        pp = getattr(info, "pipeline_parallel_size", 1)
+        stages = f" x PP{pp}" if pp > 1 else ""
+        return (f"{info.gpu} TP{info.tensor_parallel_size}{stages}{precision}, "
+                f"max_num_batched_tokens "
                 f"{info.max_num_batched_tokens}, max_num_seqs {info.max_num_seqs}, "
                 f"{info.num_gpu_blocks} KV blocks{kv}")
 

@@ -37,6 +37,7 @@ from clustersim.engine.data_parallel import DataParallelGroup, check_group
 from clustersim.engine.defaults import EngineSetup, resolve_engine
 from clustersim.engine.instance import Instance
 from clustersim.engine.kv_manager import KVCacheManager
+from clustersim.engine.pipeline import ACTIVATION_TENSORS, Pipeline, PipelinePricer, stage_model
 from clustersim.engine.request import Request, RequestStatus
 from clustersim.engine.run_timer import append_ends
 from clustersim.engine.scheduler import Scheduler, StepPlan
@@ -81,6 +82,14 @@ class InstanceInfo:
     gemm_kernel: str = ""
     """The kernel that priced its linear layers, its peak and the fit it used
     (``clustersim.cost.kernels``)."""
+    pipeline_parallel_size: int = 1
+    """Pipeline stages of the engine, each ``tensor_parallel_size`` GPUs (summary.json lists
+    it only when above 1)."""
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs of the engine: every stage's tensor-parallel group."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
 
 
 class FixedPricer:
@@ -299,6 +308,8 @@ class Cluster:
         explicit = scenario.layout is not None
         pools: list[tuple[int, PoolSpec, GpuSpec, int]] = []
         self._parallel: dict[str, tuple[int, bool]] = {}
+        self._stages: dict[str, int] = {}
+        """Each pool's pipeline stages (``pipeline_parallel_size``)."""
         self._moe_settings: dict[str, EngineSettings] = {}
         """Each pool's merged engine settings (its expert imbalance, EPLB)."""
         for i, pool in enumerate(self.layout.pools):
@@ -307,11 +318,13 @@ class Cluster:
             gpu = load_gpu(gpu_id, path=f"{where}.gpu" if pool.gpu is not None else "gpu")
             tp = pool.tensor_parallel_size or scenario.tensor_parallel_size
             self._parallel[pool.name] = self._check_parallel(pool, gpu, tp, where)
+            self._stages[pool.name] = self._check_stages(pool, where)
             pools.append((i, pool, gpu, tp))
         if self.topology is not None:
             try:
                 placement = self.topology.place(
-                    [(p.name, gpu.id, tp * self._parallel[p.name][0], p.instances, p.nodes, tp)
+                    [(p.name, gpu.id, tp * self._parallel[p.name][0] * self._stages[p.name],
+                      p.instances, p.nodes, tp)
                      for _, p, gpu, tp in pools]
                 )
             except ClusterSimError as error:
@@ -320,7 +333,8 @@ class Cluster:
         else:
             placement = {
                 pool.name: [
-                    [f"{pool.name}-{j}/gpu{r}" for r in range(tp * self._parallel[pool.name][0])]
+                    [f"{pool.name}-{j}/gpu{r}"
+                     for r in range(tp * self._parallel[pool.name][0] * self._stages[pool.name])]
                     for j in range(pool.instances)
                 ]
                 for _, pool, _, tp in pools
@@ -338,7 +352,8 @@ class Cluster:
                 )
             dp, _ = self._parallel[pool.name]
             try:
-                setup = resolve_engine(settings, self.model, gpu, tp, dp)
+                setup = resolve_engine(settings, self.model, gpu, tp, dp,
+                                       self._stages[pool.name])
             except ClusterSimError as error:
                 raise type(error)(f"{where}{error.path}", error.message) from None
             self._check_kv_dtype(pool, settings, where, kv_dtypes)
@@ -355,6 +370,45 @@ class Cluster:
                     self._add_ranks(pool, gpu, tp, setup, j, group)
                 else:
                     self._add_group(pool, gpu, tp, setup, j, group)
+
+    def _check_stages(self, pool: PoolSpec, where: str) -> int:
+        """The pool's pipeline stages, refusing what clustersim does not model with them."""
+        pp = pool.pipeline_parallel_size or self.scenario.pipeline_parallel_size
+        if pp == 1:
+            return pp
+        field = ("pipeline_parallel_size" if pool.pipeline_parallel_size is None or not where
+                 else f"{where}.pipeline_parallel_size")
+        if pool.role != "colocated":
+            raise ConfigError(field, f"{pp} stages on a {pool.role} pool: pipeline parallelism "
+                              "is modelled on colocated pools only (not the KV handoff)")
+        if self._parallel[pool.name][0] > 1:
+            raise ConfigError(field, f"{pp} stages with data_parallel_size "
+                              f"{self._parallel[pool.name][0]}: not modelled together; use "
+                              "data_parallel_size 1")
+        return pp
+
+    def _pipeline(self, model: ModelSpec, gpu: GpuSpec, tp: int, pp: int, group: list[str],
+                  cost_model: CostModel | None) -> Pipeline:
+        """The stages of one engine: priced by one stage's roofline (or the fixed step time
+        split evenly), the activations sent over the slowest link between two stages (the
+        topology's path between their first GPUs, else the catalog's GPU link)."""
+        bytes_per_token = ACTIVATION_TENSORS * model.hidden_size * model.dtype_bytes
+        topology = self.topology
+        if topology is not None:
+            views = [topology.path_view(group[k * tp], group[(k + 1) * tp])
+                     for k in range(pp - 1)]
+            bytes_per_s = min(v.bytes_per_s for v in views)
+            latency_s = max(v.latency_s for v in views)
+        else:
+            bytes_per_s = gpu.link.effective_bytes_per_s
+            latency_s = gpu.allreduce_latency_s
+        cost: Cost = self.scenario.cost
+        if isinstance(cost, FixedCost):
+            return Pipeline(PipelinePricer(pp, fixed_step_s=cost.step_time_s))
+        assert cost_model is not None, "a roofline cost needs a cost model"
+        return Pipeline(PipelinePricer(pp, cost_model.prices,
+                                       send_s_per_token=bytes_per_token / bytes_per_s,
+                                       send_latency_s=latency_s))
 
     @staticmethod
     def _check_kv_dtype(pool: PoolSpec, settings: EngineSettings, where: str,
@@ -512,10 +566,13 @@ class Cluster:
         _, ep = self._parallel[pool.name]
         role = pool.role
         position = len(self.instances[role])
+        pp = self._stages[pool.name]
+        cost_model = self._cost_model(stage_model(setup.model, pp), gpu, tp, group,
+                                      setup.scheduler, 1, ep, role, self._moe_settings[pool.name])
         instance = self._make_instance(
-            pool, gpu, tp, setup, f"{pool.name}-{index}", group, position,
-            self._cost_model(setup.model, gpu, tp, group, setup.scheduler, 1, ep, role,
-                             self._moe_settings[pool.name]),
+            pool, gpu, tp, setup, f"{pool.name}-{index}", group, position, cost_model,
+            pipeline=None if pp == 1 else self._pipeline(setup.model, gpu, tp, pp, group,
+                                                         cost_model),
         )
         self.instances[role].append(instance)
 
@@ -543,6 +600,7 @@ class Cluster:
     def _make_instance(
         self, pool: PoolSpec, gpu: GpuSpec, tp: int, setup: EngineSetup, name: str,
         group: list[str], position: int, cost_model: CostModel | None, run: bool = True,
+        pipeline: Pipeline | None = None,
     ) -> Instance:
         config = seeded(replace(
             setup.scheduler, kv_full_blocks_only=self.kv_transfer.vllm_compat == "0.10"
@@ -555,8 +613,9 @@ class Cluster:
                 config.max_model_len,
                 enable_prefix_caching=config.enable_prefix_caching,
             )
+            # (a pipeline's requests do not all decode every step: no decode set)
             return Scheduler(config, kv, keep_token_times=self.record_steps,
-                             bulk_decodes=self.coalesce)
+                             bulk_decodes=self.coalesce and pipeline is None)
 
         self._fresh_scheduler[name] = fresh_scheduler  # an engine restarts empty
         role = pool.role
@@ -564,13 +623,15 @@ class Cluster:
             self.env,
             name,
             fresh_scheduler(),
-            make_pricer(cost_model, self.scenario.cost) if run else _group_steps_it,
+            (make_pricer(cost_model, self.scenario.cost) if pipeline is None
+             else pipeline.pricer) if run else _group_steps_it,
             on_done=partial(self.dispatch.done, role, position),
             start_kv_load=partial(self.dispatch.kv_load, position) if role == "decode" else None,
             poll_interval_s=self.kv_transfer.poll_interval_s,
             run=run,
             record_steps=self.record_steps,
             coalesce=self.coalesce,
+            pipeline=pipeline,
         )
         instance.gpus = tuple(group)
         self._served[name] = setup.model
@@ -596,6 +657,7 @@ class Cluster:
                 else setup.model.kv_cache_dtype,
                 gemm_kernel="fixed step time" if isinstance(self.scenario.cost, FixedCost)
                 else gemm_kernel(setup.model.quantization, gpu).describe,
+                pipeline_parallel_size=1 if pipeline is None else pipeline.depth,
             )
         )
         return instance

@@ -21,6 +21,7 @@ from clustersim.cost.memory import (
 )
 from clustersim.engine.config import SchedulerConfig, SpecDecodeConfig
 from clustersim.engine.kv_manager import cdiv
+from clustersim.engine.pipeline import stage_model
 from clustersim.engine.quantization import served_model
 from clustersim.engine.settings import EngineSettings, SpeculativeSettings
 from clustersim.errors import ConfigError
@@ -63,11 +64,16 @@ class EngineSetup:
 
 
 def resolve_engine(
-    settings: EngineSettings, model: ModelSpec, gpu: GpuSpec, tp: int, dp: int = 1
+    settings: EngineSettings, model: ModelSpec, gpu: GpuSpec, tp: int, dp: int = 1,
+    pp: int = 1,
 ) -> EngineSetup:
     """Fill vLLM's defaults, run its start-up checks, and size the KV cache (per rank of a
-    ``dp``-way data-parallel group: a MoE model's experts are shared across the group)."""
+    ``dp``-way data-parallel group: a MoE model's experts are shared across the group; with
+    ``pp`` pipeline stages, on the GPUs of the largest stage: its layers' weights and KV)."""
     model = served_model(model, gpu, settings.quantization, settings.kv_cache_dtype)
+    if pp > 1:
+        check_pipeline(settings, model, pp)
+    stage = stage_model(model, pp)  # what one GPU holds (the model itself without PP)
     max_model_len = settings.max_model_len or model.max_position_embeddings
     if max_model_len > model.max_position_embeddings:
         raise ConfigError(
@@ -126,7 +132,7 @@ def resolve_engine(
 
     if settings.num_gpu_blocks_override is not None:
         blocks = settings.num_gpu_blocks_override
-        kv_bytes = blocks * kv_bytes_per_block(model, tp, settings.block_size)
+        kv_bytes = blocks * kv_bytes_per_block(stage, tp, settings.block_size)
         if kv_bytes > gpu.mem_capacity_bytes:
             raise ConfigError(
                 "engine.num_gpu_blocks_override",
@@ -137,14 +143,14 @@ def resolve_engine(
             )
     else:
         blocks = num_gpu_blocks(
-            model,
+            stage,
             gpu,
             tp,
             gpu_memory_utilization=settings.gpu_memory_utilization,
             block_size=settings.block_size,
             max_num_batched_tokens=max_num_batched_tokens,
             dp=dp if model.is_moe else 1,
-            cuda_graph_bytes=(cuda_graph_bytes(model, max_num_seqs, max_num_batched_tokens)
+            cuda_graph_bytes=(cuda_graph_bytes(stage, max_num_seqs, max_num_batched_tokens)
                               if profiles_cuda_graphs(settings.vllm_version) else 0),
         )
     speculative = speculative_config(settings, model, dp)
@@ -172,6 +178,22 @@ def resolve_engine(
         **{name: getattr(settings, name) for name in SETTINGS_FIELDS},
     )
     return EngineSetup(scheduler=scheduler, num_gpu_blocks=blocks, model=model)
+
+
+def check_pipeline(settings: EngineSettings, model: ModelSpec, pp: int) -> None:
+    """Refuse what clustersim does not model with pipeline parallelism."""
+    if pp > model.num_layers:
+        raise ConfigError("pipeline_parallel_size",
+                          f"{pp} stages for the {model.num_layers} layers of {model.id}: "
+                          "every stage needs at least one layer")
+    if settings.async_scheduling:
+        raise ConfigError("engine.async_scheduling",
+                          "modelled with sync scheduling only under pipeline parallelism: "
+                          "set async_scheduling false")
+    if settings.speculative is not None:
+        raise ConfigError("engine.speculative",
+                          "not modelled with pipeline parallelism: use "
+                          "pipeline_parallel_size 1")
 
 
 def speculative_config(settings: EngineSettings, model: ModelSpec,

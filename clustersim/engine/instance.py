@@ -20,6 +20,12 @@ ranks take part in their group's runs instead (``engine.data_parallel``). Where 
 not proven exact it steps: async scheduling, the priority policy (its victims can be any
 running request), a pricer without ``decode_run``, an environment that is not a ``Clock``,
 and every case ``plan_decode_run`` refuses.
+
+With pipeline parallelism (``pipeline``, ``engine.pipeline``) the loop keeps up to P batches
+in flight, as vLLM V1's batch queue: it schedules again at once while there is room and waits
+for the oldest batch to leave the last stage when the queue is full or nothing new can be
+scheduled; the stages' timing is the pipeline's (pure), the waiting is here. It never
+coalesces.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from clustersim.engine.decode_run import (
     finish_run_step,
     plan_decode_run,
 )
+from clustersim.engine.pipeline import Pipeline
 from clustersim.engine.request import Request, RequestStatus
 from clustersim.engine.run_timer import RunTimer, append_ends
 from clustersim.engine.scheduler import Scheduler, StepPlan
@@ -71,11 +78,13 @@ class Instance:
         run: bool = True,
         record_steps: bool = True,
         coalesce: bool = False,
+        pipeline: Pipeline | None = None,
     ) -> None:
         """``run=False``: no step loop of its own; a :class:`DataParallelGroup` steps it.
         ``record_steps=False``: keep only the step totals, not every step. ``coalesce``:
         wait once for a run of identical decode steps (needs a :class:`Clock` and a pricer
-        with ``decode_run``; see the module docstring)."""
+        with ``decode_run``; see the module docstring). ``pipeline``: pipeline parallelism,
+        up to its depth of batches in flight (never coalesced; see ``_next_step``)."""
         self.env = env
         self.name = name
         self.scheduler = scheduler
@@ -102,7 +111,13 @@ class Instance:
         one: the same steps appended as end times (no list of durations in between)."""
         self._roofline = price_step if isinstance(price_step, RooflinePricer) else None
         """The pricer, if it is the roofline one: called natively (no boxed arguments)."""
-        self.coalesce = (coalesce and isinstance(env, Clock) and run
+        self.pipeline = pipeline
+        """Pipeline parallelism's stages (None: one batch at a time)."""
+        self._in_flight: list[tuple[StepPlan, float, float]] = []
+        """Pipeline parallelism: the batches in flight, oldest first (plan, entry, exit)."""
+        self._landed_s = 0.0
+        """When the last batch left the pipeline (its trace row ends there)."""
+        self.coalesce = (coalesce and pipeline is None and isinstance(env, Clock) and run
                          and scheduler.decoding is not None and self._price_run is not None)
         self._run: RunTimer | None = None
         """The coalesced run this engine is in (its own, or its lockstep group's)."""
@@ -127,6 +142,7 @@ class Instance:
         self._on_stepped = self._stepped
         self._on_run_ended = self._run_ended
         self._on_plan_more = self._plan_more
+        self._on_landed = self._landed
         if run:
             self._start_loop()
 
@@ -207,6 +223,7 @@ class Instance:
             if awaited is not None and awaited.callbacks:
                 awaited.callbacks.clear()
             self._awaited = self._plan = self._next = None
+        self._in_flight = []  # batches in the pipeline never come out
         self.failed = True
         return self.scheduler.drain()
 
@@ -216,6 +233,8 @@ class Instance:
         self.scheduler = scheduler
         self.failed = False
         self._wakeup = None
+        if self.pipeline is not None:
+            self.pipeline.reset()
         if self.runs_own_loop:
             self._start_loop()
 
@@ -267,20 +286,39 @@ class Instance:
         self._next_step()
 
     def _next_step(self) -> None:
-        """Schedule until there is a step to run and start it, or wait for something to do."""
+        """Schedule until there is a step to run and start it, or wait for something to do.
+
+        With a pipeline, as vLLM's ``step_with_batch_queue``: a batch goes into the pipeline
+        and the scheduler runs again at once while fewer than its depth are in flight; when
+        they are that many, or nothing new can be scheduled (every running request is in
+        flight), the loop waits for the oldest batch to leave the pipeline (``_landed``)."""
         scheduler = self.scheduler
+        pipeline = self.pipeline
         while True:
             if scheduler.num_unfinished == 0:
+                if self._in_flight:  # (requests removed while in flight)
+                    self._await_batch()
+                    return
                 self._sleep(self._on_resume)
                 return
             plan = scheduler.schedule()
             if not plan.is_empty:
-                if scheduler.config.async_scheduling:
+                if pipeline is not None:
+                    self._begin(plan)
+                    entry_s, exit_s = pipeline.enter(now_of(self.env), plan)
+                    self._in_flight.append((plan, entry_s, exit_s))
+                    if len(self._in_flight) < pipeline.depth:
+                        continue  # room for another batch: schedule again now
+                    self._await_batch()
+                elif scheduler.config.async_scheduling:
                     self._step_async(plan)
                 else:
                     self._step(plan)
                 return
             self._begin(plan)  # a step with only KV reads still runs (no forward pass)
+            if self._in_flight:
+                self._await_batch()  # nothing new to run: wait for the oldest batch
+                return
             if plan.preempted:
                 continue  # preemptions alone freed blocks; try again
             if any(not r.kv_transfer_done for r in scheduler.kv_holding):
@@ -290,6 +328,23 @@ class Instance:
                 self._sleep(self._on_resume)  # blocks held for decode instances will come back
                 return
             self.reject_unschedulable()
+
+    def _await_batch(self) -> None:
+        """Wait for the oldest batch in the pipeline to leave its last stage."""
+        exit_s = self._in_flight[0][2]
+        delay = exit_s - now_of(self.env)
+        self._awaited = alarm(self.env, delay if delay > 0.0 else 0.0, self._on_landed)
+
+    def _landed(self, _event: Waitable) -> None:
+        """The oldest batch left the pipeline: apply its output, then schedule (its trace row
+        starts when it entered or when the batch before it left, whichever is later, so that
+        the rows tile the time the pipeline had work)."""
+        self._awaited = None
+        plan, entry_s, _exit_s = self._in_flight.pop(0)
+        start = entry_s if entry_s >= self._landed_s else self._landed_s
+        self._landed_s = now_of(self.env)
+        self.apply(plan, start)
+        self._next_step()
 
     def _sleep(self, then: Callable[[Waitable], None]) -> None:
         """Sleep until a request arrives or a KV pull finishes (``_wake``)."""

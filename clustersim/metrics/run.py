@@ -186,7 +186,7 @@ class RunSummary:
     def gpus_by_type(self) -> dict[str, int]:
         counts: Counter[str] = Counter()
         for info in self.engines:
-            counts[info.gpu] += info.tensor_parallel_size
+            counts[info.gpu] += info.num_gpus
         return dict(sorted(counts.items()))
 
     @property
@@ -209,7 +209,7 @@ class RunSummary:
             "layout": self.layout,
             "topology": self.topology,
             "num_gpus": self.num_gpus,
-            "engine": [asdict(info) for info in self.engines],
+            "engine": [_engine_json(info) for info in self.engines],
             "num_requests": self.num_requests,
             "num_finished": self.num_finished,
             "num_rejected": self.num_rejected,
@@ -321,7 +321,7 @@ def summarize(
         model=identity.get("model", ""),
         layout=identity.get("layout", "colocated"),
         topology=identity.get("topology"),
-        num_gpus=sum(i.tensor_parallel_size for i in engines),
+        num_gpus=sum(i.num_gpus for i in engines),
         engines=tuple(engines),
         num_requests=len(requests),
         num_finished=int(finished.sum()),
@@ -404,3 +404,12 @@ def _instance_summary(name: str, acc: StepTotals, usable_blocks: int,
         usable_kv_blocks=usable_blocks,
         num_preemptions=acc.num_preemptions,
     )
+
+
+def _engine_json(info: InstanceInfo) -> dict[str, Any]:
+    """An engine's resolved configuration, ``pipeline_parallel_size`` only when it pipelines
+    (a summary without pipeline parallelism reads as before)."""
+    out = asdict(info)
+    if out.get("pipeline_parallel_size") == 1:
+        del out["pipeline_parallel_size"]
+    return out

@@ -159,12 +159,15 @@ def engines_table(summary: RunSummary) -> Table:
     """One row per pool: how many instances of what engine, with the profile that priced it."""
     pools: Counter[tuple] = Counter()
     for info in summary.engines:
-        pools[(info.pool, info.role, info.gpu, info.tensor_parallel_size,
+        tp = str(info.tensor_parallel_size)
+        if info.pipeline_parallel_size > 1:  # (pipeline stages of that many GPUs each)
+            tp += f" x PP{info.pipeline_parallel_size}"
+        pools[(info.pool, info.role, info.gpu, tp,
                info.max_num_batched_tokens, info.max_num_seqs, info.max_model_len,
                info.num_gpu_blocks, info.block_size, info.data_parallel_size,
                info.calibration)] += 1
     rows = tuple(
-        (pool, role, str(n), gpu, str(tp), str(dp), str(mnbt), str(seqs), str(model_len),
+        (pool, role, str(n), gpu, tp, str(dp), str(mnbt), str(seqs), str(model_len),
          f"{blocks:,} x {block}", calibration)
         for (pool, role, gpu, tp, mnbt, seqs, model_len, blocks, block, dp, calibration), n
         in pools.items())

@@ -23,6 +23,7 @@ from clustersim.limits import (
     MAX_STEP_TIME_S,
     MIN_STEP_TIME_S,
     DataParallelSize,
+    PipelineParallelSize,
     PositiveSeconds,
     TensorParallelSize,
     Within,
@@ -127,6 +128,10 @@ class Scenario(Strict):
     gpu: str = Field(description="Catalog GPU id.")
     tensor_parallel_size: TensorParallelSize = Field(
         1, description="vLLM --tensor-parallel-size: GPUs per engine, within one server.")
+    pipeline_parallel_size: PipelineParallelSize = Field(
+        1, description="vLLM --pipeline-parallel-size: stages per engine, each a "
+        "tensor-parallel group holding a share of the layers (on consecutive GPUs, across "
+        "servers when they do not fit one); up to this many batches in flight.")
     data_parallel_size: DataParallelSize = Field(
         1,
         description="vLLM --data-parallel-size: engine ranks per instance behind its internal "
@@ -172,11 +177,12 @@ class Scenario(Strict):
         pools = self.layout.pools if self.layout is not None else []
         per_pool = [(f"layout.pools[{i}].instances", pool.instances
                      * (pool.tensor_parallel_size or self.tensor_parallel_size)
+                     * (pool.pipeline_parallel_size or self.pipeline_parallel_size)
                      * (pool.data_parallel_size or self.data_parallel_size))
                     for i, pool in enumerate(pools)]
         if not per_pool:
             per_pool = [("data_parallel_size", self.tensor_parallel_size
-                         * self.data_parallel_size)]
+                         * self.pipeline_parallel_size * self.data_parallel_size)]
         total = sum(n for _, n in per_pool)
         if total > MAX_NUM_GPUS:
             where = max(per_pool, key=lambda item: item[1])[0]

@@ -26,6 +26,7 @@ from clustersim.limits import (
     MAX_NUM_NODES,
     MAX_TIME_S,
     DataParallelSize,
+    PipelineParallelSize,
     Seconds,
     TensorParallelSize,
     Tokens,
@@ -54,6 +55,10 @@ class PoolSpec(Strict):
     gpu: str | None = Field(None, description="Catalog GPU id; default the scenario's gpu.")
     tensor_parallel_size: TensorParallelSize | None = Field(
         None, description="GPUs per instance; default the scenario's tensor_parallel_size."
+    )
+    pipeline_parallel_size: PipelineParallelSize | None = Field(
+        None, description="Pipeline stages per instance (colocated pools), each of "
+        "tensor_parallel_size GPUs; default the scenario's pipeline_parallel_size."
     )
     data_parallel_size: DataParallelSize | None = Field(
         None,
