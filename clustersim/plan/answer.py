@@ -367,6 +367,21 @@ def _budget(r: CandidateResult) -> str:
     return "vLLM's default" if value is None else f"{value:,}"
 
 
+DRAFT_MODEL = {"eagle": "<your EAGLE draft head>"}
+"""vLLM's speculative ``model`` where the method needs a draft checkpoint (mtp reads the
+target's own layers; ngram needs none); the plan priced its acceptance, not its weights."""
+
+
+def speculative_config(choice: str) -> str:
+    """vLLM's --speculative-config JSON for a candidate's speculative choice: its method and
+    k (the acceptance is what the simulator was told, not a vLLM argument)."""
+    spec = json.loads(choice)
+    config = {"method": spec["method"], "num_speculative_tokens": spec["num_speculative_tokens"]}
+    if spec["method"] in DRAFT_MODEL:
+        config["model"] = DRAFT_MODEL[spec["method"]]
+    return json.dumps(config)
+
+
 def serve_commands(rec: CandidateResult | None, model: ModelSpec,
                    scenario: Scenario) -> tuple[str, ...]:
     """One ``vllm serve`` line per pool of the recommendation, with its instance count."""
@@ -378,6 +393,8 @@ def serve_commands(rec: CandidateResult | None, model: ModelSpec,
         info = engines.get(pool.role) or next(iter(engines.values()))
         args = [f"vllm serve {model.hf_repo or model.id}",
                 f"--tensor-parallel-size {pool.tensor_parallel_size}",
+                *([f"--pipeline-parallel-size {pool.pipeline_parallel_size}"]
+                  if pool.pipeline_parallel_size > 1 else []),
                 f"--max-num-batched-tokens {info.max_num_batched_tokens}",
                 f"--max-num-seqs {info.max_num_seqs}",
                 f"--max-model-len {info.max_model_len}",
@@ -388,6 +405,8 @@ def serve_commands(rec: CandidateResult | None, model: ModelSpec,
             args.append(f"--kv-cache-dtype {rec.candidate.kv_cache_dtype}")
         if not rec.candidate.enable_chunked_prefill:
             args.append("--no-enable-chunked-prefill")
+        if rec.candidate.speculative is not None:
+            args.append(f"--speculative-config '{speculative_config(rec.candidate.speculative)}'")
         if not scenario.engine.enable_prefix_caching:
             args.append("--no-enable-prefix-caching")
         if pool.role != "colocated":

@@ -253,7 +253,7 @@ def plan_day(spec: TrafficCurve, recommended: Any, *, target: float, default_pea
                      f"probed ({probed_max:,.2f} req/s on the deployment); its attainment is "
                      "read as the highest probe's, which is optimistic")
     unit_label = " + ".join(f"{p.instances // units_in}{_letter(p.role)} {p.gpu} "
-                            f"TP{p.tensor_parallel_size}" for p in candidate.pools)
+                            f"{p.parallel}" for p in candidate.pools)
     return DayPlan(name, spec.window_s, peak, sum(rates) / len(rates), unit_label, unit_gpus,
                    unit_rate, spec.scale_up_delay_s, tuple(windows), static, auto, tuple(notes))
 

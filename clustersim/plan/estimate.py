@@ -71,10 +71,14 @@ class Screen:
         self._capacities: dict[tuple, Estimate] = {}
         self._classes: dict[str, TrafficClass | None] | None = None
 
-    def engine(self, gpu_id: str, tp: int, candidate: Candidate) -> Engine | str:
-        """The pool's engine as the screen prices it, or why it cannot start."""
+    def engine(self, gpu_id: str, tp: int, candidate: Candidate, pp: int = 1) -> Engine | str:
+        """The pool's engine as the screen prices it, or why it cannot start. With ``pp``
+        pipeline stages its KV capacity is the stages' (each holds its layers' KV of the same
+        tokens) and its step the whole model's on ``tp`` GPUs: what one batch waits for a
+        token, every stage in turn (the batches the other stages run meanwhile, the bubbles
+        and the activation sends are left to the simulation)."""
         key = (gpu_id, tp, candidate.max_num_batched_tokens, candidate.enable_chunked_prefill,
-               candidate.quantization, candidate.kv_cache_dtype)
+               candidate.quantization, candidate.kv_cache_dtype, candidate.speculative, pp)
         if key in self._engines:
             return self._engines[key]
         scenario = self.scenario
@@ -88,13 +92,14 @@ class Screen:
             self.model.check_tp(tp)
             gpu.tp_link(tp)
             probe = variant(scenario, candidate, None).engine
-            setup = resolve_engine(probe, self.model, gpu, tp)
+            setup = resolve_engine(probe, self.model, gpu, tp, 1, pp)
             config = setup.scheduler
             result = Engine(CostModel(setup.model, gpu, tp), config.max_num_batched_tokens,
                             config.max_num_seqs, (setup.num_gpu_blocks - 1) * config.block_size,
                             config.enable_chunked_prefill)
         except ClusterSimError as error:
-            result = f"{gpu_id} TP{tp}: {error.message}"
+            where = f"TP{tp}" + (f" x PP{pp}" if pp > 1 else "")
+            result = f"{gpu_id} {where}: {error.message}"
         self._engines[key] = result
         return result
 
@@ -120,9 +125,16 @@ class Screen:
 
     def __call__(self, candidate: Candidate) -> Screened:
         for pool in candidate.pools:
-            engine = self.engine(pool.gpu, pool.tensor_parallel_size, candidate)
+            engine = self.engine(pool.gpu, pool.tensor_parallel_size, candidate,
+                                 pool.pipeline_parallel_size)
             if isinstance(engine, str):
                 return Screened(candidate, 0.0, None, engine)
+            if pool.pipeline_parallel_size > 1 and not candidate.baseline and not isinstance(
+                    self.engine(pool.gpu, pool.tensor_parallel_size, candidate), str):
+                return Screened(candidate, 0.0, None, (
+                    f"{pool.gpu} TP{pool.tensor_parallel_size} holds the model without "
+                    f"pipeline stages: PP{pool.pipeline_parallel_size} is tried only where "
+                    "tensor parallelism alone cannot fit"))
         if not candidate.baseline:
             try:
                 fleet_for(candidate, self.templates)
@@ -142,7 +154,8 @@ class Screen:
         sustains, the limit that stops it). A disaggregated request passes both pools; a
         three-pool layout routes each class (prefill-heavy, decode-heavy, mixed) to its path,
         as the cluster does."""
-        engine = {p.role: self.engine(p.gpu, p.tensor_parallel_size, candidate)
+        engine = {p.role: self.engine(p.gpu, p.tensor_parallel_size, candidate,
+                                      p.pipeline_parallel_size)
                   for p in candidate.pools}
         size = {p.role: p.instances for p in candidate.pools}
         if candidate.layout == "colocated":

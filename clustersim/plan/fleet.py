@@ -97,13 +97,17 @@ def nodes_needed(candidate: Candidate, templates: dict[str, NodeTemplate]) -> di
     for pool in candidate.pools:
         size = templates[pool.gpu].gpus_per_node
         nodes = free.setdefault(pool.gpu, [])
+        need = pool.gpus_per_instance
         for _ in range(pool.instances):
-            slot = next((i for i, left in enumerate(nodes) if left >= pool.tensor_parallel_size),
-                        None)
+            if need > size:  # pipeline stages across servers: whole ones, the rest in one more
+                whole, rest = divmod(need, size)
+                nodes += [0] * whole + ([size - rest] if rest else [])
+                continue
+            slot = next((i for i, left in enumerate(nodes) if left >= need), None)
             if slot is None:
                 nodes.append(size)
                 slot = len(nodes) - 1
-            nodes[slot] -= pool.tensor_parallel_size
+            nodes[slot] -= need
     return {gpu: len(nodes) for gpu, nodes in free.items()}
 
 

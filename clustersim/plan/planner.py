@@ -280,7 +280,7 @@ class Planner:
                 continue
             # keep filling the budget: one instance more in a pool, the GPUs it takes out of
             # another (the neighbouring P:D ratios of a split; of each pair in a three-pool)
-            tps = {p.role: p.tensor_parallel_size for p in c.pools}
+            tps = {p.role: p.gpus_per_instance for p in c.pools}
             for grow in counts:
                 for shrink in counts:
                     if grow == shrink:

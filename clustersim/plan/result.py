@@ -7,6 +7,7 @@ bytes.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,12 +167,15 @@ class CandidateResult:
             "num_gpus": c.num_gpus,
             "gpus": c.gpus_by_type,
             "pools": [{"role": p.role, "gpu": p.gpu, "tensor_parallel_size":
-                       p.tensor_parallel_size, "instances": p.instances} for p in c.pools],
+                       p.tensor_parallel_size, "instances": p.instances,
+                       **({"pipeline_parallel_size": p.pipeline_parallel_size}
+                          if p.pipeline_parallel_size > 1 else {})} for p in c.pools],
             "pd_ratio": c.pd_ratio,
             "max_num_batched_tokens": c.max_num_batched_tokens,
             "enable_chunked_prefill": c.enable_chunked_prefill,
             "quantization": c.quantization,
             "kv_cache_dtype": c.kv_cache_dtype,
+            **({} if c.speculative is None else {"speculative": json.loads(c.speculative)}),
             "baseline": c.baseline,
             "screen_per_s": self.screen_per_s,
             "screen_binding": self.screen_binding,

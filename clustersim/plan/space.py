@@ -2,8 +2,8 @@
 
 A :class:`Candidate` is a layout kind, its pools (GPU type, tensor parallelism, instance
 count per role) and the engine budget. The families come from the plan's choices (layouts x
-GPUs x TP per pool x ``max_num_batched_tokens`` x chunked prefill); the sizes from the
-objective::
+GPUs x TP and PP per pool x ``max_num_batched_tokens`` x chunked prefill x quantization x KV
+dtype x speculative decoding); the sizes from the objective::
 
     max_goodput_per_gpu   every layout that fills the GPU budget: colocated n = budget // tp;
                           disaggregated every x prefill + y decode instances with no room left
@@ -17,10 +17,12 @@ The scenario's own layout, when it has one, is always a candidate too (the user'
 from __future__ import annotations
 
 import itertools
+import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from clustersim.engine.settings import SpeculativeSettings
 from clustersim.scenario import Scenario
 from clustersim.scenario.layout import LayoutSpec, PoolSpec, RouterSpec
 from clustersim.scenario.plan import PlanSpec
@@ -41,19 +43,31 @@ class PoolChoice:
     gpu: str
     tensor_parallel_size: int
     instances: int
+    pipeline_parallel_size: int = 1
+    """Pipeline stages per instance, each of tensor_parallel_size GPUs (colocated pools)."""
+
+    @property
+    def gpus_per_instance(self) -> int:
+        return self.tensor_parallel_size * self.pipeline_parallel_size
 
     @property
     def num_gpus(self) -> int:
-        return self.tensor_parallel_size * self.instances
+        return self.gpus_per_instance * self.instances
 
-    def family(self) -> tuple[str, str, int]:
-        return self.role, self.gpu, self.tensor_parallel_size
+    def family(self) -> tuple[str, str, int, int]:
+        return self.role, self.gpu, self.tensor_parallel_size, self.pipeline_parallel_size
+
+    @property
+    def parallel(self) -> str:
+        """'TP2', or 'TP1 x PP2' with pipeline stages."""
+        pp = self.pipeline_parallel_size
+        return f"TP{self.tensor_parallel_size}" + (f" x PP{pp}" if pp > 1 else "")
 
     def label(self) -> str:
         letter = ROLE_LETTER[self.role]
         if not letter:
-            return f"{self.instances} x {self.gpu} TP{self.tensor_parallel_size}"
-        return f"{self.instances}{letter} ({self.gpu} TP{self.tensor_parallel_size})"
+            return f"{self.instances} x {self.gpu} {self.parallel}"
+        return f"{self.instances}{letter} ({self.gpu} {self.parallel})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +84,9 @@ class Candidate:
     quantization: str | None = None
     """vLLM's --quantization for every pool (None: the checkpoint's own)."""
     kv_cache_dtype: str = "auto"
+    speculative: str | None = None
+    """vLLM's --speculative-config for every pool, as the JSON of the scenario's
+    ``engine.speculative`` form (:func:`speculative_json`; None: off)."""
 
     @property
     def num_gpus(self) -> int:
@@ -89,15 +106,17 @@ class Candidate:
     def family(self) -> tuple:
         """Everything but the instance counts: candidates of one family differ in size only."""
         return (self.layout, tuple(p.family() for p in self.pools), self.max_num_batched_tokens,
-                self.enable_chunked_prefill, self.baseline, self.quantization, self.kv_cache_dtype)
+                self.enable_chunked_prefill, self.baseline, self.quantization, self.kv_cache_dtype,
+                self.speculative)
 
     def resized(self, counts: dict[str, int]) -> Candidate:
         pools = tuple(
-            PoolChoice(p.role, p.gpu, p.tensor_parallel_size, counts.get(p.role, p.instances))
+            PoolChoice(p.role, p.gpu, p.tensor_parallel_size, counts.get(p.role, p.instances),
+                       p.pipeline_parallel_size)
             for p in self.pools)
         return Candidate(self.layout, pools, self.max_num_batched_tokens,
                          self.enable_chunked_prefill, quantization=self.quantization,
-                         kv_cache_dtype=self.kv_cache_dtype)
+                         kv_cache_dtype=self.kv_cache_dtype, speculative=self.speculative)
 
     @property
     def pd_ratio(self) -> str | None:
@@ -110,6 +129,7 @@ class Candidate:
         """Stable and unique: the ledger's key."""
         pools = "+".join(
             f"{ROLE_LETTER[p.role] or 'C'}{p.instances}x{p.gpu}-tp{p.tensor_parallel_size}"
+            + (f"-pp{p.pipeline_parallel_size}" if p.pipeline_parallel_size > 1 else "")
             for p in self.pools)
         budget = "default" if self.max_num_batched_tokens is None else self.max_num_batched_tokens
         chunk = "chunked" if self.enable_chunked_prefill else "unchunked"
@@ -118,7 +138,8 @@ class Candidate:
             f"/{name}-{value}" for name, value in (("q", self.quantization),
                                                    ("kv", self.kv_cache_dtype))
             if value not in (None, "auto"))
-        return f"{prefix}{self.layout}/{pools}/mnbt-{budget}/{chunk}{precision}"
+        spec = "" if self.speculative is None else f"/spec-{_spec_tag(self.speculative)}"
+        return f"{prefix}{self.layout}/{pools}/mnbt-{budget}/{chunk}{precision}{spec}"
 
     def label(self) -> str:
         """How an infra review writes it: '8 x h100-sxm TP2, mnbt 8192' or
@@ -132,25 +153,67 @@ class Candidate:
             text += f", {self.quantization}"
         if self.kv_cache_dtype != "auto" and not self.baseline:
             text += f", {self.kv_cache_dtype} KV"
+        if self.speculative is not None and not self.baseline:
+            text += f", {_spec_label(self.speculative)}"
         return f"{text} (scenario's layout)" if self.baseline else text
 
 
-def pool_options(plan: PlanSpec, scenario: Scenario, role: str) -> tuple[list[str], list[int]]:
+def speculative_json(spec: SpeculativeSettings | None) -> str | None:
+    """A speculative-decoding choice as a candidate holds it (hashable, one text per
+    choice): the settings' JSON without unset fields; None: off."""
+    return None if spec is None else json.dumps(spec.model_dump(exclude_none=True))
+
+
+def speculative_settings(text: str | None) -> SpeculativeSettings | None:
+    return None if text is None else SpeculativeSettings.model_validate_json(text)
+
+
+def _spec_tag(text: str) -> str:
+    """The speculative choice in a candidate id: 'eagle-k3-a0.7' (acceptance lengths: 'L'
+    and their values; a draft cost: '-d' and its layers)."""
+    spec = speculative_settings(text)
+    assert spec is not None
+    tag = f"{spec.method}-k{spec.num_speculative_tokens}"
+    if spec.acceptance_rate is not None:
+        tag += f"-a{spec.acceptance_rate:g}"
+    else:
+        tag += "-L" + "_".join(f"{p:g}" for p in spec.acceptance_lengths or ())
+    if spec.draft_layers is not None:
+        tag += f"-d{spec.draft_layers:g}"
+    return tag
+
+
+def _spec_label(text: str) -> str:
+    spec = speculative_settings(text)
+    assert spec is not None
+    accept = (f"acceptance {spec.acceptance_rate:g}" if spec.acceptance_rate is not None
+              else "measured acceptance")
+    return f"{spec.method} k{spec.num_speculative_tokens} ({accept})"
+
+
+def pool_options(plan: PlanSpec, scenario: Scenario, role: str
+                 ) -> tuple[list[str], list[int], list[int]]:
+    """(GPUs, TP sizes, PP sizes) of the role's pools; pipeline stages default to the
+    scenario's on a colocated pool, 1 on a prefill or decode pool."""
     choices = getattr(plan, role)
     gpus = choices.gpus or [scenario.gpu]
     tps = choices.tensor_parallel_sizes or [scenario.tensor_parallel_size]
-    return gpus, tps
+    pps = choices.pipeline_parallel_sizes or [
+        scenario.pipeline_parallel_size if role == "colocated" else 1]
+    return gpus, tps, pps
 
 
 def engine_options(plan: PlanSpec, scenario: Scenario
-                   ) -> list[tuple[int | None, bool, str | None, str]]:
-    """(max_num_batched_tokens, enable_chunked_prefill, quantization, kv_cache_dtype) to try;
-    each the scenario's own when the plan does not vary it."""
+                   ) -> list[tuple[int | None, bool, str | None, str, str | None]]:
+    """(max_num_batched_tokens, enable_chunked_prefill, quantization, kv_cache_dtype,
+    speculative) to try; each the scenario's own when the plan does not vary it."""
     budgets: list[int | None] = list(plan.max_num_batched_tokens or [None])
     chunked = plan.enable_chunked_prefill or [scenario.engine.enable_chunked_prefill]
     quantization = plan.quantization or [scenario.engine.quantization]
     kv = plan.kv_cache_dtype or [scenario.engine.kv_cache_dtype]
-    return list(itertools.product(budgets, chunked, quantization, kv))
+    speculative = [speculative_json(s) for s in (plan.speculative
+                                                 or [scenario.engine.speculative])]
+    return list(itertools.product(budgets, chunked, quantization, kv, speculative))
 
 
 def families(plan: PlanSpec, scenario: Scenario) -> list[Candidate]:
@@ -160,14 +223,15 @@ def families(plan: PlanSpec, scenario: Scenario) -> list[Candidate]:
         roles = {"colocated": ("colocated",), "disaggregated": ("prefill", "decode"),
                  "three_pool": ("prefill", "decode", "colocated")}[layout]
         per_role = [
-            [PoolChoice(role, gpu, tp, 1)
-             for gpu, tp in itertools.product(*pool_options(plan, scenario, role))]
+            [PoolChoice(role, gpu, tp, 1, pp)
+             for gpu, tp, pp in itertools.product(*pool_options(plan, scenario, role))]
             for role in roles
         ]
         for pools in itertools.product(*per_role):
-            for budget, chunked, quantization, kv in engine_options(plan, scenario):
+            for budget, chunked, quantization, kv, spec in engine_options(plan, scenario):
                 out.append(Candidate(layout, tuple(pools), budget, chunked,
-                                     quantization=quantization, kv_cache_dtype=kv))
+                                     quantization=quantization, kv_cache_dtype=kv,
+                                     speculative=spec))
     return out
 
 
@@ -179,9 +243,9 @@ def fill_budget(family: Candidate, budget: int, plan: PlanSpec) -> Iterator[Cand
     allowed = {p.role: _once(getattr(plan, p.role).instances) for p in pools}
     if len(pools) == 1:
         pool = pools[0]
-        counts = allowed[pool.role] or [budget // pool.tensor_parallel_size]
+        counts = allowed[pool.role] or [budget // pool.gpus_per_instance]
         for n in counts:
-            if 0 < n * pool.tensor_parallel_size <= budget:
+            if 0 < n * pool.gpus_per_instance <= budget:
                 yield family.resized({pool.role: n})
         return
     for counts in _count_combinations(pools, budget, allowed):
@@ -200,7 +264,7 @@ def _count_combinations(pools: tuple[PoolChoice, ...], budget: int,
     lexicographic order (each pool's counts ascending, or in the plan's order). Only those
     are made: a count that cannot be completed within the budget ends its loop, and the last
     pool's count is the one that fills what the others leave (or none)."""
-    tps = [p.tensor_parallel_size for p in pools]
+    tps = [p.gpus_per_instance for p in pools]  # GPUs per instance
     choices: list[list[int] | None] = [allowed[p.role] for p in pools]
     explicit = all(c is not None for c in choices)
     smallest = min(tps)
@@ -249,12 +313,14 @@ def baseline(scenario: Scenario) -> Candidate | None:
         return None
     pools = tuple(
         PoolChoice(p.role, p.gpu or scenario.gpu,
-                   p.tensor_parallel_size or scenario.tensor_parallel_size, p.instances)
+                   p.tensor_parallel_size or scenario.tensor_parallel_size, p.instances,
+                   p.pipeline_parallel_size or scenario.pipeline_parallel_size)
         for p in layout.pools)
     return Candidate(layout.kind, pools, scenario.engine.max_num_batched_tokens,
                      scenario.engine.enable_chunked_prefill, baseline=True,
                      quantization=scenario.engine.quantization,
-                     kv_cache_dtype=scenario.engine.kv_cache_dtype)
+                     kv_cache_dtype=scenario.engine.kv_cache_dtype,
+                     speculative=speculative_json(scenario.engine.speculative))
 
 
 def variant(scenario: Scenario, candidate: Candidate, topology: object) -> Scenario:
@@ -265,6 +331,8 @@ def variant(scenario: Scenario, candidate: Candidate, topology: object) -> Scena
     engine_update: dict[str, object] = {"enable_chunked_prefill": candidate.enable_chunked_prefill,
                                         "quantization": candidate.quantization,
                                         "kv_cache_dtype": candidate.kv_cache_dtype}
+    if candidate.speculative is not None or scenario.engine.speculative is not None:
+        engine_update["speculative"] = speculative_settings(candidate.speculative)
     if candidate.max_num_batched_tokens is not None:
         engine_update["max_num_batched_tokens"] = candidate.max_num_batched_tokens
     settings = scenario.engine.model_dump(exclude_unset=True) | engine_update
@@ -279,9 +347,13 @@ def variant(scenario: Scenario, candidate: Candidate, topology: object) -> Scena
     layout = LayoutSpec(
         kind=candidate.layout,
         pools=[PoolSpec(name=p.role, role=p.role, gpu=p.gpu,
-                        tensor_parallel_size=p.tensor_parallel_size, instances=p.instances)
+                        tensor_parallel_size=p.tensor_parallel_size, instances=p.instances,
+                        **({"pipeline_parallel_size": p.pipeline_parallel_size}
+                           if p.pipeline_parallel_size > 1 else {}))
                for p in candidate.pools],
         **routers, **extra,
     )
-    return scenario.model_copy(update={"engine": engine, "layout": layout,
-                                       "topology": topology, "data_parallel_size": 1})
+    update = {"engine": engine, "layout": layout, "topology": topology, "data_parallel_size": 1}
+    if scenario.pipeline_parallel_size != 1:  # each pool names its own stages
+        update["pipeline_parallel_size"] = 1
+    return scenario.model_copy(update=update)

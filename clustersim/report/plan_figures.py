@@ -154,7 +154,7 @@ def goodput_vs_pd(result: PlanResult, numbers: dict[str, int],
                 ax.axhspan(value(c, g.low_per_s), value(c, g.high_per_s), color=COLOCATED,
                            alpha=0.07, linewidth=0)
         for i, members in enumerate(families.values()):
-            pools = ", ".join(f"{p.role} {p.gpu} TP{p.tensor_parallel_size}"
+            pools = ", ".join(f"{p.role} {p.gpu} {p.parallel}"
                               for p in members[0].candidate.pools)
             budget = members[0].candidate.max_num_batched_tokens
             label = pools + ("" if budget is None else f", mnbt {budget}")

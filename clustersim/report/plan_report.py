@@ -42,7 +42,7 @@ def _gpus(c: CandidateResult) -> str:
 
 
 def _tp(c: CandidateResult) -> str:
-    return ", ".join(f"{ROLE_LETTER[p.role]} TP{p.tensor_parallel_size}".strip()
+    return ", ".join(f"{ROLE_LETTER[p.role]} {p.parallel}".strip()
                      for p in c.candidate.pools)
 
 

@@ -1,9 +1,9 @@
 """The ``plan:`` section of a scenario: what to optimise and over which deployments.
 
 The scenario's own model, engine, workload and SLO are the fixed part; ``plan:`` names the
-choices (layouts, GPU types and tensor parallelism per pool, instance counts, engine budgets)
-and the objective. Every choice left out takes the scenario's own value, so a plan section
-can be as short as ``plan: {gpu_budget: 8}``.
+choices (layouts, GPU types, tensor and pipeline parallelism per pool, instance counts, engine
+budgets, speculative decoding) and the objective. Every choice left out takes the scenario's
+own value, so a plan section can be as short as ``plan: {gpu_budget: 8}``.
 """
 
 from __future__ import annotations
@@ -21,10 +21,12 @@ from pydantic import (
 
 from clustersim.catalog.quantization import QuantMethod
 from clustersim.catalog.specs import KvCacheDType
+from clustersim.engine.settings import SpeculativeSettings
 from clustersim.limits import (
     GPUS_REASON,
     MAX_CHOICES,
     MAX_NUM_GPUS,
+    PipelineParallelSize,
     Rate,
     Seconds,
     TensorParallelSize,
@@ -47,6 +49,14 @@ class PoolChoices(Strict):
     tensor_parallel_sizes: list[TensorParallelSize] | None = Field(
         None, min_length=1, max_length=MAX_CHOICES,
         description="Tensor-parallel sizes to try; default the scenario's."
+    )
+    pipeline_parallel_sizes: list[PipelineParallelSize] | None = Field(
+        None, min_length=1, max_length=MAX_CHOICES,
+        description="Pipeline-parallel sizes to try (vLLM --pipeline-parallel-size: stages of "
+        "tensor_parallel_size GPUs each), e.g. [1, 2]; colocated pools only. A size above 1 "
+        "is tried only where the GPU at that tensor-parallel size cannot hold the model "
+        "alone. Default the scenario's pipeline_parallel_size (colocated), 1 (prefill, "
+        "decode).",
     )
     instances: list[Annotated[PositiveInt, Within(
         high=MAX_NUM_GPUS, reason=GPUS_REASON)]] | None = Field(
@@ -181,6 +191,13 @@ class PlanSpec(Strict):
         None, min_length=1, description="KV cache dtypes to try, e.g. [auto, fp8]; default the "
         "scenario's.",
     )
+    speculative: list[SpeculativeSettings | None] | None = Field(
+        None, min_length=1, max_length=MAX_CHOICES,
+        description="Speculative decoding settings to try, each as engine.speculative (vLLM "
+        "--speculative-config plus the acceptance clustersim is told), null for off, e.g. "
+        "[null, {method: eagle, num_speculative_tokens: 3, acceptance_rate: 0.7}]; default "
+        "the scenario's engine.speculative.",
+    )
     nodes: dict[str, str] = Field(
         default_factory=dict,
         description="GPU id -> the one-node topology its servers look like (a shipped name or "
@@ -234,6 +251,25 @@ class PlanSpec(Strict):
         if self.objective in ("min_gpus", "min_cost") and self.target_rate_per_s is None:
             raise ValueError(f"{self.objective} needs target_rate_per_s")
         return self
+
+    @model_validator(mode="after")
+    def _pipelines_on_colocated_pools(self) -> PlanSpec:
+        for role in ("prefill", "decode"):
+            sizes = getattr(self, role).pipeline_parallel_sizes or []
+            if any(pp > 1 for pp in sizes):
+                raise ValueError(f"{role}.pipeline_parallel_sizes {sizes}: pipeline "
+                                 "parallelism is modelled on colocated pools only")
+        return self
+
+    @field_validator("speculative")
+    @classmethod
+    def _distinct_speculative(cls, choices: list[SpeculativeSettings | None] | None
+                              ) -> list[SpeculativeSettings | None] | None:
+        if choices is not None:
+            seen = [None if c is None else c.model_dump(exclude_none=True) for c in choices]
+            if any(seen.index(c) != i for i, c in enumerate(seen)):
+                raise ValueError("speculative choices repeat")
+        return choices
 
     @field_validator("sensitivity")
     @classmethod
