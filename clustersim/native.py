@@ -11,6 +11,17 @@ imports the pure Python modules: the same results, slower. :func:`status` says w
 
 This file imports only the standard library: ``setup.py`` runs it before clustersim's
 dependencies are installed.
+
+Why the compiled modules read as they do (said once here, not at each place): mypyc turns
+typed Python into C calls only where it knows the types, and falls back to generic CPython
+calls elsewhere. So the hot paths bind module-level functions and constants as ``Final``
+(``pack: Final = struct.pack``: read directly, not looked up), write ``__init__`` out in full
+for dataclasses, use ``//`` and a multiply rather than ``divmod`` (no boxed tuple), loops
+rather than ``sum()`` or ``list.extend(dict)`` over a generic iterable, ``del d[k]`` rather
+than ``d.pop(k)``, an index rather than a slice of a list's tail, callbacks bound once
+(binding a method builds an object each time), a class's own ``__call__`` as an event's
+callback, and return a shared empty list (``step_plan.NOTHING``) when there is nothing to
+say; every one of these was measured in instructions (``docs/how-it-works.md``).
 """
 
 from __future__ import annotations
@@ -30,12 +41,14 @@ MODULES = (
     "clustersim.engine.step_plan",
     "clustersim.engine.kv_manager",
     "clustersim.engine.queues",
-    "clustersim.engine.decode_set",
-    "clustersim.engine.decode_run",
-    "clustersim.engine.run_timer",
+    "clustersim.engine.fastforward.decode_set",
+    "clustersim.engine.fastforward.run",
+    "clustersim.engine.fastforward.timer",
     "clustersim.engine.clock",
     "clustersim.engine.scheduler",
     "clustersim.engine.steplog",
+    "clustersim.engine.fastforward.engine",
+    "clustersim.engine.fastforward.lockstep",
     "clustersim.engine.instance",
     "clustersim.engine.data_parallel",
     "clustersim.cluster.flows",

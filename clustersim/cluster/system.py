@@ -35,11 +35,11 @@ from clustersim.engine.clock import Env, alarm
 from clustersim.engine.config import SchedulerConfig
 from clustersim.engine.data_parallel import DataParallelGroup, check_group
 from clustersim.engine.defaults import EngineSetup, resolve_engine
+from clustersim.engine.fastforward.timer import append_ends
 from clustersim.engine.instance import Instance
 from clustersim.engine.kv_manager import KVCacheManager
 from clustersim.engine.pipeline import ACTIVATION_TENSORS, Pipeline, PipelinePricer, stage_model
 from clustersim.engine.request import Request, RequestStatus
-from clustersim.engine.run_timer import append_ends
 from clustersim.engine.scheduler import Scheduler, StepPlan
 from clustersim.engine.settings import EngineSettings
 from clustersim.engine.spec_decode import configure_prices, seeded

@@ -10,10 +10,9 @@ together, a rank with nothing to do runs a dummy batch, and a step lasts as long
 slowest rank's (priced by the caller, which sees every rank's plan).
 
 With ``coalesce``, a lockstep group waits once for a run of steps in which every busy rank's
-batch decodes unchanged and every idle rank stays idle (``engine.decode_run`` for each rank,
-as many steps as the shortest allows); a request reaching any rank ends the run at the step
-in progress for all of them. Otherwise, and whenever a rank's step is not such a step, it
-steps.
+batch decodes unchanged and every idle rank stays idle (``fastforward.lockstep``); a request
+reaching any rank ends the run at the step in progress for all of them. Otherwise, and
+whenever a rank's step is not such a step, it steps.
 """
 
 from __future__ import annotations
@@ -24,11 +23,10 @@ from typing import Any, Final
 import simpy
 
 from clustersim.catalog.specs import ModelSpec
-from clustersim.engine.clock import Clock, Env, Signal, Waitable, alarm, now_of
-from clustersim.engine.decode_run import DecodeRun, extend_run, plan_decode_run, shrink_run
-from clustersim.engine.instance import FIRST_CHUNK_STEPS, Instance
+from clustersim.engine.clock import Env, Signal, Waitable, alarm, now_of
+from clustersim.engine.fastforward.lockstep import LockstepFastForward, may_coalesce_lockstep
+from clustersim.engine.instance import Instance
 from clustersim.engine.request import Request
-from clustersim.engine.run_timer import RunTimer, append_ends
 from clustersim.engine.scheduler import Scheduler, StepPlan
 from clustersim.engine.steplog import StepRecord
 from clustersim.errors import ConfigError
@@ -94,8 +92,8 @@ class DataParallelGroup:
     ) -> None:
         """``price_steps`` given: the ranks step together (MoE); it prices one step from every
         rank's plan (None for a rank with nothing scheduled). Otherwise each rank runs its own
-        loop. ``coalesce``: lockstep runs of decode steps wait once (needs a :class:`Clock`,
-        a ``price_steps`` with ``decode_run`` and ranks scheduling with a decode set)."""
+        loop. ``coalesce``: lockstep runs of decode steps wait once where
+        ``may_coalesce_lockstep`` (``engine.fastforward``)."""
         self.env = env
         self.name = name
         self.ranks = list(ranks)
@@ -104,14 +102,12 @@ class DataParallelGroup:
         self._view = [[0, 0] for _ in self.ranks]
         self._next_publish_s = 0.0
         self._wakeup: Signal | None = None
-        self.coalesce = (coalesce and isinstance(env, Clock)
-                         and hasattr(price_steps, "decode_run")
-                         and all(rank.scheduler.decoding is not None for rank in self.ranks))
-        self._steps: list[DecodeRun | None] = []
-        """Each rank's steps of the run in progress (None: idle)."""
-        self._typical_run = float(FIRST_CHUNK_STEPS)
-        self._timer: RunTimer | None = None
-        """The lockstep run in progress."""
+        self.coalesce = coalesce and may_coalesce_lockstep(
+            env, price_steps, [rank.scheduler for rank in self.ranks])
+        self._fastforward: LockstepFastForward | None = (
+            LockstepFastForward(env, price_steps)
+            if self.coalesce and price_steps is not None else None)
+        """The group's coalesced runs (``coalesce``)."""
         self.process = None
         if price_steps is not None:
             for rank in self.ranks:
@@ -173,9 +169,8 @@ class DataParallelGroup:
         """The server dies with all its ranks (one engine core's death takes the API server
         down): every request of every rank is returned, lost."""
         lost = [request for rank in self.ranks for request in rank.fail()]
-        if self._timer is not None:
-            self._timer.release()
-            self._timer = None
+        if self._fastforward is not None:
+            self._fastforward.abandon()
         if self.process is not None and self.process.is_alive:
             self.process.interrupt("failed")
         self._wakeup = None
@@ -227,14 +222,14 @@ class DataParallelGroup:
             if all(plan is None for plan in plans):
                 continue
             start = now_of(env)
-            if self.coalesce:
-                run = self._start_run(plans, start)
+            fastforward = self._fastforward
+            if fastforward is not None:
+                schedulers = [rank.scheduler for rank in ranks]
+                forwards = [rank.fastforward for rank in ranks]
+                run = fastforward.start_run(schedulers, forwards, plans, start)
                 if run is not None:
-                    self._timer = run
                     yield run.wake
-                    self._timer = None
-                    run.release()
-                    self._typical_run += (run.last + 1 - self._typical_run) / 8
+                    fastforward.end_run()
                     for rank in ranks:
                         rank.end_run()
                     continue
@@ -244,48 +239,3 @@ class DataParallelGroup:
                     rank.record_dummy_step(start, now_of(env))
                 else:
                     rank.apply(plan, start)
-
-    # -------------------------------------------------------- coalesced runs
-    def _start_run(self, plans: list[StepPlan | None], start_s: float) -> RunTimer | None:
-        """Wait for a run of lockstep steps that starts with ``plans``, if there is one."""
-        first_chunk = max(FIRST_CHUNK_STEPS, int(self._typical_run))
-        steps: list[DecodeRun | None] = []
-        for rank, plan in zip(self.ranks, plans, strict=True):
-            if plan is None:
-                if rank.scheduler.num_unfinished:
-                    return None  # it has requests it could not schedule: not idle
-                steps.append(None)
-                continue
-            rank_steps = plan_decode_run(rank.scheduler, plan, first_chunk)
-            if rank_steps is None:
-                return None
-            steps.append(rank_steps)
-        busy = [s for s in steps if s is not None]
-        num_steps = min(s.num_steps for s in busy)
-        for s in busy:
-            shrink_run(s, num_steps)
-        durations = [self.price_steps(plans), *self._price(steps, 1, num_steps - 1)]  # type: ignore[misc]
-        ends: list[float] = []
-        append_ends(ends, start_s, durations)
-        run = RunTimer(self.env, start_s, ends, first_chunk,  # type: ignore[arg-type]
-                       self._plan_more)
-        self._steps = steps
-        for rank, rank_steps in zip(self.ranks, steps, strict=True):
-            rank.join_run(run, rank_steps)
-        return run
-
-    def _price(self, steps: list[DecodeRun | None], first: int, num_steps: int) -> list[float]:
-        batches = [None if s is None else (s.batch_size, s.decode_kv_tokens + first * s.batch_size)
-                   for s in steps]
-        return self.price_steps.decode_run(batches, num_steps)  # type: ignore[union-attr]
-
-    def _plan_more(self, first: int, num_steps: int, ends_s: list[float]) -> int:
-        """Append the ends of up to ``num_steps`` more lockstep steps, as many as every busy
-        rank can take; how many."""
-        busy = [s for s in self._steps if s is not None]
-        added = min(extend_run(s, num_steps) for s in busy)
-        for s in busy:
-            shrink_run(s, first + added)
-        if added:
-            append_ends(ends_s, ends_s[-1], self._price(self._steps, first, added))
-        return added

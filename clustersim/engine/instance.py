@@ -5,21 +5,12 @@ transitions) and every duration by the step-cost function it is given. It is a c
 callbacks rather than a SimPy process (no generator to resume, no process events), each
 called where the process would have resumed, so that the events keep SimPy's order.
 
-With ``coalesce``, a step whose plan starts a run of identical decode steps
-(``engine.decode_run``) waits once for the whole run instead of once per step::
-
-    schedule(0)  [ step 0 | step 1 | ... | step K-1 ]  apply(K-1)  schedule(K) ...
-                 one event at the end of K-1: steps 0..K-2 are applied in bulk, K-1 as usual
-
-Anything from outside that changes the engine's state (a request submitted, a KV pull done,
-producer blocks released, an abort) first ends the run at the step in progress: the steps
-that ended are applied, the one in progress runs to its end as planned, and the change is
-seen by the next ``schedule()``, as in the step-by-step loop. Exact ties with other events
-are kept in order by the :class:`~clustersim.engine.clock.Clock`. Lockstep data-parallel
-ranks take part in their group's runs instead (``engine.data_parallel``). Where coalescing is
-not proven exact it steps: async scheduling, the priority policy (its victims can be any
-running request), a pricer without ``decode_run``, an environment that is not a ``Clock``,
-and every case ``plan_decode_run`` refuses.
+With ``coalesce``, a step whose plan starts a run of identical decode steps waits once for
+the whole run instead of once per step: the loop hands the plan to its
+:class:`~clustersim.engine.fastforward.engine.FastForward`, which says whether and until when,
+and applies the run at its end; anything from outside that changes the engine's state first
+settles the run in progress. When a run is exact, and why it steps everywhere else:
+``engine.fastforward``.
 
 With pipeline parallelism (``pipeline``, ``engine.pipeline``) the loop keeps up to P batches
 in flight, as vLLM V1's batch queue: it schedules again at once while there is room and waits
@@ -33,17 +24,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from clustersim.engine.clock import URGENT, Alarm, Clock, Env, Signal, Waitable, alarm, now_of
-from clustersim.engine.decode_run import (
-    DecodeRun,
-    advance_run,
-    extend_run,
-    finish_run_step,
-    plan_decode_run,
-)
+from clustersim.engine.clock import URGENT, Alarm, Env, Signal, Waitable, alarm, now_of
+from clustersim.engine.fastforward.engine import FastForward, may_coalesce
 from clustersim.engine.pipeline import Pipeline
 from clustersim.engine.request import Request, RequestStatus
-from clustersim.engine.run_timer import RunTimer, append_ends
 from clustersim.engine.scheduler import Scheduler, StepPlan
 from clustersim.engine.step_plan import RooflinePricer
 from clustersim.engine.steplog import StepLog, StepRecord
@@ -55,12 +39,6 @@ MAX_STALLED_PREEMPTIONS: Final = 64
 thrashing: requests that do not fit the KV cache together keep preempting each other and, as in
 vLLM, none would ever finish. The simulation gives it up (rejected with the reason), as a
 client's timeout would."""
-
-FIRST_CHUNK_STEPS: Final = 4
-"""Steps a run plans and prices at first, at least (more if this engine's recent runs were
-longer); each time it gets that far unchanged it plans twice as many more
-(``engine.run_timer``). Only the cost of a run depends on this, not what it computes."""
-
 
 
 class Instance:
@@ -82,9 +60,9 @@ class Instance:
     ) -> None:
         """``run=False``: no step loop of its own; a :class:`DataParallelGroup` steps it.
         ``record_steps=False``: keep only the step totals, not every step. ``coalesce``:
-        wait once for a run of identical decode steps (needs a :class:`Clock` and a pricer
-        with ``decode_run``; see the module docstring). ``pipeline``: pipeline parallelism,
-        up to its depth of batches in flight (never coalesced; see ``_next_step``)."""
+        wait once for a run of identical decode steps where ``may_coalesce``
+        (``engine.fastforward``). ``pipeline``: pipeline parallelism, up to its depth of
+        batches in flight (never coalesced; see ``_next_step``)."""
         self.env = env
         self.name = name
         self.scheduler = scheduler
@@ -102,13 +80,6 @@ class Instance:
         self._wakeup: Signal | None = None
         self.waker: Callable[[], None] | None = None
         """Replaces waking this instance's own loop (a group that steps it)."""
-        self._price_run: Callable[[int, int, int], list[float]] | None = getattr(
-            price_step, "decode_run", None)
-        """The pricer's ``decode_run(batch, kv_tokens, steps)``: a run's step durations."""
-        self._price_ends: Callable[[list[float], float, int, int, int], None] | None = getattr(
-            price_step, "decode_run_ends", None)
-        """The pricer's ``decode_run_ends(ends, start, batch, kv_tokens, steps)``, if it has
-        one: the same steps appended as end times (no list of durations in between)."""
         self._roofline = price_step if isinstance(price_step, RooflinePricer) else None
         """The pricer, if it is the roofline one: called natively (no boxed arguments)."""
         self.pipeline = pipeline
@@ -117,16 +88,10 @@ class Instance:
         """Pipeline parallelism: the batches in flight, oldest first (plan, entry, exit)."""
         self._landed_s = 0.0
         """When the last batch left the pipeline (its trace row ends there)."""
-        self.coalesce = (coalesce and pipeline is None and isinstance(env, Clock) and run
-                         and scheduler.decoding is not None and self._price_run is not None)
-        self._run: RunTimer | None = None
-        """The coalesced run this engine is in (its own, or its lockstep group's)."""
-        self._steps: DecodeRun | None = None
-        """This engine's steps of that run (None: idle in its group's run)."""
-        self._dummies_logged = 0
-        """Idle in a group's run: its dummy steps logged so far."""
-        self._typical_run = float(FIRST_CHUNK_STEPS)
-        """Steps this engine's recent runs lasted (a moving average: the first chunk)."""
+        self.coalesce = coalesce and may_coalesce(env, scheduler, price_step, pipeline, run)
+        self.fastforward = FastForward(env, self.log, price_step, self.apply,
+                                       self.record_dummy_step)
+        """Its coalesced runs: its own (``coalesce``), or its lockstep group's."""
         self.failed = False
         """Dead (a fault): it takes no requests until it is restarted."""
         self.runs_own_loop = run
@@ -137,11 +102,10 @@ class Instance:
         self._plan_start_s = 0.0
         self._next: StepPlan | None = None
         """The step in progress (its start), and with async scheduling the one after it."""
-        # the loop's callbacks, bound once (binding a method builds an object every time)
+        # the loop's callbacks, bound once
         self._on_resume = self._resume
         self._on_stepped = self._stepped
         self._on_run_ended = self._run_ended
-        self._on_plan_more = self._plan_more
         self._on_landed = self._landed
         if run:
             self._start_loop()
@@ -166,8 +130,8 @@ class Instance:
         if reason is not None:
             self.reject(request, reason)
             return
-        if self._run is not None:
-            self._settle(apply=False)
+        if self.fastforward.run is not None:
+            self.fastforward.settle(self.scheduler, apply=False)
         self.scheduler.add_request(request)
         self._wake()
 
@@ -175,15 +139,15 @@ class Instance:
         """A decode instance finished reading this producer request's blocks: free them."""
         if self.failed:
             return  # they went with the engine
-        if self._run is not None:
-            self._settle()
+        if self.fastforward.run is not None:
+            self.fastforward.settle(self.scheduler)
         self.scheduler.release_kv(request)
         self._wake()
 
     def abort(self, request: Request, reason: str) -> None:
         """Drop a request that is queued here (its other half failed elsewhere)."""
-        if self._run is not None:
-            self._settle()
+        if self.fastforward.run is not None:
+            self.fastforward.settle(self.scheduler)
         self.scheduler.remove(request)
         self.reject(request, reason)
         self._wake()
@@ -191,15 +155,15 @@ class Instance:
     def remove(self, request: Request) -> None:
         """Take a request out without an answer: the cluster tells its client (a failure
         elsewhere lost it)."""
-        if self._run is not None:
-            self._settle()
+        if self.fastforward.run is not None:
+            self.fastforward.settle(self.scheduler)
         self.scheduler.remove(request)
         self._wake()
 
     def recompute_remote_load(self, request: Request) -> None:
         """Reading the request's prompt KV failed: prefill it here instead."""
-        if self._run is not None:
-            self._settle()
+        if self.fastforward.run is not None:
+            self.fastforward.settle(self.scheduler)
         self.scheduler.recompute_remote_load(request)
         self._wake()
 
@@ -209,13 +173,8 @@ class Instance:
         the steps before it stay in the trace, and every request it held is returned, lost
         with its KV. The engine does nothing more until :meth:`restart`."""
         looping = self.runs_own_loop and not self.failed  # its own step loop is on
-        run = self._run
-        if run is not None:
-            self._settle()  # the steps that ended before now, as the step loop applied them
-            self._run = self._steps = None
-            self._dummies_logged = 0
-            if looping:
-                run.release()  # its own run (a lockstep group releases the group's)
+        if self.fastforward.run is not None:
+            self.fastforward.abandon(self.scheduler, release=looping)
         if looping:  # the step in progress never ends: nothing waits for it
             awaited = self._awaited
             if isinstance(awaited, Alarm):
@@ -268,8 +227,8 @@ class Instance:
             lambda _event: self._pulled(request))
 
     def _pulled(self, request: Request) -> None:
-        if self._run is not None:
-            self._settle(apply=False)
+        if self.fastforward.run is not None:
+            self.fastforward.settle(self.scheduler, apply=False)
         request.kv_transfer_done = True
         self._wake()
 
@@ -361,7 +320,7 @@ class Instance:
         start = now_of(self.env)
         self._begin(plan)
         if self.coalesce:
-            run = self._start_run(plan, start)
+            run = self.fastforward.start_run(self.scheduler, plan, start)
             if run is not None:
                 wake = self._awaited = run.wake
                 wake.callbacks.append(self._on_run_ended)  # type: ignore[union-attr]
@@ -377,19 +336,20 @@ class Instance:
         self._next_step()
 
     def _run_ended(self, _event: Waitable) -> None:
-        run = self._run
-        assert run is not None
         self._awaited = None
-        run.release()
-        self.end_run()
+        self._done(self.fastforward.end_run(self.scheduler, release=True))
         self._next_step()
+
+    def end_run(self) -> None:
+        """The lockstep group's run this engine took part in ended: apply its part."""
+        self._done(self.fastforward.end_run(self.scheduler))
 
     def _step_async(self, plan: StepPlan) -> None:
         """Async scheduling: schedule(N+1) runs before update(N), as vLLM's batch queue does."""
         start = now_of(self.env)
         self._begin(plan)
         duration = self._price(plan)
-        self._record(plan, start, start + duration)
+        self.log.add_plan(plan, start, start + duration)
         self._plan, self._next = plan, self.scheduler.schedule()
         self._awaited = alarm(self.env, duration, self._stepped_async)
 
@@ -406,128 +366,16 @@ class Instance:
         else:
             self._step_async(next_plan)
 
-    # ------------------------------------------------------- coalesced runs
-    def _start_run(self, plan: StepPlan, start_s: float) -> RunTimer | None:
-        """Wait for a run of decode steps that starts with ``plan``, if there is one."""
-        if plan.kv_loads:
-            return None  # a pull it starts usually lands within the step: one step is cheaper
-        first = max(FIRST_CHUNK_STEPS, int(self._typical_run))
-        steps = plan_decode_run(self.scheduler, plan, first)
-        if steps is None:
-            return None
-        size = steps.batch_size
-        ends: list[float] = []
-        if (plan.num_decode_tokens == plan.num_scheduled_tokens == size
-                and plan.decode_kv_tokens == steps.decode_kv_tokens):
-            # step 0 is already the batch decoding: priced as the run's first step, the
-            # same bits as pricing its plan (``CostModel.step_time_s``)
-            self._run_ends(ends, start_s, size, steps.decode_kv_tokens, steps.num_steps)
-        else:  # step 0 is any step in which all sample
-            ends.append(start_s + self._price(plan))
-            self._run_ends(ends, ends[0], size, steps.decode_kv_tokens + size,
-                           steps.num_steps - 1)
-        self._steps = steps
-        self._run = RunTimer(self.env, start_s, ends, first,  # type: ignore[arg-type]
-                             self._on_plan_more)
-        return self._run
-
-    def _run_ends(self, ends_s: list[float], start_s: float, size: int, kv_tokens: int,
-                  num_steps: int) -> None:
-        """Append the ends of ``num_steps`` steps of ``size`` decodes from ``start_s``, the
-        first attending to ``kv_tokens`` tokens."""
-        roofline = self._roofline
-        if roofline is not None:
-            roofline.prices.decode_run_ends(ends_s, start_s, size, kv_tokens, num_steps)
-            return
-        price_ends = self._price_ends
-        if price_ends is not None:
-            price_ends(ends_s, start_s, size, kv_tokens, num_steps)
-            return
-        decode_run = self._price_run
-        assert decode_run is not None
-        append_ends(ends_s, start_s, decode_run(size, kv_tokens, num_steps))
-
     def _price(self, plan: StepPlan) -> float:
         """The step's seconds."""
         roofline = self._roofline
         return roofline.step_s(plan) if roofline is not None else self.price_step(plan)
 
-    def join_run(self, run: RunTimer, steps: DecodeRun | None) -> None:
-        """This rank takes part in its lockstep group's run (``steps`` None: idle in it)."""
-        self._run, self._steps, self._dummies_logged = run, steps, 0
-
-    def _plan_more(self, first: int, num_steps: int, ends_s: list[float]) -> int:
-        """Append the ends of up to ``num_steps`` more steps of the run, from step ``first``;
-        how many."""
-        steps = self._steps
-        assert steps is not None
-        added = extend_run(steps, num_steps)
-        if added:
-            size = steps.batch_size
-            self._run_ends(ends_s, ends_s[-1], size, steps.decode_kv_tokens + first * size,
-                           added)
-        return added
-
-    def _settle(self, apply: bool = True) -> None:
-        """Something from outside changes this engine now: end the run with the step in
-        progress, and (``apply``) bring its requests and KV blocks up to now. A change that
-        reads neither (a request queued, a pull marked done) leaves that to the run's end."""
-        run, steps = self._run, self._steps
-        assert run is not None
-        step = run.settle()
-        if steps is None:
-            self._log_dummies(run, step)  # an idle rank: its dummy rows read the queues live
-        elif apply:
-            first = steps.num_updated
-            advance_run(self.scheduler, steps, step + 1, step, run.ends_s)
-            self._log_run(run, steps, first, step)
-
-    def _log_run(self, run: RunTimer, steps: DecodeRun, first: int, stop: int) -> None:
-        """Log the run's steps ``first .. stop - 1`` (step 0 with its own plan)."""
-        if stop <= first:
-            return
-        if first == 0:
-            self._record(steps.plan, run.start_s, run.ends_s[0])
-            first = 1
-            if stop == 1:
-                return
-        self.log.add_decodes(run.ends_s[first - 1], run.ends_s, first, stop,
-                             steps.blocks_used(first - 1), steps.takers, steps.phase(first),
-                             steps.batch_size, steps.plan.num_running, steps.plan.num_waiting)
-
-    def _log_dummies(self, run: RunTimer, stop: int) -> None:
-        """An idle rank of a lockstep group ran the run's steps before ``stop`` on dummy
-        batches (its rows read the queues at each step's end, as the step loop's did)."""
-        for step in range(self._dummies_logged, stop):
-            self.record_dummy_step(run.start_of(step), run.ends_s[step])
-        self._dummies_logged = max(self._dummies_logged, stop)
-
-    def end_run(self) -> None:
-        """The run's last step ended: apply it and the ones before it, hand back finished
-        requests (as ``apply`` does for one step)."""
-        run, steps = self._run, self._steps
-        assert run is not None
-        last = run.last
-        self._run = self._steps = None
-        if steps is None:  # idle rank of a group's run
-            self._log_dummies(run, last + 1)
-            self._dummies_logged = 0
-            return
-        self._typical_run += (last + 1 - self._typical_run) / 8
-        if last == 0:
-            self.apply(steps.plan, run.start_s)
-            return
-        first = steps.num_updated
-        advance_run(self.scheduler, steps, last + 1, last, run.ends_s)
-        finished = finish_run_step(self.scheduler, steps, run.ends_s)
-        self._log_run(run, steps, first, last + 1)
-        self._done(finished)
-
     def apply(self, plan: StepPlan, start_s: float) -> None:
         """The step that began at ``start_s`` ended now: apply its output, record it, hand the
         finished requests back, give up on thrashing ones (sync scheduling)."""
         finished = self.scheduler.update_from_output(plan, now_of(self.env))
-        self._record(plan, start_s, now_of(self.env))
+        self.log.add_plan(plan, start_s, now_of(self.env))
         self._done(finished)
         self._give_up_thrashing(plan)
 
@@ -578,10 +426,3 @@ class Instance:
         scheduler = self.scheduler
         self.log.add(start_s, end_s, 0, (), 0, len(scheduler.running), len(scheduler.waiting),
                      scheduler.kv.num_used_blocks, 0)
-
-    def _record(self, plan: StepPlan, start_s: float, end_s: float) -> None:
-        log = self.log
-        chunks = (tuple((r.request_id, n) for r, n in plan.prefill_chunks)
-                  if log.record_steps else ())
-        log.add(start_s, end_s, plan.num_decode_tokens, chunks, plan.num_scheduled_tokens,
-                plan.num_running, plan.num_waiting, plan.kv_blocks_used, len(plan.preempted))

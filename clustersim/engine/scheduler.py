@@ -14,7 +14,7 @@ from __future__ import annotations
 from array import array
 
 from clustersim.engine.config import SchedulerConfig
-from clustersim.engine.decode_set import DecodeSet, StepClock
+from clustersim.engine.fastforward.decode_set import DecodeSet, StepClock, bulk_decodes_allowed
 from clustersim.engine.kv_manager import KVCacheManager, cdiv
 from clustersim.engine.queues import FCFSQueue, PriorityQueue, WaitingQueue
 from clustersim.engine.request import Request, RequestStatus
@@ -34,7 +34,8 @@ class Scheduler:
         """``keep_token_times=False`` (a lean run): requests keep no ``token_times_s``; their
         tokens are noted as positions in :attr:`token_clock` instead. ``bulk_decodes``:
         requests that decode every step join a :class:`DecodeSet` and are scheduled and
-        updated together (sync FCFS scheduling only; the same steps either way).
+        updated together where ``bulk_decodes_allowed`` (``engine.fastforward``; the same
+        steps either way).
 
         With speculative decoding (``config.speculative``) a decode schedules its drafts too
         and gains ``1 + accepted`` tokens per step: requests then keep their token times (a
@@ -45,8 +46,7 @@ class Scheduler:
         spec = config.speculative
         keep_token_times = keep_token_times or spec is not None
         self.keep_token_times = keep_token_times
-        bulk = (bulk_decodes and not config.async_scheduling and config.policy == "fcfs"
-                and spec is None)
+        bulk = bulk_decodes and bulk_decodes_allowed(config)
         self._num_drafts = 0 if spec is None else spec.num_speculative_tokens
         """Draft tokens a decode carries each step (0: no speculative decoding)."""
         self._lookahead = 0 if spec is None else spec.num_lookahead_tokens

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Final
 
+from clustersim.engine.step_plan import StepPlan
+
 
 @dataclass(frozen=True, slots=True)
 class StepRecord:
@@ -120,6 +122,13 @@ class StepLog:
             self._waiting.append(num_waiting)
             self._kv_used.append(kv_blocks_used)
             self._preempted.append(num_preempted)
+
+    def add_plan(self, plan: StepPlan, start_s: float, end_s: float) -> None:
+        """One step, of ``plan``."""
+        chunks = (tuple((r.request_id, n) for r, n in plan.prefill_chunks)
+                  if self.record_steps else ())
+        self.add(start_s, end_s, plan.num_decode_tokens, chunks, plan.num_scheduled_tokens,
+                 plan.num_running, plan.num_waiting, plan.kv_blocks_used, len(plan.preempted))
 
     def add_decodes(
         self,

@@ -27,13 +27,23 @@ from heapq import heappush as _heappush
 from struct import pack as _struct_pack
 from typing import Final
 
+from clustersim.engine.config import SchedulerConfig
 from clustersim.engine.kv_manager import KVCacheManager
 from clustersim.engine.request import Request
 from clustersim.engine.step_plan import NOTHING
 
-pack: Final = _struct_pack  # (bound Final: compiled code reads it directly)
-heappop: Final = _heappop  # (bound Final: compiled code reads it directly)
-heappush: Final = _heappush  # (bound Final: compiled code reads it directly)
+pack: Final = _struct_pack
+heappop: Final = _heappop
+heappush: Final = _heappush
+
+
+def bulk_decodes_allowed(config: SchedulerConfig) -> bool:
+    """Whether a scheduler with ``config`` may advance its decodes as a :class:`DecodeSet`
+    (and so its engine take coalesced runs): sync scheduling, the FCFS policy and no
+    speculative decoding (why: ``engine.fastforward``)."""
+    return (not config.async_scheduling and config.policy == "fcfs"
+            and config.speculative is None)
+
 
 PACK_FORMATS: Final = tuple(f"{n}d" for n in range(2048))
 """``struct`` formats of up to 2,047 doubles, built once (a batch for the clock is nearly
@@ -163,7 +173,7 @@ class DecodeSet:
         """Sync ``request`` and take it out (its finish entry is dropped when popped)."""
         self.sync(request)
         phase = self.joined[request][3]
-        del self.joined[request]  # (not pop: a generic method call in compiled code)
+        del self.joined[request]
         self.sum_computed -= request.num_computed_tokens
         del self.phases[phase][request]
         self.phase_sizes[phase] -= 1
@@ -198,9 +208,7 @@ class DecodeSet:
             self.num_scheduled = first + 1
             self.sum_computed += len(self.joined)
             return
-        sizes = self.phase_sizes  # (most phases are empty: only those with takers are read)
-        # (members appended one by one: extending a list by a dict copies the dict's keys
-        # into a list first)
+        sizes = self.phase_sizes  # most phases are empty: only those with takers are read
         takers: list[Request] = []
         if num_steps < block_size:
             for step in range(first, first + num_steps):
@@ -208,7 +216,7 @@ class DecodeSet:
                     for request in phases[step % block_size]:
                         takers.append(request)
         else:  # whole cycles of block_size steps repeat the same order
-            cycles = num_steps // block_size  # (not divmod: a boxed tuple)
+            cycles = num_steps // block_size
             rest = num_steps - cycles * block_size
             for step in range(first, first + block_size):
                 if sizes[step % block_size]:
@@ -243,7 +251,7 @@ class DecodeSet:
         finishes = self.finishes
         joined = self.joined
         if not finishes or finishes[0][0] > self.num_updated:
-            return NOTHING  # (most steps: no list built)
+            return NOTHING
         done: list[Request] = []
         while finishes and finishes[0][0] <= self.num_updated:
             at, _, request = heappop(finishes)

@@ -20,7 +20,7 @@ from typing import Final
 
 from clustersim.engine.clock import Alarm, Clock, Signal, StepEndOrder
 
-bisect_left: Final = _bisect_left  # (bound Final: compiled code reads it directly)
+bisect_left: Final = _bisect_left
 
 MAX_CHUNK_STEPS: Final = 64
 """The most steps a run plans at once; each chunk is twice the one before (a run cut short
@@ -108,7 +108,7 @@ class RunTimer:
         last = self.last
         order = (self.anchor_order if last == self.anchor_step
                  else StepEndOrder(self.ends_s, last, self.anchor_step, self.anchor_order))
-        timer = self.timer = Alarm(None, self)  # (its call: __call__, no bound method)
+        timer = self.timer = Alarm(None, self)  # the run itself is its call (__call__)
         self.clock.schedule_stand_in(timer, self.ends_s[last], order)
 
     def __call__(self, timer: Alarm) -> None:

@@ -2,35 +2,16 @@
 
 After ``Scheduler.schedule()`` returns a plan in which every running request is scheduled and
 samples a token (decodes, and prompts whose last chunk runs now), every later step is the
-same batch decoding one token each, for as long as nothing can change it.
-:func:`plan_decode_run` proves that such a run has at least 2 steps (or returns None) and
-plans its first ones, :func:`extend_run` plans more on demand, :func:`advance_run` applies
-the effects of any prefix of its steps (what ``schedule()`` and ``update_from_output()``
-would have done for each) and :func:`finish_run_step` its last one. From step 1 on every
-running request is a member of the scheduler's :class:`DecodeSet` (those that sample in step
-0 join it then), so a step costs the same whatever the batch size.
+same batch decoding one token each, for as long as nothing can change it (the conditions:
+``engine.fastforward``). :func:`plan_decode_run` proves that such a run has at least 2 steps
+(or returns None) and plans its first ones, :func:`extend_run` plans more on demand,
+:func:`advance_run` applies the effects of any prefix of its steps (what ``schedule()`` and
+``update_from_output()`` would have done for each) and :func:`finish_run_step` its last one.
+From step 1 on every running request is a member of the scheduler's :class:`DecodeSet`
+(those that sample in step 0 join it then), so a step costs the same whatever the batch size.
 
-A run lasts while, for step ``m = 1, 2, ...`` (vllm_scheduler_spec.md section numbers):
-
-* no request finishes before its last step: ``max_tokens`` and ``max_model_len`` are known
-  (2, "Output semantics"); the run may end on the step where the first one finishes, and
-  nobody finishes in step 0;
-* every decode that crosses into a new block gets one (4.2): a request takes a block every
-  ``block_size`` steps, at a fixed phase, and the run stops before the step whose blocks the
-  free pool could not cover, so no allocation fails and nobody is preempted (3.3);
-* no waiting request can be admitted (3.4). What stopped admission in step 0 stops it at
-  every later step: seats do not change, the KV a waiting request needs only grows as decodes
-  take free blocks, and the token budget left after the decodes is the same as step 0's when
-  step 0 scheduled one token per request (otherwise a run is only taken if admission stopped
-  for a reason the budget does not enter). The one exception is a request with prefix hits
-  when the full-prompt reservation is off (its chunk can need fewer blocks after a hit block
-  is evicted): no run then;
-* no block is newly cached: a request that still has prompt hashes to register (hashes past
-  its prompt's full blocks) stops coalescing;
-* sync scheduling only (async schedules step N+1 before N's output: not coalesced here).
-
-Arrivals, finished KV pulls and freed producer blocks are not seen here: the instance ends
-the run at the step in progress when one happens (``engine.instance``).
+Arrivals, finished KV pulls and freed producer blocks are not seen here: the engine ends the
+run at the step in progress when one happens (``fastforward.engine``).
 """
 
 from __future__ import annotations
@@ -50,8 +31,7 @@ BUDGET_STOPS: Final = frozenset({"budget", "whole_prompt"})
 @dataclass(slots=True, eq=False, init=False)
 class DecodeRun:
     """Steps ``0 .. num_steps - 1``: ``plan``, then the whole running batch decoding. More
-    steps are planned on demand (:func:`extend_run`) up to ``horizon``. (``__init__``
-    written out: it compiles with the engine.)"""
+    steps are planned on demand (:func:`extend_run`) up to ``horizon``."""
 
     plan: StepPlan
     batch_size: int
@@ -101,7 +81,7 @@ class DecodeRun:
         self.num_planned = 1
         self.blocks_taken = 0
         cycle_blocks = 0
-        for taken in takers:  # (not sum(): a generic call)
+        for taken in takers:
             cycle_blocks += taken
         self.cycle_blocks = cycle_blocks
         self.num_scheduled = 1
@@ -121,7 +101,7 @@ class DecodeRun:
         ``1 .. step`` take (whole cycles of the takers, then the part of one)."""
         takers = self.takers
         block_size = len(takers)
-        cycles = step // block_size  # (not divmod: a boxed tuple)
+        cycles = step // block_size
         rest = step - cycles * block_size
         taken = self.cycle_blocks * cycles if cycles else 0
         phase = self.phase(1)
@@ -155,7 +135,7 @@ def plan_decode_run(scheduler: Scheduler, plan: StepPlan, num_steps: int) -> Dec
     decode_kv = members.sum_computed
     max_model_len = config.max_model_len
     req_to_blocks = kv.req_to_blocks
-    for i in range(len(members), batch_size):  # (an index: no copy of the list's tail)
+    for i in range(len(members), batch_size):
         request = running[i]
         if kv.has_uncached_blocks(request):
             return None
@@ -188,7 +168,7 @@ def extend_run(run: DecodeRun, num_steps: int) -> int:
     phase = run.phase(step)
     free = run.free_blocks
     # what all ``count`` steps take: whole cycles of the takers, then the part of one
-    cycles = count // block_size  # (not divmod: a boxed tuple)
+    cycles = count // block_size
     rest = count - cycles * block_size
     taken = run.cycle_blocks * cycles if cycles else 0
     at = phase
