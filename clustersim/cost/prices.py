@@ -234,12 +234,8 @@ class StepPrices:
         decodes' drafts add query-key pairs and a KV write each, not another read."""
         compute = memory = 0.0
         if num_prefill_tokens:
-            t_compute = ((prefill_attn_pairs + self.attn_half_keys * num_prefill_tokens)
-                         * self.attn_s_per_pair)
-            if self.prefill_ctx_s_per_token:
-                t_compute += ((prefill_kv_tokens - num_prefill_tokens)
-                              * self.prefill_ctx_s_per_token)
-            t_memory = (prefill_kv_tokens + num_prefill_tokens) * self.kv_s_per_token
+            t_compute, t_memory = self._prefill_attention(
+                num_prefill_tokens, prefill_attn_pairs, prefill_kv_tokens)
             if t_compute >= t_memory:
                 compute += t_compute
             else:
@@ -254,6 +250,18 @@ class StepPrices:
             else:
                 memory += t_memory
         return compute, memory
+
+    def _prefill_attention(self, num_prefill_tokens: float, prefill_attn_pairs: float,
+                           prefill_kv_tokens: float) -> tuple[float, float]:
+        """(compute, memory) seconds of the prompt chunks' attention, the larger one counts:
+        it reads the KV the chunks attend to and writes their own; under MLA the cached
+        context's latent is expanded to keys and values first."""
+        t_compute = ((prefill_attn_pairs + self.attn_half_keys * num_prefill_tokens)
+                     * self.attn_s_per_pair)
+        if self.prefill_ctx_s_per_token:
+            t_compute += ((prefill_kv_tokens - num_prefill_tokens)
+                          * self.prefill_ctx_s_per_token)
+        return t_compute, (prefill_kv_tokens + num_prefill_tokens) * self.kv_s_per_token
 
     def _lm_head_s(self, rows: float) -> float:
         """The LM head (and its logits all-gather) on ``rows`` rows."""
@@ -381,13 +389,8 @@ class StepPrices:
             tokens = float(graph_rows(self.graph_sizes, int(num_decode_tokens)))
         compute, memory, communication = self.dense_parts(tokens, num_sampled, moe_tokens)
         if num_prefill_tokens:
-            # reads the KV the chunks attend to, writes the chunks' own KV
-            t_compute = ((prefill_attn_pairs + self.attn_half_keys * num_prefill_tokens)
-                         * self.attn_s_per_pair)
-            if self.prefill_ctx_s_per_token:  # MLA: the cached context's keys and values
-                t_compute += ((prefill_kv_tokens - num_prefill_tokens)
-                              * self.prefill_ctx_s_per_token)
-            t_memory = (prefill_kv_tokens + num_prefill_tokens) * self.kv_s_per_token
+            t_compute, t_memory = self._prefill_attention(
+                num_prefill_tokens, prefill_attn_pairs, prefill_kv_tokens)
             if t_compute >= t_memory:
                 compute += t_compute
             else:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clustersim.metrics import RunSummary
 from clustersim.plan.day import DayPlan
-from clustersim.plan.sensitivity import Sensitivity
 from clustersim.plan.space import Candidate
+
+if TYPE_CHECKING:
+    from clustersim.plan.sensitivity import Sensitivity
 
 STATUSES = ("simulated", "infeasible", "screened", "pruned")
 """simulated: goodput measured; infeasible: simulated, fails its SLO even at a trickle;

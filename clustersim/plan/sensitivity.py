@@ -24,6 +24,7 @@ from typing import Any
 
 from clustersim.metrics import RunSummary
 from clustersim.plan.bisect import RateSearch, mean_interval
+from clustersim.plan.result import CliffPoint
 from clustersim.scenario import Scenario
 
 LINK_SCALES = (0.5, 1.0, 2.0)
@@ -50,25 +51,6 @@ class LinkReading:
 
 
 @dataclass(frozen=True, slots=True)
-class LoadReading:
-    """The recommendation's SLO attainment at ``factor`` times its operating rate."""
-
-    factor: float
-    rate_per_s: float
-    attainments: tuple[float, ...]
-    num_meeting: int
-
-    @property
-    def attainment(self) -> float:
-        return sum(self.attainments) / len(self.attainments)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"factor": self.factor, "rate_per_s": self.rate_per_s,
-                "attainment": self.attainment, "attainments": list(self.attainments),
-                "num_meeting": self.num_meeting}
-
-
-@dataclass(frozen=True, slots=True)
 class Sensitivity:
     """The readings of ``plan.sensitivity`` for one candidate."""
 
@@ -79,7 +61,7 @@ class Sensitivity:
     link_candidate: str | None = None
     """The split the link readings are of: the recommendation, or the best split when the
     recommendation is colocated."""
-    load: LoadReading | None = None
+    load: CliffPoint | None = None
     notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
@@ -135,8 +117,9 @@ def link_readings(job: Job, run_jobs: RunJobs, goodputs: list[float],
 
 
 def load_reading(job: Job, run_jobs: RunJobs, operating_rate: float,
-                 num_seeds: int) -> LoadReading:
-    """One run per traffic draw at :data:`LOAD_FACTOR` times the operating rate."""
+                 num_seeds: int) -> CliffPoint:
+    """One run per traffic draw at :data:`LOAD_FACTOR` times the operating rate, read as a
+    cliff point is (its factor is over the operating rate, not the goodput)."""
     rate = operating_rate * LOAD_FACTOR
     outcomes = run_jobs(f"sensitivity: load +{LOAD_FACTOR - 1:.0%}",
                         [job(k, rate) for k in range(num_seeds)])
@@ -148,4 +131,4 @@ def load_reading(job: Job, run_jobs: RunJobs, operating_rate: float,
         assert outcome.slo is not None
         attainments.append(outcome.slo.attainment)
         meeting += bool(outcome.slo.meets)
-    return LoadReading(LOAD_FACTOR, rate, tuple(attainments), meeting)
+    return CliffPoint(LOAD_FACTOR, rate, tuple(attainments), meeting)
