@@ -44,6 +44,8 @@ PUBLISHED_PARAMS_B = {
     "qwen3-235b-a22b": 235.0,  # Qwen3 report: 235B total, 22B active
     "deepseek-v3": 671.0,  # DeepSeek-V3 report: 671B total (MTP module excluded), 37B active
     "deepseek-r1": 671.0,
+    "gpt-oss-120b": 116.83,  # OpenAI's model card; 5.13B active besides the embeddings
+    "gpt-oss-20b": 20.91,
 }
 
 LLAMA_CONFIG = {

@@ -82,6 +82,15 @@ COMM_TABLES = {"h100-sxm": "h100_sxm", "a100-80gb-sxm": "a100_sxm"}
 """GPUs whose collectives aiconfigurator measured (8-GPU NVLink nodes; the L40S has none)."""
 MOE_TABLES = {"h100-sxm": "h100_sxm"}
 """GPUs whose fused MoE aiconfigurator measured."""
+MXFP4_MOE_TABLES = {"h100-sxm": "h100_sxm"}
+"""GPUs whose MXFP4 MoE (gpt-oss) aiconfigurator measured."""
+MXFP4_FIT_EXPERTS = 128
+"""The MXFP4 MoE fit reads the rows of gpt-oss-120b's shape (128 experts): the table's
+32-expert rows (gpt-oss-20b) run the kernel at a lower efficiency, and one fit over both
+prices the 120b's large batches 1.6x slow (compute efficiency 0.38 against 0.61, rms log
+error 0.28 against 0.18)."""
+MXFP4_BYTES = 0.5 + 1 / 32
+"""Bytes per MXFP4 weight: an E2M1 code and a 32nd of its block's E8M0 scale."""
 GEMM_FLOORS = tuple(float(x) * 1e-6 for x in np.arange(0.0, 10.25, 0.25))
 """Per-call floors (s) the GEMM fit searches: 0-10 us."""
 MOE_FLOORS = tuple(float(x) * 1e-6 for x in np.arange(0.0, 81.0, 2.0))
@@ -219,15 +228,16 @@ def fit_collectives(frame: pd.DataFrame, gpu: GpuSpec) -> dict[str, dict[str, fl
 
 # ------------------------------------------------------------------ fused MoE
 def moe_rows(hidden: np.ndarray, inter: np.ndarray, routed: np.ndarray, touched: np.ndarray,
-             time_s: np.ndarray) -> GemmRows:
+             time_s: np.ndarray, weight_bytes: float = _BF16_BYTES) -> GemmRows:
     """Fused-MoE calls as the cost model prices a layer's experts: ``touched`` experts of
     ``routed / touched`` rows each, both projections (gate_up ``h x 2f``, down ``f x h``)
     together; ``tokens`` are rows per expert, ``flops_per_token`` the touched experts' FLOPs
-    per such row."""
+    per such row. ``weight_bytes``: per expert weight as stored (activations are 16-bit)."""
     weights = 3.0 * hidden * inter  # gate, up and down, per expert
     act = (hidden + 2 * inter) + (inter + hidden)  # each projection reads its input, writes out
     return GemmRows(tokens=routed / touched, flops_per_token=2.0 * weights * touched,
-                    bytes=(weights * touched + act * routed) * _BF16_BYTES, time_s=time_s)
+                    bytes=weights * touched * weight_bytes + act * routed * _BF16_BYTES,
+                    time_s=time_s)
 
 
 def fit_moe(rows: GemmRows, peak_flops: float, bytes_per_s: float) -> dict[str, float]:
@@ -235,7 +245,7 @@ def fit_moe(rows: GemmRows, peak_flops: float, bytes_per_s: float) -> dict[str, 
     return fit_gemm(rows, peak_flops, bytes_per_s, GEMM_HALVES, MOE_FLOORS, log_spaced=False)
 
 
-def aic_moe_rows(frame: pd.DataFrame) -> GemmRows:
+def aic_moe_rows(frame: pd.DataFrame, weight_bytes: float = _BF16_BYTES) -> GemmRows:
     """aiconfigurator's balanced fused-MoE rows: each GPU holds ``num_experts / ep`` experts of
     ``inter / tp`` width and gets ``tokens x topk / ep`` rows, spread over as many of its
     experts as they reach (balanced routing)."""
@@ -245,7 +255,7 @@ def aic_moe_rows(frame: pd.DataFrame) -> GemmRows:
     return moe_rows(frame.hidden_size.to_numpy(dtype=float),
                     frame.inter_size.to_numpy(dtype=float) / frame.moe_tp_size.to_numpy(),
                     routed, np.minimum(local, np.maximum(routed, 1.0)),
-                    frame.latency.to_numpy() * 1e-3)
+                    frame.latency.to_numpy() * 1e-3, weight_bytes)
 
 
 def profile_moe_rows(frame: pd.DataFrame, model_id: str) -> GemmRows:
@@ -289,6 +299,13 @@ def calibrate_gpu(gpu_id: str, read: Reader = pd.read_csv) -> dict:
         fit["moe_gemm"] = fit_moe(aic_moe_rows(read(moe_file)), gpu.peak_flops,
                                   gpu.mem_bytes_per_s)
         fit["sources"].append(moe_file)
+    if gpu_id in MXFP4_MOE_TABLES:
+        mxfp4_file = AIC_DIR / f"moe_mxfp4_{MXFP4_MOE_TABLES[gpu_id]}.csv"
+        frame = read(mxfp4_file)
+        frame = frame[frame.num_experts == MXFP4_FIT_EXPERTS]
+        fit["mxfp4_moe_gemm"] = fit_moe(aic_moe_rows(frame, MXFP4_BYTES),
+                                        gpu.peak_flops, gpu.mem_bytes_per_s)
+        fit["sources"].append(mxfp4_file)
     return fit
 
 
@@ -363,6 +380,10 @@ def _fit_chunk_attention(s: np.ndarray, c: np.ndarray, time_s: np.ndarray, q_siz
             "rms_log_error": round(best[0] ** 0.5, 4), "num_rows": int(log_t.size)}
 
 
+MOE_FITS = ("moe_gemm", "mxfp4_moe_gemm")
+"""The fused-MoE kernel fits a profile may carry (16-bit experts, MXFP4 experts)."""
+
+
 def profile_values(fit: dict) -> dict:
     """The GpuSpec fields a fit-v2 entry sets (``calibrate`` adds labels and provenance)."""
     gemm, attn = fit["gemm"], fit["attention"]
@@ -376,10 +397,10 @@ def profile_values(fit: dict) -> dict:
         "attention_floor_s": attn["attention_floor_s"],
         **HOST_OVERHEADS,
     }
-    if "moe_gemm" in fit:
-        moe = fit["moe_gemm"]
-        values["moe_gemm"] = {k: moe[k] for k in ("compute_efficiency", "compute_half_tokens",
-                                                  "memory_efficiency", "floor_s")}
+    for key in MOE_FITS:
+        if key in fit:
+            values[key] = {k: fit[key][k] for k in ("compute_efficiency", "compute_half_tokens",
+                                                    "memory_efficiency", "floor_s")}
     if "decode_attention" in fit:
         dec = fit["decode_attention"]
         values["decode_attention_memory_efficiency"] = dec["decode_attention_memory_efficiency"]
@@ -393,7 +414,7 @@ def profile_values(fit: dict) -> dict:
 
 def provenance(fit: dict) -> dict:
     """What each value was fitted on, as the profile records it."""
-    parts = ("gemm", "fp8_gemm", "attention", "decode_attention", "moe_gemm", "allreduce",
+    parts = ("gemm", "fp8_gemm", "attention", "decode_attention", *MOE_FITS, "allreduce",
              "custom_allreduce", "all_gather", "reduce_scatter")
     return {
         **{k: fit[k] for k in parts if k in fit},
@@ -413,8 +434,9 @@ def calibrate_v2(read: Reader = pd.read_csv) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for gpu_id, fit in fits.items():
         values = profile_values(fit)
-        if "moe_gemm" in values:
-            values["moe_gemm"]["calibration"] = f"{FIT_ID}:{gpu_id}"
+        for key in MOE_FITS:
+            if key in values:
+                values[key]["calibration"] = f"{FIT_ID}:{gpu_id}"
         out[gpu_id] = {**values, "calibration": f"{FIT_ID}:{gpu_id}",
                        "provenance": provenance(fit)}
     for gpu_id, donor in TRANSFERS.items():
@@ -450,8 +472,9 @@ def transferred(profile: dict, donor: str, gpu_id: str) -> dict:
     """``donor``'s fit-v2 values for ``gpu_id``, its link's fits only on the same link."""
     label = f"{FIT_ID}:{donor}->{gpu_id}"
     values = {k: v for k, v in profile.items() if k not in ("calibration", "provenance")}
-    if "moe_gemm" in values:  # its own copy, labelled as borrowed
-        values["moe_gemm"] = {**values["moe_gemm"], "calibration": label}
+    for key in MOE_FITS:
+        if key in values:  # its own copy, labelled as borrowed
+            values[key] = {**values[key], "calibration": label}
     for key in () if same_link(gpu_id, donor) else LINK_FIELDS:
         values.pop(key, None)
     return {**values, "calibration": label, "provenance": {"transferred_from": donor}}

@@ -55,6 +55,8 @@ AIC_COMM_GPUS = ("h100_sxm", "a100_sxm")
 AIC_NCCL_OPS = ("all_reduce", "all_gather", "reduce_scatter")
 AIC_MOE_GPUS = ("h100_sxm",)
 """The systems with fused-MoE tables."""
+AIC_MXFP4_MOE_GPUS = ("h100_sxm",)
+"""The systems with gpt-oss's MXFP4 MoE kernel measured."""
 AIC_MOE_PARALLEL = (1, 2, 4, 8)
 """moe_tp_size and moe_ep_size kept (one node)."""
 _LLMSS_RUNS = (
@@ -129,6 +131,9 @@ def ship_aiconfigurator(source: Path, out: Path) -> None:
     - ``moe_<gpu>.csv``: vLLM's unquantized fused MoE (Triton) with balanced routing at
       ``AIC_MOE_PARALLEL`` TP and EP sizes and ``AIC_TOKENS`` tokens, columns ``hidden_size,
       inter_size, topk, num_experts, moe_tp_size, moe_ep_size, num_tokens, latency``.
+    - ``moe_mxfp4_<gpu>.csv``: vLLM's gpt-oss MXFP4 MoE (w4a16_mxfp4, OpenAI's Triton
+      kernels) with balanced routing at ``AIC_MOE_PARALLEL`` TP and EP sizes and every token
+      count measured, the same columns.
     """
     out.mkdir(parents=True, exist_ok=True)
     data = source / "systems" / "data"
@@ -171,6 +176,15 @@ def ship_aiconfigurator(source: Path, out: Path) -> None:
                    "moe_ep_size", "num_tokens", "latency"]
         frame = frame.loc[keep, columns].sort_values(columns[:-1])
         _write_csv(frame, out / f"moe_{_AIC_GPUS[folder]}.csv")
+    for folder in AIC_MXFP4_MOE_GPUS:
+        frame = _parquet(data / folder / "moe" / "vllm", "moe_perf.parquet")
+        keep = ((frame.moe_dtype == "w4a16_mxfp4") & (frame.distribution == "balanced")
+                & frame.moe_tp_size.isin(AIC_MOE_PARALLEL)
+                & frame.moe_ep_size.isin(AIC_MOE_PARALLEL))
+        columns = ["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
+                   "moe_ep_size", "num_tokens", "latency"]
+        frame = frame.loc[keep, columns].sort_values(columns[:-1])
+        _write_csv(frame, out / f"moe_mxfp4_{_AIC_GPUS[folder]}.csv")
     license_file = out / "LICENSE.aiconfigurator-Apache-2.0.txt"
     license_file.write_bytes((source / license_file.name).read_bytes())
 

@@ -78,6 +78,7 @@ PROFILE_FIELDS = (
     "non_torch_memory_bytes",
     "fp8_gemm",
     "moe_gemm",
+    "mxfp4_moe_gemm",
     "weight_only_compute_ratio",
     "calibration",
 )

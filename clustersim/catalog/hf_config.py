@@ -5,11 +5,13 @@ gated experts (Mixtral, Qwen3-MoE), and DeepSeek-V2/V3-style models (DeepSeek-V3
 modelled: multi-head latent attention (``kv_lora_rank``, ``q_lora_rank``,
 ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``), ``n_routed_experts`` routed and
 ``n_shared_experts`` shared experts of ``moe_intermediate_size``, and the first
-``first_k_dense_replace`` layers dense. Other layouts (Qwen2-MoE's separately sized shared
+``first_k_dense_replace`` layers dense, and gpt-oss-style models: sliding-window layers
+(``layer_types``, ``sliding_window``), learned attention sinks, biased experts and router.
+Other layouts (Qwen2-MoE's separately sized shared
 expert, dense layers between MoE layers, DeepSeek-V3.2's sparse attention indexer, ...) are
 refused with an ``InputError`` rather than priced wrongly. A quantized checkpoint's
-``quantization_config`` (AWQ, GPTQ, FP8, compressed-tensors, ModelOpt) is read into the spec's
-``quantization``, from the top level first and then ``text_config``, as vLLM's
+``quantization_config`` (AWQ, GPTQ, FP8, compressed-tensors, ModelOpt, MXFP4) is read into
+the spec's ``quantization``, from the top level first and then ``text_config``, as vLLM's
 ``ModelConfig._verify_quantization`` looks for it.
 """
 
@@ -42,6 +44,9 @@ _MUST_BE_ONE = {
 # The multi-head latent attention keys vLLM reads (DeepseekV2MLAAttention): all but q_lora_rank
 # (None: a plain q_proj, as DeepSeek-V2-Lite) are required once kv_lora_rank is set.
 _MLA_KEYS = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+# Model types whose experts and router carry biases, and whose heads have learned attention
+# sinks (vLLM's GptOssForCausalLM: the config has no switch for either).
+_EXPERT_BIAS_SINK_TYPES = {"gpt_oss"}
 # Routed-expert counts: Qwen-MoE's key, Mixtral's, then DeepSeek's.
 _NUM_EXPERTS_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 # Model types whose q/k/v projections always carry a bias (the config has no switch for it).
@@ -87,7 +92,8 @@ def model_from_hf_config(path: Path) -> ModelSpec:
         # attention_bias covers q, k, v and o; Qwen2 has q/k/v biases with no switch
         o_bias = bool(config.get("attention_bias", False))
         qkv_bias = o_bias or model_type in _QKV_BIAS_TYPES
-        mlp_bias = bool(config.get("mlp_bias", False))
+        mlp_bias = (bool(config.get("mlp_bias", False))
+                    or model_type in _EXPERT_BIAS_SINK_TYPES)
     dtype = str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")
     fields: dict[str, Any] = {
         "id": path.parent.name or path.stem,
@@ -112,6 +118,8 @@ def model_from_hf_config(path: Path) -> ModelSpec:
         "norm": "layernorm" if is_opt else "rmsnorm",
         "learned_position_rows": max_pos + _OPT_POSITION_OFFSET if is_opt else 0,
         **_moe_fields(config, where),
+        **_sliding_window_fields(config, where),
+        "attention_sinks": model_type in _EXPERT_BIAS_SINK_TYPES,
         "quantization": quantization_from_hf(raw, where) or quantization_from_hf(config, where),
         "source": f"HuggingFace config {where}",
     }
@@ -133,7 +141,8 @@ def _moe_fields(config: dict[str, Any], where: str) -> dict[str, Any]:
     key = next((k for k in _NUM_EXPERTS_KEYS if config.get(k)), None)
     if key is None:
         return {}
-    if config.get("num_experts_per_tok") is None:
+    top_k = config.get("num_experts_per_tok", config.get("experts_per_token"))
+    if top_k is None:
         raise InputError(
             where, f"mixture-of-experts config ({key}) is missing key 'num_experts_per_tok'"
         )
@@ -144,12 +153,42 @@ def _moe_fields(config: dict[str, Any], where: str) -> dict[str, Any]:
     width = "moe_intermediate_size" if "moe_intermediate_size" in config else "intermediate_size"
     return {
         "num_experts": config[key],
-        "num_experts_per_tok": config["num_experts_per_tok"],
+        "num_experts_per_tok": top_k,
         "moe_intermediate_size": _require(config, width, where),
         # DeepSeek: shared experts in every MoE layer, the first k layers dense
         "num_shared_experts": config.get("n_shared_experts") or 0,
         "first_k_dense_replace": config.get("first_k_dense_replace") or 0,
     }
+
+
+def _sliding_window_fields(config: dict[str, Any], where: str) -> dict[str, Any]:
+    """The ModelSpec sliding-window fields of ``config``: with ``layer_types``, its
+    'sliding_attention' layers; without, every layer where ``sliding_window`` is set and
+    ``use_sliding_window`` is not false (Qwen2 configs carry a window they do not use), as
+    transformers' configs and vLLM's ``get_sliding_window`` read them; none otherwise."""
+    window = config.get("sliding_window")
+    types = config.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
+            raise InputError(where, "layer_types must be a list of strings")
+        unknown = sorted(set(types) - {"sliding_attention", "full_attention"})
+        if unknown:
+            raise InputError(where, f"layer_types {unknown[0]!r} layers are not supported "
+                             "(sliding_attention and full_attention are)")
+        if len(types) != config.get("num_hidden_layers"):
+            raise InputError(where, f"layer_types lists {len(types)} layers, "
+                             f"num_hidden_layers is {config.get('num_hidden_layers')!r}")
+        count = types.count("sliding_attention")
+        if not count:
+            return {}
+        if window is None:
+            raise InputError(where, "layer_types has sliding_attention layers and no "
+                             "sliding_window")
+        return {"sliding_window": window, "sliding_window_layers": count}
+    if window is None or config.get("use_sliding_window") is False:
+        return {}
+    return {"sliding_window": window,
+            "sliding_window_layers": config.get("num_hidden_layers")}
 
 
 def _mla_fields(config: dict[str, Any], where: str) -> dict[str, Any]:

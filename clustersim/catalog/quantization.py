@@ -29,7 +29,7 @@ from clustersim.errors import InputError
 
 QuantMethod = Literal[
     "fp8", "modelopt", "modelopt_fp4", "awq", "awq_marlin", "gptq", "gptq_marlin",
-    "compressed-tensors",
+    "compressed-tensors", "mxfp4",
 ]
 """vLLM's ``--quantization`` spellings that clustersim prices (vllm/model_executor/layers/
 quantization/__init__.py ``QuantizationMethods``)."""
@@ -62,6 +62,10 @@ class QuantizationSpec(BaseModel):
         "per step too (W8A8, W4A4) and the GEMM runs at that precision.")
     activation_type: Literal["int", "float"] = "float"
     lm_head: bool = Field(False, description="The LM head is quantized too (GPTQ/AWQ 'lm_head').")
+    modules: Literal["linear", "experts"] = Field(
+        "linear", description="linear: every linear layer of the decoder; experts: the routed "
+        "experts only, attention, router, embeddings and LM head left in the model's dtype "
+        "(gpt-oss's MXFP4 checkpoints: modules_to_not_convert).")
     serialized: bool = Field(
         True, description="The checkpoint stores quantized weights; False: vLLM quantizes a "
         "16-bit checkpoint while loading (--quantization fp8 on a BF16 model).")
@@ -94,7 +98,8 @@ class QuantizationSpec(BaseModel):
         else:
             grouping = ""
         kind = f" FP{self.weight_bits}" if self.weight_type == "float" else ""
-        return f"{self.method} W{self.weight_bits}A{self.activation_bits}{kind}{grouping}"
+        scope = " experts" if self.modules == "experts" else ""
+        return f"{self.method} W{self.weight_bits}A{self.activation_bits}{kind}{grouping}{scope}"
 
 
 def online_fp8() -> QuantizationSpec:
@@ -230,6 +235,20 @@ def _compressed_tensors(cfg: dict[str, Any], where: str) -> QuantizationSpec:
         activation_type=a_type)
 
 
+def _mxfp4(cfg: dict[str, Any], where: str) -> QuantizationSpec:
+    """OCP MXFP4 (gpt-oss): FP4 E2M1 codes with one E8M0 (1-byte) scale per 32 weights along
+    the input dimension, on the routed experts only (the checkpoint's modules_to_not_convert
+    lists attention, router, embeddings and LM head; vLLM's ``Mxfp4Config.get_quant_method``
+    quantizes ``FusedMoE`` layers alone and leaves linear layers unquantized)."""
+    return QuantizationSpec(method="mxfp4", weight_bits=4, weight_type="float",
+                            group_size=_MXFP4_BLOCK, scale_bytes=1, modules="experts")
+
+
+_MXFP4_BLOCK = 32
+"""OCP Microscaling Formats (MX) v1.0, section 5.1: MXFP4 blocks of 32 E2M1 elements share
+one E8M0 scale."""
+
+
 def _group(value: Any, where: str) -> int:
     if not isinstance(value, int) or value == 0 or value < -1:
         raise InputError(where, f"group_size must be -1 or a positive integer, got {value!r}")
@@ -242,4 +261,5 @@ _PARSERS = {
     "fp8": _fp8,
     "modelopt": _modelopt,
     "compressed-tensors": _compressed_tensors,
+    "mxfp4": _mxfp4,
 }

@@ -164,6 +164,10 @@ class GpuSpec(_Spec):
     moe_gemm: GemmFit | None = Field(
         None, description="16-bit experts in vLLM's fused MoE (Triton): both projections of a "
         "layer priced on this fit, ``floor_s`` once per layer; None: the 16-bit GEMM fit.")
+    mxfp4_moe_gemm: GemmFit | None = Field(
+        None, description="MXFP4 experts (gpt-oss) in vLLM's MXFP4 MoE kernel with 16-bit "
+        "activations, priced like ``moe_gemm`` over the MXFP4 bytes; None: the 16-bit GEMM "
+        "fit at ``weight_only_compute_ratio``.")
     weight_only_compute_ratio: Fraction = Field(
         1.0, description="Throughput of a weight-only (W4A16, W8A16) Marlin GEMM where it is "
         "compute-bound, relative to the 16-bit GEMM: the cost of dequantizing in registers.")
@@ -321,6 +325,18 @@ class ModelSpec(_Spec):
         None, description="MLA: per-head query/key dimensions with rotary embedding; the key "
         "part is shared by all heads and cached beside the latent.")
     v_head_dim: OptionalWidth = Field(None, description="MLA: per-head value dimensions.")
+    sliding_window: Tokens | None = Field(
+        None, description="Tokens a sliding-window attention layer attends to, its own "
+        "included (the config's sliding_window); None: every layer attends to the whole "
+        "context.")
+    sliding_window_layers: Annotated[NonNegativeInt, Within(
+        high=MAX_NUM_LAYERS, reason="eight times the deepest model published (126 layers)")] = (
+        Field(0, description="Layers that attend through the sliding window (the config's "
+              "layer_types entries 'sliding_attention'; every layer where it has none); the "
+              "others attend to the whole context. 0 without sliding_window."))
+    attention_sinks: bool = Field(
+        False, description="A learned sink logit per attention head and layer that joins "
+        "every softmax (gpt-oss); its weights count, its FLOPs do not.")
     quantization: QuantizationSpec | None = Field(
         None, description="How the linear layers are stored (the config's quantization_config, "
         "or what the engine's --quantization makes of it); None: in dtype.")
@@ -353,8 +369,8 @@ class ModelSpec(_Spec):
             )
         if not self.moe_intermediate_size:
             raise ValueError("a mixture-of-experts model needs moe_intermediate_size > 0")
-        if self.mlp != "gated" or self.mlp_bias:
-            raise ValueError("experts are modelled as gated MLPs without biases")
+        if self.mlp != "gated":
+            raise ValueError("experts are modelled as gated MLPs")
         if self.first_k_dense_replace >= self.num_layers:
             raise ValueError(
                 f"first_k_dense_replace {self.first_k_dense_replace} leaves no MoE layer of "
@@ -393,6 +409,30 @@ class ModelSpec(_Spec):
         if self.qkv_bias or self.o_bias or self.qk_norm:
             raise ValueError("multi-head latent attention is modelled without attention biases "
                              "or q/k norms")
+        return self
+
+    @model_validator(mode="after")
+    def _sliding_window_is_complete(self) -> ModelSpec:
+        if self.sliding_window is None:
+            if self.sliding_window_layers:
+                raise ValueError("sliding_window_layers needs sliding_window")
+            return self
+        if not 1 <= self.sliding_window_layers <= self.num_layers:
+            raise ValueError(f"sliding_window_layers must be in [1, num_layers "
+                             f"{self.num_layers}] with a sliding_window, got "
+                             f"{self.sliding_window_layers}")
+        if self.is_mla:
+            raise ValueError("sliding-window attention is not modelled with multi-head latent "
+                             "attention")
+        full = self.num_layers - self.sliding_window_layers
+        if not full:
+            raise ValueError("every layer has a sliding window: KV caches without a "
+                             "full-attention layer are not modelled")
+        if full > self.sliding_window_layers:
+            raise ValueError(
+                f"{full} full-attention layers beside {self.sliding_window_layers} "
+                "sliding-window ones: KV-cache layouts with more full-attention than "
+                "sliding-window layers are not modelled")
         return self
 
     # ---------------------------------------------------------------- derived
@@ -456,6 +496,44 @@ class ModelSpec(_Spec):
         if self.is_mla:
             return self.num_layers * self.mla_latent_dim * elem
         return 2 * self.num_layers * self.kv_heads_per_gpu(tp) * self.head_dim * elem
+
+    @property
+    def num_full_attention_layers(self) -> int:
+        """Layers that attend to the whole context (every layer without a sliding window)."""
+        return self.num_layers - self.sliding_window_layers
+
+    @property
+    def kv_group_layers(self) -> int:
+        """Layers one KV block covers. vLLM's hybrid KV-cache manager (``kv_cache_utils.
+        _get_kv_cache_groups_uniform_page_size``) cuts the layers of each attention type into
+        groups of the smallest type's layer count; one block is one page of every layer of
+        one group, and the pool's blocks serve every group (one full-attention group: the
+        validators refuse more full-attention than sliding-window layers). One attention type:
+        every layer (one group)."""
+        full, window = self.num_full_attention_layers, self.sliding_window_layers
+        return min(full, window) if window else self.num_layers
+
+    @property
+    def kv_window_groups(self) -> int:
+        """Sliding-window KV-cache groups (0 without a window): each holds a request's blocks
+        within the window only."""
+        return -(-self.sliding_window_layers // self.kv_group_layers)
+
+    def kv_bytes_per_page(self, tp: int = 1, kv_dtype_bytes: int | None = None) -> int:
+        """KV bytes one token takes in one block on one TP rank: its entries in the
+        :attr:`kv_group_layers` layers of one group (every layer with one attention type)."""
+        per_layer = self.kv_bytes_per_token(tp, kv_dtype_bytes) // self.num_layers
+        return per_layer * self.kv_group_layers
+
+    def kv_cached_bytes(self, num_tokens: int, tp: int = 1) -> int:
+        """KV bytes a request of ``num_tokens`` tokens holds on one TP rank once its prompt
+        is in: every token in the full-attention layers, the last ``sliding_window`` in the
+        sliding-window ones (what a P/D handoff moves)."""
+        per_layer = self.kv_bytes_per_token(tp) // self.num_layers
+        window = num_tokens if self.sliding_window is None else min(num_tokens,
+                                                                    self.sliding_window)
+        return per_layer * (self.num_full_attention_layers * num_tokens
+                            + self.sliding_window_layers * window)
 
     @property
     def is_moe(self) -> bool:
@@ -548,11 +626,16 @@ class ModelSpec(_Spec):
         if not dense:
             shared = self.mlp_matrices * h * self.shared_expert_width
             mlp = experts * self.expert_params + shared + h * self.num_experts  # + router
+            if self.mlp_bias:  # gate/up and down biases of each expert, the router's bias
+                mlp += (experts * ((self.mlp_matrices - 1) * self.moe_intermediate_size + h)
+                        + self.num_experts)
         else:
             mlp = self.mlp_matrices * h * f
             if self.mlp_bias:
                 # every up-projection has an f-wide bias, the down-projection an h-wide one
                 mlp += (self.mlp_matrices - 1) * f + h
+        if self.attention_sinks:
+            attention += self.num_attention_heads
         norm_width = 2 if self.norm == "layernorm" else 1
         norms = 2 * norm_width * h
         if self.qk_norm:
@@ -562,10 +645,13 @@ class ModelSpec(_Spec):
     def linear_shapes(self) -> tuple[tuple[int, int, int], ...]:
         """``(in, out, count)`` of every linear layer a quantization method quantizes, counted
         over all layers: q/k/v and o projections, the MLP (every expert's, for MoE), and the LM
-        head when the checkpoint quantizes it. The router, embeddings, norms and biases stay in
-        ``dtype``."""
+        head when the checkpoint quantizes it; only the routed experts' where it quantizes
+        those alone (MXFP4). The router, embeddings, norms and biases stay in ``dtype``."""
         h, layers = self.hidden_size, self.num_layers
         gate_up = self.mlp_matrices - 1
+        if self.quantization is not None and self.quantization.modules == "experts":
+            f, count = self.moe_intermediate_size, self.num_moe_layers * self.num_experts
+            return ((h, gate_up * f, count), (f, h, count)) if self.is_moe else ()
         shapes = [(k, n, layers) for k, n, _ in self.attention_projections()]
         if self.is_moe:
             f, count = self.moe_intermediate_size, self.num_moe_layers * self.num_experts

@@ -113,6 +113,8 @@ def step_time_cmd(
         "quantization": None if quant is None else quant.method,
         "kv_cache_dtype": spec_model.kv_cache_dtype,
         "gemm_kernel": cost_model.kernel.describe,
+        **({"expert_kernel": cost_model.expert_kernel.describe}
+           if cost_model.expert_kernel is not cost_model.kernel and spec_model.is_moe else {}),
         "time_s": cost.time_s,
         "compute_s": cost.compute_s,
         "memory_s": cost.memory_s,
@@ -137,8 +139,11 @@ def step_time_cmd(
     )
     if quant is not None or spec_model.kv_cache_dtype != "auto":
         weights = "16-bit" if quant is None else quant.describe()
+        experts = (f", experts {cost_model.expert_kernel.describe}"
+                   if cost_model.expert_kernel is not cost_model.kernel and spec_model.is_moe
+                   else "")
         typer.echo(f"weights {weights} ({spec_model.weight_bytes / 1e9:,.2f} GB), GEMMs "
-                   f"{cost_model.kernel.describe}, KV cache {spec_model.kv_cache_dtype} "
+                   f"{cost_model.kernel.describe}{experts}, KV cache {spec_model.kv_cache_dtype} "
                    f"({spec_model.kv_bytes_per_token(tp):,} B per token per GPU)")
     typer.echo(
         f"step time {cost.time_s * 1e3:.3f} ms = compute-bound {cost.compute_s * 1e3:.3f} + "

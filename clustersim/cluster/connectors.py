@@ -205,9 +205,15 @@ class KVConnector:
         per_token = self._kv_bytes.get(decode_index)
         if per_token is None:
             tp = len(decode.gpus)
+            served = cluster.served(decode.name)
+            # (0: a sliding window caps what some layers hold; priced per prompt)
             per_token = self._kv_bytes[decode_index] = (
-                cluster.served(decode.name).kv_bytes_per_token(tp) * tp)
-        num_bytes = num_tokens * per_token
+                0 if served.sliding_window else served.kv_bytes_per_token(tp) * tp)
+        if per_token:
+            num_bytes = num_tokens * per_token
+        else:
+            tp = len(decode.gpus)
+            num_bytes = cluster.served(decode.name).kv_cached_bytes(num_tokens, tp) * tp
         pair = (handoff.prefill_index, decode_index)
         extra = 0.0
         if pair not in self._paired:

@@ -612,6 +612,8 @@ class Cluster:
                 config.block_size,
                 config.max_model_len,
                 enable_prefix_caching=config.enable_prefix_caching,
+                sliding_window=setup.model.sliding_window or 0,
+                window_groups=setup.model.kv_window_groups,
             )
             # (a pipeline's requests do not all decode every step: no decode set)
             return Scheduler(config, kv, keep_token_times=self.record_steps,

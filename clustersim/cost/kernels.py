@@ -9,6 +9,8 @@ ratio), (weights + M x activations) / (eff_m x bandwidth))``, with its own terms
     w8a8_int8              int8    fp8 fit, else 16-bit  1 B + scales              1
     w4a4_fp4 (NVFP4)       fp4     fp8 fit               0.5 B + FP8 scale / 16    1
     marlin (W4A16, W8A16)  bf16    16-bit fit, no half   codes + scales (+zeros)   r
+    mxfp4 (W4A16 experts)  bf16    its MoE fit, else     0.5 B + E8M0 scale / 32   1, else r
+                                   the 16-bit fit
     dequant (awq, gptq)    bf16    16-bit fit            codes + scales (+zeros)   r
                            from ``dequant_rows`` rows: dequantize the whole weight to 16 bits
                            (read codes, write 2 B each), then a 16-bit GEMM reads it back
@@ -55,7 +57,7 @@ class GemmKernel:
     """How one linear layer's GEMM is priced on one GPU."""
 
     name: str
-    """w16a16, w8a8_fp8, w8a8_int8, w4a4_fp4, marlin, dequant."""
+    """w16a16, w8a8_fp8, w8a8_int8, w4a4_fp4, marlin, mxfp4, dequant."""
     peak_flops: float
     fit: GemmFit
     """compute and memory efficiencies and the half-saturation rows."""
@@ -109,6 +111,14 @@ def gemm_kernel(quant: QuantizationSpec | None, gpu: GpuSpec) -> GemmKernel:
             return GemmKernel("w4a4_fp4", gpu.fp4_dense_tflops * TERA, fp8_fit, 1.0, quant,
                               _FP4_BYTES)
         return _weight_only("marlin", quant, gpu, bf16)
+    if quant.method == "mxfp4":
+        # MXFP4 experts with 16-bit activations on every GPU vLLM serves them on: Marlin
+        # below 9.0, OpenAI's Triton MoE kernels (matmul_ogs) on Hopper, FlashInfer's
+        # MXFP4 x BF16 MoE on Blackwell by default (vllm/model_executor/layers/quantization/
+        # mxfp4.py, get_mxfp4_backend)
+        if gpu.mxfp4_moe_gemm is not None:  # the kernel measured: its own fit, as is
+            return GemmKernel("mxfp4", gpu.peak_flops, gpu.mxfp4_moe_gemm, 1.0, quant, None)
+        return _weight_only("mxfp4", quant, gpu, bf16)
     if quant.method == "awq":
         return _weight_only("dequant", quant, gpu, bf16, AWQ_DEQUANT_ROWS)
     if quant.method == "gptq":

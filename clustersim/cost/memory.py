@@ -87,8 +87,10 @@ def profiles_cuda_graphs(vllm_version: str) -> bool:
 def kv_bytes_per_block(
     model: ModelSpec, tp: int, block_size: int = 16, kv_dtype_bytes: int | None = None
 ) -> int:
-    """Bytes one KV block takes on one TP rank: K and V of ``block_size`` tokens, all layers."""
-    return block_size * model.kv_bytes_per_token(tp, kv_dtype_bytes)
+    """Bytes one KV block takes on one TP rank: K and V of ``block_size`` tokens in every
+    layer, or in one group's layers where sliding-window layers split the cache into groups
+    (``ModelSpec.kv_bytes_per_page``)."""
+    return block_size * model.kv_bytes_per_page(tp, kv_dtype_bytes)
 
 
 def activation_peak_bytes(model: ModelSpec, tp: int, num_tokens: int) -> int:

@@ -127,6 +127,11 @@ class StepPrices:
         self.prefill_ctx_s_per_token: float = 0.0
         """Per cached context token a prefill chunk attends to: the compute of re-expanding its
         latent to per-head keys and values (MLA's kv_b_proj); 0 for standard attention."""
+        self.window_share: float = 0.0
+        """Sliding-window layers over all layers (0: every layer attends to the whole
+        context)."""
+        self.window_tokens: float = 0.0
+        """Keys a sliding-window layer's query attends to at most."""
         self.kv_s_per_token: float = 0.0
         self.decode_kv_s_per_token: float = 0.0
         self.decode_rows_per_seq: float = 0.0
@@ -241,8 +246,10 @@ class StepPrices:
             else:
                 memory += t_memory
         if num_decode_tokens:
-            t_compute = (decode_kv_tokens + spec_attn_pairs) * self.decode_attn_s_per_pair
             num_requests = num_decode_tokens - num_spec_tokens
+            if self.window_share:
+                decode_kv_tokens = self.windowed(decode_kv_tokens, num_requests)
+            t_compute = (decode_kv_tokens + spec_attn_pairs) * self.decode_attn_s_per_pair
             t_memory = ((decode_kv_tokens + num_requests * self.decode_rows_per_seq
                          + num_spec_tokens) * self.decode_kv_s_per_token)
             if t_compute >= t_memory:
@@ -256,12 +263,22 @@ class StepPrices:
         """(compute, memory) seconds of the prompt chunks' attention, the larger one counts:
         it reads the KV the chunks attend to and writes their own; under MLA the cached
         context's latent is expanded to keys and values first."""
+        if self.window_share:
+            prefill_attn_pairs = self.windowed(prefill_attn_pairs, num_prefill_tokens)
         t_compute = ((prefill_attn_pairs + self.attn_half_keys * num_prefill_tokens)
                      * self.attn_s_per_pair)
         if self.prefill_ctx_s_per_token:
             t_compute += ((prefill_kv_tokens - num_prefill_tokens)
                           * self.prefill_ctx_s_per_token)
         return t_compute, (prefill_kv_tokens + num_prefill_tokens) * self.kv_s_per_token
+
+    def windowed(self, keys: float, num_queries: float) -> float:
+        """``keys`` query-key pairs (or KV tokens read) of ``num_queries`` queries, averaged
+        over the layers: the full-attention layers' all of them, the sliding-window layers'
+        at most ``window_tokens`` per query. An upper bound of the exact sum (each query's
+        ``min(keys, window)``), equal to it once every query sees a full window."""
+        share = self.window_share
+        return keys * (1.0 - share) + min(keys, num_queries * self.window_tokens) * share
 
     def _lm_head_s(self, rows: float) -> float:
         """The LM head (and its logits all-gather) on ``rows`` rows."""
@@ -277,6 +294,13 @@ class StepPrices:
         """``CostModel.decode_run_s``."""
         compute, memory, communication, overhead = self.decode_batch_parts(
             num_decodes, moe_tokens)
+        if self.window_share:
+            return [decode_step_s(compute, memory, communication, overhead,
+                                  self.decode_attn_s_per_pair, self.decode_kv_s_per_token,
+                                  num_decodes * self.decode_rows_per_seq,
+                                  self.windowed(float(decode_kv_tokens + m * num_decodes),
+                                                num_decodes))
+                    for m in range(num_steps)]
         return decode_step_times(
             compute, memory, communication, overhead, self.decode_attn_s_per_pair,
             self.decode_kv_s_per_token, num_decodes * self.decode_rows_per_seq,
@@ -290,6 +314,12 @@ class StepPrices:
         """:meth:`decode_run_s`'s steps appended to ``ends_s`` as end times from ``start_s``
         (:func:`decode_step_ends`)."""
         compute, memory, communication, overhead = self.decode_batch_parts(num_decodes, None)
+        if self.window_share:
+            end = start_s
+            for seconds in self.decode_run_s(num_decodes, decode_kv_tokens, num_steps):
+                end += seconds
+                ends_s.append(end)
+            return
         decode_step_ends(
             ends_s, start_s, compute, memory, communication, overhead, self.decode_attn_s_per_pair,
             self.decode_kv_s_per_token, num_decodes * self.decode_rows_per_seq,
@@ -396,6 +426,8 @@ class StepPrices:
             else:
                 memory += t_memory
         if num_decode_tokens:
+            if self.window_share:
+                decode_kv_tokens = self.windowed(decode_kv_tokens, num_decode_tokens)
             t_compute = decode_kv_tokens * self.decode_attn_s_per_pair
             t_memory = ((decode_kv_tokens + num_decode_tokens * self.decode_rows_per_seq)
                         * self.decode_kv_s_per_token)

@@ -174,7 +174,7 @@ IDLE_COST = StepCost(0.0, 0.0, 0.0, 0.0, 0.0)
 class CostModel:
     """Step pricing for one (model, GPU, tensor-parallel size), constants precomputed."""
 
-    __slots__ = ("model", "gpu", "tp", "kernel", "prices")
+    __slots__ = ("model", "gpu", "tp", "kernel", "expert_kernel", "prices")
 
     def __init__(
         self,
@@ -222,9 +222,16 @@ class CostModel:
         f_shard = f / tp
         up_out = (model.mlp_matrices - 1) * f_shard  # gate+up (gated) or fc1 (plain)
         # the kernel every quantized linear layer runs (clustersim.cost.kernels); the MoE
-        # router and, unless the checkpoint quantizes it, the LM head stay 16-bit
-        self.kernel = kernel = gemm_kernel(model.quantization, gpu)
-        sixteen = kernel if model.quantization is None else gemm_kernel(None, gpu)
+        # router and, unless the checkpoint quantizes it, the LM head stay 16-bit, and so
+        # does everything but the routed experts of a checkpoint that quantizes those alone
+        quantized = gemm_kernel(model.quantization, gpu)
+        sixteen = quantized if model.quantization is None else gemm_kernel(None, gpu)
+        experts_only = (model.quantization is not None
+                        and model.quantization.modules == "experts")
+        self.kernel = kernel = sixteen if experts_only else quantized
+        """The kernel of the quantized dense layers (attention projections, dense MLPs)."""
+        self.expert_kernel = quantized
+        """The kernel of the routed experts."""
 
         # seconds per FLOP / per byte, pre-inverted so the hot path only multiplies
         s_per_attn_flop = 1.0 / (gpu.attention_efficiency * gpu.peak_flops)
@@ -274,7 +281,7 @@ class CostModel:
         # activation s per routed row, half-saturation rows, floor s of the fused call)
         # vLLM's fused MoE: one call per layer for both projections, with its own fit where
         # measured (16-bit experts): its floor once per layer, on the first projection
-        expert_kernel = kernel
+        expert_kernel = quantized
         if model.quantization is None and gpu.moe_gemm is not None:
             expert_kernel = GemmKernel("fused_moe", gpu.peak_flops, gpu.moe_gemm, 1.0, None, None)
         expert_gemms = _layer_gemms(expert_shapes, moe_layers, e, expert_kernel, gpu)
@@ -364,6 +371,11 @@ class CostModel:
             p.prefill_ctx_s_per_token = 0.0
         # prefill efficiency saturates with the keys per query K: eff x K / (K + half), so a
         # chunk of s queries costs (pairs + half x s) pairs at the saturated efficiency
+        if model.sliding_window is not None:
+            # the sliding-window layers' queries attend to at most the window (their share of
+            # the pairs and the decode KV reads; the prompt chunks' KV reads are not capped)
+            p.window_share = model.sliding_window_layers / layers
+            p.window_tokens = float(model.sliding_window)
         p.attn_half_keys = gpu.attention_half_keys
         p.attn_floor_s = layers * gpu.attention_floor_s
         p.kv_s_per_token = model.kv_bytes_per_token(tp) * s_per_byte

@@ -10,6 +10,19 @@ hit by a prefix lookup until they are popped for reuse::
 
 A request's blocks are freed in reverse order so its tail blocks are evicted first.
 
+A model with sliding-window layers (gpt-oss) runs vLLM's hybrid KV-cache manager: one block is
+a page of one *group* of layers (``ModelSpec.kv_group_layers``), the full-attention group and
+``window_groups`` sliding-window groups draw on the same pool, and each group holds a block per
+``block_size`` tokens of a request. A sliding-window group needs only the blocks its window
+still reaches: before each allocation the blocks wholly before token ``computed - window + 1``
+are freed (``SlidingWindowManager.remove_skipped_blocks``; their slots hold vLLM's null
+block), so a decoding request holds about ``window / block_size + 1`` blocks per such group.
+Two simplifications: window blocks carry no prefix hash (a prefix hit covers the
+full-attention group; the window group takes fresh blocks for the hit's last ``window``
+tokens, where vLLM would reuse cached ones), and the blocks that leave the window are freed
+when the request next allocates, where vLLM frees them at every schedule (at most one block
+per request per group, for under ``block_size`` steps).
+
 The three parts are kept apart so that nothing here grows with the pool: a fresh instance holds
 no per-block state, and a request without prefix hashes (whose blocks nobody else can share)
 takes and returns its blocks as whole lists, without reference counts. Only blocks of requests
@@ -33,7 +46,8 @@ def cdiv(a: int, b: int) -> int:
 
 
 class KVCacheManager:
-    """Block accounting for one engine instance (one KV-cache group, full attention)."""
+    """Block accounting for one engine instance: a full-attention KV-cache group, and
+    ``window_groups`` sliding-window groups of ``sliding_window`` tokens (module docstring)."""
 
     def __init__(
         self,
@@ -41,10 +55,24 @@ class KVCacheManager:
         block_size: int,
         max_model_len: int,
         enable_prefix_caching: bool = True,
+        sliding_window: int = 0,
+        window_groups: int = 0,
     ) -> None:
         if num_gpu_blocks < 2:
             raise ValueError(f"num_gpu_blocks must be >= 2 (block 0 is the null block), "
                              f"got {num_gpu_blocks}")
+        if (sliding_window > 0) != (window_groups > 0):
+            raise ValueError("sliding_window and window_groups go together")
+        self.sliding_window = sliding_window
+        """Tokens a sliding-window layer attends to (0: no such layers)."""
+        self.window_groups = window_groups
+        self.blocks_per_slot = 1 + window_groups
+        """Blocks a request takes per ``block_size`` tokens it adds (one per group)."""
+        self._window: dict[str, list[int]] = {}
+        """Each request's sliding-window blocks (every window group's), oldest first."""
+        self._window_start: dict[str, int] = {}
+        """Each request's first slot its window groups still hold (the earlier ones are
+        vLLM's null block)."""
         self.num_gpu_blocks = num_gpu_blocks
         self.block_size = block_size
         self.max_model_len = max_model_len
@@ -76,7 +104,12 @@ class KVCacheManager:
         return self.num_usable_blocks - self._num_free
 
     def num_blocks_of(self, request_id: str) -> int:
+        """The request's full-attention blocks (one per ``block_size`` tokens)."""
         return len(self.req_to_blocks.get(request_id, ()))
+
+    def window_blocks_of(self, request_id: str) -> int:
+        """The request's sliding-window blocks, every window group's."""
+        return len(self._window.get(request_id, ()))
 
     def shares_blocks(self, request: Request) -> bool:
         """Whether the request's blocks can be hashed, hit and shared (reference-counted)."""
@@ -131,22 +164,33 @@ class KVCacheManager:
             num_evictable_hits = sum(1 for b in hit_blocks if b in cached_free)
         num_free = self._num_free
 
+        computed = request.num_computed_tokens + num_new_computed_tokens + num_external_tokens
+        window_start = 0
+        if self.window_groups:
+            # the blocks the window has left are freed first, whether or not this fits
+            window_start = self._slide(request.request_id, computed)
+            num_free = self._num_free
+
         if full_sequence_must_fit:
             full = cdiv(min(request.num_tokens, self.max_model_len), bs)
             need_full = max(full - num_held - len(hit_blocks), 0) + num_evictable_hits
+            if self.window_groups:
+                need_full += self._window_need(request.request_id, window_start, full)
             if need_full + watermark_blocks > num_free:
                 return False
 
-        total = (
-            request.num_computed_tokens
-            + num_new_computed_tokens
-            + num_external_tokens
-            + num_new_tokens
-        )
+        total = computed + num_new_tokens
         num_required = cdiv(min(total + num_lookahead_tokens, self.max_model_len), bs)
         num_new_blocks = max(num_required - num_held - len(hit_blocks), 0)
-        if num_new_blocks + num_evictable_hits + watermark_blocks > num_free - reserved_blocks:
+        num_window_blocks = 0
+        if self.window_groups:
+            num_window_blocks = self._window_need(request.request_id, window_start, num_required)
+        if (num_new_blocks + num_window_blocks + num_evictable_hits + watermark_blocks
+                > num_free - reserved_blocks):
             return False
+        if num_window_blocks:
+            self._window.setdefault(request.request_id, []).extend(
+                self._take(num_window_blocks))
 
         taken: list[int] | None = None
         if held is None and not hit_blocks:  # a new request: the blocks taken are its list
@@ -186,12 +230,45 @@ class KVCacheManager:
             if sharing and request.block_hashes:
                 ref_cnt[taken[i]] = 1
 
+    def _slide(self, request_id: str, num_computed_tokens: int) -> int:
+        """Free the request's window blocks wholly before token ``num_computed_tokens -
+        sliding_window + 1`` (vLLM's ``get_num_skipped_tokens``); its first slot still held."""
+        skipped = num_computed_tokens - self.sliding_window + 1
+        start = self._window_start.get(request_id, 0)
+        first = skipped // self.block_size if skipped > 0 else 0
+        if first <= start:
+            return start
+        self._window_start[request_id] = first
+        blocks = self._window.get(request_id)
+        if blocks:
+            count = min(len(blocks), (first - start) * self.window_groups)
+            gone = blocks[:count]
+            del blocks[:count]
+            gone.reverse()
+            self._plain.extend(gone)
+            self._num_free += count
+        return first
+
+    def _window_need(self, request_id: str, start: int, num_slots: int) -> int:
+        """Window blocks to take for the request to hold slots ``start .. num_slots - 1``."""
+        held = self.window_blocks_of(request_id) // self.window_groups
+        return max(0, num_slots - max(start, 0) - held) * self.window_groups
+
     def free(self, request: Request) -> None:
         """Drop the request's references; blocks reaching zero return to the free queue."""
         # (get and del: dict.pop is a generic method call in compiled code)
         rid = request.request_id
         if rid in self._num_cached_blocks:
             del self._num_cached_blocks[rid]
+        if self.window_groups:
+            if rid in self._window_start:
+                del self._window_start[rid]
+            window = self._window.get(rid)
+            if window is not None:
+                del self._window[rid]
+                window.reverse()
+                self._plain.extend(window)
+                self._num_free += len(window)
         blocks = self.req_to_blocks.get(rid)
         if blocks is None:
             return
@@ -281,6 +358,10 @@ class KVCacheManager:
     def check_invariants(self) -> None:
         """Free + referenced blocks = usable blocks; used for tests, not on the hot path."""
         referenced = {b for blocks in self.req_to_blocks.values() for b in blocks}
+        windows = [b for blocks in self._window.values() for b in blocks]
+        if len(set(windows)) != len(windows) or referenced & set(windows):
+            raise AssertionError("KV accounting broken: a window block is held twice")
+        referenced |= set(windows)
         queued = (len(self._plain) + (self.num_gpu_blocks - self._next_fresh)
                   + len(self._cached_free))
         if referenced & (set(self._plain) | set(self._cached_free)):

@@ -37,6 +37,7 @@ MIN_CAPABILITY: dict[str, int] = {
     "gptq": 60,  # GPTQConfig
     "gptq_marlin": 75,  # GPTQMarlinConfig
     "compressed-tensors": 70,  # CompressedTensorsConfig; its schemes ask more (below)
+    "mxfp4": 80,  # Mxfp4Config: Marlin MXFP4 below 9.0, Triton kernels on 9.0, FlashInfer 10.0
 }
 """``get_min_capability()`` of each method's QuantizationConfig (vllm/model_executor/layers/
 quantization/{fp8,modelopt,awq,awq_marlin,gptq,gptq_marlin}.py,
@@ -54,7 +55,7 @@ _MARLIN_GROUP_SIZES = (-1, 32, 64, 128)
 _HALF_ONLY = {"awq", "gptq"}
 """Methods whose ``get_supported_act_dtypes()`` is [torch.half] only (the legacy AWQ and GPTQ
 kernels); the Marlin, FP8 and compressed-tensors ones take bfloat16 too."""
-ROCM_METHODS = ("awq", "gptq", "fp8", "compressed-tensors")
+ROCM_METHODS = ("awq", "gptq", "fp8", "compressed-tensors", "mxfp4")
 NATIVE_FP4_CAPABILITY = 100
 """ModelOptNvFp4LinearMethod runs FlashInfer/CUTLASS FP4 GEMMs on Blackwell (``cutlass_fp4_
 supported``) and Marlin weight-only FP4 elsewhere."""
@@ -162,6 +163,12 @@ def _check_platform(spec: QuantizationSpec, model: ModelSpec, gpu: GpuSpec, wher
             f"capability: {gpu.capability}.'",
         )
     _check_peak(spec, gpu, where)
+    if method == "mxfp4" and model.dtype != "bfloat16":
+        raise ConfigError(
+            where,
+            f"mxfp4: vLLM's MXFP4 MoE kernels take bfloat16 activations only "
+            f"(Mxfp4Config.get_supported_act_dtypes) and {model.id} is {model.dtype}",
+        )
     if method in _HALF_ONLY and model.dtype != "float16":
         raise ConfigError(
             where,

@@ -46,7 +46,8 @@ class Scheduler:
         spec = config.speculative
         keep_token_times = keep_token_times or spec is not None
         self.keep_token_times = keep_token_times
-        bulk = bulk_decodes and bulk_decodes_allowed(config)
+        # (a sliding window frees blocks as its requests decode: no decode set to advance)
+        bulk = bulk_decodes and bulk_decodes_allowed(config) and not kv.window_groups
         self._num_drafts = 0 if spec is None else spec.num_speculative_tokens
         """Draft tokens a decode carries each step (0: no speculative decoding)."""
         self._lookahead = 0 if spec is None else spec.num_lookahead_tokens
@@ -406,7 +407,9 @@ class Scheduler:
         for request in self.running[skip:] if skip else self.running:
             if request.num_computed_tokens < request.num_tokens:
                 full = cdiv(min(request.num_tokens, max_model_len), block_size)
-                needed += max(0, full - kv.num_blocks_of(request.request_id))
+                # (every group's block per slot: a chunk takes window blocks too)
+                needed += max(0, full - kv.num_blocks_of(request.request_id)) * (
+                    kv.blocks_per_slot)
         return needed
 
     def _allocate_running(

@@ -94,9 +94,13 @@ class Screen:
             probe = variant(scenario, candidate, None).engine
             setup = resolve_engine(probe, self.model, gpu, tp, 1, pp)
             config = setup.scheduler
-            result = Engine(CostModel(setup.model, gpu, tp), config.max_num_batched_tokens,
+            served = setup.model
+            result = Engine(CostModel(served, gpu, tp), config.max_num_batched_tokens,
                             config.max_num_seqs, (setup.num_gpu_blocks - 1) * config.block_size,
-                            config.enable_chunked_prefill)
+                            config.enable_chunked_prefill,
+                            0.0 if served.sliding_window is None else float(
+                                served.kv_window_groups
+                                * (served.sliding_window + config.block_size)))
         except ClusterSimError as error:
             where = f"TP{tp}" + (f" x PP{pp}" if pp > 1 else "")
             result = f"{gpu_id} {where}: {error.message}"
@@ -236,6 +240,8 @@ class Screen:
             return math.inf
         tokens = traffic.prompt_at(0.5)
         kv = self.model.model_copy(update={"kv_cache_dtype": self.scenario.engine.kv_cache_dtype})
+        if kv.sliding_window is not None:
+            return kv.kv_cached_bytes(math.ceil(tokens)) / bandwidth
         return tokens * kv.kv_bytes_per_token(1) / bandwidth
 
     def sized_for(self, family: Candidate, target_per_s: float) -> Candidate:

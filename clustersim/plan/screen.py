@@ -99,6 +99,9 @@ class Engine:
     max_num_seqs: int
     kv_capacity_tokens: int
     enable_chunked_prefill: bool = True
+    window_tokens_per_seq: float = 0.0
+    """Tokens' worth of blocks each running request holds beside its context in the
+    sliding-window groups (about ``window + block_size`` per group; 0 without a window)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,7 +300,8 @@ def decode_state(engine: Engine, traffic: TrafficStats, slo: SLO, lam: float) ->
 def _holding_failure(engine: Engine, batch: float, context: float) -> str | None:
     """What an instance cannot hold of ``batch`` running requests of ``context`` tokens each:
     their KV (within its headroom), or their seats; None when it holds them."""
-    if batch * context > KV_HEADROOM * engine.kv_capacity_tokens:
+    if batch * (context + engine.window_tokens_per_seq) > (
+            KV_HEADROOM * engine.kv_capacity_tokens):
         return "kv"
     if batch > engine.max_num_seqs:
         return "seats"
