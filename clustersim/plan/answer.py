@@ -395,6 +395,8 @@ def serve_commands(rec: CandidateResult | None, model: ModelSpec,
                 f"--tensor-parallel-size {pool.tensor_parallel_size}",
                 *([f"--pipeline-parallel-size {pool.pipeline_parallel_size}"]
                   if pool.pipeline_parallel_size > 1 else []),
+                *([f"--data-parallel-size {pool.data_parallel_size}",
+                   "--enable-expert-parallel"] if pool.data_parallel_size > 1 else []),
                 f"--max-num-batched-tokens {info.max_num_batched_tokens}",
                 f"--max-num-seqs {info.max_num_seqs}",
                 f"--max-model-len {info.max_model_len}",

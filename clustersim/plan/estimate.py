@@ -14,7 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from clustersim.catalog import load_gpu
-from clustersim.catalog.specs import ModelSpec
+from clustersim.catalog.specs import GpuSpec, ModelSpec
+from clustersim.cluster.system import expert_imbalance
+from clustersim.cost.collectives import FP8_DISPATCH_BYTES, AllToAll
 from clustersim.cost.roofline import CostModel
 from clustersim.engine.defaults import resolve_engine
 from clustersim.errors import ClusterSimError, ConfigError
@@ -71,14 +73,19 @@ class Screen:
         self._capacities: dict[tuple, Estimate] = {}
         self._classes: dict[str, TrafficClass | None] | None = None
 
-    def engine(self, gpu_id: str, tp: int, candidate: Candidate, pp: int = 1) -> Engine | str:
+    def engine(self, gpu_id: str, tp: int, candidate: Candidate, pp: int = 1, dp: int = 1,
+               role: str = "colocated") -> Engine | str:
         """The pool's engine as the screen prices it, or why it cannot start. With ``pp``
         pipeline stages its KV capacity is the stages' (each holds its layers' KV of the same
         tokens) and its step the whole model's on ``tp`` GPUs: what one batch waits for a
         token, every stage in turn (the batches the other stages run meanwhile, the bubbles
-        and the activation sends are left to the simulation)."""
+        and the activation sends are left to the simulation). With ``dp`` data-parallel ranks
+        it is one rank: its share of the experts, its MoE layers seeing every rank's tokens
+        (as busy as itself), their all-gather inside a server or DeepEP's all-to-all across
+        servers (``_parallel_cost``)."""
         key = (gpu_id, tp, candidate.max_num_batched_tokens, candidate.enable_chunked_prefill,
-               candidate.quantization, candidate.kv_cache_dtype, candidate.speculative, pp)
+               candidate.quantization, candidate.kv_cache_dtype, candidate.speculative, pp,
+               dp, role if dp > 1 else "")
         if key in self._engines:
             return self._engines[key]
         scenario = self.scenario
@@ -92,20 +99,56 @@ class Screen:
             self.model.check_tp(tp)
             gpu.tp_link(tp)
             probe = variant(scenario, candidate, None).engine
-            setup = resolve_engine(probe, self.model, gpu, tp, 1, pp)
+            setup = resolve_engine(probe, self.model, gpu, tp, dp, pp)
             config = setup.scheduler
             served = setup.model
-            result = Engine(CostModel(served, gpu, tp), config.max_num_batched_tokens,
+            cost = (CostModel(served, gpu, tp) if dp == 1
+                    else self._parallel_cost(served, gpu, tp, dp, role))
+            result = Engine(cost, config.max_num_batched_tokens,
                             config.max_num_seqs, (setup.num_gpu_blocks - 1) * config.block_size,
                             config.enable_chunked_prefill,
                             0.0 if served.sliding_window is None else float(
                                 served.kv_window_groups
                                 * (served.sliding_window + config.block_size)))
         except ClusterSimError as error:
-            where = f"TP{tp}" + (f" x PP{pp}" if pp > 1 else "")
+            where = (f"TP{tp}" + (f" x PP{pp}" if pp > 1 else "")
+                     + (f" x DP{dp}" if dp > 1 else ""))
             result = f"{gpu_id} {where}: {error.message}"
         self._engines[key] = result
         return result
+
+    def _parallel_cost(self, model: ModelSpec, gpu: GpuSpec, tp: int, dp: int,
+                       role: str) -> CostModel:
+        """One rank of a ``dp``-way data-parallel, expert-parallel instance, as the cluster
+        prices it: an all-gather and reduce-scatter over the server's fabric when its dp x tp
+        GPUs fit one server, DeepEP's all-to-all over the NICs when they span servers
+        (low-latency kernels on a decode pool, normal ones elsewhere)."""
+        if not model.is_moe:
+            raise ConfigError("data_parallel_size", f"{model.id} is dense: its data-parallel "
+                              "ranks are instances (plan instances instead)")
+        template = self.templates.get(gpu.id)
+        gpus = dp * tp
+        node = (template.gpus_per_node if template is not None
+                else max(gpu.link.max_gpus, gpu.pcie.max_gpus))
+        a2a: AllToAll | None = None
+        link: dict[str, float] = {}
+        if gpus > node:
+            if template is None or template.inter_bytes_per_s is None:
+                raise ConfigError("data_parallel_size", f"DP{dp} x TP{tp} spans {gpu.id} "
+                                  "servers, which need NICs (plan.nodes: a networked server)")
+            fp8 = model.quantization is not None and model.quantization.method == "fp8"
+            a2a = AllToAll(gpus, node, template.intra_bytes_per_s, template.inter_bytes_per_s,
+                           dispatch_bytes=FP8_DISPATCH_BYTES if fp8 else model.dtype_bytes,
+                           combine_bytes=model.dtype_bytes,
+                           mode="low_latency" if role == "decode" else "normal")
+        elif template is not None:
+            link["dp_link_bytes_per_s"] = min(template.intra_bytes_per_s,
+                                              gpu.tp_link(gpus).effective_bytes_per_s)
+        settings = self.scenario.engine
+        cost = CostModel(model, gpu, tp, dp=dp, expert_parallel=True, all_to_all=a2a,
+                         expert_imbalance=expert_imbalance(settings, a2a is not None), **link)
+        cost.prices.moe_token_scale = float(dp)
+        return cost
 
     def _capacity(self, kind: str, engine: Engine, traffic: TrafficStats, servers: int = 1,
                   extra: tuple = ()) -> Estimate:
@@ -130,7 +173,7 @@ class Screen:
     def __call__(self, candidate: Candidate) -> Screened:
         for pool in candidate.pools:
             engine = self.engine(pool.gpu, pool.tensor_parallel_size, candidate,
-                                 pool.pipeline_parallel_size)
+                                 pool.pipeline_parallel_size, pool.data_parallel_size, pool.role)
             if isinstance(engine, str):
                 return Screened(candidate, 0.0, None, engine)
             if pool.pipeline_parallel_size > 1 and not candidate.baseline and not isinstance(
@@ -158,10 +201,17 @@ class Screen:
         sustains, the limit that stops it). A disaggregated request passes both pools; a
         three-pool layout routes each class (prefill-heavy, decode-heavy, mixed) to its path,
         as the cluster does."""
+        loads = self._engine_loads(candidate)
+        # (an instance of data-parallel ranks carries its ranks' rates)
+        return {role: (share, rate * candidate.pool(role).data_parallel_size, binding)
+                for role, (share, rate, binding) in loads.items()}
+
+    def _engine_loads(self, candidate: Candidate) -> dict[str, tuple[float, float, str]]:
+        """:meth:`_loads` per engine rank (an instance, or one data-parallel rank of one)."""
         engine = {p.role: self.engine(p.gpu, p.tensor_parallel_size, candidate,
-                                      p.pipeline_parallel_size)
+                                      p.pipeline_parallel_size, p.data_parallel_size, p.role)
                   for p in candidate.pools}
-        size = {p.role: p.instances for p in candidate.pools}
+        size = {p.role: p.num_engines for p in candidate.pools}
         if candidate.layout == "colocated":
             est = self._capacity("colocated", engine["colocated"], self.traffic,
                                  size["colocated"])

@@ -171,7 +171,10 @@ class CandidateResult:
             "pools": [{"role": p.role, "gpu": p.gpu, "tensor_parallel_size":
                        p.tensor_parallel_size, "instances": p.instances,
                        **({"pipeline_parallel_size": p.pipeline_parallel_size}
-                          if p.pipeline_parallel_size > 1 else {})} for p in c.pools],
+                          if p.pipeline_parallel_size > 1 else {}),
+                       **({"data_parallel_size": p.data_parallel_size,
+                           "enable_expert_parallel": True}
+                          if p.data_parallel_size > 1 else {})} for p in c.pools],
             "pd_ratio": c.pd_ratio,
             "max_num_batched_tokens": c.max_num_batched_tokens,
             "enable_chunked_prefill": c.enable_chunked_prefill,

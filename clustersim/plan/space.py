@@ -2,7 +2,7 @@
 
 A :class:`Candidate` is a layout kind, its pools (GPU type, tensor parallelism, instance
 count per role) and the engine budget. The families come from the plan's choices (layouts x
-GPUs x TP and PP per pool x ``max_num_batched_tokens`` x chunked prefill x quantization x KV
+GPUs x TP, PP and DP per pool x ``max_num_batched_tokens`` x chunked prefill x quantization x KV
 dtype x speculative decoding); the sizes from the objective::
 
     max_goodput_per_gpu   every layout that fills the GPU budget: colocated n = budget // tp;
@@ -45,23 +45,33 @@ class PoolChoice:
     instances: int
     pipeline_parallel_size: int = 1
     """Pipeline stages per instance, each of tensor_parallel_size GPUs (colocated pools)."""
+    data_parallel_size: int = 1
+    """Data-parallel ranks per instance, each of tensor_parallel_size GPUs, with expert
+    parallelism over all of them (MoE models)."""
 
     @property
     def gpus_per_instance(self) -> int:
-        return self.tensor_parallel_size * self.pipeline_parallel_size
+        return self.tensor_parallel_size * self.pipeline_parallel_size * self.data_parallel_size
 
     @property
     def num_gpus(self) -> int:
         return self.gpus_per_instance * self.instances
 
-    def family(self) -> tuple[str, str, int, int]:
-        return self.role, self.gpu, self.tensor_parallel_size, self.pipeline_parallel_size
+    @property
+    def num_engines(self) -> int:
+        """Engine ranks of the pool: each instance's data-parallel ranks."""
+        return self.instances * self.data_parallel_size
+
+    def family(self) -> tuple[str, str, int, int, int]:
+        return (self.role, self.gpu, self.tensor_parallel_size, self.pipeline_parallel_size,
+                self.data_parallel_size)
 
     @property
     def parallel(self) -> str:
-        """'TP2', or 'TP1 x PP2' with pipeline stages."""
-        pp = self.pipeline_parallel_size
-        return f"TP{self.tensor_parallel_size}" + (f" x PP{pp}" if pp > 1 else "")
+        """'TP2', 'TP1 x PP2' with pipeline stages, 'TP1 x DP8 EP' with data-parallel ranks."""
+        pp, dp = self.pipeline_parallel_size, self.data_parallel_size
+        return (f"TP{self.tensor_parallel_size}" + (f" x PP{pp}" if pp > 1 else "")
+                + (f" x DP{dp} EP" if dp > 1 else ""))
 
     def label(self) -> str:
         letter = ROLE_LETTER[self.role]
@@ -112,7 +122,7 @@ class Candidate:
     def resized(self, counts: dict[str, int]) -> Candidate:
         pools = tuple(
             PoolChoice(p.role, p.gpu, p.tensor_parallel_size, counts.get(p.role, p.instances),
-                       p.pipeline_parallel_size)
+                       p.pipeline_parallel_size, p.data_parallel_size)
             for p in self.pools)
         return Candidate(self.layout, pools, self.max_num_batched_tokens,
                          self.enable_chunked_prefill, quantization=self.quantization,
@@ -130,6 +140,7 @@ class Candidate:
         pools = "+".join(
             f"{ROLE_LETTER[p.role] or 'C'}{p.instances}x{p.gpu}-tp{p.tensor_parallel_size}"
             + (f"-pp{p.pipeline_parallel_size}" if p.pipeline_parallel_size > 1 else "")
+            + (f"-dp{p.data_parallel_size}-ep" if p.data_parallel_size > 1 else "")
             for p in self.pools)
         budget = "default" if self.max_num_batched_tokens is None else self.max_num_batched_tokens
         chunk = "chunked" if self.enable_chunked_prefill else "unchunked"
@@ -192,15 +203,16 @@ def _spec_label(text: str) -> str:
 
 
 def pool_options(plan: PlanSpec, scenario: Scenario, role: str
-                 ) -> tuple[list[str], list[int], list[int]]:
-    """(GPUs, TP sizes, PP sizes) of the role's pools; pipeline stages default to the
-    scenario's on a colocated pool, 1 on a prefill or decode pool."""
+                 ) -> tuple[list[str], list[int], list[int], list[int]]:
+    """(GPUs, TP sizes, PP sizes, DP sizes) of the role's pools; pipeline stages default to
+    the scenario's on a colocated pool, 1 on a prefill or decode pool."""
     choices = getattr(plan, role)
     gpus = choices.gpus or [scenario.gpu]
     tps = choices.tensor_parallel_sizes or [scenario.tensor_parallel_size]
     pps = choices.pipeline_parallel_sizes or [
         scenario.pipeline_parallel_size if role == "colocated" else 1]
-    return gpus, tps, pps
+    dps = choices.data_parallel_sizes or [scenario.data_parallel_size]
+    return gpus, tps, pps, dps
 
 
 def engine_options(plan: PlanSpec, scenario: Scenario
@@ -223,8 +235,8 @@ def families(plan: PlanSpec, scenario: Scenario) -> list[Candidate]:
         roles = {"colocated": ("colocated",), "disaggregated": ("prefill", "decode"),
                  "three_pool": ("prefill", "decode", "colocated")}[layout]
         per_role = [
-            [PoolChoice(role, gpu, tp, 1, pp)
-             for gpu, tp, pp in itertools.product(*pool_options(plan, scenario, role))]
+            [PoolChoice(role, gpu, tp, 1, pp, dp)
+             for gpu, tp, pp, dp in itertools.product(*pool_options(plan, scenario, role))]
             for role in roles
         ]
         for pools in itertools.product(*per_role):
@@ -314,7 +326,8 @@ def baseline(scenario: Scenario) -> Candidate | None:
     pools = tuple(
         PoolChoice(p.role, p.gpu or scenario.gpu,
                    p.tensor_parallel_size or scenario.tensor_parallel_size, p.instances,
-                   p.pipeline_parallel_size or scenario.pipeline_parallel_size)
+                   p.pipeline_parallel_size or scenario.pipeline_parallel_size,
+                   p.data_parallel_size or scenario.data_parallel_size)
         for p in layout.pools)
     return Candidate(layout.kind, pools, scenario.engine.max_num_batched_tokens,
                      scenario.engine.enable_chunked_prefill, baseline=True,
@@ -349,7 +362,10 @@ def variant(scenario: Scenario, candidate: Candidate, topology: object) -> Scena
         pools=[PoolSpec(name=p.role, role=p.role, gpu=p.gpu,
                         tensor_parallel_size=p.tensor_parallel_size, instances=p.instances,
                         **({"pipeline_parallel_size": p.pipeline_parallel_size}
-                           if p.pipeline_parallel_size > 1 else {}))
+                           if p.pipeline_parallel_size > 1 else {}),
+                        **({"data_parallel_size": p.data_parallel_size,
+                            "enable_expert_parallel": True}
+                           if p.data_parallel_size > 1 else {}))
                for p in candidate.pools],
         **routers, **extra,
     )

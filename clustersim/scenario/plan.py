@@ -26,6 +26,7 @@ from clustersim.limits import (
     GPUS_REASON,
     MAX_CHOICES,
     MAX_NUM_GPUS,
+    DataParallelSize,
     PipelineParallelSize,
     Rate,
     Seconds,
@@ -58,6 +59,13 @@ class PoolChoices(Strict):
         "alone. Default the scenario's pipeline_parallel_size (colocated), 1 (prefill, "
         "decode).",
     )
+    data_parallel_sizes: list[DataParallelSize] | None = Field(
+        None, min_length=1, max_length=MAX_CHOICES,
+        description="Data-parallel ranks per instance to try (vLLM --data-parallel-size with "
+        "--enable-expert-parallel: each rank its own scheduler and KV cache, a MoE model's "
+        "experts spread whole over the instance's dp x tp GPUs, the wide-EP deployments of "
+        "DeepSeek-class models), e.g. [1, 8]; MoE models only. Default the scenario's "
+        "data_parallel_size.")
     instances: list[Annotated[PositiveInt, Within(
         high=MAX_NUM_GPUS, reason=GPUS_REASON)]] | None = Field(
         None, min_length=1, max_length=MAX_CHOICES,
