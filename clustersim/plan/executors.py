@@ -211,9 +211,14 @@ def check_ray_address(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) ->
     if done.returncode != 0:
         lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
         said = next((line for line in reversed(lines) if "Error" in line), None)
+        hint = ""
+        if os.environ.get("RAY_AUTH_MODE") != "token":
+            hint = (" (a head started with token authentication, the default of `ray start` "
+                    "in Ray 2.60, refuses a driver without it: set RAY_AUTH_MODE=token, with "
+                    "the head's token in ~/.ray/auth_token or RAY_AUTH_TOKEN)")
         raise ConfigError("--address", f"{address} does not answer as a Ray cluster"
                           + (f": {said}" if said else
-                             f" (tried for {time.monotonic() - started:.0f} s)"))
+                             f" (tried for {time.monotonic() - started:.0f} s)") + hint)
 
 
 def make_executor(kind: str, *, workers: int | None = None,
