@@ -3,6 +3,7 @@ a table.
 
     python benchmarks/simulate_cost.py                  # cases b and dgx64
     python benchmarks/simulate_cost.py --cases b --repeat 3
+    python benchmarks/simulate_cost.py --cases c100k,c      # 100k and 1M requests, 64 instances
 
 Each row is one ``python -m clustersim simulate SCENARIO --out DIR [--steps]`` in its own
 subprocess, measured whole (interpreter start, imports, the run, the files, the printout)
@@ -16,7 +17,10 @@ Cases: (b) ``sim_speed.py``'s case b, 8 prefill + 8 decode H100 instances on dgx
 serving the Azure conversation trace 2023 hour at 4x (no shipped scenario has 16 instances on
 that trace); (dgx64) ``scenarios/llama70b_dgx_64.yaml``, the largest shipped colocated
 scenario (8 instances of TP8 on 64 GPUs); (azure) ``scenarios/azure_conv_h100.yaml``, the
-shipped Azure x4 scenario, on one H100.
+shipped Azure x4 scenario, on one H100; (c) ``sim_speed.py``'s case c, 64 H100 instances
+serving the 3-class mix, 1M requests (issue 32: the whole command under 500 MB), and (c100k)
+the same with 100k requests; both without ``--steps`` only (one row per step would be 19M rows).
+``--format parquet`` passes that option on (pyarrow installed).
 """
 
 from __future__ import annotations
@@ -56,6 +60,10 @@ class Case:
     scenario: str
     """A shipped scenario's path under the repository root, or ``sim_speed:KEY`` for one of
     ``sim_speed.py``'s cases."""
+    num_requests: int | None = None
+    """A ``sim_speed`` case with this many requests instead of its own number."""
+    with_steps: bool = True
+    """Also measured with ``--steps``."""
 
 
 CASES: dict[str, Case] = {
@@ -64,6 +72,9 @@ CASES: dict[str, Case] = {
                   "scenarios/llama70b_dgx_64.yaml"),
     "azure": Case("1 H100 llama-3.1-8b, Azure conv x4 (azure_conv_h100)",
                   "scenarios/azure_conv_h100.yaml"),
+    "c": Case("64 H100 qwen2.5-7b, 3-class mix, 1M req", "sim_speed:c", with_steps=False),
+    "c100k": Case("64 H100 qwen2.5-7b, 3-class mix, 100k req", "sim_speed:c",
+                  num_requests=100_000, with_steps=False),
 }
 
 
@@ -72,15 +83,19 @@ def scenario_file(case: Case, folder: Path) -> Path:
     if not case.scenario.startswith("sim_speed:"):
         return ROOT / case.scenario
     data = sim_speed().CASES[case.scenario.split(":", 1)[1]].scenario()
+    if case.num_requests is not None:
+        data["workload"]["num_requests"] = case.num_requests
+        data["name"] = f"{data['name']}-{case.num_requests}"
     path = folder / f"{data['name']}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
 
-def simulate_once(scenario: Path, out: Path, steps: bool) -> dict:
+def simulate_once(scenario: Path, out: Path, steps: bool, output_format: str = "csv") -> dict:
     """One ``clustersim simulate`` in a subprocess: its CPU seconds, peak RSS and files."""
     argv = [sys.executable, "-m", "clustersim", "simulate", str(scenario), "--out", str(out),
-            *(["--steps"] if steps else [])]
+            *(["--steps"] if steps else []),
+            *(["--format", output_format] if output_format != "csv" else [])]
     null_rate = sim_speed().null_event_rate
     before = null_rate()
     child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -110,6 +125,8 @@ def main() -> None:
                         f"({', '.join(CASES)})")
     parser.add_argument("--repeat", type=int, default=1, help="runs per row; the least CPU "
                         "shown, the largest peak RSS")
+    parser.add_argument("--format", default="csv", choices=("csv", "parquet"),
+                        help="simulate's --format (parquet: pyarrow installed)")
     args = parser.parse_args()
     from clustersim import native
 
@@ -122,8 +139,9 @@ def main() -> None:
         for key in args.cases.split(","):
             case = CASES[key]
             scenario = scenario_file(case, folder)
-            for steps in (False, True):
-                runs = [simulate_once(scenario, folder / f"{key}-{steps}-{i}", steps)
+            for steps in (False, True) if case.with_steps else (False,):
+                runs = [simulate_once(scenario, folder / f"{key}-{steps}-{i}", steps,
+                                      args.format)
                         for i in range(args.repeat)]
                 r = min(runs, key=lambda run: run["cpu_s"])
                 rate = r["requests"] / r["cpu_s"]

@@ -23,7 +23,7 @@ import fcntl
 import os
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any
@@ -37,24 +37,47 @@ _CREATE_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXE
 def atomic_file(path: Path, binary: bool = False) -> Iterator[IO[Any]]:
     """A new file to write ``path``'s contents into (text: UTF-8, newlines as written); it
     replaces ``path`` when the block ends, and is removed if the block fails."""
+    with staged_file(path, binary) as (file, commit):
+        yield file
+        commit()
+
+
+@contextmanager
+def staged_file(path: Path, binary: bool = False
+                ) -> Iterator[tuple[IO[Any], Callable[[], None]]]:
+    """:func:`atomic_file`, put in place only when the block calls the ``commit`` it yields
+    (after the last write: it closes the file), so that a file written for a long time can
+    replace ``path`` at a chosen moment (a folder's lock held); a file not committed when the
+    block ends is removed."""
     temp = path.with_name(f".{path.name[:200]}.{secrets.token_hex(4)}.tmp")
     try:
         fd = os.open(temp, _CREATE_NEW, 0o666)  # 0o666: the umask decides, as for open()
     except OSError as error:
         raise _naming(error, temp, path) from None
+    committed = False
     try:
         with os.fdopen(fd, "wb" if binary else "w",
                        **({} if binary else {"encoding": "utf-8", "newline": ""})) as file:
-            yield file
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
+
+            def commit() -> None:
+                nonlocal committed
+                file.flush()
+                os.fsync(file.fileno())
+                file.close()
+                os.replace(temp, path)
+                committed = True
+
+            yield file, commit
     except BaseException as error:
-        with suppress(FileNotFoundError):
-            os.unlink(temp)
+        if not committed:
+            with suppress(FileNotFoundError):
+                os.unlink(temp)
         if isinstance(error, OSError):
             raise _naming(error, temp, path) from None
         raise
+    if not committed:
+        with suppress(FileNotFoundError):
+            os.unlink(temp)
 
 
 def _naming(error: OSError, temp: Path, path: Path) -> OSError:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
 import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from simpy.core import StopSimulation
@@ -20,6 +21,17 @@ from clustersim.scenario import Scenario
 from clustersim.workload import build_workload
 
 
+class RequestSink(Protocol):
+    """Takes a run's measured requests as each is done (``run_scenario(..., sink=...)``)."""
+
+    def open(self, num_requests: int) -> None:
+        """Before the run: it has this many measured requests."""
+
+    def add(self, index: int, request: Request) -> None:
+        """Request ``index`` (0-based, in the workload's order) is done, finished or
+        rejected, for good; the run keeps no reference to it."""
+
+
 @dataclass(frozen=True, slots=True)
 class RunResult:
     """Everything a run produced: per-request state, the engine traces, the KV transfers.
@@ -31,6 +43,7 @@ class RunResult:
 
     scenario: Scenario
     requests: list[Request]
+    """Empty when a sink took them during the run."""
     steps: list[StepRecord]
     instances: list[InstanceInfo]
     end_s: float
@@ -59,6 +72,7 @@ def run_scenario(
     record_steps: bool = True,
     coalesce: bool = True,
     ideal_times: bool | None = None,
+    sink: RequestSink | None = None,
 ) -> RunResult:
     """Simulate a scenario to the end.
 
@@ -68,32 +82,44 @@ def run_scenario(
     ``summarize_run`` gives the same summary. ``ideal_times``: each KV transfer records its
     time alone on idle links (``transfers.csv``'s ``ideal_s`` and ``queue_s``); None: when
     ``record_steps``. ``coalesce=False`` steps every engine one step per event (the reference
-    the coalesced runs are tested against); both give the same results."""
-    with _rare_collections():
+    the coalesced runs are tested against); both give the same results.
+
+    ``sink``: each measured request is handed to it once done, and the run keeps none of
+    them (``requests`` empty; a synthetic open-loop workload builds each when it arrives), so
+    that memory holds the requests in flight, not all of them."""
+    with _rare_collections(), _steady_mmap_threshold(sink is not None):
         model = load_model(scenario.model, path="model")
         rng = np.random.default_rng(scenario.seed)
         # Routers draw from their own stream so that changing the layout never changes the
         # traffic.
         router_rng = np.random.default_rng([scenario.seed, 1])
         source = build_workload(scenario.workload, rng, block_size=scenario.engine.block_size,
-                                base_dir=scenario.base_dir)
+                                base_dir=scenario.base_dir, on_arrival=sink is not None)
 
         env = Clock()
         on_done = source.on_done
         warmups = getattr(source, "warmups", [])
+        num_requests = getattr(source, "num_requests", len(source.requests))
+        handing = None if sink is None else _Handing(sink, num_requests, warmups)
+        if handing is not None:
+            on_done = handing.done_after(on_done)
         if scenario.faults is not None:  # a failure or repair after the last request is moot
-            on_done = _stop_when_all_done(env, source.on_done,
-                                          len(source.requests) + len(warmups))
+            on_done = _stop_when_all_done(env, on_done, num_requests + len(warmups))
         cluster = Cluster(env, scenario, model, router_rng, on_done=on_done,
                           record_steps=record_steps, coalesce=coalesce,
                           ideal_times=ideal_times)
-        source.start(env, cluster.dispatch.submit)
+        submit = cluster.dispatch.submit
+        source.start(env, submit if handing is None else handing.submit_to(submit))
         env.run()
 
-    requests = source.requests
+    requests = [] if handing is not None else source.requests
     for instance in cluster.all_instances():
         instance.scheduler.sync_members()  # (all finished: nothing is left stale)
     unfinished = [r for r in [*warmups, *requests] if not r.is_done]
+    if handing is not None:
+        unfinished += handing.in_flight()
+        if handing.num_submitted < num_requests:
+            raise AssertionError(f"{num_requests - handing.num_submitted} requests never sent")
     if unfinished:
         raise AssertionError(
             f"{len(unfinished)} requests neither finished nor rejected, e.g. "
@@ -102,7 +128,8 @@ def run_scenario(
     instances = cluster.all_instances()
     end_s = float(env.now)
     flows = cluster.flows
-    first_arrival = min((r.arrival_s for r in requests), default=0.0)
+    first_arrival = (min((r.arrival_s for r in requests), default=0.0) if handing is None
+                     else handing.first_arrival_s)
     return RunResult(
         scenario=scenario,
         requests=requests,
@@ -164,6 +191,81 @@ def _rare_collections() -> Iterator[None]:
         yield
     finally:
         gc.set_threshold(*thresholds)
+
+
+class _Handing:
+    """Hands each measured request to the sink once done, by its place in the workload (the
+    order the source submits them in; warm-ups are not measured)."""
+
+    def __init__(self, sink: RequestSink, num_requests: int, warmups: list[Request]) -> None:
+        self.sink = sink
+        self.num_requests = num_requests
+        self.num_submitted = 0
+        self.first_arrival_s = 0.0
+        self._index_of: dict[Request, int] = {}
+        """The requests submitted and not yet done."""
+        self._warmups = set(warmups)
+        sink.open(num_requests)
+
+    def submit_to(self, submit: Callable[[Request], None]) -> Callable[[Request], None]:
+        """``submit``, noting each measured request's place."""
+
+        def submitted(request: Request) -> None:
+            if request not in self._warmups:
+                if not self.num_submitted or request.arrival_s < self.first_arrival_s:
+                    self.first_arrival_s = request.arrival_s
+                self._index_of[request] = self.num_submitted
+                self.num_submitted += 1
+            submit(request)
+
+        return submitted
+
+    def done_after(self, on_done: Callable[[Request], None]) -> Callable[[Request], None]:
+        """``on_done``, then the request to the sink."""
+
+        def done(request: Request) -> None:
+            on_done(request)
+            index = self._index_of.pop(request, None)
+            if index is not None:
+                self.sink.add(index, request)
+
+        return done
+
+    def in_flight(self) -> list[Request]:
+        """The requests submitted and never done."""
+        return list(self._index_of)
+
+
+MMAP_THRESHOLD_BYTES = 128 * 1024
+"""glibc's default: blocks from this size up get their own mappings."""
+MMAP_THRESHOLD_MAX_BYTES = 32 * 1024 * 1024
+"""The most glibc's dynamic threshold rises to (on 64-bit)."""
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+
+
+@contextmanager
+def _steady_mmap_threshold(steady: bool) -> Iterator[None]:
+    """With ``steady``, hold glibc's mmap threshold at its default while the block runs, and
+    at its dynamic maximum after it. glibc raises it whenever a large block is freed, as
+    building a workload's arrays does; from then on the engines' step clocks (an array each,
+    8 bytes a step, grown by ``realloc``) live in the heap, where each move leaves a hole: a
+    million requests' 155 MB of clocks held about 270 MB. In their own mappings they grow in
+    place (``mremap``). After the run, the summary's large temporary arrays come from the
+    heap again (mapping each afresh costs its pages' faults). No effect on any result;
+    nothing where the C library has no ``mallopt`` (not glibc)."""
+    mallopt = None
+    if steady:
+        with suppress(OSError, AttributeError):
+            mallopt = ctypes.CDLL(None).mallopt
+    if mallopt is None:
+        yield
+        return
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+    try:
+        yield
+    finally:
+        mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX_BYTES)
 
 
 def _stop_when_all_done(env: Clock, on_done, num_requests: int):

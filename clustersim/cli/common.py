@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
@@ -155,17 +155,19 @@ def check_out_dir(out: Path, subfolders: tuple[str, ...] = ()) -> Path:
 
 
 @contextmanager
-def writing(folder: Path, subfolders: tuple[str, ...] = ()) -> Iterator[None]:
+def writing(folder: Path, subfolders: tuple[str, ...] = (), locked: bool = True
+            ) -> Iterator[None]:
     """Create ``folder`` (and ``subfolders`` in it) and run the block that writes a command's
     files into it, holding the folder's lock (``safe_write.folder_lock``: another run writing
-    there waits its turn); a file that cannot be written (a full disk, a folder like /proc or
-    /sys) is one ``path: message`` line. If the block fails, the folders this created are
-    removed while they are still empty."""
+    there waits its turn; ``locked=False``: the block takes it itself while it puts its files
+    in place); a file that cannot be written (a full disk, a folder like /proc or /sys) is one
+    ``path: message`` line. If the block fails, the folders this created are removed while
+    they are still empty."""
     created = _make_dir(folder)
     try:
         for name in subfolders:
             created += _make_subfolder(folder / name)
-        with folder_lock(folder):
+        with folder_lock(folder) if locked else nullcontext():
             yield
     except BaseException as error:
         _remove_if_empty(created)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -16,6 +17,7 @@ from clustersim.cli.common import (
     writing,
 )
 from clustersim.metrics import RunSummary
+from clustersim.safe_write import folder_lock
 
 
 @user_errors
@@ -30,25 +32,40 @@ def simulate_cmd(
     steps: Annotated[bool, typer.Option(
         "--steps", help="Also write steps.csv, every engine step of every instance (large: "
         "one row per step).")] = False,
+    output_format: Annotated[str, typer.Option(
+        "--format", help="How the tables (requests, steps, transfers) are written: csv, or "
+        "parquet (needs pyarrow: pip install 'clustersim[parquet]').")] = "csv",
 ) -> None:
     """Simulate a scenario; write requests.csv, summary.json (steps.csv: --steps) to --out.
 
-    Also transfers.csv when KV moved between instances."""
-    from clustersim.output import run_files, write_run
+    Also transfers.csv when KV moved between instances. Without --report, requests.csv is
+    written as the run goes and no request is kept once written, so that memory holds the
+    requests in flight and the summary's columns."""
+    from clustersim.output import check_format, run_files, simulate_run, write_run
     from clustersim.scenario import load_scenario
     from clustersim.sim import run_scenario
 
+    check_format(output_format)
     spec = load_scenario(scenario)
     report_dir = None if report is None else check_out_dir(report)
     folder = check_out_dir(out)
-    # the report's step timeline and KV figures read every step: kept for it, written only
-    # with --steps
-    result = run_scenario(spec, record_steps=steps or report_dir is not None, ideal_times=True)
-    with writing(folder):
-        summary = write_run(result, folder, steps=steps)
+    if report_dir is None:
+        # the run writes requests.csv as it goes, outside the folder's lock; the files are
+        # put in place with it held
+        with writing(folder, locked=False):
+            result, summary = simulate_run(spec, folder, steps=steps,
+                                           output_format=output_format,
+                                           lock=partial(folder_lock, folder))
+    else:
+        # the report reads every request and step: kept for it (steps written only with
+        # --steps)
+        result = run_scenario(spec, record_steps=True, ideal_times=True)
+        with writing(folder):
+            summary = write_run(result, folder, steps=steps, output_format=output_format)
     print_summary(summary, describe_layout(spec.name, spec.model, result.instances))
     typer.echo(describe_calibration(result.instances))
-    typer.echo(f"wrote {out}/" + ", ".join(run_files(result, steps=steps)))
+    typer.echo(f"wrote {out}/" + ", ".join(run_files(result, steps=steps,
+                                                       output_format=output_format)))
     if report_dir is not None:
         from clustersim.report import write_simulate_report
 

@@ -23,7 +23,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from clustersim.engine.request import Request, RequestStatus
+import numpy as np
+
+from clustersim.engine.request import Request
+from clustersim.metrics.records import RequestRecords
 from clustersim.metrics.requests import Distribution
 
 
@@ -64,47 +67,60 @@ class BenchmarkSummary:
         }
 
 
-def benchmark_summary(requests: list[Request], measured_start_s: float, workload: Any
+def benchmark_summary(records: RequestRecords, measured_start_s: float, workload: Any
                       ) -> BenchmarkSummary:
-    """The result of the measured ``requests`` of a ``benchmark`` ``workload`` whose measured
-    run began at ``measured_start_s``."""
-    done = [r for r in requests if r.status is RequestStatus.FINISHED]
-    end_s = max((r.finish_s for r in requests if r.finish_s is not None),
-                default=measured_start_s)
+    """The result of the measured requests (``records``) of a ``benchmark`` ``workload``
+    whose measured run began at ``measured_start_s``."""
+    table = records.table()
+    done = table.finished
+    end_s = (records.last_finish_s if records.last_finish_s is not None
+             else measured_start_s)
     duration = end_s - measured_start_s
 
     def per_s(amount: int) -> float | None:
         return amount / duration if duration > 0 else None
 
-    output = sum(r.num_output_tokens for r in done)
-    prompt = sum(r.num_prompt_tokens for r in done)
-    queued = [r.arrival_s - r.dispatch_s for r in done if r.dispatch_s is not None]
+    num_done = int(done.sum())
+    output = int(table.output_tokens[done].sum())
+    prompt = int(table.prompt_tokens[done].sum())
+    dispatch = records.dispatch_times()
+    finish = records.finish_times()
+    sent = done if dispatch is None else done & ~np.isnan(dispatch)
+    queued = ([] if dispatch is None
+              else table.arrival_s[sent] - dispatch[sent])
     with_queue = None
     if not math.isinf(workload.request_rate) and workload.max_concurrency is not None:
-        with_queue = Distribution.of([r.finish_s - r.dispatch_s for r in done
-                                      if r.dispatch_s is not None and r.finish_s is not None])
+        ended = sent & ~np.isnan(finish)
+        with_queue = Distribution.of([] if dispatch is None
+                                     else finish[ended] - dispatch[ended])
     return BenchmarkSummary(
         max_concurrency=workload.max_concurrency,
         request_rate=workload.request_rate,
         burstiness=workload.burstiness,
         num_warmups=workload.num_warmups,
         duration_s=duration,
-        completed=len(done),
-        failed=len(requests) - len(done),
-        request_throughput=per_s(len(done)),
+        completed=num_done,
+        failed=len(table) - num_done,
+        request_throughput=per_s(num_done),
         output_throughput=per_s(output),
         total_token_throughput=per_s(prompt + output),
         client_queue_s=Distribution.of(queued) if workload.max_concurrency is not None
         else Distribution.of([]),
         e2e_including_client_queue_s=with_queue,
-        max_concurrent_requests=peak_concurrency(done),
+        max_concurrent_requests=_peak_of(table.arrival_s[done & ~np.isnan(finish)].tolist(),
+                                         finish[done & ~np.isnan(finish)].tolist()),
     )
 
 
 def peak_concurrency(requests: list[Request]) -> int:
     """Most requests in flight at once over the half-open [send, end) intervals."""
-    events = sorted([(r.arrival_s, 1) for r in requests if r.finish_s is not None]
-                    + [(r.finish_s, -1) for r in requests if r.finish_s is not None])
+    ended = [r for r in requests if r.finish_s is not None]
+    return _peak_of([r.arrival_s for r in ended], [r.finish_s for r in ended])
+
+
+def _peak_of(starts_s: list[float], ends_s: list[float | None]) -> int:
+    """Most intervals open at once; ends before starts at equal times."""
+    events = sorted([(t, 1) for t in starts_s] + [(t, -1) for t in ends_s])
     current = peak = 0
     for _, delta in events:
         current += delta

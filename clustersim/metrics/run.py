@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from clustersim.engine.request import RequestStatus
 from clustersim.metrics.benchmark import BenchmarkSummary, benchmark_summary
 from clustersim.metrics.goodput import SloVerdict, good_mask, slo_verdict
-from clustersim.metrics.requests import Distribution, RequestTable, pooled_gaps
+from clustersim.metrics.records import RequestRecords
+from clustersim.metrics.requests import Distribution, RequestTable
 from clustersim.metrics.timeline import Window, slo_timeline
 from clustersim.scenario.layout import topology_label
 from clustersim.workload.spec import BenchmarkWorkload
@@ -241,13 +241,17 @@ class RunSummary:
         return out
 
 
-def summarize_run(result: RunResult) -> RunSummary:
-    """The summary of a run, full or lean (``record_steps=False``): both give the same one."""
+def summarize_run(result: RunResult, records: RequestRecords | None = None) -> RunSummary:
+    """The summary of a run, full or lean (``record_steps=False``): both give the same one.
+    ``records``: the requests' records, when the run handed them over as it went (its
+    ``requests`` then empty); else they are read from ``result.requests``."""
     scenario = result.scenario
     layout = scenario.layout
     busiest = sorted(result.link_utilization.items(), key=lambda kv: (-kv[1], kv[0]))
-    summary = summarize(
-        result.requests,
+    if records is None:
+        records = RequestRecords.of(result.requests, with_itl=_with_itl(scenario.slo))
+    summary = summarize_records(
+        records,
         result.steps,
         result.instances,
         scenario.slo,
@@ -265,12 +269,29 @@ def summarize_run(result: RunResult) -> RunSummary:
     workload = scenario.workload
     if isinstance(workload, BenchmarkWorkload) and result.measured_start_s is not None:
         summary = replace(summary, benchmark=benchmark_summary(
-            result.requests, result.measured_start_s, workload))
+            records, result.measured_start_s, workload))
     return summary
+
+
+def _with_itl(slo: SLO | None) -> bool:
+    """Only an ITL limit reads each request's p99 token gap."""
+    return slo is not None and slo.itl_s is not None
 
 
 def summarize(
     requests: list[Request],
+    steps: list[StepRecord],
+    engines: list[InstanceInfo],
+    slo: SLO | None = None,
+    **options: Any,
+) -> RunSummary:
+    """:func:`summarize_records` of ``requests``."""
+    return summarize_records(RequestRecords.of(requests, with_itl=_with_itl(slo)), steps,
+                             engines, slo, **options)
+
+
+def summarize_records(
+    records: RequestRecords,
     steps: list[StepRecord],
     engines: list[InstanceInfo],
     slo: SLO | None = None,
@@ -280,25 +301,27 @@ def summarize(
     span_start_s: float | None = None,
     **identity: Any,
 ) -> RunSummary:
-    """The figures of a run's requests and engine trace; ``identity`` fills the scenario
-    fields (name, seed, model, layout, topology, link utilization).
+    """The figures of a run's request records and engine trace; ``identity`` fills the
+    scenario fields (name, seed, model, layout, topology, link utilization).
 
     The engine trace is read as per-instance :class:`StepTotals`: ``totals`` when the run
     accumulated them, else summed from ``steps`` (the same numbers either way). Token gaps
     are read from each request's kept token times or from its engine's step clock
-    (``metrics.requests.pooled_gaps``). ``faults``: the run's failures, when it had any.
-    ``span_start_s``: when the engines' trace began, if before the first of ``requests``
+    (``RequestRecords.gap_pieces``). ``faults``: the run's failures, when it had any.
+    ``span_start_s``: when the engines' trace began, if before the first of the requests
     arrived (a benchmark's warm-ups): utilization and KV use are read from there."""
     from clustersim.engine.steplog import StepTotals
 
-    with_itl = slo is not None and slo.itl_s is not None  # only an ITL limit reads it
-    table = RequestTable.of(requests, with_itl=with_itl)
+    if records.num_added != records.num_requests:
+        raise ValueError(f"{records.num_requests - records.num_added} of "
+                         f"{records.num_requests} requests were never recorded")
+    table = records.table()
     finished = table.finished
-    rejected = Counter(r.reject_reason for r in requests if r.status is RequestStatus.REJECTED)
+    rejected = records.rejections
 
     first_arrival = float(table.arrival_s.min()) if len(table) else 0.0
     last_arrival = float(table.arrival_s.max()) if len(table) else 0.0
-    last_finish = max((r.finish_s for r in requests if r.finish_s is not None), default=0.0)
+    last_finish = records.last_finish_s if records.last_finish_s is not None else 0.0
     if totals is None:
         totals = StepTotals.of_records(steps)
     end_s = last_finish
@@ -313,7 +336,7 @@ def summarize(
     def rate(amount: float) -> float | None:
         return amount / window if window > 0 else None
 
-    handed_off = [r for r in requests if r.handoff_end_s is not None]
+    handoffs = records.handoff_times()
     empty = StepTotals()
     return RunSummary(
         scenario=identity.get("scenario", ""),
@@ -323,7 +346,7 @@ def summarize(
         topology=identity.get("topology"),
         num_gpus=sum(i.num_gpus for i in engines),
         engines=tuple(engines),
-        num_requests=len(requests),
+        num_requests=len(table),
         num_finished=int(finished.sum()),
         num_rejected=sum(rejected.values()),
         rejections=dict(sorted(rejected.items())),
@@ -336,27 +359,25 @@ def summarize(
         ),
         ttft_s=Distribution.of(table.defined("ttft_s")),
         tpot_s=Distribution.of(table.defined("tpot_s")),
-        itl_s=Distribution.of_chunks(pooled_gaps(requests)),
+        itl_s=Distribution.of_chunks(records.gap_pieces()),
         e2e_s=Distribution.of(table.defined("e2e_s")),
-        num_preemptions=sum(r.num_preemptions for r in requests),
-        num_preempted_requests=sum(1 for r in requests if r.num_preemptions),
+        num_preemptions=records.num_preemptions,
+        num_preempted_requests=records.num_preempted_requests,
         instances=tuple(
             _instance_summary(info.name, totals.get(info.name, empty), info.num_gpu_blocks - 1,
                               span)
             for info in engines
         ),
-        handoff_s=(Distribution.of([r.handoff_end_s - r.handoff_start_s for r in handed_off])
-                   if handed_off else None),
-        handoff_bytes=sum(r.handoff_bytes for r in handed_off),
+        handoff_s=Distribution.of(handoffs) if handoffs is not None else None,
+        handoff_bytes=records.handoff_bytes,
         slo=slo_verdict(table, slo) if slo is not None else None,
         link_utilization=identity.get("link_utilization", {}),
         num_transfers=identity.get("num_transfers", 0),
-        faults=None if faults is None else fault_summary(faults, requests, table, slo),
+        faults=None if faults is None else fault_summary(faults, table, slo),
     )
 
 
-def fault_summary(log: FaultLog, requests: list[Request], table: RequestTable,
-                  slo: SLO | None) -> FaultSummary:
+def fault_summary(log: FaultLog, table: RequestTable, slo: SLO | None) -> FaultSummary:
     """What a run's failures cost (see ``FAULT_DEFINITIONS``)."""
     impacts = tuple(_impact(t) for t in sorted(log.tallies.values(), key=lambda t: t.at_s))
     first = min((t.at_s for t in impacts), default=None)
@@ -368,11 +389,12 @@ def fault_summary(log: FaultLog, requests: list[Request], table: RequestTable,
     after = None
     if slo is not None and first is not None and num_before < len(table):
         after = slo_verdict(table.where(~before), slo)
+    retries = table.retries
     return FaultSummary(
         faults=impacts,
         num_lost=sum(t.num_lost for t in impacts),
-        num_retried_requests=sum(1 for r in requests if r.num_retries),
-        num_retries=sum(r.num_retries for r in requests),
+        num_retried_requests=0 if retries is None else int((retries > 0).sum()),
+        num_retries=0 if retries is None else int(retries.sum()),
         num_failed=sum(t.num_failed for t in impacts),
         num_kv_load_failures=sum(t.num_kv_load_failures for t in impacts),
         num_recomputed=sum(t.num_recomputed for t in impacts),

@@ -143,6 +143,11 @@ def _requests(arrivals: np.ndarray, prompts: np.ndarray, outputs: np.ndarray) ->
 
 
 def _synthetic(workload: SyntheticWorkload, rng: np.random.Generator, base_dir) -> list[Request]:
+    columns = _columns(workload, rng, base_dir)
+    return _requests(columns.arrivals, columns.prompts, columns.outputs)
+
+
+def _columns(workload: SyntheticWorkload, rng: np.random.Generator, base_dir) -> _Columns:
     assert not isinstance(workload.arrivals, ClosedLoopArrivals)
     arrivals = arrival_times(workload.arrivals, rng, num_requests=workload.num_requests,
                              duration_s=workload.duration_s, start_s=workload.start_s)
@@ -150,7 +155,7 @@ def _synthetic(workload: SyntheticWorkload, rng: np.random.Generator, base_dir) 
         raise ConfigError("workload.duration_s", f"no request arrives within {workload.duration_s}"
                           " s: lengthen it or raise the rate")
     prompts, outputs = _lengths(workload, len(arrivals), rng, base_dir)
-    return _requests(arrivals, prompts, outputs)
+    return _Columns(arrivals, prompts, outputs)
 
 
 def _benchmark(workload: BenchmarkWorkload, rng: np.random.Generator, block_size: int,
@@ -202,12 +207,29 @@ def build_requests(
 
 def _in_time(requests: list[Request], where: str) -> list[Request]:
     """``requests`` (sorted by arrival), unless the last one arrives past ``MAX_TIME_S``."""
-    last_s = requests[-1].arrival_s if requests else 0.0
+    _in_time_s(requests[-1].arrival_s if requests else 0.0, where)
+    return requests
+
+
+def _in_time_s(last_s: float, where: str) -> None:
     if not last_s <= MAX_TIME_S:
         raise ConfigError(where, f"the last request would arrive at {last_s:g} s, past "
                           f"{MAX_TIME_S:g} s ({TIME_REASON}): raise the rate or send fewer "
                           "requests")
-    return requests
+
+
+class _Columns:
+    """Requests of arrival times and lengths, built one by one (``OpenLoop.built_on_arrival``):
+    request ``i`` is what ``_requests`` builds at position ``i``."""
+
+    def __init__(self, arrivals: np.ndarray, prompts: np.ndarray, outputs: np.ndarray) -> None:
+        self.arrivals = np.asarray(arrivals, dtype=float)
+        self.prompts = np.asarray(prompts).astype(np.int64, copy=False)
+        self.outputs = np.asarray(outputs).astype(np.int64, copy=False)
+
+    def __call__(self, i: int) -> Request:
+        return Request(str(i), self.arrivals.item(i), self.prompts.item(i),
+                       self.outputs.item(i))
 
 
 def build_workload(
@@ -216,8 +238,20 @@ def build_workload(
     *,
     block_size: int = 16,
     base_dir: str | os.PathLike | None = None,
+    on_arrival: bool = False,
 ) -> OpenLoop | ClosedLoop | Benchmark:
-    """The request source the simulator drives for this ``workload:`` section."""
+    """The request source the simulator drives for this ``workload:`` section.
+
+    ``on_arrival``: a synthetic open-loop workload builds each request when it arrives, not
+    all in advance (the same requests; its ``requests`` then stay empty)."""
+    if on_arrival and isinstance(workload, SyntheticWorkload | PoissonWorkload):
+        synthetic = _as_synthetic(workload) if isinstance(workload, PoissonWorkload) else workload
+        if not isinstance(synthetic.arrivals, ClosedLoopArrivals):
+            where = ("workload.rate_per_s" if isinstance(workload, PoissonWorkload)
+                     else "workload.arrivals")
+            columns = _columns(synthetic, rng, base_dir)
+            _in_time_s(float(columns.arrivals[-1]), where)
+            return OpenLoop.built_on_arrival(len(columns.arrivals), columns)
     if isinstance(workload, BenchmarkWorkload):
         return _benchmark(workload, rng, block_size, base_dir)
     if isinstance(workload, SyntheticWorkload) and isinstance(

@@ -21,14 +21,31 @@ Submit = Callable[[Request], None]
 
 
 class OpenLoop:
-    """Requests with fixed arrival times, submitted when their time comes."""
+    """Requests with fixed arrival times, submitted when their time comes.
+
+    Either all built in advance (``requests``), or built one at a time as each comes due
+    (:meth:`built_on_arrival`: ``requests`` stays empty and the source keeps none it has
+    submitted, so that a run of a million requests holds only those in flight)."""
 
     def __init__(self, requests: list[Request]) -> None:
         self.requests = requests
+        self.num_requests = len(requests)
+        self._build: Callable[[int], Request] | None = None
+        self._upcoming: Request | None = None
+        """Built on arrival: the next request, built once its predecessor was submitted."""
         self._next = 0
         """The next request to submit."""
         self._env: Env | None = None
         self._submit: Submit | None = None
+
+    @classmethod
+    def built_on_arrival(cls, num_requests: int, build: Callable[[int], Request]) -> OpenLoop:
+        """``num_requests`` requests, request ``i`` being ``build(i)`` (called in order, each
+        once; arrival times not decreasing)."""
+        source = cls([])
+        source.num_requests = num_requests
+        source._build = build
+        return source
 
     def start(self, env: Env, submit: Submit) -> None:
         """Submit each request at its arrival time: a chain of timer callbacks, the first
@@ -37,24 +54,35 @@ class OpenLoop:
         self._env, self._submit, self._next = env, submit, 0
         alarm(env, 0.0, self._send, URGENT)
 
+    def _request(self, index: int) -> Request:
+        build = self._build
+        if build is None:
+            return self.requests[index]
+        upcoming = self._upcoming
+        if upcoming is None:
+            upcoming = self._upcoming = build(index)
+        return upcoming
+
     def _send(self, _event: object = None) -> None:
         """Submit every request due now, then wait for the next one."""
         env, submit = self._env, self._submit
         assert env is not None and submit is not None
-        requests = self.requests
-        while self._next < len(requests):
-            request = requests[self._next]
+        while self._next < self.num_requests:
+            request = self._request(self._next)
             delay = request.arrival_s - now_of(env)
             if delay > 0:
                 alarm(env, delay, self._arrived)
                 return
             self._next += 1
+            self._upcoming = None
             submit(request)
 
     def _arrived(self, _event: object) -> None:
         assert self._submit is not None
+        request = self._request(self._next)
         self._next += 1
-        self._submit(self.requests[self._next - 1])
+        self._upcoming = None
+        self._submit(request)
         self._send()
 
     def on_done(self, request: Request) -> None:
