@@ -73,41 +73,40 @@ def request_row(r: Request, retries: bool = False, client_queue: bool = False,
     )
 
 
-def request_csv_row(r: Request, retries: bool = False, client_queue: bool = False,
-                    metrics: RequestMetrics | None = None) -> tuple:
+def _request_csv_row(retries: bool, client_queue: bool) -> Callable[[tuple], tuple]:
     """:func:`request_row` as requests.csv writes it: times with 9 decimals, None and no
     handoff as ``""``."""
-    queued = (() if not client_queue else
-              (_time(None if r.dispatch_s is None else r.arrival_s - r.dispatch_s),))
-    m = metrics if metrics is not None else request_metrics(r, with_itl=False)
-    return (
-        r.request_id, _time(r.arrival_s), _time(r.first_token_s), _time(r.finish_s),
-        _time(m.ttft_s), _time(m.tpot_s), _time(m.e2e_s), r.num_prompt_tokens,
-        r.num_output_tokens, r.num_preemptions, r.outcome, r.prefill_instance or "",
-        r.decode_instance or "", r.handoff_bytes or "", _time(r.handoff_start_s),
-        _time(r.handoff_end_s), *((r.num_retries,) if retries else ()), *queued,
-    )
+    times = [REQUEST_COLUMNS.index(name) for name in (
+        "arrival_s", "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s",
+        "handoff_start_s", "handoff_end_s")]
+    if client_queue:
+        times.append(len(request_columns(retries, client_queue)) - 1)
+    handoff = REQUEST_COLUMNS.index("handoff_bytes")
 
+    def row(values: tuple) -> tuple:
+        out = list(values)
+        for k in times:
+            out[k] = _time(out[k])
+        out[handoff] = out[handoff] or ""
+        return tuple(out)
 
-def _as_is(row: tuple) -> tuple:
     return row
 
 
 def _request_table(path: Path, output_format: str, retries: bool, client_queue: bool
                    ) -> AbstractContextManager[tuple[_CsvTable | _ParquetTable,
                                                      Callable[[], None]]]:
-    """The requests' table; its rows as :func:`request_csv_row` (CSV) or :func:`request_row`
-    (Parquet) make them."""
-    return staged_table(path, output_format, request_columns(retries, client_queue), _as_is)
+    """The requests' table of :func:`request_row` rows."""
+    return staged_table(path, output_format, request_columns(retries, client_queue),
+                        _request_csv_row(retries, client_queue))
 
 
 def write_requests_csv(path: Path, requests: list[Request], retries: bool = False,
                        client_queue: bool = False, output_format: str = "csv") -> None:
     """requests.csv of ``requests``, in their order (:func:`request_columns`)."""
-    row = request_csv_row if output_format == "csv" else request_row
     with _request_table(path, output_format, retries, client_queue) as (table, commit):
         for r in requests:
-            table.write(row(r, retries, client_queue))
+            table.write(request_row(r, retries, client_queue))
         commit()
 
 
@@ -319,13 +318,11 @@ class _RequestStream:
     """The run's sink (``sim.RequestSink``): each request done goes into the summary's
     records and, once every request before it is done too, into the requests' table."""
 
-    def __init__(self, table: _CsvTable | _ParquetTable, scenario: Scenario,
-                 output_format: str) -> None:
+    def __init__(self, table: _CsvTable | _ParquetTable, scenario: Scenario) -> None:
         self.table = table
         self.retries, self.client_queue = _request_options(scenario)
         self.with_itl = scenario.slo is not None and scenario.slo.itl_s is not None
         self.records = RequestRecords(0)
-        self._row = request_csv_row if output_format == "csv" else request_row
         self._next = 0
         """The next row to write."""
         self._waiting: dict[int, tuple] = {}
@@ -337,7 +334,7 @@ class _RequestStream:
     def add(self, index: int, request: Request) -> None:
         metrics = request_metrics(request, with_itl=False)
         self.records.add(index, request, metrics)
-        row = self._row(request, self.retries, self.client_queue, metrics)
+        row = request_row(request, self.retries, self.client_queue, metrics)
         if index != self._next:
             self._waiting[index] = row
             return
@@ -368,7 +365,7 @@ def simulate_run(scenario: Scenario, out: Path, *, steps: bool = False,
     check_format(output_format)
     with _request_table(out / f"requests.{output_format}", output_format,
                         *_request_options(scenario)) as (table, commit):
-        stream = _RequestStream(table, scenario, output_format)
+        stream = _RequestStream(table, scenario)
         result = run_scenario(scenario, record_steps=steps, ideal_times=True, sink=stream)
         stream.close()
         with lock():

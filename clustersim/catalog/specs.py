@@ -525,15 +525,19 @@ class ModelSpec(_Spec):
         per_layer = self.kv_bytes_per_token(tp, kv_dtype_bytes) // self.num_layers
         return per_layer * self.kv_group_layers
 
+    def kv_bytes_by_attention(self, tp: int = 1) -> tuple[int, int]:
+        """KV bytes one token takes on one TP rank in the full-attention layers and in the
+        sliding-window ones (0 without a window): ``kv_bytes_per_token`` split by layer."""
+        per_layer = self.kv_bytes_per_token(tp) // self.num_layers
+        return (per_layer * self.num_full_attention_layers,
+                per_layer * self.sliding_window_layers)
+
     def kv_cached_bytes(self, num_tokens: int, tp: int = 1) -> int:
         """KV bytes a request of ``num_tokens`` tokens holds on one TP rank once its prompt
         is in: every token in the full-attention layers, the last ``sliding_window`` in the
         sliding-window ones (what a P/D handoff moves)."""
-        per_layer = self.kv_bytes_per_token(tp) // self.num_layers
-        window = num_tokens if self.sliding_window is None else min(num_tokens,
-                                                                    self.sliding_window)
-        return per_layer * (self.num_full_attention_layers * num_tokens
-                            + self.sliding_window_layers * window)
+        full, window = self.kv_bytes_by_attention(tp)
+        return full * num_tokens + window * min(num_tokens, self.sliding_window or 0)
 
     @property
     def is_moe(self) -> bool:

@@ -118,8 +118,9 @@ class KVConnector:
         self.spec = cluster.kv_transfer
         self._handoffs: dict[Request, Handoff] = {}  # producer copy or client -> handoff
         self._paired: set[tuple[int, int]] = set()
-        self._kv_bytes: dict[int, int] = {}
-        """Per decode instance: KV bytes per token over its TP group (as it serves the model)."""
+        self._kv_bytes: dict[int, tuple[int, int, int]] = {}
+        """Per decode instance, over its TP group: KV bytes per token of the full-attention
+        layers, of the sliding-window ones, and the window (``ModelSpec.kv_cached_bytes``)."""
 
     @property
     def num_in_flight(self) -> int:
@@ -206,14 +207,11 @@ class KVConnector:
         if per_token is None:
             tp = len(decode.gpus)
             served = cluster.served(decode.name)
-            # (0: a sliding window caps what some layers hold; priced per prompt)
-            per_token = self._kv_bytes[decode_index] = (
-                0 if served.sliding_window else served.kv_bytes_per_token(tp) * tp)
-        if per_token:
-            num_bytes = num_tokens * per_token
-        else:
-            tp = len(decode.gpus)
-            num_bytes = cluster.served(decode.name).kv_cached_bytes(num_tokens, tp) * tp
+            full, window = served.kv_bytes_by_attention(tp)
+            per_token = self._kv_bytes[decode_index] = (full * tp, window * tp,
+                                                        served.sliding_window or 0)
+        full_bytes, window_bytes, window_tokens = per_token
+        num_bytes = full_bytes * num_tokens + window_bytes * min(num_tokens, window_tokens)
         pair = (handoff.prefill_index, decode_index)
         extra = 0.0
         if pair not in self._paired:

@@ -313,13 +313,13 @@ class StepPrices:
     ) -> None:
         """:meth:`decode_run_s`'s steps appended to ``ends_s`` as end times from ``start_s``
         (:func:`decode_step_ends`)."""
-        compute, memory, communication, overhead = self.decode_batch_parts(num_decodes, None)
         if self.window_share:
             end = start_s
             for seconds in self.decode_run_s(num_decodes, decode_kv_tokens, num_steps):
                 end += seconds
                 ends_s.append(end)
             return
+        compute, memory, communication, overhead = self.decode_batch_parts(num_decodes, None)
         decode_step_ends(
             ends_s, start_s, compute, memory, communication, overhead, self.decode_attn_s_per_pair,
             self.decode_kv_s_per_token, num_decodes * self.decode_rows_per_seq,

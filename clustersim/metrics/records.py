@@ -16,18 +16,18 @@ from __future__ import annotations
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable
-from functools import partial
 from typing import Any
 
 import numpy as np
 
 from clustersim.engine.request import Request, RequestStatus
 from clustersim.metrics.requests import (
+    PooledGaps,
     RequestMetrics,
     RequestTable,
-    _clock_gaps,
     linear_percentile,
     request_metrics,
+    streak_gaps,
     token_gaps,
 )
 
@@ -65,14 +65,11 @@ class RequestRecords:
         self.num_preempted_requests = 0
         self.rejections: Counter[str | None] = Counter()
         self.last_finish_s: float | None = None
-        # the pooled token gaps (metrics.requests.pooled_gaps): kept token times as they
-        # are, a lean run's runs of tokens by engine clock, read once the run has ended
+        self._gaps = PooledGaps()
+        """The pooled token gaps, read once the run has ended."""
         self._itl_later: list[tuple[int, Any, Any]] = []
         """Lean run, ITL limit: (index, clock, token runs) of each request whose p99 gap is
         read from its clock once the run has ended."""
-        self._kept_times: list[array] = []
-        self._by_clock: dict[int, tuple[Any, array, array, array]] = {}
-        """id(clock) -> (clock, run firsts, run lasts, (last, next first) of each break)."""
 
     @classmethod
     def of(cls, requests: Iterable[Request], with_itl: bool = False) -> RequestRecords:
@@ -115,7 +112,7 @@ class RequestRecords:
         if r.status is RequestStatus.REJECTED:
             self.rejections[r.reject_reason] += 1
         elif r.status is RequestStatus.FINISHED:
-            self._add_gaps(r)
+            self._gaps.add(r)
         m = metrics if metrics is not None else request_metrics(r, with_itl=False)
         if m.ttft_s is None:
             return
@@ -131,34 +128,6 @@ class RequestRecords:
             else:  # its engine's clock may not hold its last steps' times yet
                 self._itl_later.append((index, r.token_clock, r.token_streaks))
 
-    def _add_gaps(self, r: Request) -> None:
-        kept = r.kept_token_times()
-        if kept:
-            if len(kept) > 1:
-                self._kept_times.append(kept)
-            return
-        if r.token_run_last < 0:
-            return
-        entry = self._by_clock.get(id(r.token_clock))
-        if entry is None:
-            entry = self._by_clock[id(r.token_clock)] = (
-                r.token_clock, array("q"), array("q"), array("q"))
-        _, firsts, lasts, breaks = entry
-        if r.token_runs_before:
-            runs = r.token_streaks
-            assert runs is not None
-            for k in range(0, len(runs), 2):
-                first, last = runs[k], runs[k + 1]
-                if last > first:
-                    firsts.append(first)
-                    lasts.append(last)
-                if k:
-                    breaks.append(runs[k - 1])
-                    breaks.append(first)
-        elif r.token_run_last > r.token_run_first:
-            firsts.append(r.token_run_first)
-            lasts.append(r.token_run_last)
-
     # ------------------------------------------------------------------ reading
     def _column(self, values: array | None, dtype: Any) -> np.ndarray | None:
         return None if values is None else np.frombuffer(values, dtype=dtype)
@@ -168,10 +137,8 @@ class RequestRecords:
         ended)."""
         n = self.num_requests
         for index, clock, runs in self._itl_later:
-            times = np.asarray(clock)
-            gaps = np.diff(np.concatenate([times[runs[k]:runs[k + 1] + 1]
-                                           for k in range(0, len(runs), 2)]))
-            self.itl_p99_s[index] = linear_percentile(gaps, 99)  # type: ignore[index]
+            self.itl_p99_s[index] = linear_percentile(  # type: ignore[index]
+                streak_gaps(clock, runs), 99)
         self._itl_later = []
         itl = self._column(self.itl_p99_s, np.float64)
         return RequestTable(
@@ -198,28 +165,6 @@ class RequestRecords:
         return None if values is None else values[~np.isnan(values)]
 
     def gap_pieces(self) -> list[Callable[[], tuple[np.ndarray, np.ndarray]]]:
-        """Every gap between consecutive output tokens of the finished requests, as pieces of
-        a multiset (``Distribution.of_chunks``), as ``metrics.requests.pooled_gaps`` gives
-        them: kept token times give their gaps one by one; a lean run's runs of tokens give,
-        per engine clock, how many of them produced tokens in each pair of consecutive steps,
-        plus one gap per break (read from the clocks now: call once the run has ended)."""
-        odd = [np.asarray(clock)[np.frombuffer(breaks, dtype=np.int64)[1::2]]
-               - np.asarray(clock)[np.frombuffer(breaks, dtype=np.int64)[0::2]]
-               for clock, _, _, breaks in self._by_clock.values() if breaks]
-        pieces: list[Callable[[], tuple[np.ndarray, np.ndarray]]] = []
-        singles = self._kept_times
-        if singles or odd:
-            num_odd = sum(len(o) for o in odd)
-            values = np.empty(sum(len(t) - 1 for t in singles) + num_odd)
-            start = 0
-            for times in singles:  # each request's gaps, written in place
-                t = np.asarray(times)
-                np.subtract(t[1:], t[:-1], out=values[start:start + len(t) - 1])
-                start += len(t) - 1
-            for o in odd:
-                values[start:start + len(o)] = o
-                start += len(o)
-            pieces.append(lambda: (values, np.ones(len(values), dtype=np.int64)))
-        for clock, firsts, lasts, _ in self._by_clock.values():
-            pieces.append(partial(_clock_gaps, clock, firsts, lasts))
-        return pieces
+        """Every gap between consecutive output tokens of the finished requests
+        (``metrics.requests.PooledGaps``; call once the run has ended)."""
+        return self._gaps.pieces()

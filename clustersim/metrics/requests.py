@@ -297,61 +297,94 @@ def token_gaps(request: Request) -> np.ndarray:
     kept = request.kept_token_times()
     if kept:
         return np.diff(np.asarray(kept))
-    streaks = request.token_streaks
+    return streak_gaps(request.token_clock, request.token_streaks)
+
+
+def streak_gaps(clock: Any, streaks: Any) -> np.ndarray:
+    """Gaps between consecutive output tokens of a lean run's request: its runs of tokens
+    ``streaks`` (first, last step index pairs) on its engine's ``clock``."""
     if not streaks:
         return np.empty(0)
-    clock = np.asarray(request.token_clock)
-    return np.diff(np.concatenate([clock[streaks[k]:streaks[k + 1] + 1]
+    times = np.asarray(clock)
+    return np.diff(np.concatenate([times[streaks[k]:streaks[k + 1] + 1]
                                    for k in range(0, len(streaks), 2)]))
 
 
 def pooled_gaps(requests: Iterable[Request]) -> list[Callable[[], tuple[np.ndarray, np.ndarray]]]:
-    """Every gap between consecutive output tokens of the finished requests, as pieces of a
-    multiset (``Distribution.of_chunks``): kept token times give their gaps one by one; a
-    lean run's requests give, per engine clock, how many of them produced tokens in each
-    pair of consecutive steps (a difference array over their runs), plus one gap per break."""
-    singles: list[array] = []
-    odd: list[float] = []
-    by_clock: dict[int, tuple[Any, array, array]] = {}  # typed arrays: a million requests
+    """Every gap between consecutive output tokens of the finished requests
+    (:class:`PooledGaps`)."""
+    gaps = PooledGaps()
     for r in requests:
-        if r.status is not RequestStatus.FINISHED:
-            continue
+        if r.status is RequestStatus.FINISHED:
+            gaps.add(r)
+    return gaps.pieces()
+
+
+class PooledGaps:
+    """Every gap between consecutive output tokens of the requests added, as pieces of a
+    multiset (``Distribution.of_chunks``, whose figures do not depend on the order): kept
+    token times give their gaps one by one; a lean run's requests give, per engine clock, how
+    many of them produced tokens in each pair of consecutive steps (a difference array over
+    their runs), plus one gap per break. The clocks are read by :meth:`pieces`, once the run
+    has ended; requests may be added as they finish and dropped."""
+
+    def __init__(self) -> None:
+        self._kept: list[array] = []
+        self._by_clock: dict[int, tuple[Any, array, array, array]] = {}
+        """id(clock) -> (clock, run firsts, run lasts, (last, next first) of each break):
+        typed arrays, for a million requests."""
+
+    def add(self, r: Request) -> None:
+        """A finished request's tokens."""
         kept = r.kept_token_times()
         if kept:
             if len(kept) > 1:
-                singles.append(kept)
-            continue
+                self._kept.append(kept)
+            return
         if r.token_run_last < 0:
-            continue
-        entry = by_clock.get(id(r.token_clock))
+            return
+        entry = self._by_clock.get(id(r.token_clock))
         if entry is None:
-            entry = by_clock[id(r.token_clock)] = (r.token_clock, array("q"), array("q"))
-        clock, firsts, lasts = entry
+            entry = self._by_clock[id(r.token_clock)] = (
+                r.token_clock, array("q"), array("q"), array("q"))
+        _, firsts, lasts, breaks = entry
         if r.token_runs_before:
             runs = r.token_streaks
+            assert runs is not None
             for k in range(0, len(runs), 2):
                 first, last = runs[k], runs[k + 1]
                 if last > first:
                     firsts.append(first)
                     lasts.append(last)
                 if k:
-                    odd.append(clock[first] - clock[runs[k - 1]])
+                    breaks.append(runs[k - 1])
+                    breaks.append(first)
         elif r.token_run_last > r.token_run_first:
             firsts.append(r.token_run_first)
             lasts.append(r.token_run_last)
-    pieces: list[Callable[[], tuple[np.ndarray, np.ndarray]]] = []
-    if singles or odd:
-        values = np.empty(sum(len(t) - 1 for t in singles) + len(odd))
-        start = 0
-        for times in singles:  # each request's gaps, written in place
-            t = np.asarray(times)
-            np.subtract(t[1:], t[:-1], out=values[start:start + len(t) - 1])
-            start += len(t) - 1
-        values[start:] = odd
-        pieces.append(lambda: (values, np.ones(len(values), dtype=np.int64)))
-    for clock, firsts, lasts in by_clock.values():
-        pieces.append(partial(_clock_gaps, clock, firsts, lasts))
-    return pieces
+
+    def pieces(self) -> list[Callable[[], tuple[np.ndarray, np.ndarray]]]:
+        odd = []
+        for clock, _, _, breaks in self._by_clock.values():
+            if breaks:
+                times, ends = np.asarray(clock), np.frombuffer(breaks, dtype=np.int64)
+                odd.append(times[ends[1::2]] - times[ends[0::2]])
+        pieces: list[Callable[[], tuple[np.ndarray, np.ndarray]]] = []
+        singles = self._kept
+        if singles or odd:
+            values = np.empty(sum(len(t) - 1 for t in singles) + sum(len(o) for o in odd))
+            start = 0
+            for times in singles:  # each request's gaps, written in place
+                t = np.asarray(times)
+                np.subtract(t[1:], t[:-1], out=values[start:start + len(t) - 1])
+                start += len(t) - 1
+            for o in odd:
+                values[start:start + len(o)] = o
+                start += len(o)
+            pieces.append(lambda: (values, np.ones(len(values), dtype=np.int64)))
+        for clock, firsts, lasts, _ in self._by_clock.values():
+            pieces.append(partial(_clock_gaps, clock, firsts, lasts))
+        return pieces
 
 
 def _clock_gaps(clock: Any, firsts: array, lasts: array) -> tuple[np.ndarray, np.ndarray]:
