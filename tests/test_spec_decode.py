@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from clustersim.catalog import load_gpu, load_model
+from clustersim.cost.memory import draft_weight_bytes_per_gpu, kv_bytes_per_block
 from clustersim.cost.roofline import CostModel
 from clustersim.engine.clock import Clock
 from clustersim.engine.config import SchedulerConfig, SpecDecodeConfig
@@ -213,6 +214,48 @@ def test_speculative_section_reaches_the_scheduler_and_shrinks_kv():
     assert setup.scheduler.speculative.acceptance_cdf == pytest.approx((0.2, 0.5))
     assert setup.num_gpu_blocks < plain.num_gpu_blocks  # the draft layer's KV
     assert plain.scheduler.speculative is None
+
+
+def test_the_draft_heads_weights_take_kv_blocks():
+    """The head's own layers and input projection are loaded before the KV cache is sized
+    (the target lends it the embedding and LM head): Llama-3.1-8B's EAGLE layer is a dense
+    16-bit decoder layer plus a 2h x h projection, 0.50 GB on one H100, about 240 blocks of
+    2 MiB beyond what its KV share already takes."""
+    model, gpu = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
+    h = model.hidden_size
+    head = model.layer_params(dense=True) * 2 + 2 * h * h * 2
+    assert draft_weight_bytes_per_gpu(model, "eagle", 1.0, 1) == pytest.approx(head)
+    assert draft_weight_bytes_per_gpu(model, "eagle", 1.0, 2) == pytest.approx(
+        (head - 4 * h * h) / 2 + 4 * h * h)  # the projection is whole on every rank
+    assert draft_weight_bytes_per_gpu(model, "ngram", 0.0, 1) == 0
+
+    def blocks(method: str) -> int:
+        return resolve_engine(EngineSettings(max_model_len=8192, speculative={
+            "method": method, "num_speculative_tokens": 1, "acceptance_rate": 0.7}),
+            model, gpu, 1).num_gpu_blocks
+
+    plain = resolve_engine(EngineSettings(max_model_len=8192), model, gpu, 1).num_gpu_blocks
+    kv_share_only = 1 + (plain - 1) * model.num_layers // (model.num_layers + 1)
+    assert blocks("ngram") == plain
+    taken = kv_share_only - blocks("eagle")
+    layers = model.num_layers
+    assert taken == pytest.approx(
+        head / kv_bytes_per_block(model, 1, 16) * layers / (layers + 1), abs=2)
+    assert 200 < taken < 280
+
+
+def test_an_mtp_layer_is_the_targets_own_layer_with_its_experts_split_like_the_targets():
+    """DeepSeek-V3's MTP module: one of its MoE layers stored in FP8 like the rest, about
+    11.5 GB whole; on TP8 its experts split eight ways, with DP its experts over dp x tp."""
+    model = load_model("deepseek-v3")
+    whole = draft_weight_bytes_per_gpu(model, "mtp", 1.0, 1)
+    join = 2 * model.hidden_size ** 2 * model.dtype_bytes
+    assert 10.5e9 < whole - join < 12.5e9
+    experts = model.expert_weight_bytes / model.num_moe_layers
+    tp8 = draft_weight_bytes_per_gpu(model, "mtp", 1.0, 8)
+    assert tp8 == pytest.approx((whole - join) / 8 + join)
+    dp4 = draft_weight_bytes_per_gpu(model, "mtp", 1.0, 8, dp=4)
+    assert tp8 - dp4 == pytest.approx(experts / 8 * 3 / 4)
 
 
 def test_tpot_falls_and_decode_steps_schedule_one_plus_k_per_request(tmp_path):

@@ -554,6 +554,13 @@ class ModelSpec(_Spec):
         where leading layers are dense)."""
         return self._params_per_layer(self.num_experts, dense=not self.is_moe)
 
+    def layer_params(self, dense: bool, routed_experts: int | None = None) -> int:
+        """One layer's parameters with a dense MLP (``dense``) or a MoE one holding
+        ``routed_experts`` of its routed experts (default: all), its shared experts and
+        router."""
+        experts = self.num_experts if routed_experts is None else routed_experts
+        return self._params_per_layer(experts, dense=dense)
+
     @property
     def num_dense_layers(self) -> int:
         """Layers with a dense MLP: every layer of a dense model, the first

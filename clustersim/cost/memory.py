@@ -145,18 +145,20 @@ def kv_budget(
     kv_dtype_bytes: int | None = None,
     dp: int = 1,
     cuda_graph_bytes: int = 0,
+    draft_weight_bytes: int = 0,
 ) -> KvBudget:
     """Split one GPU's memory as vLLM does; raise ``ConfigError`` if no KV block fits.
     ``dp``: data-parallel ranks sharing a MoE model's experts (spread over ``dp x tp`` GPUs).
     ``cuda_graph_bytes``: the CUDA-graph estimate the profile subtracts (0: vLLM before 0.21,
-    or no graphs)."""
+    or no graphs). ``draft_weight_bytes``: a speculative draft's own weights on this GPU
+    (:func:`draft_weight_bytes_per_gpu`), loaded beside the model's before the profile."""
     if not 0.0 < gpu_memory_utilization <= 1.0:
         raise ConfigError(
             "engine.gpu_memory_utilization", f"must be in (0, 1], got {gpu_memory_utilization}"
         )
     model.check_tp(tp)
     requested = math.ceil(gpu.mem_capacity_bytes * gpu_memory_utilization)
-    weights = math.ceil(weight_bytes_per_gpu(model, tp, dp))
+    weights = math.ceil(weight_bytes_per_gpu(model, tp, dp)) + draft_weight_bytes
     activation = activation_peak_bytes(model, tp, max_num_batched_tokens)
     non_torch = gpu.non_torch_memory_bytes
     available = requested - weights - activation - non_torch - cuda_graph_bytes
@@ -167,8 +169,10 @@ def kv_budget(
             "engine",
             f"{model.id} does not fit on {gpu.id} at tensor_parallel_size {tp}: "
             f"{gpu_memory_utilization:g} x {gpu.mem_capacity_bytes / GIGA:.2f} GB = "
-            f"{requested / GIGA:.2f} GB requested, weights {weights / GIGA:.2f} GB + activations "
-            f"{activation / GIGA:.2f} GB + non-torch {non_torch / GIGA:.2f} GB"
+            f"{requested / GIGA:.2f} GB requested, weights {weights / GIGA:.2f} GB"
+            + (f" (the draft's {draft_weight_bytes / GIGA:.2f} GB included)"
+               if draft_weight_bytes else "")
+            + f" + activations {activation / GIGA:.2f} GB + non-torch {non_torch / GIGA:.2f} GB"
             + (f" + CUDA graphs {cuda_graph_bytes / GIGA:.2f} GB" if cuda_graph_bytes else "")
             + " leave "
             f"{available / GIGA:.2f} GB, less than one {bytes_per_block}-byte KV block",
@@ -193,6 +197,40 @@ def weight_bytes_per_gpu(model: ModelSpec, tp: int, dp: int = 1) -> float:
     return (model.weight_bytes - experts) / tp + experts / (tp * dp)
 
 
+def draft_weight_bytes_per_gpu(model: ModelSpec, method: str, draft_layers: float, tp: int,
+                               dp: int = 1) -> float:
+    """A speculative draft's own weights on one GPU of the target's TP group.
+
+    vLLM loads the draft beside the target and hands it the target's embedding and LM head
+    (``EagleProposer.load_model``, vllm/v1/spec_decode/eagle.py: always for MTP, for EAGLE
+    whenever the head brings none of its own), so what the draft adds is its decoder layers
+    and the projection that joins the target's hidden state to the next token's embedding
+    (``2h -> h``: EAGLE's ``fc``, the MTP module's ``eh_proj``, a plain linear layer that
+    every rank holds whole):
+
+    - ``mtp``: ``draft_layers`` of the target's own layers (a MoE layer for a MoE model),
+      stored as the target stores its layers (DeepSeek-V3's checkpoint quantizes the MTP
+      layer like the others); the experts split over ``dp x tp`` ranks as the target's do,
+      the rest at the model's mean bytes per non-expert weight, over ``tp``;
+    - ``eagle``: ``draft_layers`` dense decoder layers shaped like the target's, in 16-bit
+      (EAGLE heads are published unquantized), over ``tp``;
+    - ``ngram``: nothing (the drafts are looked up on the host).
+    """
+    if method == "ngram" or draft_layers <= 0:
+        return 0.0
+    h = model.hidden_size
+    join = 2 * h * h * model.dtype_bytes
+    if method == "eagle":
+        return draft_layers * model.layer_params(dense=True) * model.dtype_bytes / tp + join
+    routed = model.num_moe_layers * model.num_experts * model.expert_params
+    per_param = (model.weight_bytes - model.expert_weight_bytes) / (model.num_params - routed)
+    if not model.is_moe:
+        return draft_layers * model.layer_params(dense=True) * per_param / tp + join
+    experts = model.expert_weight_bytes / model.num_moe_layers
+    rest = model.layer_params(dense=False, routed_experts=0) * per_param
+    return draft_layers * (rest / tp + experts / (tp * dp)) + join
+
+
 def num_gpu_blocks(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -204,6 +242,7 @@ def num_gpu_blocks(
     kv_dtype_bytes: int | None = None,
     dp: int = 1,
     cuda_graph_bytes: int = 0,
+    draft_weight_bytes: int = 0,
 ) -> int:
     """KV blocks per GPU (vLLM's ``num_gpu_blocks``, block 0 included); see :func:`kv_budget`."""
     return kv_budget(
@@ -216,4 +255,5 @@ def num_gpu_blocks(
         kv_dtype_bytes=kv_dtype_bytes,
         dp=dp,
         cuda_graph_bytes=cuda_graph_bytes,
+        draft_weight_bytes=draft_weight_bytes,
     ).num_gpu_blocks

@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 from clustersim.catalog.specs import GpuSpec, ModelSpec
 from clustersim.cost.memory import (
     cuda_graph_bytes,
+    draft_weight_bytes_per_gpu,
     kv_bytes_per_block,
     num_gpu_blocks,
     profiles_cuda_graphs,
@@ -130,6 +131,7 @@ def resolve_engine(
             f"{max_num_batched_tokens}",
         )
 
+    speculative = speculative_config(settings, model, dp)
     if settings.num_gpu_blocks_override is not None:
         blocks = settings.num_gpu_blocks_override
         kv_bytes = blocks * kv_bytes_per_block(stage, tp, settings.block_size)
@@ -152,8 +154,11 @@ def resolve_engine(
             dp=dp if model.is_moe else 1,
             cuda_graph_bytes=(cuda_graph_bytes(stage, max_num_seqs, max_num_batched_tokens)
                               if profiles_cuda_graphs(settings.vllm_version) else 0),
+            draft_weight_bytes=0 if speculative is None else math.ceil(
+                draft_weight_bytes_per_gpu(model, speculative.method,
+                                           speculative.draft_layers, tp,
+                                           dp if model.is_moe else 1)),
         )
-    speculative = speculative_config(settings, model, dp)
     if speculative is not None and speculative.draft_layers and (
             settings.num_gpu_blocks_override is None):
         # the draft head's layers keep their own KV in the same blocks (vLLM adds them to the
