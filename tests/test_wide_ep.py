@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from clustersim.catalog import load_gpu, load_model
+from clustersim.catalog.specs import ModelSpec
 from clustersim.cluster.system import EXPERT_IMBALANCE_EPLB, EXPERT_IMBALANCE_NO_EPLB, Cluster
 from clustersim.cluster.topology import Topology, load_spec
 from clustersim.cluster.topology_spec import replicate_node
-from clustersim.cost.collectives import FP8_DISPATCH_BYTES, AllToAll
+from clustersim.cost.collectives import FP8_DISPATCH_BYTES, AllToAll, nodes_reached
 from clustersim.cost.roofline import CostModel
 from clustersim.engine.clock import Clock
 from clustersim.scenario import parse_scenario
@@ -85,6 +86,39 @@ def test_all_to_all_grows_when_the_group_crosses_a_node() -> None:
     # remote node (1 - 2^-8 of a row on average over two nodes)
     assert a2a(16, "low_latency").nic_rows(8) == 4.0
     assert a2a(16, "normal").nic_rows(8) == pytest.approx(1 - 0.5 ** 8)
+
+
+def test_grouped_routing_reaches_fewer_nodes() -> None:
+    """DeepSeek-V3's router takes a token's 8 experts from 4 of 8 groups of 32: over 8 nodes
+    (one group each) a token reaches the nodes of its 4 groups, 3.15 other nodes on average
+    against 4.59 for 8 experts anywhere; over 2 nodes nearly every token reaches the other
+    node either way. Decode's low-latency kernels send rows per expert, unchanged."""
+    model = load_model("deepseek-v3")
+    assert model.expert_group_limit == (8, 4)
+    assert load_model("qwen3-235b-a22b").expert_group_limit is None
+    assert nodes_reached(64, 8, 8, 1, 1) == pytest.approx(7 * (1 - (7 / 8) ** 8))
+    assert nodes_reached(64, 8, 8, 8, 8) == pytest.approx(7 * (1 - (7 / 8) ** 8))
+    # 8 nodes, a group on each: 4 groups reached unless all 8 experts miss one, (3/4)^8
+    assert nodes_reached(64, 8, 8, 8, 4) == pytest.approx(4 * (1 - 0.75 ** 8) * 7 / 8)
+    for gpus in (16, 24, 32, 64, 72, 128):
+        assert nodes_reached(gpus, 8, 8, 8, 4) <= nodes_reached(gpus, 8, 8, 1, 1) + 1e-12
+    assert nodes_reached(16, 8, 8, 8, 4) > 0.95
+
+    def a2a(mode: str, groups: tuple[int, int] | None) -> AllToAll:
+        return AllToAll(64, 8, 369e9, 42.5e9, dispatch_bytes=FP8_DISPATCH_BYTES,
+                        combine_bytes=2, mode=mode, expert_groups=groups)
+
+    assert a2a("normal", (8, 4)).nic_rows(8) < 0.7 * a2a("normal", None).nic_rows(8)
+    assert a2a("low_latency", (8, 4)).nic_rows(8) == a2a("low_latency", None).nic_rows(8)
+
+
+def test_expert_groups_must_fit_the_experts() -> None:
+    base = load_model("deepseek-v3").model_dump()
+    for change, message in (({"num_expert_groups": 7}, "must divide"),
+                            ({"topk_expert_groups": 9}, "must be in"),
+                            ({"num_expert_groups": 64, "topk_expert_groups": 1}, "cannot hold")):
+        with pytest.raises(ValueError, match=message):
+            ModelSpec(**{**base, **change})
 
 
 def test_all_to_all_follows_the_topologys_nic(tmp_path: Path) -> None:

@@ -158,6 +158,9 @@ def _moe_fields(config: dict[str, Any], where: str) -> dict[str, Any]:
         # DeepSeek: shared experts in every MoE layer, the first k layers dense
         "num_shared_experts": config.get("n_shared_experts") or 0,
         "first_k_dense_replace": config.get("first_k_dense_replace") or 0,
+        # DeepSeek-V3's grouped top-k: a token's experts from topk_group of n_group groups
+        **({"num_expert_groups": config["n_group"], "topk_expert_groups": config["topk_group"]}
+           if (config.get("n_group") or 0) > 1 and config.get("topk_group") else {}),
     }
 
 

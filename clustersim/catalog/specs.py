@@ -309,6 +309,13 @@ class ModelSpec(_Spec):
     num_shared_experts: Experts = Field(
         0, description="Shared experts every token runs in each MoE layer (DeepSeek's "
         "n_shared_experts), each moe_intermediate_size wide; 0: none.")
+    num_expert_groups: Experts = Field(
+        0, description="Groups of consecutive routed experts the router chooses among first "
+        "(DeepSeek's n_group): each token's experts come from topk_expert_groups of them; 0 "
+        "or 1: no grouping.")
+    topk_expert_groups: Experts = Field(
+        0, description="Groups each token's experts may come from (DeepSeek's topk_group), "
+        "chosen by their best experts' scores; 0: every group.")
     first_k_dense_replace: Annotated[NonNegativeInt, Within(
         high=MAX_NUM_LAYERS, reason="eight times the deepest model published (126 layers)")] = (
         Field(0, description="Leading layers whose MLP stays dense (intermediate_size wide) "
@@ -377,6 +384,31 @@ class ModelSpec(_Spec):
                 f"the {self.num_layers}"
             )
         return self
+
+    @model_validator(mode="after")
+    def _expert_groups_divide_the_experts(self) -> ModelSpec:
+        groups, chosen = self.num_expert_groups, self.topk_expert_groups
+        if not groups and not chosen:
+            return self
+        if not self.num_experts:
+            raise ValueError("num_expert_groups and topk_expert_groups need num_experts > 0")
+        if not groups or self.num_experts % groups:
+            raise ValueError(f"num_expert_groups {groups} must divide num_experts "
+                             f"{self.num_experts}")
+        if not 1 <= chosen <= groups:
+            raise ValueError(f"topk_expert_groups {chosen} must be in [1, num_expert_groups "
+                             f"{groups}]")
+        if chosen * (self.num_experts // groups) < self.num_experts_per_tok:
+            raise ValueError(f"{chosen} groups of {self.num_experts // groups} experts cannot "
+                             f"hold a token's {self.num_experts_per_tok}")
+        return self
+
+    @property
+    def expert_group_limit(self) -> tuple[int, int] | None:
+        """(groups, groups a token may use) where the router limits a token's experts to
+        some groups (DeepSeek-V3: 8 groups of 32, 4 of them); None: any expert."""
+        groups, chosen = self.num_expert_groups, self.topk_expert_groups
+        return (groups, chosen) if groups > 1 and chosen < groups else None
 
     @model_validator(mode="after")
     def _dense_moe_fields_need_experts(self) -> ModelSpec:

@@ -497,6 +497,7 @@ class Cluster:
             # for decode; a colocated group mixes both in its steps: the normal kernels
             mode="low_latency" if role == "decode" else "normal",
             call_latency_s=nic.latency_s,
+            expert_groups=model.expert_group_limit,
         )
 
     def _cost_model(self, model: ModelSpec, gpu: GpuSpec, tp: int, group: list[str],

@@ -23,6 +23,9 @@ H100 and A100 SXM tables), every size is priced as NCCL.
 
 from __future__ import annotations
 
+import itertools
+import math
+
 from clustersim.catalog.specs import GpuSpec, LinkSpec
 
 _MIB = 1024 * 1024
@@ -79,17 +82,23 @@ class AllToAll:
     (``nic_bytes_per_s``): DeepEP's low-latency kernels send every one of the
     ``k (G - n) / G`` rows over RDMA; its normal kernels send a token once to each remote node
     its experts sit on (then forward it over that node's NVLink), ``(N - 1)(1 - (1 - 1/N)^k)``
-    rows with ``N = G / n`` nodes. The NVLink and NIC parts go at once (``overlap``: the slower
+    rows with ``N = G / n`` nodes; a router that limits each token to a few groups of
+    consecutive experts (``expert_groups``, DeepSeek-V3's grouped top-k) lets it reach fewer
+    nodes (:func:`nodes_reached`). The NVLink and NIC parts go at once (``overlap``: the slower
     one counts) or one after the other; each call adds ``dispatch_s`` / ``combine_s``."""
 
     __slots__ = ("group_gpus", "node_gpus", "nvlink_bytes_per_s", "nic_bytes_per_s",
-                 "dispatch_s", "combine_s", "dispatch_bytes", "combine_bytes", "overlap", "mode")
+                 "dispatch_s", "combine_s", "dispatch_bytes", "combine_bytes", "overlap", "mode",
+                 "expert_groups")
 
     def __init__(self, group_gpus: int, node_gpus: int, nvlink_bytes_per_s: float,
                  nic_bytes_per_s: float, *, dispatch_bytes: float, combine_bytes: float,
-                 mode: str, call_latency_s: float = 0.0, overlap: bool = True) -> None:
+                 mode: str, call_latency_s: float = 0.0, overlap: bool = True,
+                 expert_groups: tuple[int, int] | None = None) -> None:
         """``mode``: ``low_latency`` (decode: DeepEP's low-latency kernels, their fixed cost
-        per call) or ``normal`` (prefill: ``call_latency_s`` per call, the NIC path's)."""
+        per call) or ``normal`` (prefill: ``call_latency_s`` per call, the NIC path's).
+        ``expert_groups``: (groups, groups a token may use), the model's
+        ``expert_group_limit``."""
         if not 1 <= node_gpus <= group_gpus:
             raise ValueError(f"bad all-to-all group: {group_gpus} GPUs, {node_gpus} a node")
         if not (nvlink_bytes_per_s > 0 and nic_bytes_per_s > 0):
@@ -100,6 +109,7 @@ class AllToAll:
         self.nvlink_bytes_per_s, self.nic_bytes_per_s = nvlink_bytes_per_s, nic_bytes_per_s
         self.dispatch_bytes, self.combine_bytes = dispatch_bytes, combine_bytes
         self.overlap, self.mode = overlap, mode
+        self.expert_groups = expert_groups
         if mode == "low_latency":
             self.dispatch_s, self.combine_s = LOW_LATENCY_DISPATCH_S, LOW_LATENCY_COMBINE_S
         else:
@@ -119,6 +129,8 @@ class AllToAll:
         """Hidden states one token sends over the NIC per call (see the class)."""
         if self.mode == "low_latency":
             return top_k * self.cross_node_fraction
+        if self.expert_groups is not None:
+            return nodes_reached(self.group_gpus, self.node_gpus, top_k, *self.expert_groups)
         nodes = self.group_gpus / self.node_gpus
         return (nodes - 1.0) * (1.0 - (1.0 - 1.0 / nodes) ** top_k)
 
@@ -135,3 +147,32 @@ class AllToAll:
         return (self.dispatch_s + self.combine_s
                 + tokens * imbalance * hidden * (self.dispatch_bytes + self.combine_bytes)
                 * self.s_per_token_byte(top_k))
+
+
+def nodes_reached(group_gpus: int, node_gpus: int, top_k: float, groups: int,
+                  chosen: int) -> float:
+    """Other nodes one token's experts sit on, on average, when the router takes them from
+    ``chosen`` of ``groups`` groups of consecutive experts (vLLM's ``grouped_topk``: the groups
+    with the best experts' scores first, then the top ``k`` experts within them).
+
+    Experts sit on the group's ranks in order (expert ``e`` of ``E`` on rank ``e G / E``), so
+    group ``g`` covers the ranks of ``[g / groups, (g + 1) / groups)`` and node ``m`` those of
+    ``[m n / G, (m + 1) n / G)``. Every set of ``chosen`` groups is equally likely and the
+    ``k`` experts fall evenly over the chosen groups' experts, so node ``m`` is reached unless
+    all ``k`` miss its share ``s_m`` of them: ``1 - (1 - s_m)^k``. The sending rank's own node
+    is any node in proportion to its ranks. Without grouping (``chosen == groups``) this is
+    the ``(N - 1)(1 - (1 - 1/N)^k)`` of evenly spread experts."""
+    bounds = [min(m * node_gpus / group_gpus, 1.0)
+              for m in range(math.ceil(group_gpus / node_gpus) + 1)]
+    nodes = list(itertools.pairwise(bounds))
+    reached = [0.0] * len(nodes)
+    subsets = list(itertools.combinations(range(groups), chosen))
+    for subset in subsets:
+        for m, (lo, hi) in enumerate(nodes):
+            covered = sum(max(0.0, min(hi, (g + 1) / groups) - max(lo, g / groups))
+                          for g in subset)
+            share = covered * groups / chosen
+            reached[m] += 1.0 - (1.0 - share) ** top_k
+    reached = [r / len(subsets) for r in reached]
+    own = sum((hi - lo) * r for (lo, hi), r in zip(nodes, reached, strict=True))
+    return sum(reached) - own

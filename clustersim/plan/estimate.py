@@ -140,7 +140,8 @@ class Screen:
             a2a = AllToAll(gpus, node, template.intra_bytes_per_s, template.inter_bytes_per_s,
                            dispatch_bytes=FP8_DISPATCH_BYTES if fp8 else model.dtype_bytes,
                            combine_bytes=model.dtype_bytes,
-                           mode="low_latency" if role == "decode" else "normal")
+                           mode="low_latency" if role == "decode" else "normal",
+                           expert_groups=model.expert_group_limit)
         elif template is not None:
             link["dp_link_bytes_per_s"] = min(template.intra_bytes_per_s,
                                               gpu.tp_link(gpus).effective_bytes_per_s)
