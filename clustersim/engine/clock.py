@@ -498,10 +498,8 @@ class Clock:
 
     def run(self, until: Any = None) -> Any:
         """``simpy.Environment.run``: to the end of the schedule, or until the event (or the
-        time) ``until``, with SimPy's ``step`` inlined (this loop compiles with the core).
-        Events are processed as SimPy does: callbacks in order; a ``StopSimulation`` from
-        one ends the run with its value (the event keeps the callbacks after it, for a later
-        run); a failed event nobody defused stops the run with a copy of its exception."""
+        time) ``until``, each event processed by :meth:`_process`; a ``StopSimulation``
+        ends the run with its value."""
         if until is not None:
             if not isinstance(until, simpy.Event):
                 at = float(until)
@@ -515,54 +513,46 @@ class Clock:
             elif until.callbacks is None:
                 return until.value
             until.callbacks.append(StopSimulation.callback)
-        while True:
-            entry = self._next()
-            if entry is None:
-                break
-            self._now = entry.at
-            event: Any = entry.event
-            if event is None:  # an alarm: its own entry
-                call = entry.call
-                if call is not None:  # (its one callback, most of the events)
-                    entry.call = None
-                    call(entry)
-                    continue
-                if entry.callbacks is None:
-                    continue  # its call was taken back
-                event = entry
-            callbacks = _take_callbacks(event)
-            done = 0
-            try:
-                for callback in callbacks:
-                    done += 1
-                    callback(event)
-            except StopSimulation as stop:
-                event.callbacks = callbacks[done:]
-                self.schedule(event, URGENT - 1)
-                return stop.args[0]
-            if not _ok(event) and not hasattr(event, "_defused"):
-                raise _copy_of(event._value)
+        try:
+            while True:
+                entry = self._next()
+                if entry is None:
+                    break
+                self._process(entry)
+        except StopSimulation as stop:
+            return stop.args[0]
         if until is not None:
             raise RuntimeError(
                 f'No scheduled events left but "until" event was not triggered: {until}')
         return None
 
     def _process(self, entry: Alarm) -> None:
+        """Process one event as SimPy does: its callbacks in order; a ``StopSimulation``
+        from one leaves the callbacks after it on the event, rescheduled for a later run,
+        and goes on to the caller; a failed event nobody defused raises a copy of its
+        exception."""
         self._now = entry.at
         event: Any = entry.event
-        if event is None:
+        if event is None:  # an alarm: its own entry
             call = entry.call
-            if call is not None:
+            if call is not None:  # (its one callback, most of the events)
                 entry.call = None
                 call(entry)
                 return
             if entry.callbacks is None:
-                return
+                return  # its call was taken back
             event = entry
-        callbacks, event.callbacks = event.callbacks, None
-        for callback in callbacks:
-            callback(event)
-        if not event._ok and not hasattr(event, "_defused"):
+        callbacks = _take_callbacks(event)
+        done = 0
+        try:
+            for callback in callbacks:
+                done += 1
+                callback(event)
+        except StopSimulation:
+            event.callbacks = callbacks[done:]
+            self.schedule(event, URGENT - 1)
+            raise
+        if not _ok(event) and not hasattr(event, "_defused"):
             raise _copy_of(event._value)
 
     def schedule(self, event: Waitable, priority: int = NORMAL, delay: float = 0.0) -> None:
