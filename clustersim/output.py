@@ -136,13 +136,19 @@ TRANSFER_COLUMNS = (
 )
 
 
+def transfer_row(t: Any) -> tuple:
+    """A ``TransferRecord``'s row of ``TRANSFER_COLUMNS``."""
+    return (t.tag, "+".join(t.src), "+".join(t.dst), t.path, t.bytes, t.requested_s,
+            t.start_s, t.end_s, t.ideal_s, t.queue_s)
+
+
+_TRANSFER_CSV_ROW = _times_at(5, 6, 7, 8, 9)
+
+
 def write_transfers_csv(path: Path, transfers: list[Any], output_format: str = "csv") -> None:
-    with open_table(path, output_format, TRANSFER_COLUMNS, _times_at(5, 6, 7, 8, 9)) as table:
+    with open_table(path, output_format, TRANSFER_COLUMNS, _TRANSFER_CSV_ROW) as table:
         for t in transfers:
-            table.write((
-                t.tag, "+".join(t.src), "+".join(t.dst), t.path, t.bytes, t.requested_s,
-                t.start_s, t.end_s, t.ideal_s, t.queue_s,
-            ))
+            table.write(transfer_row(t))
 
 
 # ---------------------------------------------------------------- table writers
@@ -264,7 +270,7 @@ def run_files(result: RunResult, *, steps: bool | None = None,
     return [
         f"requests.{output_format}",
         *((f"steps.{output_format}",) if _with_steps(result, steps) else ()),
-        *((f"transfers.{output_format}",) if result.transfers else ()),
+        *((f"transfers.{output_format}",) if result.num_transfers else ()),
         "summary.json",
     ]
 
@@ -288,7 +294,7 @@ def write_run(result: RunResult, out: Path, *, steps: bool | None = None,
     with ``output_format="parquet"``. An earlier run's tables that this run does not write
     are removed, so the folder holds one run. The summary is the same with steps recorded or
     not. ``records``: the requests were handed over during the run (:func:`simulate_run`),
-    which wrote their table already."""
+    which wrote their table already; so are the transfers the run streamed."""
     check_format(output_format)
     names = run_files(result, steps=steps, output_format=output_format)
     summary = summarize_run(result, records)
@@ -297,7 +303,7 @@ def write_run(result: RunResult, out: Path, *, steps: bool | None = None,
                            output_format=output_format)
     if f"steps.{output_format}" in names:
         write_steps_csv(out / f"steps.{output_format}", result.steps, output_format)
-    if result.transfers:
+    if result.transfers and not result.transfers_streamed:
         write_transfers_csv(out / f"transfers.{output_format}", result.transfers, output_format)
     for name in (f"{table}.{kind}" for table in TABLES for kind in FORMATS):
         if name not in names and (out / name).is_file():
@@ -357,19 +363,25 @@ def simulate_run(scenario: Scenario, out: Path, *, steps: bool = False,
                  ) -> tuple[RunResult, RunSummary]:
     """Run ``scenario`` and write :func:`run_files` into ``out`` (a folder that exists): the
     same files as ``write_run(run_scenario(scenario, record_steps=steps, ideal_times=True),
-    out)``, but the requests' table is written as the run goes and the run keeps no request
-    once it is written and recorded. The files are put in place with ``lock()`` held (the
-    folder's: ``safe_write.folder_lock``), the run itself outside it."""
+    out)``, but the requests' and the KV transfers' tables are written as the run goes and
+    the run keeps no request once it is written and recorded, and no transfer. The files
+    are put in place with ``lock()`` held (the folder's: ``safe_write.folder_lock``), the run
+    itself outside it."""
     from clustersim.sim import run_scenario
 
     check_format(output_format)
     with _request_table(out / f"requests.{output_format}", output_format,
-                        *_request_options(scenario)) as (table, commit):
+                        *_request_options(scenario)) as (table, commit), \
+            staged_table(out / f"transfers.{output_format}", output_format, TRANSFER_COLUMNS,
+                         _TRANSFER_CSV_ROW) as (transfers, commit_transfers):
         stream = _RequestStream(table, scenario)
-        result = run_scenario(scenario, record_steps=steps, ideal_times=True, sink=stream)
+        result = run_scenario(scenario, record_steps=steps, ideal_times=True, sink=stream,
+                              transfer_sink=lambda t: transfers.write(transfer_row(t)))
         stream.close()
         with lock():
             commit()
+            if result.transfers_streamed:
+                commit_transfers()
             summary = write_run(result, out, steps=steps, output_format=output_format,
                                 records=stream.records)
     return result, summary

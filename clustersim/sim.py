@@ -49,6 +49,8 @@ class RunResult:
     end_s: float
     transfers: list[Any] = field(default_factory=list)
     """clustersim.cluster.flows.TransferRecord, one per KV handoff."""
+    transfers_streamed: int = 0
+    """KV transfers handed to the run's ``transfer_sink`` instead of kept in ``transfers``."""
     link_utilization: dict[str, float] = field(default_factory=dict)
     step_totals: dict[str, StepTotals] = field(default_factory=dict)
     """Per engine name: its steps summed up (every run has them)."""
@@ -65,6 +67,11 @@ class RunResult:
     """When the first warm-up request was sent (None: no warm-ups); the engines' busy time
     and KV use are read from there, since their steps are in the trace."""
 
+    @property
+    def num_transfers(self) -> int:
+        """KV transfers the run made, kept or streamed."""
+        return len(self.transfers) + self.transfers_streamed
+
 
 def run_scenario(
     scenario: Scenario,
@@ -73,6 +80,7 @@ def run_scenario(
     coalesce: bool = True,
     ideal_times: bool | None = None,
     sink: RequestSink | None = None,
+    transfer_sink: Callable[[Any], None] | None = None,
 ) -> RunResult:
     """Simulate a scenario to the end.
 
@@ -86,7 +94,9 @@ def run_scenario(
 
     ``sink``: each measured request is handed to it once done, and the run keeps none of
     them (``requests`` empty; a synthetic open-loop workload builds each when it arrives), so
-    that memory holds the requests in flight, not all of them."""
+    that memory holds the requests in flight, not all of them. ``transfer_sink``: each KV
+    transfer's record (``cluster.flows.TransferRecord``) is handed to it as the transfer
+    ends, and the run keeps none (``transfers`` empty, ``transfers_streamed`` their count)."""
     with _rare_collections(), _steady_mmap_threshold(sink is not None):
         model = load_model(scenario.model, path="model")
         rng = np.random.default_rng(scenario.seed)
@@ -108,6 +118,8 @@ def run_scenario(
         cluster = Cluster(env, scenario, model, router_rng, on_done=on_done,
                           record_steps=record_steps, coalesce=coalesce,
                           ideal_times=ideal_times)
+        if transfer_sink is not None and cluster.flows is not None:
+            cluster.flows.on_record = transfer_sink
         submit = cluster.dispatch.submit
         source.start(env, submit if handing is None else handing.submit_to(submit))
         env.run()
@@ -140,6 +152,8 @@ def run_scenario(
         instances=cluster.infos,
         end_s=end_s,
         transfers=list(flows.records) if flows is not None else [],
+        transfers_streamed=(flows.num_records - len(flows.records)
+                            if flows is not None else 0),
         link_utilization=(
             flows.link_utilization(end_s - first_arrival) if flows is not None else {}
         ),

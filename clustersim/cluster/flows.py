@@ -24,7 +24,7 @@ tested without SimPy; :class:`FlowNetwork` is the SimPy shell that the cluster c
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from heapq import heapify as _heapify
 from heapq import heappop as _heappop
@@ -349,7 +349,12 @@ class FlowNetwork:
         self.topology = topology
         self.ideal_times = ideal_times
         self.records: list[TransferRecord] = []
-        """Finished transfers, in completion order."""
+        """Finished transfers, in completion order (none kept with ``on_record``)."""
+        self.on_record: Callable[[TransferRecord], None] | None = None
+        """Where each finished transfer goes instead of ``records``, in completion order (a
+        run that streams them)."""
+        self.num_records = 0
+        """Finished transfers, kept or handed on."""
         # edges are numbered in graph order: ints hash fast in the max-min inner loop
         edges = list(topology.graph.edges(data=True))
         self._link_ids = [attrs["link_id"] for _, _, attrs in edges]
@@ -666,5 +671,9 @@ class FlowNetwork:
             end_s=now_of(self.env),
             ideal_s=transfer.ideal_s,
         )
-        self.records.append(record)
+        self.num_records += 1
+        if self.on_record is None:
+            self.records.append(record)
+        else:
+            self.on_record(record)
         transfer.event.succeed(record)

@@ -262,7 +262,7 @@ def summarize_run(result: RunResult, records: RequestRecords | None = None) -> R
         layout=layout.kind if layout is not None else "colocated",
         topology=topology_label(scenario.topology),
         link_utilization=dict(busiest[:10]),
-        num_transfers=len(result.transfers),
+        num_transfers=result.num_transfers,
         faults=result.faults,
         span_start_s=result.warmup_start_s,
     )
