@@ -19,7 +19,8 @@ from clustersim.sim import run_scenario
 from tests.helpers import run_cli, scenario, write_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = ["quickstart", "pd_decode_failure", "bench_rtx4090_mistral7b", "three_class_mix"]
+SHIPPED = ["quickstart", "pd_decode_failure", "bench_rtx4090_mistral7b", "three_class_mix",
+           "long_context_prefix"]
 
 
 def _synthetic(num_requests: int = 300, **slo: float) -> dict:
@@ -85,6 +86,21 @@ def test_a_streamed_run_holds_only_the_requests_in_flight():
     assert sink.num_added == 2000
     assert sink.most_alive < 200  # at 40 req/s, a few seconds' worth in flight
     kept = run_scenario(spec, record_steps=False)
+    from clustersim.metrics.run import summarize_run
+    assert summarize_run(result, sink.records) == summarize_run(kept)
+
+
+def test_a_streamed_replay_builds_each_request_on_arrival():
+    """A trace replay with prefix ids (the Mooncake window of long_context_prefix.yaml) keeps
+    only the requests in flight, each built with its prefix keys when it arrives; the same
+    summary as the run that built them all first."""
+    spec = load_scenario(ROOT / "scenarios" / "long_context_prefix.yaml")
+    sink = _Counting()
+    gc.collect()
+    result = run_scenario(spec, record_steps=False, sink=sink)
+    kept = run_scenario(spec, record_steps=False)
+    assert sink.num_added == len(kept.requests) > 1000
+    assert sink.most_alive < len(kept.requests) / 4
     from clustersim.metrics.run import summarize_run
     assert summarize_run(result, sink.records) == summarize_run(kept)
 

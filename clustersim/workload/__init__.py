@@ -21,7 +21,7 @@ from clustersim.workload.arrivals import arrival_times
 from clustersim.workload.benchmark import dispatch_offsets, warmup_requests
 from clustersim.workload.classify import REQUEST_CLASSES, RequestClass, classify_request
 from clustersim.workload.lengths import draw_lengths, joint_lengths
-from clustersim.workload.replay import chain_block_hashes, replay_requests
+from clustersim.workload.replay import ReplayRows, chain_block_hashes, replay_requests
 from clustersim.workload.sources import Benchmark, ClosedLoop, OpenLoop, Submit
 from clustersim.workload.spec import (
     BenchmarkWorkload,
@@ -242,8 +242,13 @@ def build_workload(
 ) -> OpenLoop | ClosedLoop | Benchmark:
     """The request source the simulator drives for this ``workload:`` section.
 
-    ``on_arrival``: a synthetic open-loop workload builds each request when it arrives, not
-    all in advance (the same requests; its ``requests`` then stay empty)."""
+    ``on_arrival``: an open-loop workload (synthetic, Poisson or a trace replay) builds each
+    request when it arrives, not all in advance (the same requests; its ``requests`` then
+    stay empty)."""
+    if on_arrival and isinstance(workload, ReplayWorkload):
+        rows = ReplayRows(workload, _table(workload, base_dir), block_size)
+        _in_time_s(rows.last_arrival_s, "workload.rate_multiplier")
+        return OpenLoop.built_on_arrival(len(rows), rows)
     if on_arrival and isinstance(workload, SyntheticWorkload | PoissonWorkload):
         synthetic = _as_synthetic(workload) if isinstance(workload, PoissonWorkload) else workload
         if not isinstance(synthetic.arrivals, ClosedLoopArrivals):

@@ -66,34 +66,57 @@ def spread_ties(times: np.ndarray) -> np.ndarray:
     return times + position / np.repeat(counts, counts) * np.repeat(gaps, counts)
 
 
-def replay_requests(spec: ReplayWorkload, trace: Trace, block_size: int = 16) -> list[Request]:
-    """The requests of ``spec``'s window of ``trace``, arrival times from 0."""
-    if trace.arrival_s is None:
-        raise ConfigError("workload.trace", f"{trace.source} has no arrival times (a length "
-                          "table): use it as lengths: {kind: empirical} with an arrival process")
-    times = spread_ties(trace.arrival_s) if spec.spread_ties else trace.arrival_s
-    end = np.inf if spec.window_end_s is None else spec.window_end_s
-    rows = np.flatnonzero((times >= spec.window_start_s) & (times < end))
-    rows = rows[: spec.max_num_requests]
-    if rows.size == 0:
-        raise ConfigError("workload.window_start_s", f"no request of {trace.source} arrives in "
-                          f"[{spec.window_start_s}, {end}) s; it spans 0 to {times[-1]:.1f} s")
-    arrivals = (times[rows] - spec.window_start_s) / spec.rate_multiplier
-    hashes: list[tuple[int, ...]] = [()] * len(rows)
-    if trace.hash_ids is not None:
-        if trace.hash_block_tokens % block_size:
+class ReplayRows:
+    """The requests of a replay window, built one at a time: request ``k`` is the window's
+    ``k``-th row (arrival times from 0, not decreasing), its prefix keys expanded when it is
+    built, sharing the expansions of the block ids seen before."""
+
+    def __init__(self, spec: ReplayWorkload, trace: Trace, block_size: int = 16) -> None:
+        if trace.arrival_s is None:
+            raise ConfigError("workload.trace", f"{trace.source} has no arrival times (a "
+                              "length table): use it as lengths: {kind: empirical} with an "
+                              "arrival process")
+        times = spread_ties(trace.arrival_s) if spec.spread_ties else trace.arrival_s
+        end = np.inf if spec.window_end_s is None else spec.window_end_s
+        rows = np.flatnonzero((times >= spec.window_start_s) & (times < end))
+        rows = rows[: spec.max_num_requests]
+        if rows.size == 0:
+            raise ConfigError("workload.window_start_s", f"no request of {trace.source} arrives "
+                              f"in [{spec.window_start_s}, {end}) s; it spans 0 to "
+                              f"{times[-1]:.1f} s")
+        if trace.hash_ids is not None and trace.hash_block_tokens % block_size:
             raise ConfigError("engine.block_size", f"{block_size} does not divide the trace's "
                               f"{trace.hash_block_tokens}-token prefix blocks")
-        cache: dict[int, tuple[int, ...]] = {}
-        hashes = [expand_block_ids(trace.hash_ids[i], int(trace.prompt_tokens[i]),
-                                   trace.hash_block_tokens, block_size, cache) for i in rows]
-    # plain Python numbers first: indexing numpy arrays one element at a time costs more
-    # than building the requests
-    ids = ([trace.request_ids[i] for i in rows.tolist()] if trace.request_ids is not None
-           else [str(i) for i in rows.tolist()])
-    return [  # (positional: a compiled class parses keyword arguments by name)
-        Request(ids[k], arrival, prompt, output, 0, hashes[k])
-        for k, (arrival, prompt, output) in enumerate(zip(
-            arrivals.tolist(), trace.prompt_tokens[rows].tolist(),
-            trace.output_tokens[rows].tolist(), strict=True))
-    ]
+        self._trace, self._block_size = trace, block_size
+        # plain Python numbers: indexing numpy arrays one element at a time costs more than
+        # building the requests
+        self._rows: list[int] = rows.tolist()
+        self._arrivals: list[float] = (
+            (times[rows] - spec.window_start_s) / spec.rate_multiplier).tolist()
+        self._prompts: list[int] = trace.prompt_tokens[rows].tolist()
+        self._outputs: list[int] = trace.output_tokens[rows].tolist()
+        self._cache: dict[int, tuple[int, ...]] = {}
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @property
+    def last_arrival_s(self) -> float:
+        return self._arrivals[-1]
+
+    def __call__(self, k: int) -> Request:
+        trace, row = self._trace, self._rows[k]
+        hashes: tuple[int, ...] = ()
+        if trace.hash_ids is not None:
+            hashes = expand_block_ids(trace.hash_ids[row], self._prompts[k],
+                                      trace.hash_block_tokens, self._block_size, self._cache)
+        request_id = trace.request_ids[row] if trace.request_ids is not None else str(row)
+        # (positional: a compiled class parses keyword arguments by name)
+        return Request(request_id, self._arrivals[k], self._prompts[k], self._outputs[k], 0,
+                       hashes)
+
+
+def replay_requests(spec: ReplayWorkload, trace: Trace, block_size: int = 16) -> list[Request]:
+    """The requests of ``spec``'s window of ``trace``, arrival times from 0."""
+    rows = ReplayRows(spec, trace, block_size)
+    return [rows(k) for k in range(len(rows))]
