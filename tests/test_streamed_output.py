@@ -59,6 +59,26 @@ def test_a_synthetic_run_built_on_arrival_writes_the_same_bytes(steps, tmp_path)
     assert streamed == whole
 
 
+@pytest.mark.parametrize("workload", [
+    {"kind": "synthetic", "arrivals": {"kind": "closed_loop", "num_users": 6,
+                                       "think_time_s": 0.05},
+     "lengths": {"kind": "independent", "prompt_tokens": {"kind": "uniform", "low": 16,
+                                                          "high": 400},
+                 "output_tokens": {"kind": "uniform", "low": 1, "high": 60}},
+     "num_requests": 120},
+    {"kind": "benchmark", "num_prompts": 120, "num_warmups": 4, "max_concurrency": 8,
+     "ramp_up_s": 0.5, "lengths": {"kind": "independent", "prompt_tokens": 300,
+                                   "output_tokens": 40}},
+    {"kind": "benchmark", "num_prompts": 120, "request_rate": 30.0, "burstiness": 0.5,
+     "max_concurrency": 4, "lengths": {"kind": "independent", "prompt_tokens": 200,
+                                       "output_tokens": 30}},
+], ids=["closed-loop", "benchmark-warmups-ramp", "benchmark-rate"])
+def test_closed_loops_and_benchmarks_build_each_request_when_sent(workload, tmp_path):
+    spec = parse_scenario(scenario(workload=workload))
+    whole, streamed = _both_ways(spec, tmp_path)
+    assert streamed == whole
+
+
 class _Counting:
     """A sink that keeps no request, and counts the requests alive at each hand-over."""
 

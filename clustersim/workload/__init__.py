@@ -159,15 +159,36 @@ def _columns(workload: SyntheticWorkload, rng: np.random.Generator, base_dir) ->
 
 
 def _benchmark(workload: BenchmarkWorkload, rng: np.random.Generator, block_size: int,
-               base_dir) -> Benchmark:
-    """Lengths first, then the dispatch gaps: the lengths stay the same whatever the rate."""
+               base_dir, on_arrival: bool = False) -> Benchmark:
+    """Lengths first, then the dispatch gaps: the lengths stay the same whatever the rate.
+    ``on_arrival``: each measured request built when it is sent."""
     prompts, outputs = _lengths(workload, workload.num_prompts, rng, base_dir)
-    requests = _requests(np.zeros(len(prompts)), prompts, outputs)
     offsets = dispatch_offsets(workload.num_prompts, workload.request_rate,
-                               workload.burstiness, rng)
+                               workload.burstiness, rng).tolist()
+    columns = _Columns(np.zeros(len(prompts)), prompts, outputs)
+    if on_arrival:
+        warmups = warmup_requests(columns(0), workload.num_warmups, block_size)
+        build = columns if not warmups else _FirstWithKeys(columns, warmups[0].block_hashes)
+        return Benchmark.built_on_arrival(len(prompts), build, offsets, warmups,
+                                          workload.max_concurrency, workload.start_s,
+                                          workload.ramp_up_s)
+    requests = _requests(np.zeros(len(prompts)), prompts, outputs)
     warmups = warmup_requests(requests[0], workload.num_warmups, block_size)
-    return Benchmark(requests, offsets.tolist(), warmups, workload.max_concurrency,
+    return Benchmark(requests, offsets, warmups, workload.max_concurrency,
                      workload.start_s, workload.ramp_up_s)
+
+
+class _FirstWithKeys:
+    """``build``, request 0 given the warm-ups' prompt (``warmup_requests``)."""
+
+    def __init__(self, build: _Columns, keys: tuple[int, ...]) -> None:
+        self.build, self.keys = build, keys
+
+    def __call__(self, i: int) -> Request:
+        request = self.build(i)
+        if i == 0:
+            request.block_hashes = self.keys
+        return request
 
 
 def build_requests(
@@ -242,9 +263,8 @@ def build_workload(
 ) -> OpenLoop | ClosedLoop | Benchmark:
     """The request source the simulator drives for this ``workload:`` section.
 
-    ``on_arrival``: an open-loop workload (synthetic, Poisson or a trace replay) builds each
-    request when it arrives, not all in advance (the same requests; its ``requests`` then
-    stay empty)."""
+    ``on_arrival``: every workload but a list of requests builds each request when it is
+    sent, not all in advance (the same requests; its ``requests`` then stay empty)."""
     if on_arrival and isinstance(workload, ReplayWorkload):
         rows = ReplayRows(workload, _table(workload, base_dir), block_size)
         _in_time_s(rows.last_arrival_s, "workload.rate_multiplier")
@@ -258,15 +278,19 @@ def build_workload(
             _in_time_s(float(columns.arrivals[-1]), where)
             return OpenLoop.built_on_arrival(len(columns.arrivals), columns)
     if isinstance(workload, BenchmarkWorkload):
-        return _benchmark(workload, rng, block_size, base_dir)
+        return _benchmark(workload, rng, block_size, base_dir, on_arrival)
     if isinstance(workload, SyntheticWorkload) and isinstance(
         workload.arrivals, ClosedLoopArrivals
     ):
         assert workload.num_requests is not None
         prompts, outputs = _lengths(workload, workload.num_requests, rng, base_dir)
+        users = workload.arrivals
+        if on_arrival:
+            return ClosedLoop.built_on_arrival(
+                len(prompts), _Columns(np.zeros(len(prompts)), prompts, outputs),
+                users.num_users, users.think_time_s, workload.start_s)
         requests = _requests(np.zeros(len(prompts)), prompts, outputs)
-        return ClosedLoop(requests, workload.arrivals.num_users, workload.arrivals.think_time_s,
-                          workload.start_s)
+        return ClosedLoop(requests, users.num_users, users.think_time_s, workload.start_s)
     return OpenLoop(build_requests(workload, rng, block_size=block_size, base_dir=base_dir))
 
 

@@ -114,25 +114,40 @@ class ClosedLoop(_ProcessSource):
         start_s: float = 0.0,
     ) -> None:
         self.requests = requests
+        self.num_requests = len(requests)
         self.num_users = num_users
         self.think_time_s = think_time_s
         self.start_s = start_s
+        self._build: Callable[[int], Request] | None = None
         self._num_sent = 0
         self._num_claimed = 0
         """Requests sent or waiting out a think time: a user took each of them."""
         self._env: Env | None = None
         self._submit: Submit | None = None
 
+    @classmethod
+    def built_on_arrival(cls, num_requests: int, build: Callable[[int], Request],
+                         num_users: int, think_time_s: float = 0.0,
+                         start_s: float = 0.0) -> ClosedLoop:
+        """``num_requests`` requests, request ``i`` being ``build(i)``, built when a user
+        sends it (``requests`` stays empty and the source keeps none)."""
+        source = cls([], num_users, think_time_s, start_s)
+        source.num_requests = num_requests
+        source._build = build
+        return source
+
     def run(self, env: Env, submit: Submit) -> Generator[Any, Any, None]:
         self._env, self._submit = env, submit
         yield env.timeout(max(self.start_s - now_of(env), 0.0))
-        self._num_claimed = min(self.num_users, len(self.requests))
+        self._num_claimed = min(self.num_users, self.num_requests)
         for _ in range(self._num_claimed):
             self._send()
 
     def _send(self) -> None:
         assert self._env is not None and self._submit is not None
-        request = self.requests[self._num_sent]
+        build = self._build
+        index = self._num_sent
+        request = self.requests[index] if build is None else build(index)
         self._num_sent += 1
         request.arrival_s = now_of(self._env)
         self._submit(request)
@@ -146,7 +161,7 @@ class ClosedLoop(_ProcessSource):
         """The user whose request this was takes the next one, if any is left."""
         if self._env is None:
             raise AssertionError(f"request {request.request_id} done before the source ran")
-        if self._num_claimed < len(self.requests):
+        if self._num_claimed < self.num_requests:
             self._num_claimed += 1
             self._env.process(self._send_after_think())
 
@@ -162,6 +177,8 @@ class Benchmark(_ProcessSource):
     as the closed loop's next request is. ``measured_start_s`` is when the measured run
     began (the tool's ``benchmark_start_time``). With ``ramp_up_s``, the measured run opens
     its slots one at a time: slot k (0-based) at ``k / (max_concurrency - 1) x ramp_up_s``.
+    With :meth:`built_on_arrival` each measured request is built when it is sent; the queue
+    holds only the dispatch times of those waiting.
     """
 
     def __init__(
@@ -171,20 +188,43 @@ class Benchmark(_ProcessSource):
         if len(offsets_s) != len(requests):
             raise ValueError(f"{len(offsets_s)} dispatch times for {len(requests)} requests")
         self.requests = requests
+        self.num_requests = len(requests)
         self.warmups = warmups
         self.offsets_s = list(offsets_s)
         self.max_concurrency = max_concurrency
         self.start_s = start_s
         self.ramp_up_s = ramp_up_s
+        self._build: Callable[[int], Request] | None = None
         self._limit = max_concurrency
         """Slots open now (below ``max_concurrency`` while the ramp opens them)."""
         self.measured_start_s: float | None = None
         self._queue: deque[Request] = deque()
+        """Warm-ups waiting for a slot."""
+        self._dispatched_s: deque[float] = deque()
+        """Dispatch times of the measured requests waiting for a slot, in order: the first
+        is request ``_num_sent``'s."""
+        self._num_sent = 0
         self._num_in_flight = 0
         self._num_warmups_done = 0
         self._warmups_done: simpy.Event | None = None
         self._env: Env | None = None
         self._submit: Submit | None = None
+
+    @classmethod
+    def built_on_arrival(
+        cls, num_requests: int, build: Callable[[int], Request], offsets_s: Sequence[float],
+        warmups: list[Request], max_concurrency: int | None, start_s: float = 0.0,
+        ramp_up_s: float = 0.0,
+    ) -> Benchmark:
+        """``num_requests`` measured requests, request ``i`` being ``build(i)``, built when it
+        is sent (``requests`` stays empty and the source keeps none)."""
+        if len(offsets_s) != num_requests:
+            raise ValueError(f"{len(offsets_s)} dispatch times for {num_requests} requests")
+        source = cls([], [], warmups, max_concurrency, start_s, ramp_up_s)
+        source.offsets_s = list(offsets_s)
+        source.num_requests = num_requests
+        source._build = build
+        return source
 
     def run(self, env: Env, submit: Submit) -> Generator[Any, Any, None]:
         self._env, self._submit = env, submit
@@ -198,12 +238,11 @@ class Benchmark(_ProcessSource):
         if self.ramp_up_s > 0 and self.max_concurrency is not None and self.max_concurrency > 1:
             self._limit = 1
             env.process(self._ramp(env, self.max_concurrency))
-        for request, offset in zip(self.requests, self.offsets_s, strict=True):
+        for offset in self.offsets_s:
             delay = start + offset - now_of(env)
             if delay > 0:
                 yield env.timeout(delay)
-            request.dispatch_s = now_of(env)
-            self._queue.append(request)
+            self._dispatched_s.append(now_of(env))
             self._fill()
 
     def _ramp(self, env: Env, slots: int) -> Generator[Any, Any, None]:
@@ -215,11 +254,21 @@ class Benchmark(_ProcessSource):
             self._fill()
 
     def _fill(self) -> None:
-        """Send queued requests while a slot is free."""
+        """Send queued requests while a slot is free: the warm-ups, then the measured ones
+        in dispatch order."""
         assert self._env is not None and self._submit is not None
         limit = self._limit
-        while self._queue and (limit is None or self._num_in_flight < limit):
-            request = self._queue.popleft()
+        while limit is None or self._num_in_flight < limit:
+            if self._queue:
+                request = self._queue.popleft()
+            elif self._dispatched_s:
+                index = self._num_sent
+                build = self._build
+                request = self.requests[index] if build is None else build(index)
+                request.dispatch_s = self._dispatched_s.popleft()
+                self._num_sent += 1
+            else:
+                break
             self._num_in_flight += 1
             request.arrival_s = now_of(self._env)
             self._submit(request)
@@ -235,5 +284,5 @@ class Benchmark(_ProcessSource):
             if self._num_warmups_done == len(self.warmups):
                 assert self._warmups_done is not None
                 self._warmups_done.succeed()
-        if self._queue:
+        if self._queue or self._dispatched_s:
             env.timeout(0).callbacks.append(lambda _event: self._fill())
