@@ -9,6 +9,7 @@ import stat
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.fuzz import checks, generate
 from tests.fuzz.runner import FAILURES, OK, Campaign
@@ -107,9 +108,14 @@ def test_the_worker_stops_a_run_at_its_cpu_wall_and_memory_limits(tmp_path: Path
         assert 0.9 <= answer["cpu_s"] < 2.5 and not answer["hung"]  # (ticks, not exact)
         assert classify(Case("test", tuple(argv)), tmp_path, answer)[0] == TIMEOUT
         assert not list(tmp_path.glob("core*"))  # no core dump left in the case folder
-        # a whole run (thousands of requests) cannot fit in 64 MB of address space, whatever
-        # the fork server had already mapped; a scenario that fails validation early might
-        argv = ["simulate", quickstart, "--out", "out"]
+        # two million requests' columns (48 MB of arrays drawn before the run) cannot fit in
+        # 64 MB of address space, whatever the fork server had already mapped (the quick start
+        # itself, 300 requests streamed, can run in the heap the server left free)
+        big = yaml.safe_load(Path(quickstart).read_text())
+        big.pop("plan")
+        big["workload"].update(num_requests=2_000_000, rate_per_s=2000.0)
+        (tmp_path / "big.yaml").write_text(yaml.safe_dump(big))
+        argv = ["simulate", str(tmp_path / "big.yaml"), "--out", "out"]
         answer = worker.run(tmp_path, argv, memory_bytes=64 << 20)
         assert classify(Case("test", tuple(argv)), tmp_path, answer)[0] == MEMORY
     finally:
