@@ -13,7 +13,8 @@ import numpy as np
 from simpy.core import StopSimulation
 
 from clustersim.catalog import load_model
-from clustersim.cluster.system import Cluster, InstanceInfo
+from clustersim.cluster.build import InstanceInfo
+from clustersim.cluster.system import Cluster
 from clustersim.engine.clock import Clock
 from clustersim.engine.request import Request
 from clustersim.engine.steplog import StepRecord, StepTotals

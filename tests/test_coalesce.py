@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clustersim.catalog import load_model
-from clustersim.cluster.system import Cluster, FixedPricer
+from clustersim.cluster.build import FixedPricer
+from clustersim.cluster.system import Cluster
 from clustersim.engine.clock import Clock
 from clustersim.engine.instance import Instance
 from clustersim.engine.kv_manager import KVCacheManager
@@ -292,10 +293,10 @@ def test_the_scenarios_exercise_what_they_are_named_for():
 
 def test_coalescing_advances_many_steps_per_event(monkeypatch):
     # every run priced, and every extension of one, goes through the pricer's decode_run
-    from clustersim.cluster import system
+    from clustersim.cluster import build
 
     runs: list[int] = []
-    make_pricer = system.make_pricer
+    make_pricer = build.make_pricer
 
     class Counting:
         def __init__(self, pricer):
@@ -308,7 +309,7 @@ def test_coalescing_advances_many_steps_per_event(monkeypatch):
             runs.append(num_steps)
             return self.pricer.decode_run(num_decodes, decode_kv_tokens, num_steps)
 
-    monkeypatch.setattr(system, "make_pricer", lambda *args: Counting(make_pricer(*args)))
+    monkeypatch.setattr(build, "make_pricer", lambda *args: Counting(make_pricer(*args)))
     result = _run("pd-azure-conv")
     # most decode steps are priced in runs: far fewer pricings than steps
     assert len(runs) > 100

@@ -10,7 +10,7 @@ import pytest
 import simpy
 
 from clustersim.catalog import load_gpu, load_model
-from clustersim.cluster.system import DUMMY_BATCH
+from clustersim.cluster.build import DUMMY_BATCH
 from clustersim.cost.memory import kv_budget, weight_bytes_per_gpu
 from clustersim.cost.prices import experts_touched
 from clustersim.cost.roofline import BatchShape, CostModel

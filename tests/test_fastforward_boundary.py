@@ -13,7 +13,7 @@ DOORS = {
     "clustersim.engine.data_parallel": {"clustersim.engine.fastforward.lockstep"},
     "clustersim.engine.scheduler": {"clustersim.engine.fastforward.decode_set"},
     # the pricers write a run's step ends as the run's timer adds them
-    "clustersim.cluster.system": {"clustersim.engine.fastforward.timer"},
+    "clustersim.cluster.build": {"clustersim.engine.fastforward.timer"},
 }
 """The modules outside the package that import it, and the one module each may import."""
 

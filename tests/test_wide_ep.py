@@ -12,7 +12,8 @@ import pytest
 
 from clustersim.catalog import load_gpu, load_model
 from clustersim.catalog.specs import ModelSpec
-from clustersim.cluster.system import EXPERT_IMBALANCE_EPLB, EXPERT_IMBALANCE_NO_EPLB, Cluster
+from clustersim.cluster.build import EXPERT_IMBALANCE_EPLB, EXPERT_IMBALANCE_NO_EPLB
+from clustersim.cluster.system import Cluster
 from clustersim.cluster.topology import Topology, load_spec
 from clustersim.cluster.topology_spec import replicate_node
 from clustersim.cost.collectives import FP8_DISPATCH_BYTES, AllToAll, nodes_reached

@@ -25,8 +25,8 @@ from clustersim.workload.spec import BenchmarkWorkload
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from clustersim.cluster.build import InstanceInfo
     from clustersim.cluster.faults import FaultLog, FaultTally
-    from clustersim.cluster.system import InstanceInfo
     from clustersim.engine.request import Request
     from clustersim.engine.steplog import StepRecord, StepTotals
     from clustersim.scenario import SLO

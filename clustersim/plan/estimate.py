@@ -15,7 +15,7 @@ import numpy as np
 
 from clustersim.catalog import load_gpu
 from clustersim.catalog.specs import GpuSpec, ModelSpec
-from clustersim.cluster.system import expert_imbalance
+from clustersim.cluster.build import expert_imbalance
 from clustersim.cost.collectives import FP8_DISPATCH_BYTES, AllToAll
 from clustersim.cost.roofline import CostModel
 from clustersim.engine.defaults import resolve_engine
