@@ -135,6 +135,29 @@ def test_the_recommendation_holds_on_fresh_seeds_within_its_interval(loose_plan)
     assert not all(summary.slo.meets for summary in above)
 
 
+def test_an_sglang_handoff_gets_sglang_launch_lines(loose_plan):
+    """The same recommendation, the scenario's KV handed over by SGLang's connector: SGLang's
+    server with its disaggregation mode, behind its router, not vllm serve with NIXL."""
+    from clustersim.cluster.build import default_layout
+    from clustersim.plan.answer import serve_commands
+
+    planner, result = loose_plan
+    layout = planner.scenario.layout or default_layout()
+    sglang = planner.scenario.model_copy(update={"layout": layout.model_copy(update={
+        "kv_transfer": layout.kv_transfer.model_copy(update={"connector": "sglang"})})})
+    lines = serve_commands(result.recommended, planner.model, sglang)
+    servers = [line for line in lines if not line.startswith("#")]
+    assert len(servers) == len(result.recommended.candidate.pools)
+    assert all(line.startswith("python -m sglang.launch_server --model-path meta-llama/")
+               for line in servers)
+    roles = {pool.role for pool in result.recommended.candidate.pools}
+    for role in roles - {"colocated"}:
+        assert any(f"--disaggregation-mode {role}" in line for line in servers)
+    assert not any("NixlConnector" in line or "vllm serve" in line for line in lines)
+    if "prefill" in roles:
+        assert "sglang_router.launch_router --pd-disaggregation" in lines[-1]
+
+
 def test_the_ledger_keeps_every_candidate_with_figures_or_a_reason(loose_plan):
     _, result = loose_plan
     assert len(result.candidates) == 5  # x + y = 6 with x, y >= 1

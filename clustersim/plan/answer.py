@@ -384,9 +384,13 @@ def speculative_config(choice: str) -> str:
 
 def serve_commands(rec: CandidateResult | None, model: ModelSpec,
                    scenario: Scenario) -> tuple[str, ...]:
-    """One ``vllm serve`` line per pool of the recommendation, with its instance count."""
+    """One launch line per pool of the recommendation, with its instance count: ``vllm
+    serve``, or SGLang's server where the scenario hands KV over with SGLang's connector."""
     if rec is None or rec.at_goodput is None:
         return ()
+    layout = scenario.layout
+    if layout is not None and layout.kv_transfer.connector == "sglang":
+        return sglang_commands(rec, model, scenario)
     engines = {info.pool: info for info in rec.at_goodput.engines}
     lines = []
     for pool in rec.candidate.pools:
@@ -420,6 +424,72 @@ def serve_commands(rec: CandidateResult | None, model: ModelSpec,
     if rec.candidate.layout == "disaggregated":
         lines.append("# a proxy sends each request to a prefill instance with max_tokens=1, "
                      "then to a decode instance (vLLM's NIXL disaggregated-serving proxy)")
+    return tuple(lines)
+
+
+SGLANG_KV_DTYPES = {"fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
+"""clustersim's KV cache dtypes as SGLang's --kv-cache-dtype names them."""
+SGLANG_SPEC_ALGORITHMS = {"eagle": "EAGLE", "mtp": "NEXTN"}
+"""SGLang's --speculative-algorithm for a speculative method (its MTP is NEXTN)."""
+
+
+def sglang_commands(rec: CandidateResult, model: ModelSpec,
+                    scenario: Scenario) -> tuple[str, ...]:
+    """``python -m sglang.launch_server`` lines for the recommendation (SGLang's server
+    arguments): ``--tp-size`` counts every GPU of an engine, DP attention splits them into
+    ``--dp-size`` ranks, expert parallelism runs DeepEP (its normal kernels on prefill, its
+    low-latency ones on decode, as simulated), and a split adds ``--disaggregation-mode``
+    behind SGLang's router."""
+    assert rec.at_goodput is not None
+    engines = {info.pool: info for info in rec.at_goodput.engines}
+    settings = scenario.engine
+    lines = []
+    for pool in rec.candidate.pools:
+        info = engines.get(pool.role) or next(iter(engines.values()))
+        gpus = pool.tensor_parallel_size * pool.data_parallel_size
+        args = [f"python -m sglang.launch_server --model-path {model.hf_repo or model.id}",
+                f"--tp-size {gpus}"]
+        if pool.pipeline_parallel_size > 1:
+            args.append(f"--pp-size {pool.pipeline_parallel_size}")
+        if pool.data_parallel_size > 1:
+            args += [f"--dp-size {pool.data_parallel_size}", "--enable-dp-attention",
+                     f"--ep-size {gpus}", "--moe-a2a-backend deepep",
+                     "--deepep-mode " + {"prefill": "normal", "decode": "low_latency"}.get(
+                         pool.role, "auto")]
+            if settings.eplb:
+                args.append("--enable-eplb")
+            if settings.num_redundant_experts:
+                args.append(f"--ep-num-redundant-experts {settings.num_redundant_experts}")
+        args += [f"--chunked-prefill-size {info.max_num_batched_tokens}",
+                 f"--max-running-requests {info.max_num_seqs}",
+                 f"--context-length {info.max_model_len}",
+                 f"--mem-fraction-static {settings.gpu_memory_utilization:g}",
+                 f"--page-size {settings.block_size}"]
+        if rec.candidate.quantization is not None:
+            args.append(f"--quantization {rec.candidate.quantization}")
+        if rec.candidate.kv_cache_dtype != "auto":
+            name = SGLANG_KV_DTYPES.get(rec.candidate.kv_cache_dtype,
+                                        rec.candidate.kv_cache_dtype)
+            args.append(f"--kv-cache-dtype {name}")
+        if rec.candidate.speculative is not None:
+            spec = json.loads(rec.candidate.speculative)
+            algorithm = SGLANG_SPEC_ALGORITHMS.get(spec["method"], spec["method"].upper())
+            k = spec["num_speculative_tokens"]
+            args += [f"--speculative-algorithm {algorithm}", f"--speculative-num-steps {k}",
+                     "--speculative-eagle-topk 1", f"--speculative-num-draft-tokens {k + 1}"]
+        if not settings.enable_prefix_caching:
+            args.append("--disable-radix-cache")
+        if pool.role != "colocated":
+            args += [f"--disaggregation-mode {pool.role}",
+                     "--disaggregation-transfer-backend mooncake"]
+        where = {"colocated": "behind a load-balancing router",
+                 "prefill": "prefill (KV senders)",
+                 "decode": "decode (KV receivers)"}[pool.role]
+        lines.append(f"{' '.join(args)}   # x{pool.instances} on {pool.gpu}, {where}")
+    if rec.candidate.layout == "disaggregated":
+        lines.append("# SGLang's router sends each request to a prefill and a decode server at "
+                     "once: python -m sglang_router.launch_router --pd-disaggregation "
+                     "--prefill http://PREFILL:30000 --decode http://DECODE:30000")
     return tuple(lines)
 
 
