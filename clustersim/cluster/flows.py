@@ -126,7 +126,11 @@ class Drain:
 class FluidState:
     """Active sub-flows draining at max-min fair rates. Time is passed in: no SimPy here.
 
-    Call :meth:`advance` to now before every change, then :meth:`replan` after it.
+    Call :meth:`advance` to now before every change, then :meth:`replan` after it. A change
+    re-rates only the sub-flows that share links with it, directly or through others (their
+    connected component): max-min fair rates of flows that share no link are independent, and
+    progressive filling over one component takes the same steps, in the same order, as over
+    all of them, so the rates are the same to the bit.
     """
 
     def __init__(self, capacity: Mapping[Edge, float], now_s: float = 0.0) -> None:
@@ -134,8 +138,17 @@ class FluidState:
         self.now_s = now_s
         self.active: dict[int, Drain] = {}
         """Key -> drain, in insertion (creation) order: the order every tie is broken in."""
+        self._seq: dict[int, int] = {}
+        """Key -> its place in the creation order (a reroute keeps it)."""
+        self._next_seq = 0
+        self._on_edge: dict[Edge, dict[int, None]] = {}
+        """Edge -> the active sub-flows crossing it (keys, in the order they came)."""
+        self._dirty_edges: dict[Edge, None] = {}
+        """Edges whose set of sub-flows changed since the last re-plan."""
+        self._dirty_keys: dict[int, None] = {}
+        """Sub-flows added or rerouted since the last re-plan."""
         self._rates: dict[tuple[tuple[Edge, ...], ...], list[float]] = {}
-        """max_min_rates by the active paths in order: a cluster's handoffs meet the same few
+        """max_min_rates by the re-rated paths in order: a cluster's handoffs meet the same few
         configurations again and again, and the rates depend on nothing else."""
 
     def advance(self, now_s: float) -> None:
@@ -149,24 +162,80 @@ class FluidState:
         self.now_s = now_s
 
     def add(self, key: int, edges: Sequence[Edge], num_bytes: float) -> None:
-        self.active[key] = Drain(tuple(edges), num_bytes, float(num_bytes))
+        drain = Drain(tuple(edges), num_bytes, float(num_bytes))
+        self.active[key] = drain
+        self._seq[key] = self._next_seq
+        self._next_seq += 1
+        self._index(key, drain.edges)
+
+    def _index(self, key: int, edges: tuple[Edge, ...]) -> None:
+        on_edge = self._on_edge
+        for edge in edges:
+            users = on_edge.get(edge)
+            if users is None:
+                users = on_edge[edge] = {}
+            users[key] = None
+            self._dirty_edges[edge] = None
+        self._dirty_keys[key] = None
+
+    def _unindex(self, key: int, edges: tuple[Edge, ...]) -> None:
+        on_edge = self._on_edge
+        for edge in edges:
+            users = on_edge[edge]
+            del users[key]
+            if not users:
+                del on_edge[edge]
+            self._dirty_edges[edge] = None
+
+    def _affected(self) -> list[int]:
+        """The active sub-flows whose rates a change since the last re-plan may move: every
+        one connected through shared links to a changed one, in creation order."""
+        active, on_edge = self.active, self._on_edge
+        seen: dict[int, None] = {}
+        stack: list[int] = []
+        for key in self._dirty_keys:
+            if key in active and key not in seen:
+                seen[key] = None
+                stack.append(key)
+        for edge in self._dirty_edges:
+            users = on_edge.get(edge)
+            if users is not None:
+                for key in users:
+                    if key not in seen:
+                        seen[key] = None
+                        stack.append(key)
+        while stack:
+            key = stack.pop()
+            for edge in active[key].edges:
+                for other in on_edge[edge]:
+                    if other not in seen:
+                        seen[other] = None
+                        stack.append(other)
+        self._dirty_keys = {}
+        self._dirty_edges = {}
+        seq = self._seq
+        return sorted(seen, key=seq.__getitem__)
 
     def replan(self) -> float | None:
-        """Recompute rates and due times; the delay to the earliest completion (None: idle)."""
-        drains = list(self.active.values())
-        paths = tuple([d.edges for d in drains])  # (a list first: compiled, no generator)
-        rates = self._rates.get(paths)
-        if rates is None:
-            if len(self._rates) >= RATE_CACHE_SIZE:
-                self._rates.clear()
-            rates = self._rates[paths] = max_min_rates(paths, self.capacity)
+        """Recompute the changed rates and every due time; the delay to the earliest
+        completion (None: idle)."""
+        active = self.active
+        keys = self._affected()
+        if keys:
+            drains = [active[key] for key in keys]
+            paths = tuple([d.edges for d in drains])  # (a list first: compiled, no generator)
+            rates = self._rates.get(paths)
+            if rates is None:
+                if len(self._rates) >= RATE_CACHE_SIZE:
+                    self._rates.clear()
+                rates = self._rates[paths] = max_min_rates(paths, self.capacity)
+            for i in range(len(drains)):  # (an index: no zip object per replan)
+                drains[i].rate = rates[i]
         earliest = None
-        for i in range(len(drains)):  # (an index: no zip object per replan)
-            drain = drains[i]
-            rate = rates[i]
-            drain.rate = rate
-            delay = max(drain.remaining, 0.0) / rate
-            drain.due_s = self.now_s + delay
+        now = self.now_s
+        for drain in active.values():
+            delay = max(drain.remaining, 0.0) / drain.rate
+            drain.due_s = now + delay
             if earliest is None or delay < earliest:
                 earliest = delay
         return earliest
@@ -176,12 +245,17 @@ class FluidState:
         it moved over its old ones. Call :meth:`replan` after."""
         drain = self.active[key]
         left = max(drain.remaining, 0.0)
-        self.active[key] = Drain(tuple(edges), left, left)  # keeps its place in the order
+        self._unindex(key, drain.edges)
+        moved = Drain(tuple(edges), left, left)
+        self.active[key] = moved  # keeps its place in the order
+        self._index(key, moved.edges)
         return drain.num_bytes - left
 
     def remove(self, key: int) -> tuple[tuple[Edge, ...], float]:
         """Drop an unfinished sub-flow; its edges and the bytes it moved over them."""
         drain = self.active.pop(key)
+        del self._seq[key]
+        self._unindex(key, drain.edges)
         return drain.edges, drain.num_bytes - max(drain.remaining, 0.0)
 
     def pop_done(self) -> list[int]:
@@ -191,7 +265,10 @@ class FluidState:
             if d.due_s <= self.now_s or d.remaining <= DONE_BYTES
         ]
         for key in done:
+            drain = self.active[key]
             del self.active[key]
+            del self._seq[key]
+            self._unindex(key, drain.edges)
         return done
 
     def carried(self) -> dict[Edge, float]:
