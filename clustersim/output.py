@@ -303,7 +303,7 @@ def write_run(result: RunResult, out: Path, *, steps: bool | None = None,
                            output_format=output_format)
     if f"steps.{output_format}" in names:
         write_steps_csv(out / f"steps.{output_format}", result.steps, output_format)
-    if result.transfers and not result.transfers_streamed:
+    if result.transfers:  # (none kept when they were streamed)
         write_transfers_csv(out / f"transfers.{output_format}", result.transfers, output_format)
     for name in (f"{table}.{kind}" for table in TABLES for kind in FORMATS):
         if name not in names and (out / name).is_file():

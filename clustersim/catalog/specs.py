@@ -584,7 +584,7 @@ class ModelSpec(_Spec):
     def params_per_layer(self) -> int:
         """All of a layer's parameters: for MoE, every expert and the router (of a MoE layer,
         where leading layers are dense)."""
-        return self._params_per_layer(self.num_experts, dense=not self.is_moe)
+        return self.layer_params(dense=not self.is_moe)
 
     def layer_params(self, dense: bool, routed_experts: int | None = None) -> int:
         """One layer's parameters with a dense MLP (``dense``) or a MoE one holding

@@ -146,7 +146,8 @@ class FluidState:
         self._dirty_edges: dict[Edge, None] = {}
         """Edges whose set of sub-flows changed since the last re-plan."""
         self._dirty_keys: dict[int, None] = {}
-        """Sub-flows added or rerouted since the last re-plan."""
+        """Sub-flows added or rerouted since the last re-plan (their edges are dirty too; one
+        that crosses no link is found only here)."""
         self._rates: dict[tuple[tuple[Edge, ...], ...], list[float]] = {}
         """max_min_rates by the re-rated paths in order: a cluster's handoffs meet the same few
         configurations again and again, and the rates depend on nothing else."""

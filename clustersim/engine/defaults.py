@@ -156,8 +156,7 @@ def resolve_engine(
                               if profiles_cuda_graphs(settings.vllm_version) else 0),
             draft_weight_bytes=0 if speculative is None else math.ceil(
                 draft_weight_bytes_per_gpu(model, speculative.method,
-                                           speculative.draft_layers, tp,
-                                           dp if model.is_moe else 1)),
+                                           speculative.draft_layers, tp, dp)),
         )
     if speculative is not None and speculative.draft_layers and (
             settings.num_gpu_blocks_override is None):

@@ -20,6 +20,8 @@ from clustersim.workload.spec import (
 )
 
 if TYPE_CHECKING:
+    from clustersim.cluster.build import InstanceInfo
+    from clustersim.engine.settings import EngineSettings
     from clustersim.plan.result import (
         CandidateResult,
         CliffPoint,
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
         PlanResult,
     )
     from clustersim.plan.screen import TrafficStats
+    from clustersim.plan.space import Candidate, PoolChoice
 
 STATUS_ORDER = {"simulated": 0, "infeasible": 1, "screened": 2, "pruned": 3}
 LABELS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "itl_s": "ITL (p99 per request)"}
@@ -385,112 +388,114 @@ def speculative_config(choice: str) -> str:
 def serve_commands(rec: CandidateResult | None, model: ModelSpec,
                    scenario: Scenario) -> tuple[str, ...]:
     """One launch line per pool of the recommendation, with its instance count: ``vllm
-    serve``, or SGLang's server where the scenario hands KV over with SGLang's connector."""
+    serve``, or SGLang's server where the scenario hands KV over with SGLang's connector; a
+    split adds the proxy or router in front."""
     if rec is None or rec.at_goodput is None:
         return ()
     layout = scenario.layout
-    if layout is not None and layout.kv_transfer.connector == "sglang":
-        return sglang_commands(rec, model, scenario)
+    sglang = layout is not None and layout.kv_transfer.connector == "sglang"
+    args_of, roles, front = ((_sglang_args, SGLANG_ROLES, SGLANG_ROUTER) if sglang
+                             else (_vllm_args, VLLM_ROLES, VLLM_PROXY))
     engines = {info.pool: info for info in rec.at_goodput.engines}
     lines = []
     for pool in rec.candidate.pools:
         info = engines.get(pool.role) or next(iter(engines.values()))
-        args = [f"vllm serve {model.hf_repo or model.id}",
-                f"--tensor-parallel-size {pool.tensor_parallel_size}",
-                *([f"--pipeline-parallel-size {pool.pipeline_parallel_size}"]
-                  if pool.pipeline_parallel_size > 1 else []),
-                *([f"--data-parallel-size {pool.data_parallel_size}",
-                   "--enable-expert-parallel"] if pool.data_parallel_size > 1 else []),
-                f"--max-num-batched-tokens {info.max_num_batched_tokens}",
-                f"--max-num-seqs {info.max_num_seqs}",
-                f"--max-model-len {info.max_model_len}",
-                f"--gpu-memory-utilization {scenario.engine.gpu_memory_utilization:g}"]
-        if rec.candidate.quantization is not None:
-            args.append(f"--quantization {rec.candidate.quantization}")
-        if rec.candidate.kv_cache_dtype != "auto":
-            args.append(f"--kv-cache-dtype {rec.candidate.kv_cache_dtype}")
-        if not rec.candidate.enable_chunked_prefill:
-            args.append("--no-enable-chunked-prefill")
-        if rec.candidate.speculative is not None:
-            args.append(f"--speculative-config '{speculative_config(rec.candidate.speculative)}'")
-        if not scenario.engine.enable_prefix_caching:
-            args.append("--no-enable-prefix-caching")
-        if pool.role != "colocated":
-            args.append(f"--kv-transfer-config '{NIXL}'")
-        where = {"colocated": "behind a load-balancing router",
-                 "prefill": "prefill (KV producers)",
-                 "decode": "decode (KV consumers)"}[pool.role]
-        lines.append(f"{' '.join(args)}   # x{pool.instances} on {pool.gpu}, {where}")
+        args = args_of(pool, info, rec.candidate, model, scenario.engine)
+        lines.append(f"{' '.join(args)}   # x{pool.instances} on {pool.gpu}, "
+                     f"{roles[pool.role]}")
     if rec.candidate.layout == "disaggregated":
-        lines.append("# a proxy sends each request to a prefill instance with max_tokens=1, "
-                     "then to a decode instance (vLLM's NIXL disaggregated-serving proxy)")
+        lines.append(front)
     return tuple(lines)
 
 
+VLLM_ROLES = {"colocated": "behind a load-balancing router",
+              "prefill": "prefill (KV producers)", "decode": "decode (KV consumers)"}
+VLLM_PROXY = ("# a proxy sends each request to a prefill instance with max_tokens=1, then to "
+              "a decode instance (vLLM's NIXL disaggregated-serving proxy)")
+
+
+def _vllm_args(pool: PoolChoice, info: InstanceInfo, candidate: Candidate, model: ModelSpec,
+               settings: EngineSettings) -> list[str]:
+    """``vllm serve``'s arguments for one pool."""
+    args = [f"vllm serve {model.hf_repo or model.id}",
+            f"--tensor-parallel-size {pool.tensor_parallel_size}",
+            *([f"--pipeline-parallel-size {pool.pipeline_parallel_size}"]
+              if pool.pipeline_parallel_size > 1 else []),
+            *([f"--data-parallel-size {pool.data_parallel_size}",
+               "--enable-expert-parallel"] if pool.data_parallel_size > 1 else []),
+            f"--max-num-batched-tokens {info.max_num_batched_tokens}",
+            f"--max-num-seqs {info.max_num_seqs}",
+            f"--max-model-len {info.max_model_len}",
+            f"--gpu-memory-utilization {settings.gpu_memory_utilization:g}"]
+    if candidate.quantization is not None:
+        args.append(f"--quantization {candidate.quantization}")
+    if candidate.kv_cache_dtype != "auto":
+        args.append(f"--kv-cache-dtype {candidate.kv_cache_dtype}")
+    if not candidate.enable_chunked_prefill:
+        args.append("--no-enable-chunked-prefill")
+    if candidate.speculative is not None:
+        args.append(f"--speculative-config '{speculative_config(candidate.speculative)}'")
+    if not settings.enable_prefix_caching:
+        args.append("--no-enable-prefix-caching")
+    if pool.role != "colocated":
+        args.append(f"--kv-transfer-config '{NIXL}'")
+    return args
+
+
+SGLANG_ROLES = {"colocated": "behind a load-balancing router",
+                "prefill": "prefill (KV senders)", "decode": "decode (KV receivers)"}
+SGLANG_ROUTER = ("# SGLang's router sends each request to a prefill and a decode server at "
+                 "once: python -m sglang_router.launch_router --pd-disaggregation "
+                 "--prefill http://PREFILL:30000 --decode http://DECODE:30000")
 SGLANG_KV_DTYPES = {"fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 """clustersim's KV cache dtypes as SGLang's --kv-cache-dtype names them."""
 SGLANG_SPEC_ALGORITHMS = {"eagle": "EAGLE", "mtp": "NEXTN"}
 """SGLang's --speculative-algorithm for a speculative method (its MTP is NEXTN)."""
 
 
-def sglang_commands(rec: CandidateResult, model: ModelSpec,
-                    scenario: Scenario) -> tuple[str, ...]:
-    """``python -m sglang.launch_server`` lines for the recommendation (SGLang's server
+def _sglang_args(pool: PoolChoice, info: InstanceInfo, candidate: Candidate,
+                 model: ModelSpec, settings: EngineSettings) -> list[str]:
+    """``python -m sglang.launch_server``'s arguments for one pool (SGLang's server
     arguments): ``--tp-size`` counts every GPU of an engine, DP attention splits them into
     ``--dp-size`` ranks, expert parallelism runs DeepEP (its normal kernels on prefill, its
-    low-latency ones on decode, as simulated), and a split adds ``--disaggregation-mode``
-    behind SGLang's router."""
-    assert rec.at_goodput is not None
-    engines = {info.pool: info for info in rec.at_goodput.engines}
-    settings = scenario.engine
-    lines = []
-    for pool in rec.candidate.pools:
-        info = engines.get(pool.role) or next(iter(engines.values()))
-        gpus = pool.tensor_parallel_size * pool.data_parallel_size
-        args = [f"python -m sglang.launch_server --model-path {model.hf_repo or model.id}",
-                f"--tp-size {gpus}"]
-        if pool.pipeline_parallel_size > 1:
-            args.append(f"--pp-size {pool.pipeline_parallel_size}")
-        if pool.data_parallel_size > 1:
-            args += [f"--dp-size {pool.data_parallel_size}", "--enable-dp-attention",
-                     f"--ep-size {gpus}", "--moe-a2a-backend deepep",
-                     "--deepep-mode " + {"prefill": "normal", "decode": "low_latency"}.get(
-                         pool.role, "auto")]
-            if settings.eplb:
-                args.append("--enable-eplb")
-            if settings.num_redundant_experts:
-                args.append(f"--ep-num-redundant-experts {settings.num_redundant_experts}")
-        args += [f"--chunked-prefill-size {info.max_num_batched_tokens}",
-                 f"--max-running-requests {info.max_num_seqs}",
-                 f"--context-length {info.max_model_len}",
-                 f"--mem-fraction-static {settings.gpu_memory_utilization:g}",
-                 f"--page-size {settings.block_size}"]
-        if rec.candidate.quantization is not None:
-            args.append(f"--quantization {rec.candidate.quantization}")
-        if rec.candidate.kv_cache_dtype != "auto":
-            name = SGLANG_KV_DTYPES.get(rec.candidate.kv_cache_dtype,
-                                        rec.candidate.kv_cache_dtype)
-            args.append(f"--kv-cache-dtype {name}")
-        if rec.candidate.speculative is not None:
-            spec = json.loads(rec.candidate.speculative)
-            algorithm = SGLANG_SPEC_ALGORITHMS.get(spec["method"], spec["method"].upper())
-            k = spec["num_speculative_tokens"]
-            args += [f"--speculative-algorithm {algorithm}", f"--speculative-num-steps {k}",
-                     "--speculative-eagle-topk 1", f"--speculative-num-draft-tokens {k + 1}"]
-        if not settings.enable_prefix_caching:
-            args.append("--disable-radix-cache")
-        if pool.role != "colocated":
-            args += [f"--disaggregation-mode {pool.role}",
-                     "--disaggregation-transfer-backend mooncake"]
-        where = {"colocated": "behind a load-balancing router",
-                 "prefill": "prefill (KV senders)",
-                 "decode": "decode (KV receivers)"}[pool.role]
-        lines.append(f"{' '.join(args)}   # x{pool.instances} on {pool.gpu}, {where}")
-    if rec.candidate.layout == "disaggregated":
-        lines.append("# SGLang's router sends each request to a prefill and a decode server at "
-                     "once: python -m sglang_router.launch_router --pd-disaggregation "
-                     "--prefill http://PREFILL:30000 --decode http://DECODE:30000")
-    return tuple(lines)
+    low-latency ones on decode, as simulated), a split pool its ``--disaggregation-mode``."""
+    gpus = pool.tensor_parallel_size * pool.data_parallel_size
+    args = [f"python -m sglang.launch_server --model-path {model.hf_repo or model.id}",
+            f"--tp-size {gpus}"]
+    if pool.pipeline_parallel_size > 1:
+        args.append(f"--pp-size {pool.pipeline_parallel_size}")
+    if pool.data_parallel_size > 1:
+        args += [f"--dp-size {pool.data_parallel_size}", "--enable-dp-attention",
+                 f"--ep-size {gpus}", "--moe-a2a-backend deepep",
+                 "--deepep-mode " + {"prefill": "normal", "decode": "low_latency"}.get(
+                     pool.role, "auto")]
+        if settings.eplb:
+            args.append("--enable-eplb")
+        if settings.num_redundant_experts:
+            args.append(f"--ep-num-redundant-experts {settings.num_redundant_experts}")
+    chunk = info.max_num_batched_tokens if candidate.enable_chunked_prefill else -1
+    args += [f"--chunked-prefill-size {chunk}",  # (-1: SGLang's "no chunking")
+             f"--max-running-requests {info.max_num_seqs}",
+             f"--context-length {info.max_model_len}",
+             f"--mem-fraction-static {settings.gpu_memory_utilization:g}",
+             f"--page-size {settings.block_size}"]
+    if candidate.quantization is not None:
+        args.append(f"--quantization {candidate.quantization}")
+    if candidate.kv_cache_dtype != "auto":
+        name = SGLANG_KV_DTYPES.get(candidate.kv_cache_dtype, candidate.kv_cache_dtype)
+        args.append(f"--kv-cache-dtype {name}")
+    if candidate.speculative is not None:
+        spec = json.loads(candidate.speculative)
+        algorithm = SGLANG_SPEC_ALGORITHMS.get(spec["method"], spec["method"].upper())
+        k = spec["num_speculative_tokens"]
+        args += [f"--speculative-algorithm {algorithm}", f"--speculative-num-steps {k}",
+                 "--speculative-eagle-topk 1", f"--speculative-num-draft-tokens {k + 1}"]
+    if not settings.enable_prefix_caching:
+        args.append("--disable-radix-cache")
+    if pool.role != "colocated":
+        args += [f"--disaggregation-mode {pool.role}",
+                 "--disaggregation-transfer-backend mooncake"]
+    return args
 
 
 def bench_command(rec: CandidateResult | None, model: ModelSpec, scenario: Scenario,
