@@ -152,6 +152,39 @@ def test_nodes_are_filled_first_fit_in_pool_order():
     assert nodes_needed(c, {"h100-sxm": template}) == {"h100-sxm": 1}
 
 
+def _first_fit(candidate: Candidate, sizes: dict[str, int]) -> dict[str, int]:
+    """First-fit one instance at a time over a list of nodes: what nodes_needed computes."""
+    free: dict[str, list[int]] = {}
+    for pool in candidate.pools:
+        size, nodes = sizes[pool.gpu], free.setdefault(pool.gpu, [])
+        need = pool.gpus_per_instance
+        for _ in range(pool.instances):
+            if need > size:
+                nodes += [0] * (need // size) + ([size - need % size] if need % size else [])
+                continue
+            slot = next((i for i, left in enumerate(nodes) if left >= need), None)
+            if slot is None:
+                nodes.append(size)
+                slot = len(nodes) - 1
+            nodes[slot] -= need
+    return {gpu: len(nodes) for gpu, nodes in free.items()}
+
+
+def test_node_counts_equal_first_fit_one_instance_at_a_time():
+    rng = np.random.default_rng(7)
+    for _ in range(3000):
+        sizes = {"a": int(rng.choice([1, 2, 4, 8])), "b": int(rng.choice([4, 8, 16]))}
+        templates = {gpu: NodeTemplate(gpu, gpu, gpu, n, True, 1.0, 1.0)
+                     for gpu, n in sizes.items()}
+        roles = ("prefill", "decode", "colocated")[:int(rng.integers(1, 4))]
+        pools = tuple(PoolChoice(role, str(rng.choice(["a", "b"])),
+                                 int(rng.choice([1, 2, 3, 4, 8, 16])), int(rng.integers(1, 40)),
+                                 pipeline_parallel_size=int(rng.choice([1, 1, 2, 3])))
+                      for role in roles)
+        c = Candidate("three_pool", pools, 8192, True)
+        assert nodes_needed(c, templates) == _first_fit(c, sizes), pools
+
+
 def test_a_three_pool_screen_splits_the_traffic_as_the_cluster_routes_it():
     from clustersim.plan.estimate import Screen
     from clustersim.scenario import parse_scenario

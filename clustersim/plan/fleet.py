@@ -92,23 +92,48 @@ def _template(gpu: str, source: str, where: str) -> NodeTemplate:
 
 
 def nodes_needed(candidate: Candidate, templates: dict[str, NodeTemplate]) -> dict[str, int]:
-    """Servers of each GPU type the candidate's pools fill, placed first-fit in pool order."""
-    free: dict[str, list[int]] = {}
+    """Servers of each GPU type the candidate's pools fill, placed first-fit in pool order.
+
+    First-fit keeps placing a pool's instances on the first node with room until it is full,
+    so nodes are kept as runs ``[free GPUs, count]`` in node order and a pool is placed run by
+    run: the cost grows with the pools, not with the instances."""
+    runs_of: dict[str, list[list[int]]] = {}
+    used: dict[str, int] = {}
     for pool in candidate.pools:
         size = templates[pool.gpu].gpus_per_node
-        nodes = free.setdefault(pool.gpu, [])
-        need = pool.gpus_per_instance
-        for _ in range(pool.instances):
-            if need > size:  # pipeline stages across servers: whole ones, the rest in one more
-                whole, rest = divmod(need, size)
-                nodes += [0] * whole + ([size - rest] if rest else [])
+        runs = runs_of.setdefault(pool.gpu, [])
+        need, left = pool.gpus_per_instance, pool.instances
+        if need > size:  # pipeline stages across servers: whole ones, the rest in one more
+            whole, rest = divmod(need, size)
+            used[pool.gpu] = used.get(pool.gpu, 0) + whole * left
+            if rest:
+                runs.append([size - rest, left])
+            continue
+        placed: list[list[int]] = []
+        for free, count in runs:
+            per = free // need
+            if left == 0 or per == 0:
+                placed.append([free, count])
                 continue
-            slot = next((i for i, left in enumerate(nodes) if left >= need), None)
-            if slot is None:
-                nodes.append(size)
-                slot = len(nodes) - 1
-            nodes[slot] -= need
-    return {gpu: len(nodes) for gpu, nodes in free.items()}
+            full = min(count, left // per)  # nodes that take ``per`` instances each
+            left -= full * per
+            if full:
+                placed.append([free - per * need, full])
+            if full < count and left:  # the next node takes the rest
+                placed.append([free - left * need, 1])
+                left = 0
+                full += 1
+            if full < count:
+                placed.append([free, count - full])
+        per = size // need
+        full, rest = divmod(left, per)
+        if full:
+            placed.append([size - per * need, full])
+        if rest:
+            placed.append([size - rest * need, 1])
+        runs_of[pool.gpu] = placed
+    return {gpu: used.get(gpu, 0) + sum(count for _, count in runs)
+            for gpu, runs in runs_of.items()}
 
 
 def fleet_for(candidate: Candidate, templates: dict[str, NodeTemplate]
