@@ -55,6 +55,22 @@ class SloVerdict:
         """The verdict of the scenario's own criterion."""
         return self.passes[self.slo.criterion]
 
+    @property
+    def margin(self) -> float | None:
+        """How far the verdict lay from flipping, in log-odds: ``logit(share) -
+        logit(target)`` of the joint attainment, or of the smallest marginal share (each share
+        held within 0.001 of 0 and 1); positive when it meets. None for the mean criterion
+        (not read from a share). Attainment falls with load much as a logistic does, so the
+        log-odds fall about linearly across the cliff: a line between two probes finds it."""
+        criterion, target = self.slo.criterion, self.slo.attainment_target
+        if criterion == "joint" and self.attainment is not None:
+            share = self.attainment
+        elif criterion == "marginal" and self.marginal:
+            share = min(self.marginal.values())
+        else:
+            return None
+        return _log_odds(share) - _log_odds(target)
+
     def meets_limit(self, metric: str) -> bool:
         """That limit alone: the share of requests within it reaches the target."""
         return self.marginal[metric] >= self.slo.attainment_target
@@ -75,6 +91,11 @@ class SloVerdict:
             "verdicts": self.passes,
             "meets": self.meets,
         }
+
+
+def _log_odds(share: float) -> float:
+    share = min(max(share, 1e-3), 1 - 1e-3)
+    return math.log(share / (1 - share))
 
 
 def within(table: RequestTable, metric: str, limit: float) -> np.ndarray:

@@ -3,11 +3,19 @@
 Pure: a :class:`RateSearch` proposes the next rate to try and is told whether the run at that
 rate met the SLO; whoever runs the simulations (an executor, in rounds) stays outside. It
 brackets first, stepping up from a pass or down from a fail by a factor that squares each time
-the same way is taken again (a good start costs two probes, a bad one few more), then bisects
-the bracket geometrically until ``(fail - pass) / pass <= tolerance``::
+the same way is taken again (a good start costs two probes, a bad one few more), then narrows
+the bracket until ``(fail - pass) / pass <= tolerance``::
 
     rate  ->   x0 pass   1.25 x0 pass   1.95 x0 FAIL         bracket [1.25 x0, 1.95 x0]
                sqrt(1.25 x0 * 1.95 x0) pass ...          until fail / pass - 1 <= tolerance
+
+Where both ends carry a margin (how far the run's attainment lay above or below its target,
+in log-odds), the next probe goes where the line between the two margins crosses zero, a third
+of the tolerance past it on the side of the farther end, so that one verdict each way closes
+the bracket when the line is right (attainment falls off a cliff near goodput much as a
+logistic does, whose log-odds are a line). A probe that did not halve the bracket is followed
+by a geometric midpoint, so the search never takes more than twice the probes of plain
+bisection.
 
 Attainment is assumed to fall with the rate (more load never helps); a noisy reversal only
 moves the answer inside the bracket. A search that fails even at ``min_rate`` (a trickle)
@@ -46,6 +54,10 @@ class RateSearch:
     """Above this the search stops climbing. Default start x 256."""
     passed: list[tuple[float, Any]] = field(default_factory=list)
     failed: list[tuple[float, Any]] = field(default_factory=list)
+    margins: dict[float, float] = field(default_factory=dict)
+    """Rate -> how far its run lay above (>= 0) or below its target, where known."""
+    widths: list[float] = field(default_factory=list)
+    """``log(hi / lo)`` after each probe once bracketed."""
 
     def __post_init__(self) -> None:
         if not self.start_rate > 0 or not math.isfinite(self.start_rate):
@@ -98,10 +110,32 @@ class RateSearch:
             return max(hi / self.step ** 2 ** (len(self.failed) - 1), self.min_rate)
         if hi is None:
             return min(lo * self.step ** 2 ** (len(self.passed) - 1), self.max_rate)
-        return math.sqrt(lo * hi)
+        return self._crossing(lo, hi) or math.sqrt(lo * hi)
 
-    def record(self, rate: float, meets: bool, outcome: Any = None) -> None:
+    def _crossing(self, lo: float, hi: float) -> float | None:
+        """The probe where the margins' line crosses zero (None: bisect instead)."""
+        if len(self.widths) >= 2 and self.widths[-1] > self.widths[-2] / 2:
+            return None  # the last probe did not halve the bracket
+        m_lo, m_hi = self.margins.get(lo), self.margins.get(hi)
+        if m_lo is None or m_hi is None or not m_lo >= 0 > m_hi:
+            return None
+        x = lo + (hi - lo) * m_lo / (m_lo - m_hi)
+        past = 1 + self.tolerance / 3
+        x = x / past if x / lo > hi / x else x * past  # toward the farther end
+        edge = (hi / lo) ** 0.1  # never at the ends: each verdict must narrow the bracket
+        return min(max(x, lo * edge), hi / edge)
+
+    def record(self, rate: float, meets: bool, outcome: Any = None,
+               margin: float | None = None) -> None:
+        """``margin``: how far the run lay from its verdict flipping (>= 0 when it meets;
+        the log-odds of its attainment less its target's), if the verdict is read from a
+        share; it guides the next probe."""
         (self.passed if meets else self.failed).append((rate, outcome))
+        if margin is not None and (margin >= 0) == meets:
+            self.margins[rate] = margin
+        lo, hi = self.lo, self.hi
+        if lo is not None and hi is not None:
+            self.widths.append(math.log(hi / lo))
 
     @property
     def goodput(self) -> float:

@@ -11,6 +11,8 @@ Ray is imported only here, and only when asked for (``pip install 'clustersim[ra
 
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.context
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -68,8 +70,25 @@ class SerialExecutor:
         pass
 
 
+def _fresh_workers() -> multiprocessing.context.BaseContext:
+    """A start method whose workers share nothing with this process's heap: the fork
+    server (started once, with the simulator imported, so each worker starts in a fork of
+    it), else spawn."""
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["clustersim.plan.executors", "clustersim.sim",
+                                        "clustersim.metrics"])
+        return context
+    return multiprocessing.get_context("spawn")
+
+
 class ProcessExecutor:
-    """A local pool of worker processes, one per core by default."""
+    """A local pool of worker processes, one per core by default.
+
+    The workers start from a fresh interpreter (a fork server where the platform has one,
+    else spawned), never as forks of the planner: by the time the first round runs, the
+    planner holds every screened candidate (hundreds of megabytes at a thousand GPUs), and a
+    forked worker's first garbage collection would touch, and so copy, all of it."""
 
     name = "process"
 
@@ -79,10 +98,11 @@ class ProcessExecutor:
 
     def map(self, jobs: Sequence[Scenario], progress: Progress | None = None
             ) -> list[RunSummary | str]:
-        if self.workers == 1 or len(jobs) <= 1:
+        if self.workers == 1 or (len(jobs) <= 1 and self._pool is None):
             return SerialExecutor().map(jobs, progress)
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self.workers)
+            self._pool = ProcessPoolExecutor(max_workers=self.workers,
+                                             mp_context=_fresh_workers())
         futures = {self._pool.submit(run_job, job): i for i, job in enumerate(jobs)}
         results: list[RunSummary | str | None] = [None] * len(jobs)
         for future in as_completed(futures):

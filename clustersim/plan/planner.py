@@ -198,7 +198,7 @@ class Planner:
                 fresh = [c for c in fresh if by_id[c.id].reason is None]
                 if not fresh:
                     break
-                self._measure(fresh, by_id, measured)
+                self._measure(fresh, by_id, measured, self._near(fresh, by_id, measured))
         self._equalise_draws(by_id, measured)
         return self._answer(screened, by_id, measured)
 
@@ -342,14 +342,21 @@ class Planner:
         return outcomes
 
     def _measure(self, candidates: list[Candidate], screened: dict[str, Screened],
-                 measured: dict[str, CandidateResult]) -> None:
+                 measured: dict[str, CandidateResult],
+                 near: dict[str, float] | None = None) -> None:
         """Goodput of each candidate, the bisections advancing in rounds (one executor batch
-        per round). The first seed of every candidate starts at the screen's estimate; then the
-        contenders (see :meth:`_contenders`) get the other seeds, which start at the first
-        one's answer with a finer first step (``LOCAL_STEP``), for their interval."""
+        per round). The first seed of every candidate starts at the screen's estimate, or
+        where ``near`` says with a finer first step (``LOCAL_STEP``); then the contenders (see
+        :meth:`_contenders`) get the other seeds, which start at the first one's answer with
+        that finer step, for their interval."""
         settings = self.plan.search
         by_id = {c.id: c for c in candidates}
+        near = near or {}
         for c in candidates:
+            if c.id in near:
+                self._searches[c.id, 0] = RateSearch(near[c.id], settings.tolerance,
+                                                     settings.max_probes, step=LOCAL_STEP)
+                continue
             start = screened[c.id].estimate_per_s
             if not start > 0 or not math.isfinite(start):
                 start = self.base_rate
@@ -358,6 +365,28 @@ class Planner:
         self._advance(self._more_draws(self._contenders(candidates, measured)), by_id)
         for c in candidates:
             measured[c.id] = self._result_of(c, screened[c.id])
+
+    def _near(self, fresh: list[Candidate], screened: dict[str, Screened],
+              measured: dict[str, CandidateResult]) -> dict[str, float]:
+        """Where each neighbour's first bisection starts: the measured goodput of the best
+        candidate of its layout kind (the one it neighbours), times the screen's ratio of the
+        two. The screen is often off in level for a whole family (queueing it does not model)
+        and much less in the change one instance makes, so the search starts near its answer
+        and brackets it in a finer step."""
+        out: dict[str, float] = {}
+        for layout in {c.layout for c in fresh}:
+            best = self._best([r for r in measured.values()
+                               if r.candidate.layout == layout and not r.candidate.baseline])
+            if best is None or (best.id, 0) not in self._searches:
+                continue
+            goodput = self._searches[best.id, 0].goodput
+            base = screened[best.id].estimate_per_s
+            for c in fresh:
+                estimate = screened[c.id].estimate_per_s
+                if c.layout == layout and goodput > 0 and base > 0 and math.isfinite(
+                        estimate) and estimate > 0:
+                    out[c.id] = goodput * estimate / base
+        return out
 
     def _more_draws(self, candidates: list[Candidate]) -> list[tuple[str, int]]:
         """Start the seeds each candidate lacks, at its first seed's goodput."""
@@ -389,7 +418,8 @@ class Planner:
                     self._errors[cid] = outcome
                     continue
                 assert outcome.slo is not None
-                self._searches[cid, k].record(rate, outcome.slo.meets, outcome)
+                self._searches[cid, k].record(rate, outcome.slo.meets, outcome,
+                                              outcome.slo.margin)
 
     def _result_of(self, c: Candidate, s: Screened) -> CandidateResult:
         if c.id in self._errors:

@@ -107,7 +107,8 @@ def link_readings(job: Job, run_jobs: RunJobs, goodputs: list[float],
             if isinstance(outcome, str):
                 raise AssertionError(f"the recommendation failed to run: {outcome}")
             assert outcome.slo is not None
-            runs[key].record(rate, outcome.slo.meets, outcome)
+            runs[key].record(rate, outcome.slo.meets, outcome,
+                             outcome.slo.margin)
     out = []
     for scale in LINK_SCALES:
         values = [runs[scale, k].goodput for k in range(len(goodputs))]
