@@ -15,12 +15,15 @@ Columns: candidates the plan weighed and simulated, the simulations it ran and t
 they served, wall seconds, the planner's own peak RSS, and for the workers (every process
 below this one, sampled each second from /proc: Linux only) the most any reached and the
 most any grew from its first sample after ``SETTLE_S`` (its imports and first job) to its
-last; the recommendation's label and goodput.
+last; the first 12 hex digits of the SHA-256 of the plan.json the plan would write (the same
+bytes on every executor); the recommendation's label and goodput.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import resource
 import threading
@@ -141,12 +144,14 @@ def run(num_gpus: int, kind: str, seeds: int, workers: int) -> dict[str, Any]:
     answer = "none"
     if rec is not None and rec.goodput is not None:
         answer = f"{rec.candidate.label()} at {rec.goodput.mean_per_s:,.2f} req/s"
+    plan_json = json.dumps(result.to_json(), indent=2) + "\n"  # plan.json's bytes
     return {
         "gpus": num_gpus, "executor": kind, "candidates": len(result.candidates),
         "simulated": simulated, "sims": result.num_simulations,
         "requests": result.num_simulated_requests, "wall_s": wall,
         "planner_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "worker_mb": watch.max_peak_mb, "growth_mb": watch.max_growth_mb, "answer": answer,
+        "digest": hashlib.sha256(plan_json.encode()).hexdigest()[:12],
     }
 
 
@@ -159,7 +164,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
     header = (f"{'GPUs':>5} {'executor':<8}{'cands':>9}{'simul':>6}{'sims':>6}{'sim req':>11}"
-              f"{'wall s':>9}{'plan MB':>8}{'wkr MB':>8}{'grow MB':>8}  recommendation")
+              f"{'wall s':>9}{'plan MB':>8}{'wkr MB':>8}{'grow MB':>8}{'plan.json':>14}"
+              "  recommendation")
     print(header)
     print("-" * len(header))
     for num_gpus in args.sizes:
@@ -168,7 +174,7 @@ def main() -> None:
             print(f"{row['gpus']:>5} {row['executor']:<8}{row['candidates']:>9,}"
                   f"{row['simulated']:>6}{row['sims']:>6}{row['requests']:>11,}"
                   f"{row['wall_s']:>9.1f}{row['planner_mb']:>8.0f}{row['worker_mb']:>8.0f}"
-                  f"{row['growth_mb']:>8.0f}  {row['answer']}", flush=True)
+                  f"{row['growth_mb']:>8.0f}{row['digest']:>14}  {row['answer']}", flush=True)
     print(f"\nworkers: {args.workers} ({args.executors}); clustersim {native.status()}")
 
 

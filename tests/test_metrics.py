@@ -83,6 +83,27 @@ def test_joint_marginal_and_mean_verdicts_read_the_same_requests_differently():
     assert lo < 0.8 < hi and hi <= 1.0
 
 
+def test_the_margin_is_the_share_in_log_odds_less_the_targets_signed_as_the_verdict():
+    """What the goodput search reads between two probes: 0.8 of requests meet both limits
+    against a 0.9 target (joint: below, by log(4) - log(9)); each limit alone holds for 0.9
+    (marginal: exactly on it); the mean criterion has no share to read."""
+    import math
+
+    requests = [finished(str(i), 0.0, [0.1, 0.2, 0.3]) for i in range(8)]
+    requests.append(finished("slow-first", 0.0, [2.0, 2.1, 2.2]))
+    requests.append(finished("slow-stream", 0.0, [0.1, 1.1, 2.1]))
+    joint = summarize(requests, [], [], SLO(ttft_s=1.0, tpot_s=0.5)).slo
+    assert joint.margin == pytest.approx(math.log(4) - math.log(9))
+    assert (joint.margin >= 0) == joint.meets
+    marginal = summarize(requests, [], [], SLO(ttft_s=1.0, tpot_s=0.5,
+                                                criterion="marginal")).slo
+    assert marginal.margin == pytest.approx(0.0, abs=1e-12) and marginal.meets
+    mean = summarize(requests, [], [], SLO(ttft_s=1.0, tpot_s=0.5, criterion="mean")).slo
+    assert mean.margin is None
+    every = summarize(requests[:8], [], [], SLO(ttft_s=1.0, tpot_s=0.5)).slo
+    assert every.margin == pytest.approx(math.log(999) - math.log(9))  # held off infinity
+
+
 def test_a_rejected_request_fails_the_mean_verdict_past_the_allowed_share():
     requests = [finished(str(i), 0.0, [0.1, 0.2]) for i in range(8)]
     requests += [rejected("x", 0.0), rejected("y", 0.0)]
