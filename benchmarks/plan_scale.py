@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
 import resource
 import threading
@@ -144,14 +143,16 @@ def run(num_gpus: int, kind: str, seeds: int, workers: int) -> dict[str, Any]:
     answer = "none"
     if rec is not None and rec.goodput is not None:
         answer = f"{rec.candidate.label()} at {rec.goodput.mean_per_s:,.2f} req/s"
-    plan_json = json.dumps(result.to_json(), indent=2) + "\n"  # plan.json's bytes
+    digest = hashlib.sha256()  # of plan.json's bytes, made as the CLI writes them
+    for chunk in (*result.json_chunks(), "\n"):
+        digest.update(chunk.encode())
     return {
         "gpus": num_gpus, "executor": kind, "candidates": len(result.candidates),
         "simulated": simulated, "sims": result.num_simulations,
         "requests": result.num_simulated_requests, "wall_s": wall,
         "planner_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "worker_mb": watch.max_peak_mb, "growth_mb": watch.max_growth_mb, "answer": answer,
-        "digest": hashlib.sha256(plan_json.encode()).hexdigest()[:12],
+        "digest": digest.hexdigest()[:12],
     }
 
 

@@ -205,6 +205,16 @@ def test_the_same_plan_serially_in_a_process_pool_and_twice():
     assert json.dumps(plan(data).to_json()) == json.dumps(serial)
 
 
+def test_plan_json_is_written_one_candidate_at_a_time_with_the_same_bytes():
+    from dataclasses import replace
+
+    result = plan(scenario(plan={"gpu_budget": 2, "layouts": ["colocated", "disaggregated"]}))
+    assert len(result.candidates) > 1
+    assert "".join(result.json_chunks()) == json.dumps(result.to_json(), indent=2)
+    empty = replace(result, candidates=(), recommended=None, runner_up=None)
+    assert "".join(empty.json_chunks()) == json.dumps(empty.to_json(), indent=2)
+
+
 @pytest.mark.slow
 def test_the_ray_executor_gives_the_process_pools_plan(monkeypatch):
     ray = pytest.importorskip("ray")

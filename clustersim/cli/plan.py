@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import json
 import os
 import sys
 import time
@@ -30,7 +29,7 @@ from clustersim.plan.result import (
     PlanResult,
     ledger_rows,
 )
-from clustersim.safe_write import atomic_file, atomic_write_text
+from clustersim.safe_write import atomic_file
 
 if TYPE_CHECKING:
     from clustersim.plan.day import DayPlan
@@ -90,7 +89,9 @@ def plan_cmd(
     with writing(folder):
         write_plan(result, folder)
     if as_json:
-        typer.echo(json.dumps(result.to_json(), indent=2))
+        for chunk in result.json_chunks():
+            typer.echo(chunk, nl=False)
+        typer.echo()
     else:
         print_plan(result, wall_s, pool.workers)
         typer.echo(f"wrote {folder}/plan.json, {folder}/ledger.csv")
@@ -123,7 +124,9 @@ def full_runs(planner: Planner, result: PlanResult) -> dict[str, RunResult]:
 
 
 def write_plan(result: PlanResult, folder: Path) -> None:
-    atomic_write_text(folder / "plan.json", json.dumps(result.to_json(), indent=2) + "\n")
+    with atomic_file(folder / "plan.json") as f:
+        f.writelines(result.json_chunks())
+        f.write("\n")
     with atomic_file(folder / "ledger.csv") as f:
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(LEDGER_COLUMNS)

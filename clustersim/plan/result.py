@@ -8,6 +8,7 @@ bytes.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -398,7 +399,9 @@ class PlanResult:
     def by_id(self, candidate_id: str) -> CandidateResult:
         return next(c for c in self.candidates if c.id == candidate_id)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, candidates: bool = True) -> dict[str, Any]:
+        """``plan.json`` as a dict (``candidates=False``: with an empty ledger, for
+        :meth:`json_chunks`, which writes it one candidate at a time)."""
         verdict = self.split_verdict
         return {
             "scenario": self.scenario,
@@ -428,9 +431,26 @@ class PlanResult:
             "tie": None if self.tie is None else self.tie.to_json(),
             "survival": None if self.survival is None else self.survival.to_json(),
             "traffic_notes": list(self.traffic_notes),
-            "candidates": [c.to_json() for c in self.candidates],
+            "candidates": [c.to_json() for c in self.candidates] if candidates else [],
         } | ({} if self.day is None else {"day": self.day.to_json()}) | (
             {} if self.sensitivity is None else {"sensitivity": self.sensitivity.to_json()})
+
+    def json_chunks(self) -> Iterator[str]:
+        """The text of ``json.dumps(self.to_json(), indent=2)``, in pieces, one candidate's at
+        a time: a plan of a thousand GPUs weighs about a million candidates, whose dicts and
+        text at once took ten times the planner's memory."""
+        yield "{"
+        for i, (key, value) in enumerate(self.to_json(candidates=False).items()):
+            yield ("," if i else "") + "\n  " + json.dumps(key) + ": "
+            if key == "candidates" and self.candidates:
+                yield "["
+                for k, c in enumerate(self.candidates):
+                    text = json.dumps(c.to_json(), indent=2)
+                    yield ("," if k else "") + "\n    " + text.replace("\n", "\n    ")
+                yield "\n  ]"
+            else:  # (json escapes a newline inside a string: each one here is layout)
+                yield json.dumps(value, indent=2).replace("\n", "\n  ")
+        yield "\n}"
 
 
 LEDGER_COLUMNS = (
@@ -444,9 +464,8 @@ LEDGER_COLUMNS = (
 )
 
 
-def ledger_rows(result: PlanResult) -> list[tuple[Any, ...]]:
-    """One row per candidate, in the ledger's order (``LEDGER_COLUMNS``)."""
-    rows = []
+def ledger_rows(result: PlanResult) -> Iterator[tuple[Any, ...]]:
+    """One row per candidate, in the ledger's order (``LEDGER_COLUMNS``), made as read."""
     for c in result.candidates:
         g, s = c.goodput, c.at_goodput
         figures: list[Any] = []
@@ -455,7 +474,7 @@ def ledger_rows(result: PlanResult) -> list[tuple[Any, ...]]:
             figures += [None if d is None else getattr(d, p) for p in ("p50", "p90", "p99")]
         by_factor = {round(point.factor, 2): point.attainment for point in c.cliff}
         cliff = [by_factor.get(1.05), by_factor.get(1.1)]
-        rows.append((
+        yield (
             c.id, c.candidate.label(), c.candidate.layout, c.status, c.candidate.num_gpus,
             c.candidate.pd_ratio, c.candidate.max_num_batched_tokens,
             c.candidate.enable_chunked_prefill, c.screen_per_s,
@@ -468,5 +487,4 @@ def ledger_rows(result: PlanResult) -> list[tuple[Any, ...]]:
             None if s is None else s.tokens_per_s_per_user,
             c.cost_per_hour, c.cost_per_million_output_tokens, c.binding, c.reason,
             "; ".join(c.notes) or None,
-        ))
-    return rows
+        )
