@@ -10,6 +10,7 @@ import pytest
 
 from clustersim.catalog import load_gpu, load_model
 from clustersim.cost.roofline import CostModel
+from clustersim.metrics.goodput import log_odds
 from clustersim.plan.bisect import RateSearch, mean_interval
 from clustersim.plan.fleet import NodeTemplate, nodes_needed
 from clustersim.plan.screen import (
@@ -57,11 +58,6 @@ def test_a_search_that_never_fails_stops_at_its_cap():
 def test_a_search_stops_at_max_probes():
     search = run(RateSearch(1.0, tolerance=1e-6, max_probes=5), lambda rate: rate < 3.3)
     assert search.num_probes == 5 and not search.converged
-
-
-def log_odds(share: float) -> float:
-    share = min(max(share, 1e-3), 1 - 1e-3)
-    return math.log(share / (1 - share))
 
 
 def run_with_margins(search: RateSearch, attainment, target: float = 0.9) -> RateSearch:

@@ -69,7 +69,7 @@ class SloVerdict:
             share = min(self.marginal.values())
         else:
             return None
-        return _log_odds(share) - _log_odds(target)
+        return log_odds(share) - log_odds(target)
 
     def meets_limit(self, metric: str) -> bool:
         """That limit alone: the share of requests within it reaches the target."""
@@ -93,7 +93,8 @@ class SloVerdict:
         }
 
 
-def _log_odds(share: float) -> float:
+def log_odds(share: float) -> float:
+    """``log(share / (1 - share))``, the share held within 0.001 of 0 and 1."""
     share = min(max(share, 1e-3), 1 - 1e-3)
     return math.log(share / (1 - share))
 

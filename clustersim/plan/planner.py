@@ -264,8 +264,7 @@ class Planner:
         out: list[Candidate] = []
         budget = self.plan.gpu_budget
         for layout in self.plan.layouts:
-            best = self._best([r for r in measured.values()
-                               if r.candidate.layout == layout and not r.candidate.baseline])
+            best = self._best_generated(layout, measured)
             if best is None:
                 continue
             c = best.candidate
@@ -293,6 +292,13 @@ class Planner:
                     if min(moved.values()) >= 1:
                         out.append(c.resized(moved))
         return out
+
+    def _best_generated(self, layout: str, measured: dict[str, CandidateResult]
+                        ) -> CandidateResult | None:
+        """The best measured candidate of this layout kind the plan generated (not the
+        scenario's own): the one whose neighbours are tried next."""
+        return self._best([r for r in measured.values()
+                           if r.candidate.layout == layout and not r.candidate.baseline])
 
     def _best(self, results: list[CandidateResult]) -> CandidateResult | None:
         good = [r for r in results if r.goodput is not None and r.goodput.mean_per_s > 0]
@@ -375,8 +381,7 @@ class Planner:
         and brackets it in a finer step."""
         out: dict[str, float] = {}
         for layout in {c.layout for c in fresh}:
-            best = self._best([r for r in measured.values()
-                               if r.candidate.layout == layout and not r.candidate.baseline])
+            best = self._best_generated(layout, measured)
             if best is None or (best.id, 0) not in self._searches:
                 continue
             goodput = self._searches[best.id, 0].goodput
