@@ -12,16 +12,21 @@ imports the pure Python modules: the same results, slower. :func:`status` says w
 This file imports only the standard library: ``setup.py`` runs it before clustersim's
 dependencies are installed.
 
-Why the compiled modules read as they do (said once here, not at each place): mypyc turns
-typed Python into C calls only where it knows the types, and falls back to generic CPython
-calls elsewhere. So the hot paths bind module-level functions and constants as ``Final``
-(``pack: Final = struct.pack``: read directly, not looked up), write ``__init__`` out in full
-for dataclasses, use ``//`` and a multiply rather than ``divmod`` (no boxed tuple), loops
-rather than ``sum()`` or ``list.extend(dict)`` over a generic iterable, ``del d[k]`` rather
-than ``d.pop(k)``, an index rather than a slice of a list's tail, callbacks bound once
-(binding a method builds an object each time), a class's own ``__call__`` as an event's
-callback, and return a shared empty list (``step_plan.NOTHING``) when there is nothing to
-say; every one of these was measured in instructions (``docs/how-it-works.md``).
+Why the compiled modules read as they do (said once here, not at each place): mypyc turns typed
+Python into C calls only where it knows the types, and falls back to generic CPython calls
+elsewhere. So the hot paths bind module-level functions and constants as ``Final`` (``pack:
+Final = struct.pack``: read directly, not looked up), write ``__init__`` out in full for
+dataclasses, use ``//`` and a multiply rather than ``divmod`` (no boxed tuple), loops rather
+than ``sum()`` or ``list.extend(dict)`` over a generic iterable, ``del d[k]`` rather than
+``d.pop(k)``, a named loop variable rather than ``_`` (which it boxes), an index rather than a
+slice of a list's tail, callbacks bound once (binding a method builds an object each time), a
+class's own ``__call__`` as an event's callback, and return a shared empty list
+(``step_plan.NOTHING``) when there is nothing to say. Where a value may be one of the core's
+own classes or anything else (a ``Clock`` or SimPy's environment, the clock's events or
+SimPy's), an ``isinstance`` test comes first and its two arms read the same: in the first, the
+compiler knows the class and reads its fields and calls its methods directly; in the second, it
+goes through Python's attribute lookup. Every one of these was measured in instructions
+(``docs/how-it-works.md``).
 """
 
 from __future__ import annotations
@@ -44,7 +49,10 @@ MODULES = (
     "clustersim.engine.fastforward.decode_set",
     "clustersim.engine.fastforward.run",
     "clustersim.engine.fastforward.timer",
+    "clustersim.engine.event_queue",
+    "clustersim.engine.watch",
     "clustersim.engine.clock",
+    "clustersim.engine.events",
     "clustersim.engine.scheduler",
     "clustersim.engine.steplog",
     "clustersim.engine.fastforward.engine",

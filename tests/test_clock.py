@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from simpy.core import NORMAL, URGENT
 
-from clustersim.engine.clock import Clock, Signal, alarm
+from clustersim.engine.clock import Clock
+from clustersim.engine.events import Signal, alarm
 
 # (delay, priority, follow-ups it schedules when processed, as a plain SimPy event or an alarm)
 specs = st.lists(

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from clustersim.cluster.flows import FlowNetwork, TransferFailed
 from clustersim.cluster.router import Router
-from clustersim.engine.clock import Outcome, Signal, Waitable, alarm, call_soon, now_of, on_event
+from clustersim.engine.events import Outcome, Signal, Waitable, alarm, call_soon, now_of, on_event
 from clustersim.engine.instance import Instance
 from clustersim.engine.request import Request, RequestStatus
 
@@ -260,7 +260,7 @@ class KVConnector:
     def producer_done(self, index: int, producer: Request) -> None:
         """The prefill copy finished (its blocks wait to be read) or was rejected."""
         handoff = self._handoffs[producer]
-        del self._handoffs[producer]  # (not pop: a generic method call in compiled code)
+        del self._handoffs[producer]
         client = handoff.client
         self.routers["prefill"].returned(index, client)
         client.num_preemptions += producer.num_preemptions

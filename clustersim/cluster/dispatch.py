@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from clustersim.cluster.router import Router
-from clustersim.engine.clock import Env, Waitable, alarm, now_of
+from clustersim.engine.events import Env, Waitable, alarm, now_of
 from clustersim.engine.request import Request, RequestStatus
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ class Dispatch:
             api.answered(request)
         route = self.route_of.get(request)
         if route is not None:
-            del self.route_of[request]  # (not pop: a generic method call in compiled code)
+            del self.route_of[request]
             self.routers[route[0]].returned(route[1], request)
 
     def kv_load(self, index: int, request: Request, num_blocks: int) -> Waitable:

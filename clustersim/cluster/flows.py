@@ -32,11 +32,11 @@ from heapq import heappush as _heappush
 from typing import Final, cast
 
 from clustersim.cluster.topology import Topology
-from clustersim.engine.clock import Env, Outcome, alarm, now_of
+from clustersim.engine.events import Env, Outcome, alarm, now_of
 
-heapify: Final = _heapify  # (bound Final: compiled code reads it directly)
-heappop: Final = _heappop  # (bound Final: compiled code reads it directly)
-heappush: Final = _heappush  # (bound Final: compiled code reads it directly)
+heapify: Final = _heapify
+heappop: Final = _heappop
+heappush: Final = _heappush
 
 Edge = Hashable
 """An edge as the pure core sees it: anything hashable (FlowNetwork uses small ints)."""
@@ -729,7 +729,7 @@ class FlowNetwork:
 
     def _finish(self, key: int) -> None:
         transfer = self._owner[key]
-        del self._owner[key]  # (not pop: a generic method call in compiled code)
+        del self._owner[key]
         edges, size = transfer.sub_flows[key]
         edge_bytes = self._edge_bytes
         for edge in edges:  # (not +=: compiled, a list item's += is a generic add)

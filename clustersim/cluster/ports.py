@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from clustersim.cluster.flows import FlowNetwork
     from clustersim.cluster.router import Router
     from clustersim.cluster.topology import Topology
-    from clustersim.engine.clock import Signal
+    from clustersim.engine.events import Signal
     from clustersim.engine.request import Request
     from clustersim.scenario.layout import KVTransferSpec
 

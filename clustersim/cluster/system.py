@@ -26,8 +26,8 @@ from clustersim.cluster.connectors import CONNECTORS, KVConnector
 from clustersim.cluster.dispatch import Dispatch
 from clustersim.cluster.faults import Faults
 from clustersim.cluster.router import InstanceLoad, Router
-from clustersim.engine.clock import Env, alarm
 from clustersim.engine.data_parallel import DataParallelGroup
+from clustersim.engine.events import Env, alarm
 from clustersim.engine.instance import Instance
 from clustersim.engine.request import Request, RequestStatus
 from clustersim.errors import ConfigError

@@ -55,7 +55,7 @@ def decode_step_times(
     times: list[float] = []
     kv = float(first_kv_tokens)
     step = float(num_decodes)
-    for _step in range(num_steps):  # (named: mypyc boxes a loop variable called _)
+    for _step in range(num_steps):
         times.append(decode_step_s(compute, memory, communication, overhead, attn_s_per_pair,
                                    kv_s_per_token, rows, kv))
         kv += step

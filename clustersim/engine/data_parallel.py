@@ -23,7 +23,7 @@ from typing import Any, Final
 import simpy
 
 from clustersim.catalog.specs import ModelSpec
-from clustersim.engine.clock import Env, Signal, Waitable, alarm, now_of
+from clustersim.engine.events import Env, Signal, Waitable, alarm, now_of
 from clustersim.engine.fastforward.lockstep import LockstepFastForward, may_coalesce_lockstep
 from clustersim.engine.instance import Instance
 from clustersim.engine.request import Request

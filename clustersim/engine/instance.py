@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from clustersim.engine.clock import URGENT, Alarm, Env, Signal, Waitable, alarm, now_of
+from clustersim.engine.events import URGENT, Alarm, Env, Signal, Waitable, alarm, now_of
 from clustersim.engine.fastforward.engine import FastForward, may_coalesce
 from clustersim.engine.pipeline import Pipeline
 from clustersim.engine.request import Request, RequestStatus

@@ -256,7 +256,6 @@ class KVCacheManager:
 
     def free(self, request: Request) -> None:
         """Drop the request's references; blocks reaching zero return to the free queue."""
-        # (get and del: dict.pop is a generic method call in compiled code)
         rid = request.request_id
         if rid in self._num_cached_blocks:
             del self._num_cached_blocks[rid]

@@ -14,9 +14,9 @@ from typing import Final
 
 from clustersim.engine.request import Request
 
-heapify: Final = _heapify  # (bound Final: compiled code reads it directly)
-heappop: Final = _heappop  # (bound Final: compiled code reads it directly)
-heappush: Final = _heappush  # (bound Final: compiled code reads it directly)
+heapify: Final = _heapify
+heappop: Final = _heappop
+heappush: Final = _heappush
 
 COMPACT_AT: Final = 64
 """An FCFS queue drops the requests it served from the front of its list once this many are

@@ -14,7 +14,7 @@ from typing import Any
 
 import simpy
 
-from clustersim.engine.clock import URGENT, Env, alarm, now_of
+from clustersim.engine.events import URGENT, Env, alarm, now_of
 from clustersim.engine.request import Request
 
 Submit = Callable[[Request], None]

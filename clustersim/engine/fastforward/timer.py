@@ -3,7 +3,7 @@
 An engine (or a lockstep data-parallel group) that takes a run of steps in one wait hands the
 steps' durations to a :class:`RunTimer`. The timer holds the end time of every planned step,
 one stand-in event at the end of the last one (ordered as the step loop's own event would
-have been, ``engine.clock``), and grows the run a chunk at a time: when the stand-in fires
+have been, ``engine.event_queue``), and grows the run a chunk at a time: when the stand-in fires
 and the run was not cut short, it asks its owner for more steps (``plan_more``) and waits
 again; otherwise it wakes the owner's process (``wake``), which applies the run.
 
@@ -18,7 +18,9 @@ from bisect import bisect_left as _bisect_left
 from collections.abc import Callable
 from typing import Final
 
-from clustersim.engine.clock import Alarm, Clock, Signal, StepEndOrder
+from clustersim.engine.clock import Clock
+from clustersim.engine.event_queue import Alarm, StepEndOrder
+from clustersim.engine.events import Signal, fire
 
 bisect_left: Final = _bisect_left
 
@@ -68,14 +70,15 @@ class RunTimer:
         self.truncated = False
         self.chunk = 2 * chunk
         self._set_timer()
-        clock.watch(self, self.ends_s, 0, self.last)  # may end the run at once, at a tie
+        # (may end the run at once, at a tie)
+        clock.watches.watch(self, self.ends_s, 0, self.last)
 
     def start_of(self, step: int) -> float:
         return self.start_s if step == 0 else self.ends_s[step - 1]
 
     def step_in_progress(self, time_s: float) -> int:
         """The step whose end is the first at or after ``time_s`` (an event at exactly a
-        skipped step end comes before it: see ``engine.clock``)."""
+        skipped step end comes before it: see ``engine.watch``)."""
         return bisect_left(self.ends_s, time_s, self.anchor_step, self.last)
 
     def settle(self) -> int:
@@ -89,7 +92,7 @@ class RunTimer:
 
     def release(self) -> None:
         """The owner applied the run."""
-        self.clock.release(self)
+        self.clock.watches.release(self)
 
     # ------------------------------------------------- the clock's callbacks
     def on_tie(self, time_s: float) -> None:
@@ -113,15 +116,15 @@ class RunTimer:
 
     def __call__(self, timer: Alarm) -> None:
         """A stand-in fired (the run is its only callback, and it is a normal event:
-        fire_now's condition holds)."""
+        ``events.fire``'s condition holds)."""
         if timer is not self.timer:
             return  # the run was cut shorter; this stand-in counted as gone then
         clock = self.clock
-        clock.stand_in_gone(self.ends_s[self.last])
+        clock.watches.remove_stand_in(self.ends_s[self.last])
         self.timer = None
         if not self.truncated and self._grow():
             return
-        clock.fire_now(self.wake)
+        fire(self.wake)
 
     def _grow(self) -> bool:
         """The run got to its planned end unchanged: plan and wait for its next chunk."""
@@ -134,15 +137,15 @@ class RunTimer:
         self.anchor_order = self.clock.order_now()
         self.chunk = min(2 * self.chunk, MAX_CHUNK_STEPS)
         self._set_timer()
-        self.clock.watch(self, ends, first, self.last)
+        self.clock.watches.watch(self, ends, first, self.last)
         return True
 
     def _truncate(self, step: int) -> None:
         """End the run with ``step`` (which has not ended yet)."""
         assert self.anchor_step <= step < self.last
         clock = self.clock
-        clock.stand_in_gone(self.ends_s[self.last])
-        clock.unwatch(self.ends_s, step, self.last)
+        clock.watches.remove_stand_in(self.ends_s[self.last])
+        clock.watches.unwatch(self.ends_s, step, self.last)
         self.last = step
         self.truncated = True
         self._set_timer()
