@@ -321,3 +321,63 @@ def test_fused_moe_fit_prices_16_bit_experts_only():
     # one 10 us floor per MoE layer
     assert CostModel(model, fused).kernel_floors_s(prefill) == pytest.approx(
         model.num_layers * 1e-5, rel=1e-12)
+
+
+OPERATOR_CASES = [
+    # (model, gpu, tp, dp, expert_parallel, chunks: (new tokens, context, samples))
+    ("llama-3.1-8b", "h100-sxm", 1, 1, False, [(1, 2000, True)] * 64),
+    ("llama-3.1-70b", "h100-sxm", 4, 1, False, [(2048, 1000, True), *[(1, 900, True)] * 8]),
+    ("qwen2.5-7b-instruct-awq", "a100-80gb-sxm", 1, 1, False, [(4096, 0, True)]),
+    ("opt-13b", "a100-80gb-sxm", 2, 1, False, [(512, 0, False)]),
+    ("qwen3-30b-a3b", "h100-sxm", 2, 4, True, [(1024, 0, True), *[(1, 3000, True)] * 16]),
+    ("deepseek-v3", "h100-sxm", 8, 1, False, [(2048, 1000, True)]),
+    ("gpt-oss-120b", "h100-sxm", 2, 1, False, [(1, 20000, True)] * 32),
+]
+
+
+@pytest.mark.parametrize("model_id, gpu_id, tp, dp, ep, chunks", OPERATOR_CASES)
+def test_the_operators_add_up_to_the_step(model_id, gpu_id, tp, dp, ep, chunks):
+    model = load_model(model_id)
+    if model.quantization is not None and model.quantization.method == "awq":
+        from clustersim.engine.quantization import served_model
+
+        model = served_model(model, load_gpu(gpu_id), None, "auto", where="quantization")
+    cm = CostModel(model, load_gpu(gpu_id), tp, dp=dp, expert_parallel=ep)
+    batch = BatchShape.from_chunks(chunks)
+    cost = cm.step_time(batch)
+    ops = cm.operators(batch)
+    names = [op.name for op in ops]
+    assert len(names) == len(set(names))
+    for column in ("compute_s", "memory_s", "communication_s", "overhead_s"):
+        assert sum(getattr(op, column) for op in ops) == pytest.approx(
+            getattr(cost, column), rel=1e-12, abs=1e-15)
+    assert sum(op.time_s for op in ops) == pytest.approx(cost.time_s, rel=1e-12)
+    assert all(op.time_s >= 0 for op in ops)
+    # the operators are the model's own: its projections, MLP or experts, and what it runs
+    if model.is_mla:
+        assert {"fused_qkv_a_proj", "q_b_proj", "kv_b_proj", "o_proj"} <= set(names)
+    else:
+        assert {"qkv_proj", "o_proj"} <= set(names)
+    if model.is_moe:
+        assert {"router", "experts.gate_up_proj", "experts.down_proj"} <= set(names)
+        assert "gate_up_proj" not in names
+    elif model.mlp_matrices == 3:
+        assert {"gate_up_proj", "down_proj"} <= set(names)
+    else:
+        assert {"fc1", "fc2"} <= set(names)
+    assert ("all-reduce (NCCL)" in names or "all-reduce (vLLM's custom)" in names) == (tp > 1)
+    assert ("lm_head" in names) == (batch.num_sampled > 0)
+    assert ("attention (prompt chunks)" in names) == (batch.num_prefill_tokens > 0)
+    assert ("attention (decodes)" in names) == (batch.num_decode_tokens > 0)
+    if dp > 1:
+        assert "experts' all-gather, reduce-scatter" in names
+
+
+def test_a_memory_bound_gemm_is_named_as_such_and_an_empty_step_has_no_operators():
+    cm = CostModel(load_model("llama-3.1-8b"), load_gpu("h100-sxm"))
+    decode = {op.name: op for op in cm.operators(BatchShape.from_chunks([(1, 500, True)] * 4))}
+    prefill = {op.name: op for op in cm.operators(BatchShape.from_chunks([(8192, 0, True)]))}
+    assert decode["gate_up_proj"].bound == "memory"
+    assert prefill["gate_up_proj"].bound == "compute"
+    assert decode["host: scheduler, launches, per request"].bound == "host"
+    assert cm.operators(BatchShape.from_chunks([])) == ()

@@ -48,7 +48,7 @@ def step_time_cmd(
         "host time overlaps the GPU's work and counts only where it outlasts it.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Price one engine step with the roofline cost model."""
+    """Price one engine step with the roofline cost model, operator by operator."""
     from clustersim.catalog import load_gpu, load_model
     from clustersim.catalog.quantization import QUANT_METHODS
     from clustersim.catalog.specs import KV_CACHE_DTYPE_BYTES
@@ -91,6 +91,7 @@ def step_time_cmd(
         raise ClusterSimError("--async-scheduling", "is not priced with speculative decoding")
     cost_model.prices.host_hidden = async_scheduling
     cost = cost_model.step_time(batch, dp * tokens)
+    operators = cost_model.operators(batch, dp * tokens)
     speculative: dict[str, float] = {}
     if num_speculative_tokens:
         from clustersim.engine.spec_decode import verification_step_s
@@ -120,6 +121,10 @@ def step_time_cmd(
         "memory_s": cost.memory_s,
         "communication_s": cost.communication_s,
         "overhead_s": cost.overhead_s,
+        "operators": [{"name": op.name, "time_s": op.time_s, "bound": op.bound,
+                       "compute_s": op.compute_s, "memory_s": op.memory_s,
+                       "communication_s": op.communication_s, "overhead_s": op.overhead_s}
+                      for op in operators],
         **({"speculative": speculative} if speculative else {}),
         "host": {"per_step_s": spec_gpu.per_step_overhead_s,
                  "per_layer_s": spec_gpu.per_layer_overhead_s,
@@ -150,6 +155,11 @@ def step_time_cmd(
         f"memory-bound {cost.memory_s * 1e3:.3f} + communication "
         f"{cost.communication_s * 1e3:.3f} + overhead {cost.overhead_s * 1e3:.3f} ms"
     )
+    width = max(len(op.name) for op in operators)
+    typer.echo("by operator, summed over the layers (a GEMM's kernel floor with its time):")
+    for op in operators:
+        typer.echo(f"  {op.name:<{width}}  {op.bound:<13} {op.time_s * 1e3:9.3f} ms "
+                   f"{op.time_s / cost.time_s:6.1%}")
     typer.echo(
         f"overhead: the host's time and kernel launches, {cost.overhead_s / cost.time_s:.1%} "
         f"of the step = {spec_gpu.per_step_overhead_s * 1e6:.0f} us a step + "

@@ -18,6 +18,12 @@ Gemm = tuple[float, float, float, float, float]
 half-saturation rows, floor s)."""
 
 
+Operator = tuple[str, float, float, float, float]
+"""One named operator's share of a step: (name, compute s, memory s, communication s, host s),
+booked as the step's totals book it (a GEMM's time on its bound side, its kernel floor with
+the memory-bound time)."""
+
+
 def experts_touched(num_experts: float, top_k: float, num_tokens: float) -> float:
     """Expected distinct experts ``num_tokens`` tokens route to, each picking ``top_k`` of
     ``num_experts`` uniformly: an expert escapes one token with probability ``1 - k/E``."""
@@ -87,6 +93,8 @@ class StepPrices:
         """Zero constants (an idle model); ``CostModel.__init__`` sets them."""
         self.gemms: tuple[Gemm, ...] = ()
         self.gemms_large: tuple[Gemm, ...] = ()
+        self.gemm_names: tuple[str, ...] = ()
+        """The name of each of :attr:`gemms` (and of :attr:`gemms_large`, in the same order)."""
         self.dequant_rows: float = 0.0
         self.dequant_s: float = 0.0
         self.attn_floor_s: float = 0.0
@@ -96,6 +104,7 @@ class StepPrices:
         self.allreduce_fixed_s: float = 0.0
         self.allreduce_s_per_token: float = 0.0
         self.expert_gemms: tuple[Gemm, ...] = ()
+        self.expert_gemm_names: tuple[str, ...] = ()
         self.expert_share: float = 0.0
         self.num_experts: float = 0.0
         self.top_k: float = 0.0
@@ -349,82 +358,119 @@ class StepPrices:
                 self.decode_parts[num_decodes, moe_tokens] = parts
         return parts
 
-    def dense_parts(self, tokens: float, rows: float,
-                    moe_tokens: float | None) -> tuple[float, float, float]:
+    def dense_parts(self, tokens: float, rows: float, moe_tokens: float | None,
+                    ops: list[Operator] | None = None) -> tuple[float, float, float]:
         """(compute, memory, communication) seconds of every op but attention, in the order
-        ``step_time`` adds them: the layer GEMMs, the experts, the LM head."""
+        ``step_time`` adds them: the layer GEMMs, the experts, the LM head. ``ops``: where to
+        list each op's part by name (:data:`Operator`)."""
         compute = 0.0
         if tokens >= self.dequant_rows:
             gemms, memory = self.gemms_large, self.dequant_s
+            if ops is not None:
+                ops.append(("dequantize weights", 0.0, memory, 0.0, 0.0))
         else:
             gemms, memory = self.gemms, 0.0
         # the attention kernel's floor, once per layer whatever the batch; kernel floors are
         # booked with the memory-bound time (neither FLOPs nor bytes explain them)
         memory += self.attn_floor_s
-        for flop_s, weight_s, act_s, half, floor in gemms:
+        if ops is not None:
+            ops.append(("attention kernel floor", 0.0, self.attn_floor_s, 0.0, 0.0))
+        for index, (flop_s, weight_s, act_s, half, floor) in enumerate(gemms):
             # GEMM efficiency saturates with M: eff x M / (M + half), so compute time is
             # (M + half) x FLOPs per row / (eff x peak) -- a fixed M-independent part per GEMM
             t_compute = (tokens + half) * flop_s
             t_memory = weight_s + tokens * act_s
             if t_compute >= t_memory:
                 compute += t_compute
+                if ops is not None:
+                    ops.append((self.gemm_names[index], t_compute, floor, 0.0, 0.0))
             else:
                 memory += t_memory
+                if ops is not None:
+                    ops.append((self.gemm_names[index], 0.0, t_memory + floor, 0.0, 0.0))
             memory += floor
         if tokens < self.custom_ar_max_tokens:
             communication = self.custom_ar_fixed_s + tokens * self.custom_ar_s_per_token
+            name = "all-reduce (vLLM's custom)"
         else:
             communication = self.allreduce_fixed_s + tokens * self.allreduce_s_per_token
+            name = "all-reduce (NCCL)"
+        if ops is not None and communication:
+            ops.append((name, 0.0, 0.0, communication, 0.0))
         if self.expert_gemms:
             moe = tokens * self.moe_token_scale if moe_tokens is None else moe_tokens
             share = self.expert_share
             # the busiest rank's rows: expert_imbalance x the mean (x 1.0: the same bits)
             routed = moe * self.top_k * share * self.expert_imbalance
             touched = experts_touched(self.num_experts, self.top_k, moe) * share
+            moe_s = 0.0
             if self.a2a_s_per_token:
                 # DeepEP's dispatch and combine of the rank's own tokens (moe / dp of them)
-                communication += self.a2a_fixed_s + moe / self.dp * self.a2a_s_per_token
+                moe_s = self.a2a_fixed_s + moe / self.dp * self.a2a_s_per_token
+                name = "experts' all-to-all (dispatch, combine)"
             elif self.dp > 1:
-                communication += self.gather_fixed_s + moe * self.gather_s_per_token
-            for flop_s, weight_s, act_s, half, floor in self.expert_gemms:
+                moe_s = self.gather_fixed_s + moe * self.gather_s_per_token
+                name = "experts' all-gather, reduce-scatter"
+            if moe_s:
+                communication += moe_s
+                if ops is not None:
+                    ops.append((name, 0.0, 0.0, moe_s, 0.0))
+            for index, (flop_s, weight_s, act_s, half, floor) in enumerate(self.expert_gemms):
                 # touched experts of routed / touched rows each: (rows + half) x FLOPs per row;
                 # one fused call per layer serves them all: one floor
                 t_compute = (routed + touched * half) * flop_s
                 t_memory = touched * weight_s + routed * act_s
                 if t_compute >= t_memory:
                     compute += t_compute
+                    if ops is not None:
+                        ops.append((self.expert_gemm_names[index], t_compute, floor, 0.0, 0.0))
                 else:
                     memory += t_memory
+                    if ops is not None:
+                        ops.append((self.expert_gemm_names[index], 0.0, t_memory + floor, 0.0,
+                                    0.0))
                 memory += floor
         if rows:
-            communication += self.logits_fixed_s + rows * self.logits_s_per_row
+            gather_s = self.logits_fixed_s + rows * self.logits_s_per_row
+            communication += gather_s
             t_compute = (rows + self.lm_head_half) * self.lm_head_s_per_row
             t_memory = self.lm_head_weight_s + rows * self.lm_head_act_s_per_row
             if t_compute >= t_memory:
                 compute += t_compute
+                if ops is not None:
+                    ops.append(("lm_head", t_compute, self.lm_head_floor_s, 0.0, 0.0))
             else:
                 memory += t_memory
+                if ops is not None:
+                    ops.append(("lm_head", 0.0, t_memory + self.lm_head_floor_s, 0.0, 0.0))
             memory += self.lm_head_floor_s
+            if ops is not None and gather_s:
+                ops.append(("logits all-gather", 0.0, 0.0, gather_s, 0.0))
         return compute, memory, communication
 
     def parts(
         self, num_prefill_tokens: float, prefill_attn_pairs: float, prefill_kv_tokens: float,
         num_decode_tokens: float, decode_kv_tokens: float, num_sampled: float,
-        num_seqs: float, moe_tokens: float | None,
+        num_seqs: float, moe_tokens: float | None, ops: list[Operator] | None = None,
     ) -> tuple[float, float, float, float]:
         """(compute, memory, communication, overhead) seconds of a non-empty step; a
-        pure-decode one runs its CUDA graph's rows (:meth:`decode_batch_parts`)."""
+        pure-decode one runs its CUDA graph's rows (:meth:`decode_batch_parts`). ``ops``:
+        where to list each op's part by name (:data:`Operator`)."""
         tokens = num_prefill_tokens + num_decode_tokens
         if not num_prefill_tokens and num_sampled == num_seqs == num_decode_tokens:
             tokens = float(graph_rows(self.graph_sizes, int(num_decode_tokens)))
-        compute, memory, communication = self.dense_parts(tokens, num_sampled, moe_tokens)
+        compute, memory, communication = self.dense_parts(tokens, num_sampled, moe_tokens, ops)
         if num_prefill_tokens:
             t_compute, t_memory = self._prefill_attention(
                 num_prefill_tokens, prefill_attn_pairs, prefill_kv_tokens)
             if t_compute >= t_memory:
                 compute += t_compute
+                t_memory = 0.0
             else:
                 memory += t_memory
+                t_compute = 0.0
+            if ops is not None:
+                ops.append(("attention (prompt chunks)", t_compute, t_memory, 0.0, 0.0))
         if num_decode_tokens:
             if self.window_share:
                 decode_kv_tokens = self.windowed(decode_kv_tokens, num_decode_tokens)
@@ -433,9 +479,15 @@ class StepPrices:
                         * self.decode_kv_s_per_token)
             if t_compute >= t_memory:
                 compute += t_compute
+                t_memory = 0.0
             else:
                 memory += t_memory
+                t_compute = 0.0
+            if ops is not None:
+                ops.append(("attention (decodes)", t_compute, t_memory, 0.0, 0.0))
         overhead = self.overhead_s(compute + memory + communication, num_seqs)
+        if ops is not None:
+            ops.append(("host: scheduler, launches, per request", 0.0, 0.0, 0.0, overhead))
         return compute, memory, communication, overhead
 
     def overhead_s(self, gpu_s: float, num_seqs: float) -> float:

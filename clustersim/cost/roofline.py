@@ -75,7 +75,9 @@ Elementwise ops (norms, rotary, SiLU) and the embedding gather are left out: the
 next to the GEMMs and partly fused in vLLM.
 
 ``CostModel`` folds all of this into a handful of per-(model, GPU, TP) constants, so pricing a
-step is a few float multiply-adds: the simulator calls it once per step.
+step is a few float multiply-adds: the simulator calls it once per step. The same arithmetic
+lists a step's seconds by operator under the names above (:meth:`CostModel.operators`, printed
+by ``clustersim step-time``): they add up to the step's time.
 """
 
 from __future__ import annotations
@@ -167,6 +169,29 @@ class StepCost:
     """Per-step, per-layer and per-request CPU and launch overhead."""
 
 
+@dataclass(frozen=True, slots=True)
+class OperatorTime:
+    """One named operator's seconds in a step, booked as :class:`StepCost` books them: a GEMM's
+    on its bound side, its kernel floor with the memory-bound time."""
+
+    name: str
+    compute_s: float
+    memory_s: float
+    communication_s: float
+    overhead_s: float
+
+    @property
+    def time_s(self) -> float:
+        return self.compute_s + self.memory_s + self.communication_s + self.overhead_s
+
+    @property
+    def bound(self) -> str:
+        """What bounds it: compute, memory, communication or host."""
+        parts = {"compute": self.compute_s, "memory": self.memory_s,
+                 "communication": self.communication_s, "host": self.overhead_s}
+        return max(parts, key=lambda kind: parts[kind])
+
+
 IDLE_COST = StepCost(0.0, 0.0, 0.0, 0.0, 0.0)
 """An empty batch costs nothing here; the engine models idle time itself."""
 
@@ -246,16 +271,22 @@ class CostModel:
         # GEMMs of some layers only (in, out, layers): a MoE model's leading dense MLPs and
         # its shared experts (sharded tp ways like a dense MLP)
         partial: list[tuple[float, float, int]] = []
+        # and the names of all of them, as vLLM's modules call them
+        up, down = ("gate_up_proj", "down_proj") if model.mlp_matrices == 3 else ("fc1", "fc2")
+        partial_names: list[str] = []
         if model.is_moe:
             router = ((h, model.num_experts),)
             mlp_shapes = ()
             f_expert = model.moe_intermediate_size / (1 if expert_parallel else moe_gpus)
             expert_shapes = ((h, (model.mlp_matrices - 1) * f_expert), (f_expert, h))
-            for width, count in ((f, model.num_dense_layers),
-                                 (model.shared_expert_width, moe_layers)):
+            for width, count, names in (
+                    (f, model.num_dense_layers, (f"{up} (dense layers)", f"{down} (dense layers)")),
+                    (model.shared_expert_width, moe_layers,
+                     (f"shared_experts.{up}", f"shared_experts.{down}"))):
                 if width and count:
                     partial += [(h, (model.mlp_matrices - 1) * width / tp, count),
                                 (width / tp, h, count)]
+                    partial_names += names
         else:
             mlp_shapes = ((h, up_out), (f_shard, h))
             expert_shapes = ()
@@ -268,9 +299,16 @@ class CostModel:
             *column, (o_in, o_out, _) = model.attention_projections()  # o_proj: row-parallel
             attention: tuple[tuple[float, float], ...] = (
                 *((k, n / tp if sharded else n) for k, n, sharded in column), (o_in / tp, o_out))
+            attention_names: tuple[str, ...] = (
+                ("fused_qkv_a_proj", "q_b_proj") if model.q_lora_rank is not None
+                else ("kv_a_proj_with_mqa", "q_proj")) + ("kv_b_proj", "o_proj")
         else:
             attention = ((h, q_out + 2 * kv_out), (q_out, h))
+            attention_names = ("qkv_proj", "o_proj")
         shapes = (*attention, *mlp_shapes)
+        p.gemm_names = (*attention_names, *((up, down) if mlp_shapes else ()),
+                        *(("router",) if router else ()), *partial_names)
+        p.expert_gemm_names = (f"experts.{up}", f"experts.{down}") if expert_shapes else ()
         # per GEMM, summed over layers: (compute s per token, weight-read s, activation s per
         # token, half-saturation tokens, floor s)
         partial_gemms = tuple(g for k, n, count in partial
@@ -436,6 +474,20 @@ class CostModel:
         return StepCost(
             compute + memory + communication + overhead, compute, memory, communication, overhead
         )
+
+    def operators(self, batch: BatchShape,
+                  moe_tokens: int | None = None) -> tuple[OperatorTime, ...]:
+        """:meth:`step_time`'s seconds by operator, in the order it adds them (none for an
+        empty batch): each column sums to the :class:`StepCost`'s."""
+        if not batch.num_prefill_tokens + batch.num_decode_tokens:
+            return ()
+        ops: list[tuple[str, float, float, float, float]] = []
+        self.prices.parts(
+            batch.num_prefill_tokens, batch.prefill_attn_pairs, batch.prefill_kv_tokens,
+            batch.num_decode_tokens, batch.decode_kv_tokens, batch.num_sampled, batch.num_seqs,
+            moe_tokens, ops,
+        )
+        return tuple(OperatorTime(*op) for op in ops)
 
     def step_time_s(
         self,
