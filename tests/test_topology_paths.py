@@ -140,3 +140,17 @@ def test_paths_around_failed_links_are_the_whole_graph_searchs(source):
         # the failures change no usual path
         src, dst = pairs[0]
         assert topology.path(src, dst) == usual_path(topology, src, dst)
+
+
+def test_a_route_is_the_path_its_view_and_its_label_and_is_kept():
+    """What the KV flows read of a path (edge numbers in graph order, the view's latency, the
+    label) is the path's, and a second ask of the same pair gives the kept route."""
+    topology = fresh(ReplicatedNode(node="dgx-h100", count=3))
+    numbers = {edge: i for i, edge in enumerate(topology.graph.edges)}
+    assert topology.edge_numbers == numbers
+    for src, dst in gpu_pairs(topology, sample=200, seed=3):
+        route = topology.route(src, dst)
+        path = topology.path(src, dst)
+        assert route == (tuple(numbers[e] for e in path), topology.path_view(src, dst).latency_s,
+                         topology.path_label(src, dst))
+        assert topology.route(src, dst) is route

@@ -436,7 +436,7 @@ class FlowNetwork:
         # edges are numbered in graph order: ints hash fast in the max-min inner loop
         edges = list(topology.graph.edges(data=True))
         self._link_ids = [attrs["link_id"] for _, _, attrs in edges]
-        self._edge_index = {(u, v): i for i, (u, v, _) in enumerate(edges)}
+        self._edge_index = topology.edge_numbers
         self._capacity: dict[Edge, float] = {
             i: attrs["bytes_per_s"] * bandwidth_scale for i, (_, _, attrs) in enumerate(edges)
         }
@@ -590,9 +590,7 @@ class FlowNetwork:
             return self._detour(src, dst)
         route = self._routes.get((src, dst))
         if route is None:
-            edges = tuple(self._edge_index[e] for e in self.topology.path(src, dst))
-            latency_s = self.topology.path_view(src, dst).latency_s
-            route = self._routes[src, dst] = (edges, latency_s, self.topology.path_label(src, dst))
+            route = self._routes[src, dst] = self.topology.route(src, dst)
         return route
 
     def _detour(self, src: str, dst: str) -> tuple[tuple[int, ...], float, str] | None:
@@ -600,9 +598,7 @@ class FlowNetwork:
         if key not in self._detours:
             topology = self.topology
             path = topology.path_avoiding(src, dst, frozenset(self._down))
-            self._detours[key] = None if path is None else (
-                tuple(self._edge_index[e] for e in path), topology.view(path).latency_s,
-                ">".join([src, *(v for _, v in path)]))
+            self._detours[key] = None if path is None else topology.route_of(src, path)
         return self._detours[key]
 
     # --------------------------------------------------------------- faults

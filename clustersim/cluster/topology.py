@@ -144,6 +144,9 @@ class LinkView:
 
 _LOCAL = LinkView(math.inf, 0.0, ())
 
+Route = tuple[tuple[int, ...], float, str]
+"""A path as the KV flows use it: its edges' numbers, its latency in seconds, its label."""
+
 
 class Topology:
     """A validated topology file as a directed graph, with placement and path queries.
@@ -162,8 +165,12 @@ class Topology:
         self._latency_ps: dict[tuple[str, str], int] = {}
         self._gpu_ids: list[str] = []
         self._paths: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        self._routes: dict[tuple[str, str], Route] = {}
         self._build()
         self._check_reachable()
+        self.edge_numbers: dict[tuple[str, str], int] = {
+            edge: number for number, edge in enumerate(self.graph.edges)}
+        """Every directed edge's number, in graph order (how the KV flows name the edges)."""
         self._gpu_set = frozenset(self._gpu_ids)
         self._scope: dict[str, str | None] = {}
         self._out: dict[str, dict[str | None, list[tuple[int, str, int]]]] = {}
@@ -582,6 +589,25 @@ class Topology:
         vertices.reverse()
         return list(itertools.pairwise(vertices)), tied.isdisjoint(vertices)
 
+    def route(self, src_gpu: str, dst_gpu: str) -> Route:
+        """:meth:`path` as the KV flows use it (:meth:`route_of`), kept for every run in this
+        process that shares the topology."""
+        key = (src_gpu, dst_gpu)
+        route = self._routes.get(key)
+        if route is None:
+            route = self._routes[key] = self.route_of(src_gpu, self.path(src_gpu, dst_gpu))
+        return route
+
+    def route_of(self, src_gpu: str, edges: list[tuple[str, str]]) -> Route:
+        """A path from ``src_gpu`` as the numbers of its edges (:attr:`edge_numbers`), its
+        latency (:meth:`view`'s) and its label (:meth:`path_label`'s)."""
+        numbers = self.edge_numbers
+        return (tuple(numbers[edge] for edge in edges), self._latency_s(edges),
+                ">".join([src_gpu, *(v for _, v in edges)]))
+
+    def _latency_s(self, edges: list[tuple[str, str]]) -> float:
+        return sum(self._latency_ps[e] for e in edges) / (_PS_PER_US * 1e6)
+
     def path_view(self, src_gpu: str, dst_gpu: str) -> LinkView:
         """The path from ``src_gpu`` to ``dst_gpu`` as one link."""
         return self._view(self.path(src_gpu, dst_gpu))
@@ -596,7 +622,7 @@ class Topology:
         attrs = [self.graph.edges[e] for e in edges]
         return LinkView(
             bytes_per_s=min(a["bytes_per_s"] for a in attrs),
-            latency_s=sum(self._latency_ps[e] for e in edges) / (_PS_PER_US * 1e6),
+            latency_s=self._latency_s(edges),
             kinds=tuple(dict.fromkeys(a["kind"] for a in attrs)),
         )
 

@@ -25,12 +25,9 @@ from clustersim.engine.events import Signal, fire
 bisect_left: Final = _bisect_left
 
 MAX_CHUNK_STEPS: Final = 64
-"""The most steps a run plans at once; each chunk is twice the one before (a run cut short
-wastes less of its last chunk than with four times the one before, for a few more chunk
-ends: measured, 1 % fewer instructions in ``benchmarks/sim_speed.py``'s case b). Every step
-planned is priced and watched for ties, used or not: capped at 64 rather than 1,024, case b
-took 0.6 % fewer instructions (32: 0.15 % more than 64), case a 0.1 % more, and case c ran
-as fast."""
+"""The most steps a run plans at once; each chunk is twice the one before. Every step planned
+is priced and watched for ties, used or not, and a run cut short wastes the rest of its last
+chunk: doubling up to 64 took the fewest instructions on ``benchmarks/sim_speed.py``'s cases."""
 
 
 def append_ends(ends_s: list[float], start_s: float, durations: list[float]) -> None:
