@@ -15,7 +15,13 @@ from hypothesis import strategies as st
 
 from clustersim.catalog import load_model
 from clustersim.cluster import FlowNetwork, Topology
-from clustersim.cluster.flows import drain_alone, max_min_rates, pair_ranks, split_bytes
+from clustersim.cluster.flows import (
+    FluidState,
+    drain_alone,
+    max_min_rates,
+    pair_ranks,
+    split_bytes,
+)
 
 GB = 1e9
 KV_BYTES = load_model("llama-3.1-8b").kv_bytes_per_token(1) * 1000
@@ -316,3 +322,27 @@ def test_flows_conserve_bytes_and_never_exceed_a_link(specs):
     for link_id, carried in expected.items():
         # a link never moves more than capacity x the time anything was in flight
         assert carried <= capacity[link_id] * span_s * (1 + 1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=4, unique=True),
+                min_size=2, max_size=6),
+       st.lists(st.sampled_from([1.0, 2.0, 5.0]), min_size=6, max_size=6))
+def test_components_of_one_shape_share_their_rates_and_get_their_own(paths, capacities):
+    """Rates are kept by a component's shape (edges numbered by first appearance, and their
+    capacities): the same flows on other links of the same capacities reuse them, and every
+    rate is max_min_rates' of the real paths, to the bit."""
+    offset = 100  # the second copy's edges: the same shape on other links
+    capacity = {e: capacities[e] for e in range(6)} | {
+        e + offset: capacities[e] for e in range(6)}
+    state = FluidState(capacity)
+    for key, edges in enumerate(paths):
+        state.add(key, edges, 1e6)
+    state.replan()
+    kept = len(state._rates)
+    for key, edges in enumerate(paths):
+        state.add(len(paths) + key, [e + offset for e in edges], 1e6)
+    state.replan()
+    expected = max_min_rates([*paths, *[[e + offset for e in p] for p in paths]], capacity)
+    assert [d.rate for d in state.active.values()] == expected
+    assert len(state._rates) == kept  # the copy's components were shapes already seen

@@ -148,9 +148,13 @@ class FluidState:
         self._dirty_keys: dict[int, None] = {}
         """Sub-flows added or rerouted since the last re-plan (their edges are dirty too; one
         that crosses no link is found only here)."""
-        self._rates: dict[tuple[tuple[Edge, ...], ...], list[float]] = {}
-        """max_min_rates by the re-rated paths in order: a cluster's handoffs meet the same few
-        configurations again and again, and the rates depend on nothing else."""
+        self._rates: dict[tuple[tuple[tuple[int, ...], ...], tuple[float, ...]],
+                          list[float]] = {}
+        """max_min_rates by the shape of the re-rated paths: each path's edges numbered in the
+        order they first appear, and those edges' capacities. Progressive filling reads
+        nothing else (it orders edges by first appearance too), so paths of the same shape get
+        the same rates to the bit; a fleet's handoffs meet the same few shapes again and again,
+        between whichever servers."""
 
     def advance(self, now_s: float) -> None:
         """Move every active sub-flow's bytes on by ``rate x elapsed``."""
@@ -223,15 +227,7 @@ class FluidState:
         active = self.active
         keys = self._affected()
         if keys:
-            drains = [active[key] for key in keys]
-            paths = tuple([d.edges for d in drains])  # (a list first: compiled, no generator)
-            rates = self._rates.get(paths)
-            if rates is None:
-                if len(self._rates) >= RATE_CACHE_SIZE:
-                    self._rates.clear()
-                rates = self._rates[paths] = max_min_rates(paths, self.capacity)
-            for i in range(len(drains)):  # (an index: no zip object per replan)
-                drains[i].rate = rates[i]
+            self._rerate([active[key] for key in keys])
         earliest = None
         now = self.now_s
         for drain in active.values():
@@ -240,6 +236,29 @@ class FluidState:
             if earliest is None or delay < earliest:
                 earliest = delay
         return earliest
+
+    def _rerate(self, drains: list[Drain]) -> None:
+        """Set the max-min fair rates of ``drains``: the sub-flows connected through shared
+        links to a change, in creation order."""
+        if len(drains) == 1:  # alone on its links: its narrowest edge, no shape to build
+            drains[0].rate = max_min_rates([drains[0].edges], self.capacity)[0]
+            return
+        numbers: dict[Edge, int] = {}
+        shape: list[tuple[int, ...]] = []
+        for drain in drains:
+            shape.append(tuple([numbers.setdefault(edge, len(numbers)) for edge in drain.edges]))
+        capacity = self.capacity
+        capacities: dict[Edge, float] = {}
+        for edge, number in numbers.items():
+            capacities[number] = float(capacity[edge])
+        key = (tuple(shape), tuple(capacities.values()))
+        rates = self._rates.get(key)
+        if rates is None:
+            if len(self._rates) >= RATE_CACHE_SIZE:
+                self._rates.clear()
+            rates = self._rates[key] = max_min_rates(shape, capacities)
+        for i in range(len(drains)):
+            drains[i].rate = rates[i]
 
     def reroute(self, key: int, edges: Sequence[Edge]) -> float:
         """The sub-flow goes on over ``edges`` with the bytes it has left; returns the bytes

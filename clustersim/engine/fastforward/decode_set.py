@@ -117,9 +117,10 @@ class DecodeSet:
         """Steps whose output all members got so far."""
         self.sum_computed = 0
         """Sum of the members' true computed tokens."""
-        self.joined: dict[Request, tuple[int, int, int, int]] = {}
+        self.joined: dict[Request, tuple[int, int, int, int, int]] = {}
         """Member -> (num_scheduled, num_updated, clock position) when it joined or was
-        last synced, and its phase; in running order."""
+        last synced, its phase and its join number; in running order (the join numbers'
+        order)."""
         self.phases: list[dict[Request, None]] = [{} for _ in range(kv.block_size)]
         """Per phase p: members that take a new block in the step scheduled as number
         ``num_scheduled = p (mod block_size)``, in running order."""
@@ -144,17 +145,18 @@ class DecodeSet:
         blocks = len(self.kv.req_to_blocks[request.request_id])
         # its blocks cover what it computed; it takes the next one when it computes past them
         phase = (self.num_scheduled + blocks * self.block_size - computed) % self.block_size
-        self.joined[request] = (self.num_scheduled, self.num_updated, len(self.clock) - 1, phase)
+        self._seq += 1
+        self.joined[request] = (self.num_scheduled, self.num_updated, len(self.clock) - 1, phase,
+                                self._seq)
         self.phases[phase][request] = None
         self.phase_sizes[phase] += 1
         left = (min(request.max_tokens, self.max_model_len - request.num_prompt_tokens)
                 - request.num_output_tokens)
-        self._seq += 1
         heappush(self.finishes, (self.num_updated + left, self._seq, request))
 
     def sync(self, request: Request) -> None:
         """Bring a member's counters and token record up to date (it stays a member)."""
-        scheduled, updated, position, phase = self.joined[request]
+        scheduled, updated, position, phase, seq = self.joined[request]
         steps_scheduled = self.num_scheduled - scheduled
         steps_updated = self.num_updated - updated
         if steps_scheduled:
@@ -167,7 +169,7 @@ class DecodeSet:
             else:
                 request.token_run_last = last  # its run of consecutive tokens goes on
         self.joined[request] = (self.num_scheduled, self.num_updated,
-                                position + steps_updated, phase)
+                                position + steps_updated, phase, seq)
 
     def leave(self, request: Request) -> None:
         """Sync ``request`` and take it out (its finish entry is dropped when popped)."""
@@ -259,8 +261,7 @@ class DecodeSet:
                 assert at == self.num_updated, "a member finishes in the step it reaches"
                 done.append(request)
         if len(done) > 1:
-            order = {r: i for i, r in enumerate(joined) if r in set(done)}
-            done.sort(key=order.__getitem__)
+            done.sort(key=lambda request: joined[request][4])
         return done
 
     def next_finish(self) -> int:
