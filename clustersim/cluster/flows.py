@@ -240,14 +240,19 @@ class FluidState:
     def _rerate(self, drains: list[Drain]) -> None:
         """Set the max-min fair rates of ``drains``: the sub-flows connected through shared
         links to a change, in creation order."""
+        capacity = self.capacity
         if len(drains) == 1:  # alone on its links: its narrowest edge, no shape to build
-            drains[0].rate = max_min_rates([drains[0].edges], self.capacity)[0]
+            narrowest = math.inf
+            for edge in drains[0].edges:
+                edge_capacity = float(capacity[edge])
+                if edge_capacity < narrowest:
+                    narrowest = edge_capacity
+            drains[0].rate = narrowest
             return
         numbers: dict[Edge, int] = {}
         shape: list[tuple[int, ...]] = []
         for drain in drains:
             shape.append(tuple([numbers.setdefault(edge, len(numbers)) for edge in drain.edges]))
-        capacity = self.capacity
         capacities: dict[Edge, float] = {}
         for edge, number in numbers.items():
             capacities[number] = float(capacity[edge])
