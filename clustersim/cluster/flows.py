@@ -48,6 +48,16 @@ DONE_BYTES: Final = 1e-6
 
 
 # -------------------------------------------------------------- pure core
+def narrowest(edges: Sequence[Edge], capacity: Mapping[Edge, float]) -> float:
+    """One flow's max-min rate: the least capacity along its edges (``inf`` for none)."""
+    rate = math.inf
+    for edge in edges:
+        edge_capacity = float(capacity[edge])
+        if edge_capacity < rate:
+            rate = edge_capacity
+    return rate
+
+
 def max_min_rates(
     paths: Sequence[Sequence[Hashable]], capacity: Mapping[Hashable, float]
 ) -> list[float]:
@@ -59,8 +69,7 @@ def max_min_rates(
     path get the same rate, so they are filled as one class of ``count`` flows.
     """
     if len(paths) == 1:  # one flow: the narrowest edge (the common case, done directly)
-        (edges,) = paths
-        return [min(float(capacity[edge]) for edge in edges) if edges else math.inf]
+        return [narrowest(paths[0], capacity)]
     class_of: list[int] = []
     classes: dict[tuple[Hashable, ...], int] = {}
     for edges in paths:
@@ -241,13 +250,8 @@ class FluidState:
         """Set the max-min fair rates of ``drains``: the sub-flows connected through shared
         links to a change, in creation order."""
         capacity = self.capacity
-        if len(drains) == 1:  # alone on its links: its narrowest edge, no shape to build
-            narrowest = math.inf
-            for edge in drains[0].edges:
-                edge_capacity = float(capacity[edge])
-                if edge_capacity < narrowest:
-                    narrowest = edge_capacity
-            drains[0].rate = narrowest
+        if len(drains) == 1:  # alone on its links: no shape to build
+            drains[0].rate = narrowest(drains[0].edges, capacity)
             return
         numbers: dict[Edge, int] = {}
         shape: list[tuple[int, ...]] = []
@@ -317,7 +321,7 @@ def drain_alone(
         ((start, edges, size),) = flows
         if not edges or not size:
             return [start]
-        return [start + float(size) / max_min_rates([edges], capacity)[0]]
+        return [start + float(size) / narrowest(edges, capacity)]
     ends = [start if not edges or not size else math.nan for start, edges, size in flows]
     pending = sorted(
         (start, i) for i, (start, edges, size) in enumerate(flows) if edges and size
@@ -587,7 +591,7 @@ class FlowNetwork:
         """The least capacity along ``edges`` (one flow's max-min rate), cached per path."""
         rate = self._narrowest_of.get(edges)
         if rate is None:
-            rate = self._narrowest_of[edges] = max_min_rates([edges], self._capacity)[0]
+            rate = self._narrowest_of[edges] = narrowest(edges, self._capacity)
         return rate
 
     def link_utilization(self, span_s: float) -> dict[str, float]:

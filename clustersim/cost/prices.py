@@ -404,17 +404,18 @@ class StepPrices:
             routed = moe * self.top_k * share * self.expert_imbalance
             touched = experts_touched(self.num_experts, self.top_k, moe) * share
             moe_s = 0.0
+            moe_name = ""
             if self.a2a_s_per_token:
                 # DeepEP's dispatch and combine of the rank's own tokens (moe / dp of them)
                 moe_s = self.a2a_fixed_s + moe / self.dp * self.a2a_s_per_token
-                name = "experts' all-to-all (dispatch, combine)"
+                moe_name = "experts' all-to-all (dispatch, combine)"
             elif self.dp > 1:
                 moe_s = self.gather_fixed_s + moe * self.gather_s_per_token
-                name = "experts' all-gather, reduce-scatter"
+                moe_name = "experts' all-gather, reduce-scatter"
             if moe_s:
                 communication += moe_s
                 if ops is not None:
-                    ops.append((name, 0.0, 0.0, moe_s, 0.0))
+                    ops.append((moe_name, 0.0, 0.0, moe_s, 0.0))
             for index, (flop_s, weight_s, act_s, half, floor) in enumerate(self.expert_gemms):
                 # touched experts of routed / touched rows each: (rows + half) x FLOPs per row;
                 # one fused call per layer serves them all: one floor
