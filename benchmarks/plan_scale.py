@@ -138,7 +138,7 @@ def run(num_gpus: int, kind: str, seeds: int, workers: int) -> dict[str, Any]:
     finally:
         executor.close()
     wall = time.perf_counter() - start
-    simulated = sum(1 for c in result.candidates if c.status == "simulated")
+    simulated = sum(1 for c in result.measured if c.status == "simulated")
     rec = result.recommended
     answer = "none"
     if rec is not None and rec.goodput is not None:

@@ -7,10 +7,13 @@ needs, as ``plan.gpu_budget`` grows: prints a table.
 Each case runs in a fresh subprocess (its peak RSS is its own): the planner of
 ``scenarios/three_class_mix.yaml`` with ``max_goodput_per_gpu`` over one layout kind, every
 pool at ``--tp``, walks ``Planner.candidates()`` and screens each candidate as it comes
-(``--no-screen``: enumeration alone). A case that runs past ``--limit`` seconds is killed and
-shown as such. Columns: candidates = the sizes that fill the budget (every family);
-enumerate s / screen s = wall time of each part; RSS MB = the subprocess's peak resident
-memory.
+(``--no-screen``: enumeration alone; ``--ledger``: as a plan does it, every verdict kept for
+the ledger and the survivors picked, then the ledger read through once in its order, as
+``plan.json`` is written). A case that runs past ``--limit`` seconds is killed and shown as
+such. Columns: candidates = the sizes that fill the budget (every family); enumerate s /
+screen s = wall time of each part (with ``--ledger``: screen s includes keeping the verdicts,
+and ledger s is the read); RSS MB = the subprocess's peak resident memory; runs = the ledger's
+sorted runs on disk.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from clustersim.plan.planner import Planner
 from clustersim.scenario import load_scenario
 
 path, layout = sys.argv[1], sys.argv[2]
-budget, tp, screen = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
+budget, tp, mode = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 scenario = load_scenario(path)
 plan = scenario.plan.model_copy(update={
     "objective": "max_goodput_per_gpu", "gpu_budget": budget, "layouts": [layout],
@@ -40,6 +43,21 @@ plan = scenario.plan.model_copy(update={
     "decode": scenario.plan.decode.model_copy(update={"tensor_parallel_sizes": [tp]}),
 })
 planner = Planner(scenario.model_copy(update={"plan": plan}), SerialExecutor())
+if mode == "ledger":
+    from clustersim.plan.ledger import Ledger
+    from clustersim.plan.planner import VerdictRow
+    started = time.perf_counter()
+    verdicts, chosen = planner.screen_space()
+    screened = time.perf_counter()
+    ledger = Ledger([], verdicts, VerdictRow(planner.prices))
+    rows = sum(1 for _ in ledger)
+    assert rows == len(verdicts)
+    print(json.dumps({"candidates": rows, "enumerate_s": 0.0,
+                      "screen_s": screened - started, "ledger_s": time.perf_counter() - screened,
+                      "runs": ledger.spilled,
+                      "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    sys.exit(0)
+screen = mode == "screen"
 started = time.perf_counter()
 count = screened = 0
 enumerate_s = 0.0
@@ -59,11 +77,10 @@ print(json.dumps({"candidates": count, "enumerate_s": enumerate_s,
 """
 
 
-def run_case(layout: str, budget: int, tp: int, screen: bool, limit_s: float) -> dict | None:
+def run_case(layout: str, budget: int, tp: int, mode: str, limit_s: float) -> dict | None:
     try:
         done = subprocess.run(
-            [sys.executable, "-c", CHILD, str(SCENARIO), layout, str(budget), str(tp),
-             "1" if screen else "0"],
+            [sys.executable, "-c", CHILD, str(SCENARIO), layout, str(budget), str(tp), mode],
             capture_output=True, text=True, timeout=limit_s, cwd=ROOT)
     except subprocess.TimeoutExpired:
         return None
@@ -78,22 +95,28 @@ def main() -> None:
     parser.add_argument("--layouts", default="colocated,disaggregated,three_pool")
     parser.add_argument("--tp", type=int, default=1, help="tensor parallelism of every pool")
     parser.add_argument("--no-screen", action="store_true", help="enumerate only")
+    parser.add_argument("--ledger", action="store_true",
+                        help="screen and keep the verdicts as a plan does, then read the ledger")
     parser.add_argument("--limit", type=float, default=300.0,
                         help="seconds a case may take before it is killed")
     args = parser.parse_args()
+    mode = "ledger" if args.ledger else "enumerate" if args.no_screen else "screen"
     header = (f"{'layout':<14}{'budget':>7}{'TP':>4}{'candidates':>12}{'enumerate s':>13}"
-              f"{'screen s':>10}{'RSS MB':>9}")
+              f"{'screen s':>10}" + (f"{'ledger s':>10}{'runs':>6}" if args.ledger else "")
+              + f"{'RSS MB':>9}")
     print(header)
     print("-" * len(header))
     for layout in args.layouts.split(","):
         for budget in (int(b) for b in args.budgets.split(",")):
-            got = run_case(layout, budget, args.tp, not args.no_screen, args.limit)
+            got = run_case(layout, budget, args.tp, mode, args.limit)
             if got is None:
                 print(f"{layout:<14}{budget:>7}{args.tp:>4}  over the {args.limit:.0f} s limit",
                       flush=True)
                 continue
             print(f"{layout:<14}{budget:>7}{args.tp:>4}{got['candidates']:>12,}"
-                  f"{got['enumerate_s']:>13.2f}{got['screen_s']:>10.2f}{got['rss_mb']:>9.0f}",
+                  f"{got['enumerate_s']:>13.2f}{got['screen_s']:>10.2f}"
+                  + (f"{got['ledger_s']:>10.2f}{got['runs']:>6}" if args.ledger else "")
+                  + f"{got['rss_mb']:>9.0f}",
                   flush=True)
 
 

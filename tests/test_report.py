@@ -477,7 +477,8 @@ def make_plan(*candidates, **fields):
     """What the figures read of a plan: its candidates (numbered in order), and the rest."""
     from types import SimpleNamespace
 
-    values = {"candidates": candidates, "recommended": None, "pareto": (), "seeds": (0, 1, 2)}
+    values = {"candidates": candidates, "recommended": None, "pareto": (), "seeds": (0, 1, 2),
+              "measured": tuple(c for c in candidates if getattr(c, "goodput", None) is not None)}
     values.update(fields)
     return SimpleNamespace(**values)
 

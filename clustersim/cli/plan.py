@@ -275,7 +275,7 @@ def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
     if result.day is not None:
         print_day(result.day)
     typer.echo("")
-    shown = [c for c in result.candidates if c.goodput is not None][:12]
+    shown = result.measured[:12]
     if shown:
         typer.echo(f"{'candidate':<56}{'GPUs':>5}{'goodput req/s [95% CI]':>26}{'per GPU':>9}"
                    f"{'TTFT p90':>10}{'TPOT p90':>10}{'$/1M tok':>10}  status")
@@ -294,9 +294,9 @@ def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
         if marks:
             typer.echo("  goodput " + "; ".join(f"{m} {what}" for m, what in marks)
                        + " (not measured: see ledger.csv's goodput_quality)")
-        others = [c for c in result.candidates if c.goodput is None]
+        others = len(result.candidates) - len(result.measured)
         if others:
-            typer.echo(f"  ... and {len(others)} not simulated (screened or pruned, each with "
+            typer.echo(f"  ... and {others} not simulated (screened or pruned, each with "
                        "its reason in ledger.csv)")
         typer.echo("")
     if result.pareto:
@@ -376,7 +376,7 @@ def print_tie(result: PlanResult) -> None:
 
 
 def _attainment_target(result: PlanResult) -> float:
-    for r in result.candidates:
+    for r in result.measured:
         if r.at_goodput is not None and r.at_goodput.slo is not None:
             return r.at_goodput.slo.slo.attainment_target
     return 0.9

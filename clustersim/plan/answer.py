@@ -339,10 +339,10 @@ def explain(result: PlanResult, slo: SLO) -> str:
         return f"{text} {notes}".rstrip()
     if result.survival is not None:
         return f"{survival_text(result)} {notes}".rstrip()
-    simulated = [r for r in result.candidates if r.goodput is not None]
+    simulated = result.measured
     if not simulated:
-        pruned = [r for r in result.candidates if r.status == "pruned"]
-        why = pruned[0].reason if pruned else "no candidate"
+        pruned = next((r for r in result.candidates if r.status == "pruned"), None)
+        why = pruned.reason if pruned is not None else "no candidate"
         return (f"No candidate can run: every one was pruned (e.g. {why}). More GPUs, another "
                 "GPU type or a larger tensor-parallel size would make one fit.")
     best = max(simulated, key=lambda r: (r.goodput.lower_per_s, r.goodput.mean_per_s, r.id))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from clustersim.catalog import default_prices, load_gpu, load_model
 from clustersim.catalog.specs import ModelSpec
@@ -36,6 +36,7 @@ from clustersim.plan.day import plan_day
 from clustersim.plan.estimate import Screen, Screened
 from clustersim.plan.executors import Executor
 from clustersim.plan.fleet import NodeTemplate, fleet_for, node_templates
+from clustersim.plan.ledger import Ledger, ScreenRows
 from clustersim.plan.result import (
     CandidateResult,
     CliffPoint,
@@ -74,6 +75,8 @@ too short to judge the SLO (Poisson spans scatter around the asked duration; a s
 replay falls far below it)."""
 MAX_SURVIVAL_CHECKS = 6
 """plan.require: the best candidates checked, in rank order, before giving up."""
+UNRANKED = math.inf
+"""A ledger row's place among the ranked simulated candidates when it is not one of them."""
 TIE_RULE = ("a tie goes to the layout with fewer pools (fewer failure domains: colocated "
             "before a split), then the cheaper per hour, then the fewer GPUs, then the higher "
             "mean goodput")
@@ -144,10 +147,7 @@ class Planner:
         return gpus
 
     def cost_per_hour(self, candidate: Candidate) -> float | None:
-        try:
-            return sum(n * self.prices[gpu][0] for gpu, n in candidate.gpus_by_type.items())
-        except KeyError:
-            return None
+        return cost_per_hour(candidate, self.prices)
 
     # ------------------------------------------------------------- search
     def candidates(self) -> Iterator[Candidate]:
@@ -181,9 +181,9 @@ class Planner:
 
     def run(self) -> PlanResult:
         plan = self.plan
-        screened = [self._over_budget(c) or self.screen(c) for c in self.candidates()]
-        by_id = {s.candidate.id: s for s in screened}
-        survivors = self._survivors(screened)
+        verdicts, chosen = self.screen_space()
+        by_id = {s.candidate.id: s for s in chosen}
+        survivors = [s.candidate for s in chosen]
         measured: dict[str, CandidateResult] = {}
         self._measure(survivors, by_id, measured)
         if plan.search.neighbours:
@@ -193,14 +193,48 @@ class Planner:
                 fresh = [c for c in fresh if self._admissible(c)]
                 if not fresh:
                     break
-                for c in fresh:
+                for c in fresh:  # (the screen is a function of the candidate: the same verdict)
                     by_id.setdefault(c.id, self.screen(c))
                 fresh = [c for c in fresh if by_id[c.id].reason is None]
                 if not fresh:
                     break
                 self._measure(fresh, by_id, measured, self._near(fresh, by_id, measured))
         self._equalise_draws(by_id, measured)
-        return self._answer(screened, by_id, measured)
+        return self._answer(verdicts, measured)
+
+    def screen_space(self) -> tuple[ScreenRows, list[Screened]]:
+        """Every candidate screened as it is made: the verdicts (the ledger's rows to be) and
+        those to simulate, the scenario's own layout first, then the best
+        ``search.simulate_top`` of each layout kind by the screen's estimate. Holds no more
+        than that in memory (:class:`ScreenRows` spills the verdicts)."""
+        plan = self.plan
+        verdicts = ScreenRows(self._verdict_key)
+        keep = plan.search.simulate_top
+        best: dict[str, list[tuple[tuple, Screened]]] = {layout: [] for layout in plan.layouts}
+        own: Screened | None = None
+        for c in self.candidates():
+            s = self._over_budget(c) or self.screen(c)
+            verdicts.add(s)
+            if s.reason is not None:
+                continue
+            if c.baseline:
+                own = own or s
+            elif c.layout in best:
+                kept = best[c.layout]
+                kept.append((self._rank_key(c, s.estimate_per_s), s))
+                if len(kept) > 2 * keep + 64:
+                    _keep_smallest(kept, keep)
+        chosen = [s for layout in plan.layouts
+                  for _, s in _keep_smallest(best[layout], keep)]
+        return verdicts, ([own] if own is not None else []) + chosen
+
+    def _verdict_key(self, s: Screened) -> tuple:
+        """A screen verdict's place in the ledger, unless its candidate is simulated (see
+        :meth:`_answer`): the screened before the pruned, each by rank on the estimate."""
+        if s.reason is not None:
+            return (answers.STATUS_ORDER["pruned"], UNRANKED, self._rank_key(s.candidate, 0.0))
+        return (answers.STATUS_ORDER["screened"], UNRANKED,
+                self._rank_key(s.candidate, s.estimate_per_s or 0.0))
 
     def _over_budget(self, candidate: Candidate) -> Screened | None:
         """The scenario's own layout may be larger than the plan's budget: pruned, not run."""
@@ -244,19 +278,6 @@ class Planner:
         g = result.goodput
         assert g is not None
         return self._rank_key(result.candidate, g.mean_per_s, self._usable(g))
-
-    def _survivors(self, screened: list[Screened]) -> list[Candidate]:
-        keep = self.plan.search.simulate_top
-        out: list[Candidate] = []
-        for layout in self.plan.layouts:
-            ranked = sorted((s for s in screened if s.reason is None and not s.candidate.baseline
-                             and s.candidate.layout == layout),
-                            key=lambda s: self._rank_key(s.candidate, s.estimate_per_s))
-            out += [s.candidate for s in ranked[:keep]]
-        own = next((s for s in screened if s.candidate.baseline and s.reason is None), None)
-        if own is not None:
-            out.insert(0, own.candidate)
-        return out
 
     def _neighbours(self, measured: dict[str, CandidateResult]) -> list[Candidate]:
         """Sizes next to the best simulated candidate of each layout kind: one instance moved
@@ -568,22 +589,10 @@ class Planner:
                        cost_per_million_output_tokens=cost)
 
     # ------------------------------------------------------------ answer
-    def _answer(self, screened: list[Screened], by_id: dict[str, Screened],
-                measured: dict[str, CandidateResult]) -> PlanResult:
+    def _answer(self, verdicts: ScreenRows, measured: dict[str, CandidateResult]
+                ) -> PlanResult:
         plan = self.plan
-        rows: dict[str, CandidateResult] = {}
-        for s in [*screened, *(by_id[i] for i in measured if i not in
-                               {x.candidate.id for x in screened})]:
-            c = s.candidate
-            if c.id in measured:
-                rows[c.id] = measured[c.id]
-            elif s.reason is not None:
-                rows[c.id] = CandidateResult(c, "pruned", reason=s.reason)
-            else:
-                rows[c.id] = CandidateResult(
-                    c, "screened", screen_per_s=s.estimate_per_s, screen_binding=s.binding,
-                    cost_per_hour=self.cost_per_hour(c),
-                    reason="ranked below the simulated candidates by the analytic screen")
+        rows = dict(measured)
         simulated = [r for r in rows.values() if r.status == "simulated"]
         ranked = sorted((r for r in simulated if self._qualifies(r)), key=self._key)
         ranked, tie = self._break_tie(ranked)
@@ -613,32 +622,35 @@ class Planner:
         order = {r.id: i for i, r in enumerate(ranked)}
         if recommended is not None:
             order[recommended.id] = -1
-        ledger = sorted(rows.values(), key=lambda r: (
-            answers.STATUS_ORDER[r.status], order.get(r.id, len(order)),
-            self._key(r) if r.goodput is not None and r.goodput.mean_per_s > 0
-            else self._rank_key(r.candidate, r.screen_per_s or 0.0)))
+        ledger = Ledger(
+            [((answers.STATUS_ORDER[r.status], order.get(r.id, UNRANKED),
+               self._key(r) if r.goodput is not None and r.goodput.mean_per_s > 0
+               else self._rank_key(r.candidate, r.screen_per_s or 0.0)), r)
+             for r in rows.values()],
+            verdicts, VerdictRow(self.prices))
+        gpus = verdicts.gpus | {p.gpu for r in rows.values() for p in r.candidate.pools}
         verdict = None
         if recommended is not None:
             # the keep-or-reject rule for a split is a second opinion beside the answer
             verdict = common_rate_verdict(recommended, runner_up, self.plan.handoff_budget_s,
                                           self._job, self._run_jobs)
-        pareto = answers.pareto_front([r for r in ledger if r.status == "simulated"])
+        pareto = answers.pareto_front([r for r in ledger.measured if r.status == "simulated"])
         sensitivity = self._sensitivity(recommended, runner_up)
         seeds = tuple(self.scenario.seed + k for k in range(self.num_seeds))
         result = PlanResult(
             scenario=self.scenario.name, objective=plan.objective, criterion=self.slo.criterion,
             target_rate_per_s=plan.target_rate_per_s, gpu_budget=plan.gpu_budget,
             base_rate_per_s=self.base_rate, seeds=seeds, tolerance=plan.search.tolerance,
-            candidates=tuple(ledger), recommended=recommended, runner_up=runner_up,
+            candidates=ledger, recommended=recommended, runner_up=runner_up,
             split_verdict=verdict, pareto=pareto, answer="",
             prices={gpu: {"usd_per_gpu_hour": v, "source": src}
                     for gpu, (v, src) in sorted(self.prices.items())
-                    if any(gpu in r.candidate.gpus_by_type for r in ledger)},
+                    if gpu in gpus},
             n_plus_one=None if recommended is None else checks.get(recommended.id),
             runner_up_n_plus_one=None if runner_up is None else checks.get(runner_up.id),
             headroom=plan.headroom, tie=tie, survival=survival,
             traffic_notes=answers.length_refusals(recommended or next(
-                (r for r in ledger if r.at_goodput is not None), None)),
+                (r for r in ledger.measured if r.at_goodput is not None), None)),
         )
         return replace(
             result,
@@ -830,6 +842,37 @@ def _coincidences(results: list[CandidateResult]) -> dict[str, tuple[str, ...]]:
             notes[r.id] = (f"same goodput on every draw as {others}: the bisections probed the "
                            f"same rates with the same verdicts{attainment}",)
     return notes
+
+
+def cost_per_hour(candidate: Candidate, prices: dict[str, tuple[float, str]]) -> float | None:
+    """USD per hour of the candidate's GPUs (None: a GPU without a price)."""
+    try:
+        return sum(n * prices[gpu][0] for gpu, n in candidate.gpus_by_type.items())
+    except KeyError:
+        return None
+
+
+@dataclass(frozen=True)
+class VerdictRow:
+    """The ledger row of a candidate the plan did not simulate: what the screen said."""
+
+    prices: dict[str, tuple[float, str]]
+
+    def __call__(self, s: Screened) -> CandidateResult:
+        c = s.candidate
+        if s.reason is not None:
+            return CandidateResult(c, "pruned", reason=s.reason)
+        return CandidateResult(
+            c, "screened", screen_per_s=s.estimate_per_s, screen_binding=s.binding,
+            cost_per_hour=cost_per_hour(c, self.prices),
+            reason="ranked below the simulated candidates by the analytic screen")
+
+
+def _keep_smallest(kept: list[tuple[tuple, Screened]], n: int) -> list[tuple[tuple, Screened]]:
+    """Sort by key and keep the first ``n`` (keys are unique: the candidate id ends them)."""
+    kept.sort(key=lambda item: item[0])
+    del kept[n:]
+    return kept
 
 
 def _work(job: Scenario) -> int:

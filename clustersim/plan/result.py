@@ -8,12 +8,13 @@ bytes.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from clustersim.metrics import RunSummary
 from clustersim.plan.day import DayPlan
+from clustersim.plan.ledger import Ledger
 from clustersim.plan.space import Candidate
 
 if TYPE_CHECKING:
@@ -358,7 +359,9 @@ class PlanResult:
     base_rate_per_s: float
     seeds: tuple[int, ...]
     tolerance: float
-    candidates: tuple[CandidateResult, ...]
+    candidates: Collection[CandidateResult]
+    """The ledger: every candidate's row, in its order (a :class:`Ledger` from the planner,
+    which makes the rows as they are read: iterate it, do not index it)."""
     recommended: CandidateResult | None
     runner_up: CandidateResult | None
     """The best candidate of the other layout kind (colocated vs disaggregated)."""
@@ -396,7 +399,19 @@ class PlanResult:
     """The recommendation's readings on another KV fabric and a busier day
     (``plan.sensitivity``)."""
 
+    @property
+    def measured(self) -> tuple[CandidateResult, ...]:
+        """The rows with a measured goodput (simulated or infeasible), in the ledger's order:
+        a handful, where the ledger holds every candidate the plan weighed."""
+        rows = self.candidates
+        if isinstance(rows, Ledger):
+            rows = rows.measured
+        return tuple(r for r in rows if r.goodput is not None)
+
     def by_id(self, candidate_id: str) -> CandidateResult:
+        for c in self.measured:
+            if c.id == candidate_id:
+                return c
         return next(c for c in self.candidates if c.id == candidate_id)
 
     def to_json(self, candidates: bool = True) -> dict[str, Any]:

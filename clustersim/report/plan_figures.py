@@ -46,7 +46,7 @@ DASHES = ("--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)))
 
 
 def _with_probes(result: PlanResult) -> list[CandidateResult]:
-    return [c for c in result.candidates if c.probes]
+    return [c for c in result.measured if c.probes]
 
 
 def attainment_vs_rate(result: PlanResult, numbers: dict[str, int], target: float,
@@ -123,12 +123,10 @@ def goodput_vs_pd(result: PlanResult, numbers: dict[str, int],
     """Each simulated disaggregated candidate's goodput as a point at its P:D ratio (only the
     ratios simulated; points, no line: the axis is categorical), the colocated candidates as
     horizontal lines with their intervals. Per GPU when the candidates differ in size."""
-    split = [c for c in result.candidates if c.candidate.layout == "disaggregated"
-             and c.goodput is not None]
+    split = [c for c in result.measured if c.candidate.layout == "disaggregated"]
     if not split:
         return None
-    colocated = [c for c in result.candidates if c.candidate.layout == "colocated"
-                 and c.goodput is not None]
+    colocated = [c for c in result.measured if c.candidate.layout == "colocated"]
     per_gpu = len({c.candidate.num_gpus for c in split + colocated}) > 1
 
     def value(c: CandidateResult, per_s: float) -> float:
@@ -356,7 +354,7 @@ def _n1_reading(checks: list[LossCheck]) -> str:
 def pareto(result: PlanResult, numbers: dict[str, int], name: str = "pareto") -> Figure | None:
     """Output tokens/s per GPU against tokens/s per user at goodput, the front joined, each
     point labelled by its row number where no other label or point is."""
-    points = [c for c in result.candidates if c.at_goodput is not None
+    points = [c for c in result.measured if c.at_goodput is not None
               and c.at_goodput.tokens_per_s_per_user is not None
               and c.at_goodput.output_tokens_per_s_per_gpu is not None]
     if not points:

@@ -9,6 +9,7 @@ those numbers.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from clustersim.plan.result import CandidateResult, NPlusOne, PlanResult, SplitVerdict
@@ -32,9 +33,26 @@ OTHER_HEADER = ("#", "candidate", "layout", "GPUs", "TP per pool", "P:D",
                 "max_num_batched_tokens", "status", "screen estimate req/s", "$/h", "reason")
 
 
+REPORT_OTHERS = 1_000
+"""Rows of the report's table of candidates not simulated (the best ranked by the screen);
+``ledger.csv`` and ``plan.json`` hold every one."""
+
+
+def shown(result: PlanResult) -> Iterator[tuple[int, CandidateResult]]:
+    """The rows the report shows, with their numbers in the ledger: every simulated one and
+    the first ``REPORT_OTHERS`` of the others (the simulated come first in the ledger)."""
+    others = 0
+    for i, c in enumerate(result.candidates):
+        if c.goodput is None:
+            if others == REPORT_OTHERS:
+                return
+            others += 1
+        yield i + 1, c
+
+
 def numbers(result: PlanResult) -> dict[str, int]:
     """Candidate id -> its row number in the report's tables (the ledger's order)."""
-    return {c.id: i + 1 for i, c in enumerate(result.candidates)}
+    return {c.id: i for i, c in shown(result)}
 
 
 def _gpus(c: CandidateResult) -> str:
@@ -93,11 +111,10 @@ def _mnbt(c: CandidateResult) -> str:
 
 
 def candidate_tables(result: PlanResult) -> list[Block]:
-    num = numbers(result)
     simulated, others = [], []
-    for c in result.candidates:
+    for i, c in shown(result):
         s = c.at_goodput
-        common = (str(num[c.id]), c.candidate.label(), c.candidate.layout, _gpus(c), _tp(c),
+        common = (str(i), c.candidate.label(), c.candidate.layout, _gpus(c), _tp(c),
                   c.candidate.pd_ratio or fmt.DASH, _mnbt(c))
         if c.goodput is not None:
             lat = [fmt.DASH] * 3 if s is None else [
@@ -119,8 +136,11 @@ def candidate_tables(result: PlanResult) -> list[Block]:
                         "requests meeting the SLO; cost at goodput)."),
                 Table(SIMULATED_HEADER, tuple(simulated), "llllllrrrrrrrrrl")]
     if others:
+        rest = len(result.candidates) - len(simulated) - len(others)
+        more = (f" The first {len(others):,} in the ledger's order are shown; {rest:,} more "
+                "are in ledger.csv." if rest > 0 else "")
         out += [Text.of("Not simulated, each with its reason (screen estimate: the analytic "
-                        "screen's goodput):"),
+                        f"screen's goodput):{more}"),
                 Table(OTHER_HEADER, tuple(others), "llllllrlrrl")]
     return out
 
@@ -302,7 +322,7 @@ def _which_probe(c: CandidateResult, result: PlanResult, seed: int) -> str:
 def benchmark_results(result: PlanResult) -> list[Block]:
     num = numbers(result)
     out: list[Block] = []
-    for c in result.candidates:
+    for c in result.measured:
         s = c.at_goodput
         if s is None:
             continue
