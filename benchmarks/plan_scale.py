@@ -14,15 +14,18 @@ cluster this script starts and stops). Every row is printed as it ends.
 Columns: candidates the plan weighed and simulated, the simulations it ran and the requests
 they served, wall seconds, the planner's own peak RSS, and for the workers (every process
 below this one, sampled each second from /proc: Linux only) the most any reached and the
-most any grew from its first sample after ``SETTLE_S`` (its imports and first job) to its
-last; the first 12 hex digits of the SHA-256 of the plan.json the plan would write (the same
-bytes on every executor); the recommendation's label and goodput.
+most any grew between two idle moments (a second in which it used no CPU: between rounds,
+holding no job, so that what it has is what it keeps), from its first after ``SETTLE_S``
+(its imports and first job) to its last; the first 12 hex digits of the SHA-256 of the
+plan.json the plan would write (the same bytes on every executor); the recommendation's
+label and goodput.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import os
 import resource
 import threading
@@ -66,10 +69,12 @@ before that it is importing clustersim and running its first job."""
 
 
 class Watch:
-    """Samples the RSS of every process below this one, once a second, from /proc."""
+    """Samples the RSS and CPU time of every process below this one, once a second, from
+    /proc."""
 
     def __init__(self) -> None:
         self.seen: dict[int, float] = {}
+        self.cpu: dict[int, int] = {}
         self.first: dict[int, int] = {}
         self.last: dict[int, int] = {}
         self.peak: dict[int, int] = {}
@@ -88,8 +93,10 @@ class Watch:
         me = os.getpid()
         while not self._stop.wait(1.0):
             now = time.monotonic()
-            for pid, rss in _descendants_rss(me).items():
-                if now - self.seen.setdefault(pid, now) >= SETTLE_S:
+            for pid, (rss, cpu) in _descendants(me).items():
+                idle = self.cpu.get(pid) == cpu
+                self.cpu[pid] = cpu
+                if idle and now - self.seen.setdefault(pid, now) >= SETTLE_S:
                     self.first.setdefault(pid, rss)
                     self.last[pid] = rss
                 self.peak[pid] = max(rss, self.peak.get(pid, 0))
@@ -103,10 +110,11 @@ class Watch:
         return max((self.last[p] - self.first[p] for p in self.last), default=0) / 2**20
 
 
-def _descendants_rss(root: int) -> dict[int, int]:
-    """pid -> resident bytes of every live process whose ancestry reaches ``root``."""
+def _descendants(root: int) -> dict[int, tuple[int, int]]:
+    """pid -> (resident bytes, CPU clock ticks) of every live process whose ancestry reaches
+    ``root``."""
     parent: dict[int, int] = {}
-    rss: dict[int, int] = {}
+    sample: dict[int, tuple[int, int]] = {}
     page = os.sysconf("SC_PAGE_SIZE")
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -116,16 +124,16 @@ def _descendants_rss(root: int) -> dict[int, int]:
             statm = (entry / "statm").read_text().split()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2:].split()  # from field 3 (state) on
         parent[int(entry.name)] = int(fields[1])
-        rss[int(entry.name)] = int(statm[1]) * page
+        sample[int(entry.name)] = (int(statm[1]) * page, int(fields[11]) + int(fields[12]))
     out = {}
-    for pid in rss:
+    for pid in sample:
         p, seen = pid, 0
         while p in parent and p != root and seen < 64:
             p, seen = parent[p], seen + 1
         if p == root and pid != root:
-            out[pid] = rss[pid]
+            out[pid] = sample[pid]
     return out
 
 
@@ -144,7 +152,7 @@ def run(num_gpus: int, kind: str, seeds: int, workers: int) -> dict[str, Any]:
     if rec is not None and rec.goodput is not None:
         answer = f"{rec.candidate.label()} at {rec.goodput.mean_per_s:,.2f} req/s"
     digest = hashlib.sha256()  # of plan.json's bytes, made as the CLI writes them
-    for chunk in (*result.json_chunks(), "\n"):
+    for chunk in itertools.chain(result.json_chunks(), ["\n"]):
         digest.update(chunk.encode())
     return {
         "gpus": num_gpus, "executor": kind, "candidates": len(result.candidates),

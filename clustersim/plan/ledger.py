@@ -15,26 +15,29 @@ candidate's id is their last part), so a merge of sorted runs is the same order 
 from __future__ import annotations
 
 import heapq
-import itertools
 import pickle
-from collections.abc import Callable, Iterator
-from operator import itemgetter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import fields
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import TYPE_CHECKING, Any
 
 from clustersim.plan.estimate import Screened
+from clustersim.plan.space import Candidate, PoolChoice
 
 if TYPE_CHECKING:
     from clustersim.plan.result import CandidateResult
 
 SPILL_AT = 50_000
 """Screen verdicts held in memory; past this many they are sorted and written to a run on
-disk (about 0.3 KB each there, 1 KB in memory)."""
+disk (about 0.2 KB each there, 0.5 KB in memory)."""
 BLOCK = 2_000
 """Verdicts per pickle in a run: a merge holds one block of each run."""
 
 Key = tuple[Any, ...]
+Flat = tuple[Any, ...]
+"""A verdict as plain values (:func:`flat`): what a run holds, cheap to pickle and to read."""
 _first = itemgetter(0)
 
 
@@ -45,7 +48,7 @@ class ScreenRows:
         """``spill_at``: verdicts held in memory before a run goes to disk (``SPILL_AT``)."""
         self._key = key
         self._spill_at = SPILL_AT if spill_at is None else spill_at
-        self._held: list[tuple[Key, Screened]] = []
+        self._held: list[tuple[Key, Flat]] = []
         self._sorted = True
         self._runs: list[Path] = []
         self._dir: TemporaryDirectory[str] | None = None
@@ -54,7 +57,7 @@ class ScreenRows:
         """Every GPU type a verdict's candidate uses."""
 
     def add(self, verdict: Screened) -> None:
-        self._held.append((self._key(verdict), verdict))
+        self._held.append((self._key(verdict), flat(verdict)))
         self._sorted = False
         self._count += 1
         for pool in verdict.candidate.pools:
@@ -70,14 +73,19 @@ class ScreenRows:
         """Runs written to disk."""
         return len(self._runs)
 
-    def __iter__(self) -> Iterator[tuple[Key, Screened]]:
-        """(key, verdict) in key order; every call reads afresh."""
+    def flats(self) -> Iterator[tuple[Key, Flat]]:
+        """(key, flat verdict) in key order; every call reads afresh."""
         if not self._sorted:
             self._held.sort(key=_first)
             self._sorted = True
         if not self._runs:
             return iter(self._held)
         return heapq.merge(*(_read(path) for path in self._runs), self._held, key=_first)
+
+    def __iter__(self) -> Iterator[tuple[Key, Screened]]:
+        """(key, verdict) in key order; every call reads afresh."""
+        verdict = Unflat()
+        return ((key, verdict(item)) for key, item in self.flats())
 
     def _spill(self) -> None:
         if self._dir is None:
@@ -92,7 +100,7 @@ class ScreenRows:
         self._sorted = True
 
 
-def _read(path: Path) -> Iterator[tuple[Key, Screened]]:
+def _read(path: Path) -> Iterator[tuple[Key, Flat]]:
     with path.open("rb") as f:
         while True:
             try:
@@ -102,18 +110,54 @@ def _read(path: Path) -> Iterator[tuple[Key, Screened]]:
             yield from block
 
 
+_POOL_FIELDS = tuple(f.name for f in fields(PoolChoice))
+_CANDIDATE_FIELDS = tuple(f.name for f in fields(Candidate))
+_POOLS = _CANDIDATE_FIELDS.index("pools")
+_pool_values = attrgetter(*_POOL_FIELDS)
+_candidate_values = attrgetter(*_CANDIDATE_FIELDS)
+
+
+def flat(verdict: Screened) -> Flat:
+    """The verdict as plain values: its candidate's fields in order (its pools' fields in
+    order in place of the pools), the estimate, the binding limit and the reason."""
+    values = list(_candidate_values(verdict.candidate))
+    values[_POOLS] = tuple(_pool_values(p) for p in verdict.candidate.pools)
+    return (tuple(values), verdict.estimate_per_s, verdict.binding, verdict.reason)
+
+
+class Unflat:
+    """:func:`flat`'s inverse; the pools, immutable, are shared between the verdicts it
+    makes."""
+
+    def __init__(self) -> None:
+        self._pools: dict[tuple[Any, ...], PoolChoice] = {}
+
+    def __call__(self, item: Flat) -> Screened:
+        values, estimate, binding, reason = item
+        pools = self._pools
+        made = []
+        for p in values[_POOLS]:
+            choice = pools.get(p)
+            if choice is None:
+                choice = pools[p] = PoolChoice(*p)
+            made.append(choice)
+        args = list(values)
+        args[_POOLS] = tuple(made)
+        return Screened(Candidate(*args), estimate, binding, reason)
+
+
 class Ledger:
     """Every candidate's row in the ledger's order: the measured rows (held) merged with the
     rows of the screen's other verdicts (made as read). A collection: ``len``, ``iter`` (each
     pass reads afresh), ``in`` by row."""
 
     def __init__(self, measured: list[tuple[Key, CandidateResult]], screened: ScreenRows,
-                 row: Callable[[Screened], CandidateResult]) -> None:
+                 row: Callable[[Screened], CandidateResult], skip: Iterable[Key] = ()) -> None:
         """``measured``: the simulated candidates' rows with their keys; ``screened``: the
-        screen's verdicts (those of the measured candidates are skipped); ``row``: a verdict's
-        row."""
+        screen's verdicts; ``skip``: the keys of the verdicts the measured rows replace (the
+        measured candidates' own); ``row``: a verdict's row."""
         self._measured = sorted(measured, key=_first)
-        self._ids = {r.id for _, r in measured}
+        self._skip = frozenset(skip)
         self._screened = screened
         self._row = row
         self._len: int | None = None
@@ -125,16 +169,15 @@ class Ledger:
         return tuple(r for _, r in self._measured)
 
     def __iter__(self) -> Iterator[CandidateResult]:
-        ids, row = self._ids, self._row
-        others = ((key, verdict) for key, verdict in self._screened
-                  if verdict.candidate.id not in ids)
+        skip, row, verdict = self._skip, self._row, Unflat()
+        others = ((key, item) for key, item in self._screened.flats() if key not in skip)
         for _, item in heapq.merge(self._measured, others, key=_first):
-            yield row(item) if isinstance(item, Screened) else item
+            yield row(verdict(item)) if isinstance(item, tuple) else item
 
     def __len__(self) -> int:
         if self._len is None:
-            ids = self._ids
-            skipped = sum(1 for _, v in self._screened if v.candidate.id in ids) if ids else 0
+            skip = self._skip
+            skipped = sum(1 for key, _ in self._screened.flats() if key in skip) if skip else 0
             self._len = len(self._measured) + len(self._screened) - skipped
         return self._len
 
@@ -148,7 +191,3 @@ class Ledger:
 
     def __contains__(self, item: object) -> bool:
         return any(r == item for r in self)
-
-    def head(self, n: int) -> list[CandidateResult]:
-        """The first ``n`` rows."""
-        return list(itertools.islice(self, n))

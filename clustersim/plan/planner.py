@@ -200,7 +200,7 @@ class Planner:
                     break
                 self._measure(fresh, by_id, measured, self._near(fresh, by_id, measured))
         self._equalise_draws(by_id, measured)
-        return self._answer(verdicts, measured)
+        return self._answer(verdicts, by_id, measured)
 
     def screen_space(self) -> tuple[ScreenRows, list[Screened]]:
         """Every candidate screened as it is made: the verdicts (the ledger's rows to be) and
@@ -589,8 +589,8 @@ class Planner:
                        cost_per_million_output_tokens=cost)
 
     # ------------------------------------------------------------ answer
-    def _answer(self, verdicts: ScreenRows, measured: dict[str, CandidateResult]
-                ) -> PlanResult:
+    def _answer(self, verdicts: ScreenRows, by_id: dict[str, Screened],
+                measured: dict[str, CandidateResult]) -> PlanResult:
         plan = self.plan
         rows = dict(measured)
         simulated = [r for r in rows.values() if r.status == "simulated"]
@@ -627,7 +627,8 @@ class Planner:
                self._key(r) if r.goodput is not None and r.goodput.mean_per_s > 0
                else self._rank_key(r.candidate, r.screen_per_s or 0.0)), r)
              for r in rows.values()],
-            verdicts, VerdictRow(self.prices))
+            verdicts, VerdictRow(self.prices),
+            skip=[self._verdict_key(by_id[cid]) for cid in rows if cid in by_id])
         gpus = verdicts.gpus | {p.gpu for r in rows.values() for p in r.candidate.pools}
         verdict = None
         if recommended is not None:

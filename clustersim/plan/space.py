@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -104,9 +103,9 @@ class Candidate:
 
     @property
     def gpus_by_type(self) -> dict[str, int]:
-        counts: Counter[str] = Counter()
+        counts: dict[str, int] = {}
         for p in self.pools:
-            counts[p.gpu] += p.num_gpus
+            counts[p.gpu] = counts.get(p.gpu, 0) + p.num_gpus
         return dict(sorted(counts.items()))
 
     def pool(self, role: str) -> PoolChoice:
