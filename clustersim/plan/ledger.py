@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 SPILL_AT = 50_000
 """Screen verdicts held in memory; past this many they are sorted and written to a run on
-disk (about 0.2 KB each there, 0.5 KB in memory)."""
+disk (about 0.2 KB each there, 1 KB in memory)."""
 BLOCK = 2_000
 """Verdicts per pickle in a run: a merge holds one block of each run."""
 
