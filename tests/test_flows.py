@@ -346,3 +346,19 @@ def test_components_of_one_shape_share_their_rates_and_get_their_own(paths, capa
     expected = max_min_rates([*paths, *[[e + offset for e in p] for p in paths]], capacity)
     assert [d.rate for d in state.active.values()] == expected
     assert len(state._rates) == kept  # the copy's components were shapes already seen
+
+
+def test_one_change_rerates_each_component_it_touches_on_its_own():
+    """A handoff's sub-flows on their ranks' own links (two copies of one shape) start
+    together: each connected component is filled on its own, so one filling serves both
+    copies, and the rates are max_min_rates' over all of them."""
+    capacity = {e: float(1 + e % 4) for e in range(8)}  # rank 1 cabled as rank 0
+    ranks = [[[0, 1], [1, 2], [3]], [[4, 5], [5, 6], [7]]]  # rank 1: rank 0's shape
+    state = FluidState(capacity)
+    for key, edges in enumerate(path for rank in ranks for path in rank):
+        state.add(key, edges, 1e6)
+    state.replan()
+    assert [d.rate for d in state.active.values()] == max_min_rates(
+        [path for rank in ranks for path in rank], capacity)
+    # one filling, of one rank's two flows that share link 1 (lone flows take the narrowest)
+    assert [len(shape) for shape, _ in state._rates] == [2]

@@ -137,9 +137,9 @@ class FluidState:
 
     Call :meth:`advance` to now before every change, then :meth:`replan` after it. A change
     re-rates only the sub-flows that share links with it, directly or through others (their
-    connected component): max-min fair rates of flows that share no link are independent, and
-    progressive filling over one component takes the same steps, in the same order, as over
-    all of them, so the rates are the same to the bit.
+    connected component), one component at a time: max-min fair rates of flows that share no
+    link are independent, and progressive filling over one component takes the same steps, in
+    the same order, as over all of them, so the rates are the same to the bit.
     """
 
     def __init__(self, capacity: Mapping[Edge, float], now_s: float = 0.0) -> None:
@@ -201,41 +201,49 @@ class FluidState:
                 del on_edge[edge]
             self._dirty_edges[edge] = None
 
-    def _affected(self) -> list[int]:
+    def _affected(self) -> list[list[int]]:
         """The active sub-flows whose rates a change since the last re-plan may move: every
-        one connected through shared links to a changed one, in creation order."""
+        one connected through shared links to a changed one, by connected component, each
+        in creation order."""
         active, on_edge = self.active, self._on_edge
         seen: dict[int, None] = {}
-        stack: list[int] = []
+        seeds: list[int] = []
         for key in self._dirty_keys:
-            if key in active and key not in seen:
-                seen[key] = None
-                stack.append(key)
+            if key in active:
+                seeds.append(key)
         for edge in self._dirty_edges:
             users = on_edge.get(edge)
             if users is not None:
                 for key in users:
-                    if key not in seen:
-                        seen[key] = None
-                        stack.append(key)
-        while stack:
-            key = stack.pop()
-            for edge in active[key].edges:
-                for other in on_edge[edge]:
-                    if other not in seen:
-                        seen[other] = None
-                        stack.append(other)
+                    seeds.append(key)
         self._dirty_keys = {}
         self._dirty_edges = {}
         seq = self._seq
-        return sorted(seen, key=seq.__getitem__)
+        components: list[list[int]] = []
+        for seed in seeds:
+            if seed in seen:
+                continue
+            seen[seed] = None
+            component = [seed]
+            stack = [seed]
+            while stack:
+                key = stack.pop()
+                for edge in active[key].edges:
+                    for other in on_edge[edge]:
+                        if other not in seen:
+                            seen[other] = None
+                            component.append(other)
+                            stack.append(other)
+            if len(component) > 1:
+                component.sort(key=seq.__getitem__)
+            components.append(component)
+        return components
 
     def replan(self) -> float | None:
         """Recompute the changed rates and every due time; the delay to the earliest
         completion (None: idle)."""
         active = self.active
-        keys = self._affected()
-        if keys:
+        for keys in self._affected():
             self._rerate([active[key] for key in keys])
         earliest = None
         now = self.now_s
@@ -247,8 +255,9 @@ class FluidState:
         return earliest
 
     def _rerate(self, drains: list[Drain]) -> None:
-        """Set the max-min fair rates of ``drains``: the sub-flows connected through shared
-        links to a change, in creation order."""
+        """Set the max-min fair rates of ``drains``: one connected component of sub-flows
+        (through shared links), in creation order. (The copies of one handoff on different
+        ranks' links are components of the same shape: one filling serves them all.)"""
         capacity = self.capacity
         if len(drains) == 1:  # alone on its links: no shape to build
             drains[0].rate = narrowest(drains[0].edges, capacity)

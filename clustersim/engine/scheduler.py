@@ -12,6 +12,7 @@ Like vLLM, ``schedule()`` applies the schedule-time transitions itself (blocks a
 from __future__ import annotations
 
 from array import array
+from typing import Final
 
 from clustersim.engine.config import SchedulerConfig
 from clustersim.engine.fastforward.decode_set import DecodeSet, StepClock, bulk_decodes_allowed
@@ -20,6 +21,10 @@ from clustersim.engine.queues import FCFSQueue, PriorityQueue, WaitingQueue
 from clustersim.engine.request import Request, RequestStatus
 from clustersim.engine.spec_decode import AcceptanceSampler
 from clustersim.engine.step_plan import NOTHING, StepPlan, listed
+
+REMOVE_ONE_BY_ONE: Final = 8
+"""Finished requests up to this many leave ``running`` one by one (a scan in C each), more in
+one pass over it."""
 
 __all__ = ["FCFSQueue", "PriorityQueue", "Scheduler", "StepPlan"]
 
@@ -627,15 +632,16 @@ class Scheduler:
 
 
 def remove_all(requests: list[Request], gone: list[Request]) -> None:
-    """Removes from ``requests`` each of ``gone`` it holds (by identity), the rest kept in
-    order, in one pass: vLLM's scheduler drops its stopped requests from ``running`` so
-    (``remove_all``), where a membership test and a ``remove`` per request scan twice."""
-    if len(gone) == 1:
-        one = gone[0]
-        for i in range(len(requests)):
-            if requests[i] is one:
-                del requests[i]
-                return
+    """Removes from ``requests`` each of ``gone`` it holds, the rest kept in order, as vLLM's
+    scheduler drops its stopped requests from ``running`` (``remove_all``): a few one by one
+    (``list.remove``: a scan in C, by identity, requests having no ``__eq__``), many in one
+    pass."""
+    if len(gone) <= REMOVE_ONE_BY_ONE:
+        for request in gone:
+            try:  # noqa: SIM105 (no context manager object per request: step loop)
+                requests.remove(request)
+            except ValueError:
+                pass  # it was waiting (preempted while its last token was in flight)
         return
     ids = {id(r) for r in gone}
     requests[:] = [r for r in requests if id(r) not in ids]

@@ -71,6 +71,8 @@ class Screen:
         self.base_rate = base_rate_per_s
         self._engines: dict[tuple, Engine | str] = {}
         self._capacities: dict[tuple, Estimate] = {}
+        self._handoffs: dict[tuple, float] = {}
+        """The median prompt's KV handoff by (decode GPU, within one node, traffic)."""
         self._classes: dict[str, TrafficClass | None] | None = None
 
     def engine(self, gpu_id: str, tp: int, candidate: Candidate, pp: int = 1, dp: int = 1,
@@ -286,7 +288,15 @@ class Screen:
             return 0.0
         one_node = (len(candidate.gpus_by_type) == 1
                     and candidate.num_gpus <= template.gpus_per_node)
-        bandwidth = template.intra_bytes_per_s if one_node else template.inter_bytes_per_s
+        key = (decode.gpu, one_node, id(traffic))
+        handoff_s = self._handoffs.get(key)
+        if handoff_s is None:
+            handoff_s = self._handoffs[key] = self._handoff_s(
+                template.intra_bytes_per_s if one_node else template.inter_bytes_per_s,
+                traffic)
+        return handoff_s
+
+    def _handoff_s(self, bandwidth: float, traffic: TrafficStats) -> float:
         if not bandwidth:
             return math.inf
         tokens = traffic.prompt_at(0.5)
