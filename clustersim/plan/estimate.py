@@ -9,6 +9,7 @@ instance counts the screen expects a target rate to need.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,11 +23,14 @@ from clustersim.engine.defaults import resolve_engine
 from clustersim.errors import ClusterSimError, ConfigError
 from clustersim.plan.fleet import NodeTemplate, fleet_for
 from clustersim.plan.screen import (
+    ColocatedSteps,
     Engine,
     Estimate,
+    InstanceState,
     TrafficStats,
     capacity,
     colocated_state,
+    colocated_steps,
     decode_state,
     prefill_state,
 )
@@ -72,6 +76,9 @@ class Screen:
         self._engines: dict[tuple, Engine | str] = {}
         self._capacities: dict[tuple, Estimate] = {}
         self._handoffs: dict[tuple, float] = {}
+        """The median prompt's KV handoff by (decode GPU, within one node, traffic)."""
+        self._steps: dict[tuple, dict[float, ColocatedSteps | InstanceState]] = {}
+        """A colocated engine's steps by rate, by (engine, traffic)."""
         """The median prompt's KV handoff by (decode GPU, within one node, traffic)."""
         self._classes: dict[str, TrafficClass | None] | None = None
 
@@ -162,8 +169,9 @@ class Screen:
             q = self.slo.attainment_target if self.slo.criterion != "mean" else 0.5
             slo = self.slo
             if kind == "colocated":
+                steps = self._colocated_steps(engine, traffic)
                 state = lambda lam: colocated_state(  # noqa: E731
-                    engine, traffic, slo, q, lam, servers)
+                    engine, traffic, slo, q, lam, servers, steps(lam))
             elif kind == "decode":
                 state = lambda lam: decode_state(engine, traffic, slo, lam)  # noqa: E731
             else:
@@ -172,6 +180,25 @@ class Screen:
                     engine, traffic, slo, q, lam, handoff_s, first_s, servers)
             self._capacities[key] = capacity(state, max(self.base_rate, 1e-3))
         return self._capacities[key]
+
+    def _colocated_steps(self, engine: Engine, traffic: TrafficStats
+                         ) -> Callable[[float], ColocatedSteps | InstanceState]:
+        """:func:`colocated_steps` of ``engine`` for ``traffic``, each rate priced once: a
+        pool's capacity is searched for every size its candidates give it, and those
+        searches try the same few rates (the queue in front of the instances is all that
+        the size changes)."""
+        key = (id(engine), id(traffic))
+        known = self._steps.get(key)
+        if known is None:
+            known = self._steps[key] = {}
+
+        def steps(lam: float) -> ColocatedSteps | InstanceState:
+            found = known.get(lam)
+            if found is None:
+                found = known[lam] = colocated_steps(engine, traffic, lam)
+            return found
+
+        return steps
 
     def __call__(self, candidate: Candidate) -> Screened:
         for pool in candidate.pools:

@@ -124,7 +124,7 @@ class Estimate:
 
 
 @dataclass(frozen=True, slots=True)
-class _State:
+class InstanceState:
     """An instance at one offered rate: what fails, and its figures."""
 
     failed: str | None
@@ -189,10 +189,22 @@ def _fixed_point(price: Callable[[float], float], start_s: float) -> float | Non
     return None
 
 
-def colocated_state(engine: Engine, traffic: TrafficStats, slo: SLO, q: float,
-                    lam: float, servers: int = 1) -> _State:
-    """A colocated instance at ``lam`` requests/s, one of ``servers`` behind one router:
-    decodes and prompt chunks share its steps."""
+@dataclass(frozen=True, slots=True)
+class ColocatedSteps:
+    """A colocated instance's steps at one rate, what no queue in front of it changes: the
+    step time, the decodes a step holds, a step with a full prompt chunk, and the prompt
+    tokens a second those steps serve."""
+
+    tau: float
+    batch: float
+    full_step_s: float
+    mu: float
+
+
+def colocated_steps(engine: Engine, traffic: TrafficStats,
+                    lam: float) -> ColocatedSteps | InstanceState:
+    """A colocated instance's steps at ``lam`` requests/s (a fixed point in the step time),
+    or the saturated state when its steps cannot carry the rate."""
     p, o = traffic.mean_prompt_tokens, traffic.mean_output_tokens
     context = p + o / 2
     budget = engine.max_num_batched_tokens
@@ -206,26 +218,39 @@ def colocated_state(engine: Engine, traffic: TrafficStats, slo: SLO, q: float,
     idle = _step(engine, _decode_shape(1, context))
     tau = _fixed_point(price, idle)
     if tau is None:
-        return _State("budget", math.inf, 0.0, math.inf)
+        return InstanceState("budget", math.inf, 0.0, math.inf)
     batch = lam * o * tau
     if batch + lam * p * tau > budget:
-        return _State("budget", tau, 0.0, batch)
+        return InstanceState("budget", tau, 0.0, batch)
     left = budget - batch
     full = _step(engine, _mixed_shape(batch, context, left, p, pairs))
-    mu = left / full  # prompt tokens/s when prompts queue
-    return _judge(engine, traffic, slo, q, lam, tau, full, batch, mu, context, extra_s=0.0,
-                  servers=servers)
+    return ColocatedSteps(tau, batch, full, left / full)  # prompt tokens/s when prompts queue
+
+
+def colocated_state(engine: Engine, traffic: TrafficStats, slo: SLO, q: float,
+                    lam: float, servers: int = 1,
+                    steps: ColocatedSteps | InstanceState | None = None) -> InstanceState:
+    """A colocated instance at ``lam`` requests/s, one of ``servers`` behind one router:
+    decodes and prompt chunks share its steps (``steps``: :func:`colocated_steps` at
+    ``lam``, when the caller kept them)."""
+    if steps is None:
+        steps = colocated_steps(engine, traffic, lam)
+    if isinstance(steps, InstanceState):
+        return steps
+    context = traffic.mean_prompt_tokens + traffic.mean_output_tokens / 2
+    return _judge(engine, traffic, slo, q, lam, steps.tau, steps.full_step_s, steps.batch,
+                  steps.mu, context, extra_s=0.0, servers=servers)
 
 
 def _judge(engine: Engine, traffic: TrafficStats, slo: SLO, q: float, lam: float, tau: float,
            full_step_s: float, batch: float, mu: float, context: float,
-           extra_s: float, servers: int = 1) -> _State:
+           extra_s: float, servers: int = 1) -> InstanceState:
     """Which limit the instance breaks at this rate (None: none). ``q`` is the share of
     requests that must meet the TTFT limit (0.5 with the mean criterion: the mean must)."""
     p = traffic.mean_prompt_tokens
     rho = lam * p / mu
     if rho >= 1:
-        return _State("budget", tau, 0.0, batch)
+        return InstanceState("budget", tau, 0.0, batch)
     waits, mean_wait = _wait(servers, rho, p / mu, traffic.arrival_cv**2,
                              traffic.service_cv_sq)
     grid = np.asarray(traffic.prompt_grid)
@@ -244,7 +269,7 @@ def _judge(engine: Engine, traffic: TrafficStats, slo: SLO, q: float, lam: float
         failed = "itl"
     else:
         failed = _holding_failure(engine, batch, context)
-    return _State(failed, tau, share, batch)
+    return InstanceState(failed, tau, share, batch)
 
 
 def _ttft_share(service_s: np.ndarray, waits: float, mean_wait_s: float,
@@ -273,7 +298,7 @@ def _lone_prefill_s(engine: Engine, prompt_tokens: tuple[float, ...]) -> np.ndar
     return out
 
 
-def decode_state(engine: Engine, traffic: TrafficStats, slo: SLO, lam: float) -> _State:
+def decode_state(engine: Engine, traffic: TrafficStats, slo: SLO, lam: float) -> InstanceState:
     """One decode instance of a disaggregated layout at ``lam`` requests/s."""
     p, o = traffic.mean_prompt_tokens, traffic.mean_output_tokens
     context = p + o / 2
@@ -283,7 +308,7 @@ def decode_state(engine: Engine, traffic: TrafficStats, slo: SLO, lam: float) ->
 
     tau = _fixed_point(price, _step(engine, _decode_shape(1, context)))
     if tau is None:
-        return _State("budget", math.inf, 1.0, math.inf)
+        return InstanceState("budget", math.inf, 1.0, math.inf)
     batch = lam * o * tau
     failed = None
     if batch > engine.max_num_batched_tokens:
@@ -294,7 +319,7 @@ def decode_state(engine: Engine, traffic: TrafficStats, slo: SLO, lam: float) ->
         failed = "itl"
     else:
         failed = _holding_failure(engine, batch, context)
-    return _State(failed, tau, 1.0, batch)
+    return InstanceState(failed, tau, 1.0, batch)
 
 
 def _holding_failure(engine: Engine, batch: float, context: float) -> str | None:
@@ -309,7 +334,7 @@ def _holding_failure(engine: Engine, batch: float, context: float) -> str | None
 
 
 def prefill_state(engine: Engine, traffic: TrafficStats, slo: SLO, q: float, lam: float,
-                  handoff_s: float, first_decode_s: float, servers: int = 1) -> _State:
+                  handoff_s: float, first_decode_s: float, servers: int = 1) -> InstanceState:
     """A prefill instance of a disaggregated layout at ``lam`` requests/s, one of ``servers``:
     whole steps of prompt tokens; TTFT adds the KV handoff and the decode side's first step."""
     p = traffic.mean_prompt_tokens
@@ -320,12 +345,12 @@ def prefill_state(engine: Engine, traffic: TrafficStats, slo: SLO, q: float, lam
     prefill_slo = SLO(ttft_s=slo.ttft_s) if slo.ttft_s is not None else None
     if prefill_slo is None:
         rho = lam * p / mu
-        return _State("budget" if rho >= 1 else None, full, 1.0, 0.0)
+        return InstanceState("budget" if rho >= 1 else None, full, 1.0, 0.0)
     return _judge(engine, traffic, prefill_slo, q, lam, full, full, 0.0, mu, 0.0,
                   extra_s=handoff_s + first_decode_s, servers=servers)
 
 
-def capacity(state: Callable[[float], _State], start_per_s: float = 1.0) -> Estimate:
+def capacity(state: Callable[[float], InstanceState], start_per_s: float = 1.0) -> Estimate:
     """The largest rate whose state fails nothing (bisection in log space), and the limit
     that fails just above it. Rate 0 with the failing limit when even a trickle fails."""
     trickle = state(1e-9)
