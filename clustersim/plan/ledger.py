@@ -110,8 +110,8 @@ def _read(path: Path) -> Iterator[tuple[Key, Flat]]:
             yield from block
 
 
-_POOL_FIELDS = tuple(f.name for f in fields(PoolChoice))
-_CANDIDATE_FIELDS = tuple(f.name for f in fields(Candidate))
+_POOL_FIELDS = tuple(f.name for f in fields(PoolChoice) if f.init)
+_CANDIDATE_FIELDS = tuple(f.name for f in fields(Candidate) if f.init)
 _POOLS = _CANDIDATE_FIELDS.index("pools")
 _pool_values = attrgetter(*_POOL_FIELDS)
 _candidate_values = attrgetter(*_CANDIDATE_FIELDS)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from clustersim.engine.settings import SpeculativeSettings
 from clustersim.scenario import Scenario
@@ -96,10 +96,17 @@ class Candidate:
     speculative: str | None = None
     """vLLM's --speculative-config for every pool, as the JSON of the scenario's
     ``engine.speculative`` form (:func:`speculative_json`; None: off)."""
+    _num_gpus: int = field(init=False, repr=False, compare=False)
+    _id: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # made once: a plan reads both several times for each of up to millions of candidates
+        object.__setattr__(self, "_num_gpus", sum(p.num_gpus for p in self.pools))
+        object.__setattr__(self, "_id", self._make_id())
 
     @property
     def num_gpus(self) -> int:
-        return sum(p.num_gpus for p in self.pools)
+        return self._num_gpus
 
     @property
     def gpus_by_type(self) -> dict[str, int]:
@@ -136,6 +143,9 @@ class Candidate:
     @property
     def id(self) -> str:
         """Stable and unique: the ledger's key."""
+        return self._id
+
+    def _make_id(self) -> str:
         pools = "+".join(
             f"{ROLE_LETTER[p.role] or 'C'}{p.instances}x{p.gpu}-tp{p.tensor_parallel_size}"
             + (f"-pp{p.pipeline_parallel_size}" if p.pipeline_parallel_size > 1 else "")
