@@ -12,7 +12,6 @@ Like vLLM, ``schedule()`` applies the schedule-time transitions itself (blocks a
 from __future__ import annotations
 
 from array import array
-from typing import Final
 
 from clustersim.engine.config import SchedulerConfig
 from clustersim.engine.fastforward.decode_set import DecodeSet, StepClock, bulk_decodes_allowed
@@ -21,10 +20,6 @@ from clustersim.engine.queues import FCFSQueue, PriorityQueue, WaitingQueue
 from clustersim.engine.request import Request, RequestStatus
 from clustersim.engine.spec_decode import AcceptanceSampler
 from clustersim.engine.step_plan import NOTHING, StepPlan, listed
-
-REMOVE_ONE_BY_ONE: Final = 8
-"""Finished requests up to this many leave ``running`` one by one (a scan in C each), more in
-one pass over it."""
 
 __all__ = ["FCFSQueue", "PriorityQueue", "Scheduler", "StepPlan"]
 
@@ -633,15 +628,10 @@ class Scheduler:
 
 def remove_all(requests: list[Request], gone: list[Request]) -> None:
     """Removes from ``requests`` each of ``gone`` it holds, the rest kept in order, as vLLM's
-    scheduler drops its stopped requests from ``running`` (``remove_all``): a few one by one
-    (``list.remove``: a scan in C, by identity, requests having no ``__eq__``), many in one
-    pass."""
-    if len(gone) <= REMOVE_ONE_BY_ONE:
-        for request in gone:
-            try:  # noqa: SIM105 (no context manager object per request: step loop)
-                requests.remove(request)
-            except ValueError:
-                pass  # it was waiting (preempted while its last token was in flight)
-        return
-    ids = {id(r) for r in gone}
-    requests[:] = [r for r in requests if id(r) not in ids]
+    scheduler drops its stopped requests from ``running`` (``remove_all``): one
+    ``list.remove`` each, a scan in C by identity (requests have no ``__eq__``)."""
+    for request in gone:
+        try:  # noqa: SIM105 (no context manager object per request: step loop)
+            requests.remove(request)
+        except ValueError:
+            pass  # it was waiting (preempted while its last token was in flight)
