@@ -68,3 +68,34 @@ def test_prefix_aware_follows_the_longest_cached_prefix():
     assert router.choose(req("c", hashes=(1, 2, 7))) == 0
     # no hashes: least outstanding requests
     assert router.choose(req("d")) == 2
+
+
+def test_least_loaded_is_the_first_instance_up_with_the_fewest_under_any_history():
+    """The kept tournament tree chooses what a scan of every instance up would: the fewest
+    outstanding requests (tokens), the lowest index on a tie, never one that is down."""
+    rng = np.random.default_rng(3)
+    for kind, count in (("least_outstanding_requests", "outstanding_requests"),
+                        ("least_outstanding_tokens", "outstanding_tokens")):
+        for n in (1, 2, 5, 8, 13):
+            router = make_router(kind, n=n)
+            held: list[tuple[int, Request]] = []
+            for step in range(400):
+                action = rng.random()
+                if action < 0.1:
+                    index = int(rng.integers(n))
+                    router.set_down(index, index not in router.down)
+                elif action < 0.45 and held:
+                    index, request = held.pop(int(rng.integers(len(held))))
+                    router.returned(index, request)
+                else:
+                    request = req(f"r{step}", prompt=int(rng.integers(1, 50)),
+                                  output=int(rng.integers(1, 50)))
+                    up = [i for i in range(n) if i not in router.down]
+                    index = router.choose(request)
+                    if not up:
+                        assert index is None
+                        continue
+                    expected = min(up, key=lambda i: (getattr(router.loads[i], count), i))
+                    assert index == expected, (kind, n, step)
+                    router.sent(index, request)
+                    held.append((index, request))

@@ -478,7 +478,8 @@ class FlowNetwork:
             i: attrs["bytes_per_s"] * bandwidth_scale for i, (_, _, attrs) in enumerate(edges)
         }
         self._edge_bytes = [0.0] * len(edges)
-        self._routes: dict[tuple[str, str], tuple[tuple[int, ...], float, str]] = {}
+        self._routes = topology.routes
+        """The topology's routes, shared by every run in this process that uses it."""
         self._fluid = FluidState(self._capacity, env.now)
         self._owner: dict[int, _Transfer] = {}  # sub-flow key -> its transfer
         self._next_key = 0
@@ -627,7 +628,7 @@ class FlowNetwork:
             return self._detour(src, dst)
         route = self._routes.get((src, dst))
         if route is None:
-            route = self._routes[src, dst] = self.topology.route(src, dst)
+            route = self.topology.route(src, dst)
         return route
 
     def _detour(self, src: str, dst: str) -> tuple[tuple[int, ...], float, str] | None:

@@ -165,13 +165,18 @@ class Topology:
         self._latency_ps: dict[tuple[str, str], int] = {}
         self._gpu_ids: list[str] = []
         self._paths: dict[tuple[str, str], list[tuple[str, str]]] = {}
-        self._routes: dict[tuple[str, str], Route] = {}
+        self.routes: dict[tuple[str, str], Route] = {}
+        """Every :meth:`route` found so far (the KV flows of each run read it directly)."""
         self._build()
         self._check_reachable()
         self.edge_numbers: dict[tuple[str, str], int] = {
             edge: number for number, edge in enumerate(self.graph.edges)}
         """Every directed edge's number, in graph order (how the KV flows name the edges)."""
         self._gpu_set = frozenset(self._gpu_ids)
+        self._gpus_on: dict[str, list[str]] = {}
+        """Node -> its GPUs, in GPU order."""
+        for gpu in self._gpu_ids:
+            self._gpus_on.setdefault(self.graph.nodes[gpu]["node"], []).append(gpu)
         self._scope: dict[str, str | None] = {}
         self._out: dict[str, dict[str | None, list[tuple[int, str, int]]]] = {}
         self._index_out_edges()
@@ -471,7 +476,7 @@ class Topology:
         return of_type
 
     def _node_gpus(self, node: str) -> list[str]:
-        return [g for g in self._gpu_ids if self.graph.nodes[g]["node"] == node]
+        return list(self._gpus_on.get(node, ()))
 
     # --------------------------------------------------------------- paths
     def path(self, src_gpu: str, dst_gpu: str) -> list[tuple[str, str]]:
@@ -593,9 +598,9 @@ class Topology:
         """:meth:`path` as the KV flows use it (:meth:`route_of`), kept for every run in this
         process that shares the topology."""
         key = (src_gpu, dst_gpu)
-        route = self._routes.get(key)
+        route = self.routes.get(key)
         if route is None:
-            route = self._routes[key] = self.route_of(src_gpu, self.path(src_gpu, dst_gpu))
+            route = self.routes[key] = self.route_of(src_gpu, self.path(src_gpu, dst_gpu))
         return route
 
     def route_of(self, src_gpu: str, edges: list[tuple[str, str]]) -> Route:
