@@ -9,7 +9,10 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+# numpy.random is loaded with this module, not at a run's first draw (numpy loads it lazily,
+# and a run already near its memory limit could not map its libraries then)
 import numpy as np
+import numpy.random  # noqa: F401
 from simpy.core import StopSimulation
 
 from clustersim.catalog import load_model

@@ -407,7 +407,9 @@ def test_the_request_limit_is_checked_before_the_rows_are_read(tmp_path, monkeyp
         def refuse(*args, **kwargs):
             raise AssertionError("pandas read a file over the limit")
 
-        monkeypatch.setattr(traces.pd, "read_csv", refuse)
+        import pandas
+
+        monkeypatch.setattr(pandas, "read_csv", refuse)
     path = write(tmp_path, f"t.{kind}", header + row * 6 + "{not read\n")
     with pytest.raises(InputError) as error:
         load_trace(path, *how)

@@ -25,14 +25,16 @@ from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from clustersim.errors import InputError
 from clustersim.inputs import MAX_TRACE_BYTES, MIB, decode_text, parse_json, read_chunks
 from clustersim.limits import MAX_NUM_REQUESTS, MAX_TIME_S, MAX_TOKENS, TIME_REASON, TOKENS_REASON
+
+if TYPE_CHECKING:  # pandas is imported where a trace is read: 0.2 s a start without one
+    import pandas as pd
 
 
 @dataclass(frozen=True, slots=True)
@@ -504,6 +506,7 @@ def _row_lines(data: bytes, name: str, first_line: int, num_rows: int) -> np.nda
 def _csv_frame(data: bytes, name: str, header_line: int, first_line: int) -> pd.DataFrame:
     """pandas' reading of a header line and the lines after it (the first is ``first_line``
     of the file), every value a string; its errors located at the file's lines."""
+    import pandas as pd
 
     def file_line(number: int) -> int:  # pandas' line number in ``data``, from 1
         return header_line if number <= 1 else first_line + number - 2
@@ -561,6 +564,7 @@ def _check_columns(frame: pd.DataFrame, wanted: list[str], name: str, header_lin
 
 
 def _column(frame: pd.DataFrame, column: str) -> np.ndarray:
+    import pandas as pd
     values = frame[column]
     if isinstance(values, pd.DataFrame):  # a header that names the column twice: the first
         values = values.iloc[:, 0]
@@ -600,6 +604,7 @@ def _bad(name: str, rows: _Rows, index: int, message: str) -> InputError:
 
 def _check_present(name: str, rows: _Rows, column: str) -> None:
     """A short CSV row leaves NaN in its last columns; an empty field is ''; JSON may say null."""
+    import pandas as pd
     values = pd.Series(rows.values[column], dtype=object)
     missing = np.flatnonzero((values.isna() | values.eq("")).to_numpy(bool))
     if missing.size:
@@ -609,6 +614,7 @@ def _check_present(name: str, rows: _Rows, column: str) -> None:
 def _numbers(name: str, rows: _Rows, column: str) -> np.ndarray:
     """A column as floats; a JSON value that is not a number or text is refused (``true``
     would otherwise count as 1, a list as missing)."""
+    import pandas as pd
     _check_present(name, rows, column)
     raw = rows.values[column]
     for i, value in enumerate(() if rows.all_text else raw):
@@ -734,6 +740,7 @@ class _Requests:
         self.count += len(rows.lines)
 
     def _arrivals(self, rows: _Rows, column: str, unit: str) -> np.ndarray:
+        import pandas as pd
         name = self.name
         _check_present(name, rows, column)
         raw = rows.values[column]
