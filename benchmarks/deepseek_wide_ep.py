@@ -13,6 +13,9 @@ Runs ``scenarios/deepseek_r1_sglang_96xh100.yaml`` in-process (``run_scenario``,
   at the batch the 3 prefill nodes could feed it, and at the blog's operating point (256
   requests per GPU, 2,000 tokens of context), priced by the same decode rank's cost model
   (published: 22.3k per node; the blog filled its decode ranks by slowing them down);
+- the same two figures with two-batch overlap on both pools (``engine.two_batch_overlap``),
+  which the blog's servers ran (``--enable-two-batch-overlap`` in its launch lines,
+  github.com/sgl-project/sglang issue 6017) and the scenario leaves off;
 - the same operating points for the blog's baseline, SGLang TP16 with DP attention on pairs
   of nodes (here: a colocated group of 16 DP-attention ranks over two nodes, every expert
   sliced 16 ways, all-gather over the NICs), and the ratio (the blog: 5.2x on decode, 3.3x
@@ -68,28 +71,35 @@ def _prefill_rate(cost_model: Any, tokens: int, moe_tokens: int | None = None) -
     return shape.num_prefill_tokens / cost_model.step_time(shape, moe_tokens).time_s
 
 
-def main() -> None:
-    scenario = load_scenario(SCENARIO)
+def _rates(scenario: Any) -> tuple[float, float, float, float]:
+    """(prefill input tok/s per node over the run, decode output tok/s per node over the run,
+    the run's mean decode batch per GPU, decode output tok/s per node at the blog's point)."""
     result = run_scenario(scenario)
-    pools = {p.name: p for p in scenario.layout.pools}
-    nodes = {name: len(pool.nodes) for name, pool in pools.items()}
-    rows = {"prefill": [], "decode": []}
+    nodes = {pool.name: len(pool.nodes) for pool in scenario.layout.pools}
+    rows: dict[str, list[Any]] = {"prefill": [], "decode": []}
     for step in result.steps:
-        pool = step.instance.split("-", 1)[0]
-        rows[pool].append(step)
+        rows[step.instance.split("-", 1)[0]].append(step)
     prefill = rows["prefill"]
     prefill_tokens = sum(sum(n for _, n in s.prefill_chunks) for s in prefill)
     prefill_span = max(s.end_s for s in prefill) - min(s.start_s for s in prefill)
-    run_prefill = prefill_tokens / prefill_span / nodes["prefill"]
     decode = rows["decode"]
     decode_tokens = sum(s.num_decode_tokens for s in decode)
     decode_span = max(s.end_s for s in decode) - min(s.start_s for s in decode)
-    run_decode = decode_tokens / decode_span / nodes["decode"]
-    mean_batch = decode_tokens / len(decode)
+    decode_prices = _cluster(scenario).instances["decode"][0].price_step.prices
+    return (prefill_tokens / prefill_span / nodes["prefill"],
+            decode_tokens / decode_span / nodes["decode"], decode_tokens / len(decode),
+            _decode_rate(decode_prices, BATCH, PROMPT) * GPUS_PER_NODE)
 
-    cluster = _cluster(scenario)
-    decode_prices = cluster.instances["decode"][0].price_step.prices
-    op_decode = _decode_rate(decode_prices, BATCH, PROMPT) * GPUS_PER_NODE
+
+def main() -> None:
+    scenario = load_scenario(SCENARIO)
+    pools = {p.name: p for p in scenario.layout.pools}
+    nodes = {name: len(pool.nodes) for name, pool in pools.items()}
+    run_prefill, run_decode, mean_batch, op_decode = _rates(scenario)
+    # the same servers with two-batch overlap, as the blog's ran (sglang#6017's launch lines)
+    overlap = dict(load_yaml(SCENARIO, "scenario"))
+    overlap["engine"] = {**overlap["engine"], "two_batch_overlap": True}
+    tbo_prefill, _, _, tbo_decode = _rates(parse_scenario(overlap))
 
     # the baseline: SGLang TP16 + DP attention on two nodes, six such groups on the twelve
     data = dict(load_yaml(SCENARIO, "scenario"))
@@ -111,7 +121,7 @@ def main() -> None:
         base_decode = base_batch / step[0] * GPUS_PER_NODE
     base_prefill = _prefill_rate(base_cost, 16_000, 16 * 16_000) * GPUS_PER_NODE
 
-    print(f"{scenario.name}: {len(result.requests)} requests of {PROMPT} prompt tokens; "
+    print(f"{scenario.name}: {scenario.workload.num_requests} requests of {PROMPT} prompt tokens; "
           f"prefill {nodes['prefill']} nodes (EP {pools['prefill'].data_parallel_size}), "
           f"decode {nodes['decode']} nodes (EP {pools['decode'].data_parallel_size})")
     print(f"{'per node':44s} {'simulated':>11s} {'published':>11s} {'sim/pub':>8s}")
@@ -120,6 +130,12 @@ def main() -> None:
         (f"decode output tok/s (run, mean batch {mean_batch:.0f}/GPU)", run_decode,
          PUBLISHED_DECODE),
         (f"decode output tok/s ({BATCH}/GPU, {PROMPT} context)", op_decode, PUBLISHED_DECODE),
+    ):
+        print(f"{label:44s} {sim:11,.0f} {pub:11,.0f} {sim / pub:8.2f}")
+    print("with two-batch overlap (engine.two_batch_overlap, as the blog's servers ran):")
+    for label, sim, pub in (
+        ("  prefill input tok/s (saturated run)", tbo_prefill, PUBLISHED_PREFILL),
+        (f"  decode output tok/s ({BATCH}/GPU, {PROMPT} context)", tbo_decode, PUBLISHED_DECODE),
     ):
         print(f"{label:44s} {sim:11,.0f} {pub:11,.0f} {sim / pub:8.2f}")
     print(f"baseline TP16-like (DP16 attention, experts sliced 16 ways, 2 nodes): decode batch "

@@ -129,6 +129,9 @@ class GpuSpec(_Spec):
         None, pattern=r"^[0-9]+\.[0-9]$",
         description="What vLLM's get_device_capability() reports, 'major.minor' (8.9 = Ada); "
         "each quantization method has a minimum. None: unknown, quantization refused.")
+    sm_count: PositiveInt | None = Field(
+        None, description="Streaming multiprocessors: what DeepEP's normal kernels take a share "
+        "of under two-batch overlap; None where not in the catalog.")
     mem_capacity_bytes: PositiveInt = Field(description="Device memory the framework can see.")
     mem_bw_gb_per_s: PositiveFloat
     link: LinkSpec = Field(description="The fastest intra-node path for TP collectives.")

@@ -19,7 +19,7 @@ from typing import Any
 from clustersim.catalog import load_gpu
 from clustersim.catalog.specs import GpuSpec, ModelSpec
 from clustersim.cluster.dispatch import Dispatch
-from clustersim.cost.collectives import FP8_DISPATCH_BYTES, AllToAll
+from clustersim.cost.collectives import DEEPEP_NORMAL_SMS, FP8_DISPATCH_BYTES, AllToAll
 from clustersim.cost.kernels import gemm_kernel
 from clustersim.cost.memory import cudagraph_capture_sizes
 from clustersim.cost.roofline import BatchShape, CostModel
@@ -298,6 +298,8 @@ class EngineBuilder:
                     f"{where}engine.async_scheduling",
                     "data-parallel MoE ranks are modelled with synchronous scheduling only",
                 )
+            if settings.two_batch_overlap:
+                self._check_overlap(pool, gpu, settings, where, placement[pool.name][0])
             self._moe_settings[pool.name] = settings
             for j, group in enumerate(placement[pool.name]):
                 if dp == 1:
@@ -364,6 +366,24 @@ class EngineBuilder:
                 f"{other[1]}: the KV handoff moves blocks as they are stored, and vLLM's NIXL "
                 "connector refuses peers whose cache_dtype differs; set one kv_cache_dtype",
             )
+
+    def _check_overlap(self, pool: PoolSpec, gpu: GpuSpec, settings: EngineSettings,
+                       where: str, group: list[str]) -> None:
+        """Two-batch overlap hides an expert-parallel all-to-all: a pool needs one (DP ranks
+        with expert parallelism across nodes) and, for DeepEP's normal kernels, the GPU's SMs."""
+        own = pool.engine is not None and "two_batch_overlap" in pool.engine.model_fields_set
+        field = f"{where if own else ''}engine.two_batch_overlap"
+        dp, ep = self._parallel[pool.name]
+        topology = self.topology
+        if not (self.model.is_moe and dp > 1 and ep and topology is not None
+                and len({topology.node_of(gpu_id) for gpu_id in group}) > 1):
+            raise ConfigError(field, f"overlaps an expert-parallel all-to-all, which pool "
+                              f"{pool.name!r} does not run: it needs data_parallel_size > 1 "
+                              "with enable_expert_parallel on a MoE model, across nodes of a "
+                              "topology")
+        if pool.role != "decode" and gpu.sm_count is None:
+            raise ConfigError(field, f"the catalog has no SM count for {gpu.id}: DeepEP's "
+                              f"normal kernels hold {DEEPEP_NORMAL_SMS} of them while they run")
 
     def _check_parallel(
         self, pool: PoolSpec, gpu: GpuSpec, tp: int, where: str
@@ -466,6 +486,8 @@ class EngineBuilder:
                 link["dp_link_bytes_per_s"] = catalog
         if ep and self.model.is_moe:
             link["expert_imbalance"] = expert_imbalance(settings, "all_to_all" in link)
+        if settings is not None and settings.two_batch_overlap:
+            link["two_batch_overlap"] = True  # (checked: the group has an all-to-all)
         cost = CostModel(model, gpu, tp, expert_parallel=ep, **link)
         cost.prices.graph_sizes = cudagraph_capture_sizes(
             scheduler.max_num_seqs, scheduler.max_num_batched_tokens)

@@ -66,6 +66,10 @@ tokens x 7168 hidden x top-8, FP8 dispatch: 118/155/173/194 us at EP 16/32/64/25
 LOW_LATENCY_COMBINE_S = 50e-6
 """The same for one low-latency combine (BF16): 195/273/314 us at EP 16/32/64, i.e. 48, 53,
 57 us over the bytes' line-rate time (github.com/deepseek-ai/DeepEP docs/legacy.md)."""
+DEEPEP_NORMAL_SMS = 20
+"""SMs DeepEP's normal (high-throughput) dispatch and combine kernels hold while they run
+(``deep_ep.Buffer.num_sms``'s default, github.com/deepseek-ai/DeepEP ``deep_ep/buffer.py``);
+its low-latency kernels receive through a hook and hold none while the other work runs."""
 FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
 """Bytes per hidden element of an FP8 dispatch: one byte plus a 4-byte scale per 128 (DeepEP's
 ``use_fp8`` dispatch with per-128 block scales, as DeepSeek-V3/R1 serving runs it)."""

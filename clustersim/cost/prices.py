@@ -116,6 +116,12 @@ class StepPrices:
         (every MoE layer's dispatch and combine calls); replaces the all-gather."""
         self.a2a_s_per_token: float = 0.0
         """Its seconds per token of the rank's own batch (0: the all-gather prices the group)."""
+        self.overlap_layers: int = 0
+        """Two-batch overlap (0: off): the MoE layers whose all-to-all one micro-batch runs
+        under the other's work."""
+        self.overlap_compute_share: float = 1.0
+        """Of the GPU, what the work under an all-to-all runs on (DeepEP's normal kernels hold
+        some SMs; its low-latency ones none)."""
         self.moe_token_scale: float = 1.0
         """A rank priced alone for a group (a prefill or decode pool's data-parallel ranks):
         its MoE layers see this many times its own tokens, as if every rank ran its batch."""
@@ -362,8 +368,41 @@ class StepPrices:
                     ops: list[Operator] | None = None) -> tuple[float, float, float]:
         """(compute, memory, communication) seconds of every op but attention, in the order
         ``step_time`` adds them: the layer GEMMs, the experts, the LM head. ``ops``: where to
-        list each op's part by name (:data:`Operator`)."""
+        list each op's part by name (:data:`Operator`).
+
+        With two-batch overlap, a step of two or more tokens runs as two micro-batches of
+        half of them, each with its work ``W`` (everything here but the all-to-all) and its
+        all-to-all ``A``. Layer by layer, one micro-batch's dispatch and combine run while
+        the other works, on ``s`` of the GPU (:attr:`overlap_compute_share`): a pair of them
+        takes ``max(A, W + (1 - s) A)`` (the work gets ``s A`` done under the all-to-all,
+        the rest after it), twice per step, plus the pipeline's fill and drain, one layer's
+        ``min(W, A)``. Attention stays outside the overlap (added after, unhidden)."""
+        if not self.overlap_layers or tokens < 2.0:
+            compute, memory, communication, a2a = self._dense_parts(
+                tokens, rows, moe_tokens, ops)
+            return compute, memory, communication
+        half_ops: list[Operator] | None = None if ops is None else []
+        compute, memory, communication, a2a = self._dense_parts(
+            tokens * 0.5, rows * 0.5, None if moe_tokens is None else moe_tokens * 0.5,
+            half_ops)
+        work = compute + memory + (communication - a2a)
+        share = self.overlap_compute_share
+        pair = max(a2a, work + (1.0 - share) * a2a)
+        step = 2.0 * pair + min(work, a2a) / self.overlap_layers
+        if ops is not None and half_ops is not None:
+            for name, t_compute, t_memory, t_comm, t_host in half_ops:
+                ops.append((name + " (2 micro-batches)", 2.0 * t_compute, 2.0 * t_memory,
+                            2.0 * t_comm, 2.0 * t_host))
+            ops.append(("two-batch overlap: all-to-all under the other micro-batch", 0.0, 0.0,
+                        step - 2.0 * (work + a2a), 0.0))
+        return 2.0 * compute, 2.0 * memory, step - 2.0 * (compute + memory)
+
+    def _dense_parts(self, tokens: float, rows: float, moe_tokens: float | None,
+                     ops: list[Operator] | None) -> tuple[float, float, float, float]:
+        """:meth:`dense_parts` of one batch, and the part of its communication that is the
+        experts' all-to-all: (compute, memory, communication, all-to-all)."""
         compute = 0.0
+        a2a = 0.0
         if tokens >= self.dequant_rows:
             gemms, memory = self.gemms_large, self.dequant_s
             if ops is not None:
@@ -403,19 +442,18 @@ class StepPrices:
             # the busiest rank's rows: expert_imbalance x the mean (x 1.0: the same bits)
             routed = moe * self.top_k * share * self.expert_imbalance
             touched = experts_touched(self.num_experts, self.top_k, moe) * share
-            moe_s = 0.0
-            moe_name = ""
             if self.a2a_s_per_token:
                 # DeepEP's dispatch and combine of the rank's own tokens (moe / dp of them)
-                moe_s = self.a2a_fixed_s + moe / self.dp * self.a2a_s_per_token
-                moe_name = "experts' all-to-all (dispatch, combine)"
-            elif self.dp > 1:
-                moe_s = self.gather_fixed_s + moe * self.gather_s_per_token
-                moe_name = "experts' all-gather, reduce-scatter"
-            if moe_s:
-                communication += moe_s
+                a2a = self.a2a_fixed_s + moe / self.dp * self.a2a_s_per_token
+                communication += a2a
                 if ops is not None:
-                    ops.append((moe_name, 0.0, 0.0, moe_s, 0.0))
+                    ops.append(("experts' all-to-all (dispatch, combine)", 0.0, 0.0, a2a, 0.0))
+            elif self.dp > 1:
+                gather_s = self.gather_fixed_s + moe * self.gather_s_per_token
+                communication += gather_s
+                if ops is not None and gather_s:
+                    ops.append(("experts' all-gather, reduce-scatter", 0.0, 0.0, gather_s,
+                                0.0))
             for index, (flop_s, weight_s, act_s, half, floor) in enumerate(self.expert_gemms):
                 # touched experts of routed / touched rows each: (rows + half) x FLOPs per row;
                 # one fused call per layer serves them all: one floor
@@ -447,7 +485,7 @@ class StepPrices:
             memory += self.lm_head_floor_s
             if ops is not None and gather_s:
                 ops.append(("logits all-gather", 0.0, 0.0, gather_s, 0.0))
-        return compute, memory, communication
+        return compute, memory, communication, a2a
 
     def parts(
         self, num_prefill_tokens: float, prefill_attn_pairs: float, prefill_kv_tokens: float,

@@ -87,7 +87,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from clustersim.catalog.specs import GpuSpec, ModelSpec
-from clustersim.cost.collectives import AllToAll, custom_allreduce_max_bytes
+from clustersim.cost.collectives import DEEPEP_NORMAL_SMS, AllToAll, custom_allreduce_max_bytes
 from clustersim.cost.kernels import GemmKernel, gemm_kernel
 from clustersim.cost.prices import StepPrices
 
@@ -214,6 +214,7 @@ class CostModel:
         dp_link_bytes_per_s: float | None = None,
         all_to_all: AllToAll | None = None,
         expert_imbalance: float = 1.0,
+        two_batch_overlap: bool = False,
     ) -> None:
         """``tp_link_*`` replace ``gpu.tp_link(tp)``'s effective bandwidth and
         ``gpu.allreduce_latency_s`` for the all-reduces (a topology's ``tp_group_link``).
@@ -222,11 +223,15 @@ class CostModel:
         ``dp_link_bytes_per_s`` replaces ``gpu.tp_link(dp x tp)`` for their all-gathers.
         ``all_to_all`` (an expert-parallel group across nodes): DeepEP's dispatch and combine
         replace the all-gather and reduce-scatter. ``expert_imbalance``: the busiest rank's
-        routed rows (and all-to-all bytes) over the mean, with expert parallelism."""
+        routed rows (and all-to-all bytes) over the mean, with expert parallelism.
+        ``two_batch_overlap``: each step as two micro-batches, one's all-to-all under the
+        other's work (:meth:`StepPrices.dense_parts`); needs ``all_to_all``."""
         if not expert_imbalance >= 1.0:
             raise ValueError(f"expert_imbalance must be >= 1, got {expert_imbalance}")
         if all_to_all is not None and not (expert_parallel and dp > 1):
             raise ValueError("an all-to-all needs data-parallel ranks with expert parallelism")
+        if two_batch_overlap and all_to_all is None:
+            raise ValueError("two-batch overlap needs an expert-parallel all-to-all")
         model.check_tp(tp)
         if dp < 1:
             raise ValueError(f"dp must be >= 1, got {dp}")
@@ -355,6 +360,15 @@ class CostModel:
         if all_to_all is not None:
             # every MoE layer: one dispatch and one combine of the rank's tokens, each routed
             # row's hidden state to its expert's rank (FP8 or 16-bit) and back (16-bit)
+            if two_batch_overlap:
+                p.overlap_layers = moe_layers
+                p.overlap_compute_share = 1.0
+                if all_to_all.mode == "normal":
+                    if gpu.sm_count is None:
+                        raise ValueError(f"two-batch overlap: the catalog has no SM count for "
+                                         f"{gpu.id} (DeepEP's normal kernels hold "
+                                         f"{DEEPEP_NORMAL_SMS} of them)")
+                    p.overlap_compute_share = 1.0 - DEEPEP_NORMAL_SMS / gpu.sm_count
             p.a2a_fixed_s = moe_layers * (all_to_all.dispatch_s + all_to_all.combine_s)
             p.a2a_s_per_token = (moe_layers * expert_imbalance * h
                                  * (all_to_all.dispatch_bytes + all_to_all.combine_bytes)

@@ -196,6 +196,13 @@ class EngineSettings(Strict):
     eplb: bool = Field(
         False, description="Expert-parallel load balancer (vLLM --enable-eplb, SGLang "
         "--enable-eplb): lowers the default expert_imbalance of a group across nodes to 1.05.")
+    two_batch_overlap: bool = Field(
+        False, description="Two-batch overlap (SGLang --enable-two-batch-overlap, vLLM "
+        "--enable-dbo): each step of an expert-parallel group across nodes runs as two "
+        "micro-batches of half its tokens, one's all-to-all under the other's work. DeepEP's "
+        "normal kernels (prefill) hold 20 of the GPU's SMs while they run, slowing the work "
+        "under them; its low-latency ones (decode) hold none. Each micro-batch reads the "
+        "weights and pays the fixed costs again, so small batches can come out slower.")
     num_redundant_experts: Annotated[int, Within(
         low=0, high=4096, reason="EPLB adds tens of replicas, not thousands")] = Field(
         0, description="EPLB's redundant expert replicas (vLLM eplb-config "

@@ -437,6 +437,11 @@ def _vllm_args(pool: PoolChoice, info: InstanceInfo, candidate: Candidate, model
         args.append(f"--speculative-config '{speculative_config(candidate.speculative)}'")
     if not settings.enable_prefix_caching:
         args.append("--no-enable-prefix-caching")
+    if settings.two_batch_overlap and pool.data_parallel_size > 1:
+        # every step of two or more tokens split in two, as simulated (vLLM's defaults split
+        # only decode batches over 32 tokens and prefill steps over 512)
+        args.append("--enable-dbo --dbo-decode-token-threshold 1 "
+                    "--dbo-prefill-token-threshold 1")
     if pool.role != "colocated":
         args.append(f"--kv-transfer-config '{NIXL}'")
     return args
@@ -471,6 +476,8 @@ def _sglang_args(pool: PoolChoice, info: InstanceInfo, candidate: Candidate,
                      pool.role, "auto")]
         if settings.eplb:
             args.append("--enable-eplb")
+        if settings.two_batch_overlap:
+            args.append("--enable-two-batch-overlap")
         if settings.num_redundant_experts:
             args.append(f"--ep-num-redundant-experts {settings.num_redundant_experts}")
     chunk = info.max_num_batched_tokens if candidate.enable_chunked_prefill else -1
