@@ -149,8 +149,11 @@ def test_unsupported_or_broken_deepseek_configs_are_refused(tmp_path, change, me
 
 # ------------------------------------------------------------------ KV cache
 @pytest.mark.parametrize("tp", [1, 8])
-def test_mla_kv_bytes_are_one_latent_per_token_and_layer_on_every_rank(tp):
-    model = load_model("deepseek-v3")
+@pytest.mark.parametrize("model_id", ["deepseek-v3", "kimi-k2-instruct-0905"])
+def test_mla_kv_bytes_are_one_latent_per_token_and_layer_on_every_rank(tp, model_id):
+    """Kimi-K2 keeps DeepSeek-V3's latent (512 + 64) and its 61 layers: the same bytes, with
+    half the heads."""
+    model = load_model(model_id)
     assert model.kv_bytes_per_token(tp) == LATENT * 61 * 2 == 70_272  # BF16 (auto)
     assert model.kv_bytes_per_token(tp, kv_dtype_bytes=1) == LATENT * 61 == 35_136
     fp8 = served_model(model, load_gpu("h200"), kv_cache_dtype="fp8")
