@@ -15,10 +15,10 @@ Columns: candidates the plan weighed and simulated, the simulations it ran and t
 they served, wall seconds, the planner's own peak RSS, and for the workers (every process
 below this one, sampled each second from /proc: Linux only) the most any reached and the
 most any grew between two idle moments (a second in which it used no CPU: between rounds,
-holding no job, so that what it has is what it keeps), from its first after ``SETTLE_S``
-(its imports and first job) to its last; the first 12 hex digits of the SHA-256 of the
-plan.json the plan would write (the same bytes on every executor); the recommendation's
-label and goodput.
+holding no job, so that what it has is what it keeps), from its first after it has spent
+``JOB_CPU_S`` of CPU past ``SETTLE_S`` after it appeared (its imports and a job) to its last; the
+first 12 hex digits of the SHA-256 of the plan.json the plan would write (the same bytes on
+every executor); the recommendation's label and goodput.
 """
 
 from __future__ import annotations
@@ -64,8 +64,17 @@ def scenario(num_gpus: int, seeds: int) -> Scenario:
 
 
 SETTLE_S = 30.0
-"""A worker's growth is counted from its first sample this long after it was first seen:
-before that it is importing clustersim and running its first job."""
+"""A worker's growth is counted from its first idle moment after it has worked ``JOB_CPU_S``
+past this long after it was first seen: before that it is importing clustersim and running its
+first job, and a worker that waits for its first job (Ray starts its workers with the cluster,
+before the screen) must not count that job's memory as growth."""
+JOB_CPU_S = 1.0
+"""CPU seconds that make a job: more than a Ray worker's background threads spend while it
+waits (a tick now and then), less than one simulation of these plans."""
+
+
+TICKS = os.sysconf("SC_CLK_TCK")
+"""CPU clock ticks per second (what /proc/PID/stat counts in)."""
 
 
 class Watch:
@@ -78,6 +87,10 @@ class Watch:
         self.first: dict[int, int] = {}
         self.last: dict[int, int] = {}
         self.peak: dict[int, int] = {}
+        self.settled_cpu: dict[int, int] = {}
+        """CPU ticks of each process at its first sample past SETTLE_S."""
+        self.worked: set[int] = set()
+        """Processes that have spent JOB_CPU_S since then."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -96,9 +109,12 @@ class Watch:
             for pid, (rss, cpu) in _descendants(me).items():
                 idle = self.cpu.get(pid) == cpu
                 self.cpu[pid] = cpu
-                if idle and now - self.seen.setdefault(pid, now) >= SETTLE_S:
-                    self.first.setdefault(pid, rss)
-                    self.last[pid] = rss
+                if now - self.seen.setdefault(pid, now) >= SETTLE_S:
+                    if cpu - self.settled_cpu.setdefault(pid, cpu) >= JOB_CPU_S * TICKS:
+                        self.worked.add(pid)
+                    if idle and pid in self.worked:
+                        self.first.setdefault(pid, rss)
+                        self.last[pid] = rss
                 self.peak[pid] = max(rss, self.peak.get(pid, 0))
 
     @property
