@@ -193,6 +193,13 @@ def expert_imbalance(settings: EngineSettings | None, across_nodes: bool) -> flo
     return EXPERT_IMBALANCE_EPLB if eplb else EXPERT_IMBALANCE_NO_EPLB
 
 
+def deepep_mode(role: str) -> str:
+    """The DeepEP kernels a pool's all-to-all runs, as SGLang runs them with PD
+    disaggregation: low-latency ones for decode, normal ones for prefill; a colocated group
+    mixes both in its steps: the normal kernels."""
+    return "low_latency" if role == "decode" else "normal"
+
+
 def _merged_engine(base: EngineSettings, override: EngineSettings | None) -> EngineSettings:
     if override is None:
         return base
@@ -381,7 +388,7 @@ class EngineBuilder:
                               f"{pool.name!r} does not run: it needs data_parallel_size > 1 "
                               "with enable_expert_parallel on a MoE model, across nodes of a "
                               "topology")
-        if pool.role != "decode" and gpu.sm_count is None:
+        if deepep_mode(pool.role) == "normal" and gpu.sm_count is None:
             raise ConfigError(field, f"the catalog has no SM count for {gpu.id}: DeepEP's "
                               f"normal kernels hold {DEEPEP_NORMAL_SMS} of them while they run")
 
@@ -449,9 +456,7 @@ class EngineBuilder:
             len(group), node_gpus, nvlink, nic.bytes_per_s,
             dispatch_bytes=FP8_DISPATCH_BYTES if fp8 else model.dtype_bytes,
             combine_bytes=model.dtype_bytes,
-            # SGLang with PD disaggregation: normal kernels for prefill, low-latency ones
-            # for decode; a colocated group mixes both in its steps: the normal kernels
-            mode="low_latency" if role == "decode" else "normal",
+            mode=deepep_mode(role),
             call_latency_s=nic.latency_s,
             expert_groups=model.expert_group_limit,
         )
