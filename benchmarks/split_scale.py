@@ -64,6 +64,11 @@ def split_probe(num_gpus: int, requests_per_gpu: int) -> Scenario:
 
 def child(num_gpus: int, paths: str, requests_per_gpu: int) -> None:
     """One case, in this process: prints its figures as one JSON line."""
+    # the scenario's trace reader imports pandas when it first reads one: once a process, not
+    # part of a probe's cost (imported here, outside the timers, as it was when the reader's
+    # module did)
+    import pandas  # noqa: F401
+
     spent = [0.0, 0]
     scoped = Topology._find
 
