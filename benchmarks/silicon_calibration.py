@@ -1,7 +1,7 @@
 """clustersim against NVIDIA's measured vLLM serving sweeps (the calibration set).
 
     python benchmarks/silicon_calibration.py [--rows 0,5,7] [--no-api-server] [--spread]
-                                             [--csv out.csv]
+                                             [--turnaround-ms 30] [--csv out.csv]
     python benchmarks/silicon_calibration.py --fit-host
     python benchmarks/silicon_calibration.py --rounds [--rows 0,5,7]
 
@@ -100,6 +100,9 @@ def main() -> None:
     parser.add_argument("--csv", type=Path, help="also write the table here")
     parser.add_argument("--spread", action="store_true",
                         help="what-if: clients opened evenly over one measured cycle")
+    parser.add_argument("--turnaround-ms", type=float, default=0.0,
+                        help="what-if: the client's mean time between an answer and its "
+                        "slot's next send (exponential draws; workload.turnaround_s)")
     parser.add_argument("--rounds", action="store_true",
                         help="TTFT by round: the cold first round, the later ones, and a "
                         "first round as simulated followed by spread clients")
@@ -122,7 +125,8 @@ def main() -> None:
     out = []
     started = time.perf_counter()
     for i in chosen:
-        score = replay(table[i], not args.no_api_server, spread=args.spread)
+        score = replay(table[i], not args.no_api_server, spread=args.spread,
+                       turnaround_s=args.turnaround_ms / 1e3)
         out.append((i, score))
         print(f"{i:>3} {score.tp:>2} {score.isl:>5} {score.osl:>5} {score.concurrency:>3}"
               f"{score.ttft_ms:>11,.1f}{score.sim_ttft_ms:>11,.1f}{score.ttft_error:>+11.1%}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -83,6 +84,25 @@ def test_queued_requests_are_sent_first_come_first_served_as_slots_free():
     # request i (after the first four) goes out when the (i - 4)-th answer is back
     for i, r in enumerate(result.requests[4:]):
         assert r.arrival_s == pytest.approx(finishes[i])
+
+
+def test_a_turnaround_holds_each_slot_after_its_answer_for_a_draw_of_its_mean():
+    result = run_scenario(bench(max_concurrency=1, num_prompts=400, num_warmups=2,
+                                turnaround_s=0.05))
+    measured = result.requests
+    gaps = np.array([b.arrival_s - a.finish_s for a, b in pairwise(measured)])
+    assert np.all(gaps > 0)
+    assert gaps.mean() == pytest.approx(0.05, rel=0.15)  # 399 exponential draws
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, rel=0.2)
+    # the last warm-up's answer is processed too before the measured run starts
+    start = result.measured_start_s
+    assert start > max(s.end_s for s in result.steps if s.start_s < start)
+    # the same seed draws the same turnarounds; no turnaround sends at the answer
+    again = run_scenario(bench(max_concurrency=1, num_prompts=400, num_warmups=2,
+                               turnaround_s=0.05))
+    assert [r.arrival_s for r in again.requests] == [r.arrival_s for r in measured]
+    at_once = run_scenario(bench(max_concurrency=1, num_prompts=400)).requests
+    assert all(b.arrival_s == a.finish_s for a, b in pairwise(at_once))
 
 
 def test_with_free_slots_a_request_is_sent_when_dispatched():

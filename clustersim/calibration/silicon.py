@@ -57,11 +57,12 @@ def rows() -> list[dict[str, str]]:
 
 
 def scenario(row: dict[str, str], api_server: bool = True, spread: bool = False,
-             gpu: str = "h100-sxm") -> dict:
+             gpu: str = "h100-sxm", turnaround_s: float = 0.0) -> dict:
     """The row as a scenario. ``spread``: the measured run's clients opened one by one over
     one measured cycle (TTFT + (osl - 1) x TPOT), so that they start evenly spread, a what-if
     (the rows do not say how their clients started). ``gpu``: the GPU with a profile
-    (``h100-sxm@vidur``)."""
+    (``h100-sxm@vidur``). ``turnaround_s``: the client's mean time between an answer and its
+    slot's next send (``workload.turnaround_s``), a what-if (the rows do not record it)."""
     isl, osl = int(row["isl"]), int(row["osl"])
     clients = int(row["batch_size"])
     data: dict = {
@@ -80,6 +81,8 @@ def scenario(row: dict[str, str], api_server: bool = True, spread: bool = False,
             "lengths": {"kind": "independent", "prompt_tokens": isl, "output_tokens": osl},
         },
     }
+    if turnaround_s > 0:
+        data["workload"]["turnaround_s"] = turnaround_s
     if spread:
         cycle_s = (float(row["silicon_ttft_ms"]) + (osl - 1) * float(row["silicon_tpot_ms"])) / 1e3
         data["workload"]["ramp_up_s"] = cycle_s * (clients - 1) / clients
@@ -89,14 +92,14 @@ def scenario(row: dict[str, str], api_server: bool = True, spread: bool = False,
 
 
 def replay(row: dict[str, str], api_server: bool = True, spread: bool = False,
-           gpu: str = "h100-sxm") -> RowScore:
+           gpu: str = "h100-sxm", turnaround_s: float = 0.0) -> RowScore:
     """The row's benchmark, simulated."""
     from clustersim.metrics import summarize_run
     from clustersim.scenario import parse_scenario
     from clustersim.sim import run_scenario
 
-    summary = summarize_run(run_scenario(parse_scenario(scenario(row, api_server, spread, gpu)),
-                                         record_steps=False))
+    data = scenario(row, api_server, spread, gpu, turnaround_s)
+    summary = summarize_run(run_scenario(parse_scenario(data), record_steps=False))
     return RowScore(int(row["tp_size"]), int(row["isl"]), int(row["osl"]),
                     int(row["batch_size"]), float(row["silicon_ttft_ms"]),
                     float(row["silicon_tpot_ms"]), summary.ttft_s.mean * 1e3,

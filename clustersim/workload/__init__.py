@@ -165,17 +165,20 @@ def _benchmark(workload: BenchmarkWorkload, rng: np.random.Generator, block_size
     prompts, outputs = _lengths(workload, workload.num_prompts, rng, base_dir)
     offsets = dispatch_offsets(workload.num_prompts, workload.request_rate,
                                workload.burstiness, rng).tolist()
+    turnarounds = (rng.exponential(workload.turnaround_s,
+                                   workload.num_prompts + workload.num_warmups).tolist()
+                   if workload.turnaround_s > 0 else [])
     columns = _Columns(np.zeros(len(prompts)), prompts, outputs)
     if on_arrival:
         warmups = warmup_requests(columns(0), workload.num_warmups, block_size)
         build = columns if not warmups else _FirstWithKeys(columns, warmups[0].block_hashes)
         return Benchmark.built_on_arrival(len(prompts), build, offsets, warmups,
                                           workload.max_concurrency, workload.start_s,
-                                          workload.ramp_up_s)
+                                          workload.ramp_up_s, turnarounds)
     requests = _requests(np.zeros(len(prompts)), prompts, outputs)
     warmups = warmup_requests(requests[0], workload.num_warmups, block_size)
     return Benchmark(requests, offsets, warmups, workload.max_concurrency,
-                     workload.start_s, workload.ramp_up_s)
+                     workload.start_s, workload.ramp_up_s, turnarounds)
 
 
 class _FirstWithKeys:

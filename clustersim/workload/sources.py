@@ -177,6 +177,8 @@ class Benchmark(_ProcessSource):
     as the closed loop's next request is. ``measured_start_s`` is when the measured run
     began (the tool's ``benchmark_start_time``). With ``ramp_up_s``, the measured run opens
     its slots one at a time: slot k (0-based) at ``k / (max_concurrency - 1) x ramp_up_s``.
+    With ``turnarounds_s``, the n-th answer (warm-ups included) frees its slot that long after
+    it is back, the client's own processing of the response.
     With :meth:`built_on_arrival` each measured request is built when it is sent; the queue
     holds only the dispatch times of those waiting.
     """
@@ -184,6 +186,7 @@ class Benchmark(_ProcessSource):
     def __init__(
         self, requests: list[Request], offsets_s: Sequence[float], warmups: list[Request],
         max_concurrency: int | None, start_s: float = 0.0, ramp_up_s: float = 0.0,
+        turnarounds_s: Sequence[float] = (),
     ) -> None:
         if len(offsets_s) != len(requests):
             raise ValueError(f"{len(offsets_s)} dispatch times for {len(requests)} requests")
@@ -194,6 +197,8 @@ class Benchmark(_ProcessSource):
         self.max_concurrency = max_concurrency
         self.start_s = start_s
         self.ramp_up_s = ramp_up_s
+        self.turnarounds_s = list(turnarounds_s)
+        self._num_answers = 0
         self._build: Callable[[int], Request] | None = None
         self._limit = max_concurrency
         """Slots open now (below ``max_concurrency`` while the ramp opens them)."""
@@ -214,13 +219,13 @@ class Benchmark(_ProcessSource):
     def built_on_arrival(
         cls, num_requests: int, build: Callable[[int], Request], offsets_s: Sequence[float],
         warmups: list[Request], max_concurrency: int | None, start_s: float = 0.0,
-        ramp_up_s: float = 0.0,
+        ramp_up_s: float = 0.0, turnarounds_s: Sequence[float] = (),
     ) -> Benchmark:
         """``num_requests`` measured requests, request ``i`` being ``build(i)``, built when it
         is sent (``requests`` stays empty and the source keeps none)."""
         if len(offsets_s) != num_requests:
             raise ValueError(f"{len(offsets_s)} dispatch times for {num_requests} requests")
-        source = cls([], [], warmups, max_concurrency, start_s, ramp_up_s)
+        source = cls([], [], warmups, max_concurrency, start_s, ramp_up_s, turnarounds_s)
         source.offsets_s = list(offsets_s)
         source.num_requests = num_requests
         source._build = build
@@ -274,10 +279,23 @@ class Benchmark(_ProcessSource):
             self._submit(request)
 
     def on_done(self, request: Request) -> None:
-        """The answer is back: its slot goes to the next queued request."""
+        """The answer is back: its slot goes to the next queued request, after the client's
+        turnaround if it has one."""
         env = self._env
         if env is None:
             raise AssertionError(f"request {request.request_id} done before the source ran")
+        answer = self._num_answers
+        self._num_answers = answer + 1
+        if answer < len(self.turnarounds_s) and self.turnarounds_s[answer] > 0:
+            env.timeout(self.turnarounds_s[answer]).callbacks.append(
+                lambda _event: self._free(request))
+        else:
+            self._free(request)
+
+    def _free(self, request: Request) -> None:
+        """``request``'s slot is free: the next queued request takes it."""
+        env = self._env
+        assert env is not None
         self._num_in_flight -= 1
         if request.dispatch_s is None:  # a warm-up
             self._num_warmups_done += 1

@@ -515,6 +515,11 @@ class BenchmarkWorkload(Strict):
         0.0, description="Concurrency ramp of the measured run (aiperf "
         "--concurrency-ramp-duration): the slot limit rises from 1 to max_concurrency in "
         "even steps over this many seconds; 0: every slot open at once.")
+    turnaround_s: Seconds = Field(
+        0.0, description="The client's own time between an answer and the next send on its "
+        "slot (aiperf's worker returns a slot's credit only after parsing the whole "
+        "response), warm-ups included: each drawn from an exponential distribution of this "
+        "mean (no measured spread exists); 0: the next request goes at once.")
 
 
 Workload = kind_union(ExplicitWorkload, PoissonWorkload, SyntheticWorkload, ReplayWorkload,
