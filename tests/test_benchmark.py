@@ -183,6 +183,25 @@ def test_the_shipped_benchmark_scenario_runs_from_the_cli(tmp_path):
     assert "benchmark (vllm bench serve: max concurrency 16, request rate inf" in output
     assert "300 completed, 0 failed" in output
     assert "peak concurrent requests 16" in output
+    # sixteen clients, every answer 100 tokens: the run says its groups persist
+    assert "note: the 16 clients start at once and every answer is 100 tokens long" in output
+
+
+@pytest.mark.parametrize(("fields", "noted"), [
+    ({}, True),
+    ({"ramp_up_s": 0.5}, False),  # slots opened spread out
+    ({"turnaround_s": 0.01}, False),
+    ({"lengths": VARIED}, False),  # answers of many lengths drift apart
+    ({"request_rate": 20.0}, False),  # paced sends
+    ({"max_concurrency": 1}, False),  # one client meets no one
+])
+def test_a_fixed_length_closed_loop_is_noted_as_one(tmp_path, fields, noted):
+    data = scenario(cost=FIXED, workload={"kind": "benchmark", "num_prompts": 12,
+                                          "max_concurrency": 4, "lengths": EQUAL, **fields})
+    code, output = run_cli("simulate", str(write_scenario(tmp_path, data)), "--out",
+                           str(tmp_path / "out"))
+    assert code == 0, output
+    assert ("first round's groups persist" in output) == noted, output
 
 
 @pytest.mark.parametrize(("field", "value", "says"), [

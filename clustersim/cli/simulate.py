@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -18,6 +18,9 @@ from clustersim.cli.common import (
 )
 from clustersim.metrics import RunSummary
 from clustersim.safe_write import folder_lock
+
+if TYPE_CHECKING:
+    from clustersim.scenario import Scenario
 
 
 @user_errors
@@ -63,6 +66,9 @@ def simulate_cmd(
         with writing(folder):
             summary = write_run(result, folder, steps=steps, output_format=output_format)
     print_summary(summary, describe_layout(spec.name, spec.model, result.instances))
+    note = closed_loop_note(spec)
+    if note is not None:
+        typer.echo(note)
     typer.echo(describe_calibration(result.instances))
     typer.echo(f"wrote {out}/" + ", ".join(run_files(result, steps=steps,
                                                        output_format=output_format)))
@@ -132,6 +138,28 @@ def print_benchmark(summary: RunSummary) -> None:
     if q.count:
         typer.echo(f"  client queue (dispatch -> send, not in TTFT) ms: mean {ms(q.mean)}, "
                    f"p50 {ms(q.p50)}, p99 {ms(q.p99)}")
+
+
+def closed_loop_note(spec: Scenario) -> str | None:
+    """A line for a benchmark whose clients all start at once and get answers of one length:
+    they keep the groups the cold first round formed (every running request gains one token
+    a step, so requests that start together finish together), where measured vLLM runs of
+    such sweeps spread out after it (docs/benchmarks.md). None for any other workload."""
+    from clustersim.workload.spec import BenchmarkWorkload, FixedLength, IndependentLengths
+
+    w = spec.workload
+    if not (isinstance(w, BenchmarkWorkload) and w.max_concurrency is not None
+            and 1 < w.max_concurrency < w.num_prompts and w.request_rate == float("inf")
+            and w.ramp_up_s == 0 and w.turnaround_s == 0
+            and isinstance(w.lengths, IndependentLengths)
+            and isinstance(w.lengths.output_tokens, FixedLength)):
+        return None
+    return (f"note: the {w.max_concurrency} clients start at once and every answer is "
+            f"{w.lengths.output_tokens.value} tokens long: requests that start in one engine "
+            "step finish in one and are sent again together, so the first round's groups "
+            "persist, where measured vLLM runs of such sweeps spread out after it (against 45 "
+            "measured H100 runs this puts TTFT at mostly 2-5x theirs: docs/benchmarks.md); "
+            "workload.ramp_up_s opens the slots spread out.")
 
 
 def print_faults(summary: RunSummary) -> None:
