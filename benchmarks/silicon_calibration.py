@@ -25,7 +25,13 @@ import csv
 import time
 from pathlib import Path
 
-from clustersim.calibration.silicon import by_concurrency, replay, round_ttfts_ms, rows
+from clustersim.calibration.silicon import (
+    by_concurrency,
+    by_shape,
+    replay,
+    round_ttfts_ms,
+    rows,
+)
 
 PER_LAYER_US = (12, 15, 18, 21, 24, 32.1)
 PER_REQUEST_US = (4.4, 15, 20, 25, 30, 35)
@@ -133,11 +139,12 @@ def main() -> None:
               f"{score.tpot_ms:>11,.2f}{score.sim_tpot_ms:>11,.2f}{score.tpot_error:>+11.1%}",
               flush=True)
     print()
-    print(f"{'rows':<8}{'n':>4}{'TTFT MAPE':>12}{'TTFT bias':>12}{'TPOT MAPE':>12}"
+    print(f"{'rows':<10}{'n':>4}{'TTFT MAPE':>12}{'TTFT bias':>12}{'TPOT MAPE':>12}"
           f"{'TPOT bias':>12}")
-    for name, n, ttft_mape, ttft_bias, tpot_mape, tpot_bias in by_concurrency(
-            [score for _, score in out]):
-        print(f"{name:<8}{n:>4}{ttft_mape:>12.1%}{ttft_bias:>+12.1%}{tpot_mape:>12.1%}"
+    scores = [score for _, score in out]
+    for name, n, ttft_mape, ttft_bias, tpot_mape, tpot_bias in (by_concurrency(scores)
+                                                                 + by_shape(scores)):
+        print(f"{name:<10}{n:>4}{ttft_mape:>12.1%}{ttft_bias:>+12.1%}{tpot_mape:>12.1%}"
               f"{tpot_bias:>+12.1%}")
     print(f"\n{len(out)} rows in {time.perf_counter() - started:,.1f} s")
     if args.csv is not None:

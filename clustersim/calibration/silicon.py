@@ -139,11 +139,19 @@ def by_concurrency(scores: Sequence[RowScore]) -> list[tuple[str, int, float, fl
     groups: list[tuple[str, list[RowScore]]] = [("all", list(scores))]
     for c in sorted({s.concurrency for s in scores}):
         groups.append((f"C={c}", [s for s in scores if s.concurrency == c]))
-    out = []
-    for name, group in groups:
-        n = len(group)
-        out.append((name, n, sum(abs(s.ttft_error) for s in group) / n,
-                    sum(s.ttft_error for s in group) / n,
-                    sum(abs(s.tpot_error) for s in group) / n,
-                    sum(s.tpot_error for s in group) / n))
-    return out
+    return [_errors(name, group) for name, group in groups]
+
+
+def by_shape(scores: Sequence[RowScore]) -> list[tuple[str, int, float, float, float, float]]:
+    """The same per prompt/output shape (``1024/8192``)."""
+    shapes = sorted({(s.isl, s.osl) for s in scores})
+    return [_errors(f"{isl}/{osl}", [s for s in scores if (s.isl, s.osl) == (isl, osl)])
+            for isl, osl in shapes]
+
+
+def _errors(name: str, group: Sequence[RowScore]) -> tuple[str, int, float, float, float, float]:
+    n = len(group)
+    return (name, n, sum(abs(s.ttft_error) for s in group) / n,
+            sum(s.ttft_error for s in group) / n,
+            sum(abs(s.tpot_error) for s in group) / n,
+            sum(s.tpot_error for s in group) / n)
