@@ -158,8 +158,9 @@ def closed_loop_note(spec: Scenario) -> str | None:
             f"{w.lengths.output_tokens.value} tokens long: requests that start in one engine "
             "step finish in one and are sent again together, so the first round's groups "
             "persist, where measured vLLM runs of such sweeps spread out after it (against 45 "
-            "measured H100 runs this puts TTFT at mostly 2-5x theirs: docs/benchmarks.md); "
-            "workload.ramp_up_s opens the slots spread out.")
+            "measured H100 runs this puts TTFT at mostly 2-5x theirs: docs/benchmarks.md). "
+            "If the measured answers varied in length (no --ignore-eos), give output_tokens "
+            "their distribution; workload.ramp_up_s opens the slots spread out.")
 
 
 def print_faults(summary: RunSummary) -> None:
