@@ -405,7 +405,7 @@ docs/validation.md` rewrites this page.
 NVIDIA's 45 measured vLLM serving runs (aiconfigurator's silicon rows: Llama-3.1-70B with
 `--quantization fp8` on H100 SXM, TP 2, 4 and 8, 4 to 64 closed-loop clients with fixed
 lengths 1K/1K, 1K/8K and 8K/1K) are calibration data, not validation: {v2}'s host time per
-layer and per running request is the best of the grid `python
+layer and per running request is within 0.1 point of the best of the grid `python
 benchmarks/silicon_calibration.py --fit-host` prints over their mean TPOT. Each row is replayed
 with the benchmark client (2 x concurrency warm-ups, 10 x concurrency measured requests, request
 rate inf) and the API server's defaults:

@@ -15,8 +15,8 @@ The server's own work on a request (``request_s``: HTTP, parsing, the chat templ
 processing) interleaves with every other request's in its event loop, so it is a delay of
 each request. Tokenization is not: the server runs it on a single worker thread (vLLM issue
 #25301: ``ThreadPoolExecutor(max_workers=1)`` in serving_engine.py, "requests are forced to wait
-in a serialized queue for preprocessing"), so ``prompt_token_s x prompt tokens`` of each
-request queues first come first served, one tokenizer per server process, over ``count``
+in a serialized queue for preprocessing"), so ``prompt_s + prompt_token_s x prompt tokens`` of
+each request queues first come first served, one tokenizer per server process, over ``count``
 processes (``--api-server-count``). A burst of N requests therefore reaches the engine spread
 over N tokenizations, not at one instant. The same processes detokenize and stream every token
 of every request in flight (``output_s`` each); that work takes its share of the CPU, so a
@@ -88,7 +88,7 @@ class ApiServer:
         spec = self.spec
         factor = self._factor()
         queued = now_s + spec.request_s * factor
-        tokenize = spec.prompt_token_s * request.num_prompt_tokens * factor
+        tokenize = (spec.prompt_s + spec.prompt_token_s * request.num_prompt_tokens) * factor
         if tokenize == 0:
             return queued - now_s
         start = max(queued, self._free_s[0])
