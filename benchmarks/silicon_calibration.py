@@ -126,6 +126,9 @@ def main() -> None:
     parser.add_argument("--turnaround-ms", type=float, default=0.0,
                         help="what-if: the client's mean time between an answer and its "
                         "slot's next send (exponential draws; workload.turnaround_s)")
+    parser.add_argument("--early-fraction", type=float, default=0.0,
+                        help="what-if: this share of the answers ends early, at a length "
+                        "drawn uniformly from 2 to osl tokens (the rest at osl)")
     parser.add_argument("--rounds", action="store_true",
                         help="TTFT by round: the cold first round, the later ones, and a "
                         "first round as simulated followed by spread clients")
@@ -149,7 +152,7 @@ def main() -> None:
     started = time.perf_counter()
     for i in chosen:
         score = replay(table[i], not args.no_api_server, spread=args.spread,
-                       turnaround_s=args.turnaround_ms / 1e3)
+                       turnaround_s=args.turnaround_ms / 1e3, early_fraction=args.early_fraction)
         out.append((i, score))
         print(f"{i:>3} {score.tp:>2} {score.isl:>5} {score.osl:>5} {score.concurrency:>3}"
               f"{score.ttft_ms:>11,.1f}{score.sim_ttft_ms:>11,.1f}{score.ttft_error:>+11.1%}"

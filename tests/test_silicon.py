@@ -59,3 +59,18 @@ def test_rounds_split_the_cold_burst_from_the_later_rounds():
     assert len(bunched) == len(spread) == 10
     assert bunched[0] > 2 * max(spread[1:])
     assert sum(spread[1:]) < 0.5 * sum(bunched[1:])
+
+
+def test_early_answers_what_if_ends_that_share_of_the_answers_before_osl():
+    from clustersim.scenario import parse_scenario
+    from clustersim.sim import run_scenario
+    from clustersim.workload.benchmark import WARMUP_PREFIX
+
+    row = _row(8, 1024, 1024, 16)
+    assert scenario(row)["workload"]["lengths"]["output_tokens"] == 1024
+    result = run_scenario(parse_scenario(scenario(row, early_fraction=0.5)), record_steps=False)
+    outputs = [r.num_output_tokens for r in result.requests
+               if not str(r.request_id).startswith(WARMUP_PREFIX)]
+    early = [n for n in outputs if n < 1024]
+    assert len(outputs) == 160 and 0.35 < len(early) / len(outputs) < 0.65
+    assert min(early) >= 2 and 300 < sum(early) / len(early) < 700  # uniform on 2..1024

@@ -57,12 +57,16 @@ def rows() -> list[dict[str, str]]:
 
 
 def scenario(row: dict[str, str], api_server: bool = True, spread: bool = False,
-             gpu: str = "h100-sxm", turnaround_s: float = 0.0) -> dict:
+             gpu: str = "h100-sxm", turnaround_s: float = 0.0,
+             early_fraction: float = 0.0) -> dict:
     """The row as a scenario. ``spread``: the measured run's clients opened one by one over
     one measured cycle (TTFT + (osl - 1) x TPOT), so that they start evenly spread, a what-if
     (the rows do not say how their clients started). ``gpu``: the GPU with a profile
     (``h100-sxm@vidur``). ``turnaround_s``: the client's mean time between an answer and its
-    slot's next send (``workload.turnaround_s``), a what-if (the rows do not record it)."""
+    slot's next send (``workload.turnaround_s``), a what-if (the rows do not record it).
+    ``early_fraction``: that share of the answers ends early, at a length drawn uniformly from
+    2 to ``osl`` tokens, the rest at ``osl``, a what-if (answers that stop at the model's
+    end-of-text token when the server drops the request's ``ignore_eos``)."""
     isl, osl = int(row["isl"]), int(row["osl"])
     clients = int(row["batch_size"])
     data: dict = {
@@ -83,6 +87,13 @@ def scenario(row: dict[str, str], api_server: bool = True, spread: bool = False,
     }
     if turnaround_s > 0:
         data["workload"]["turnaround_s"] = turnaround_s
+    if early_fraction > 0:
+        data["workload"]["lengths"] = {"kind": "mixture", "classes": [
+            {"name": "full", "weight": 1.0 - early_fraction, "prompt_tokens": isl,
+             "output_tokens": osl},
+            {"name": "early", "weight": early_fraction, "prompt_tokens": isl,
+             "output_tokens": {"kind": "uniform", "low": 2, "high": osl}},
+        ]}
     if spread:
         cycle_s = (float(row["silicon_ttft_ms"]) + (osl - 1) * float(row["silicon_tpot_ms"])) / 1e3
         data["workload"]["ramp_up_s"] = cycle_s * (clients - 1) / clients
@@ -92,13 +103,14 @@ def scenario(row: dict[str, str], api_server: bool = True, spread: bool = False,
 
 
 def replay(row: dict[str, str], api_server: bool = True, spread: bool = False,
-           gpu: str = "h100-sxm", turnaround_s: float = 0.0) -> RowScore:
+           gpu: str = "h100-sxm", turnaround_s: float = 0.0,
+           early_fraction: float = 0.0) -> RowScore:
     """The row's benchmark, simulated."""
     from clustersim.metrics import summarize_run
     from clustersim.scenario import parse_scenario
     from clustersim.sim import run_scenario
 
-    data = scenario(row, api_server, spread, gpu, turnaround_s)
+    data = scenario(row, api_server, spread, gpu, turnaround_s, early_fraction)
     summary = summarize_run(run_scenario(parse_scenario(data), record_steps=False))
     return RowScore(int(row["tp_size"]), int(row["isl"]), int(row["osl"]),
                     int(row["batch_size"]), float(row["silicon_ttft_ms"]),
