@@ -1,7 +1,8 @@
 """clustersim against NVIDIA's measured vLLM serving sweeps (the calibration set).
 
     python benchmarks/silicon_calibration.py [--rows 0,5,7] [--no-api-server] [--spread]
-                                             [--turnaround-ms 30] [--csv out.csv]
+                                             [--turnaround-ms 30] [--early-fraction 0.5]
+                                             [--csv out.csv]
     python benchmarks/silicon_calibration.py --fit-host
     python benchmarks/silicon_calibration.py --rounds [--rows 0,5,7]
 
@@ -14,7 +15,7 @@ with clustersim's own ``vllm bench serve`` client as the benchmark ran it: about
 warm-up requests, then 10 x concurrency measured ones, every prompt and output exactly the
 row's lengths, requests sent as soon as a slot frees (request rate inf). The table gives the
 simulated means beside the measured ones and the error of each, then the mean absolute and the
-mean signed error per metric, overall and by concurrency. These rows are for calibration:
+mean signed error per metric, overall, by concurrency and by shape. These rows are for calibration:
 whatever is fitted on them says so where it is used; held-out sweeps judge the result.
 """
 
