@@ -1,4 +1,5 @@
-"""Which all-reduce vLLM runs (custom below its size limit, NCCL above), as clustersim prices it."""
+"""Which all-reduce vLLM runs (custom below its size limit, NCCL above) and its measured curve,
+as clustersim prices them."""
 
 from __future__ import annotations
 
@@ -36,10 +37,13 @@ def test_pcie_needs_a_pair_and_a_fit():
     assert custom_allreduce_max_bytes(pro, 2, pro.link) == 0
 
 
-def test_llama_70b_tp8_switches_to_nccl_at_16_tokens_on_the_h100():
+def test_llama_70b_tp8_switches_to_nccl_at_16_tokens_on_the_h100_fits():
     """256 KiB at TP8 on Hopper is 16 tokens of Llama-3.1-70B's 8192-wide bf16 hidden state:
-    the all-reduce cost jumps to NCCL's latency there (vLLM's strict ``bytes < max_size``)."""
-    model, gpu = load_model("llama-3.1-70b"), load_gpu("h100-sxm", profile="aiconfigurator")
+    priced by the fits (the H100 without its measured curve), the all-reduce cost jumps to
+    NCCL's latency there (vLLM's strict ``bytes < max_size``)."""
+    model = load_model("llama-3.1-70b")
+    gpu = load_gpu("h100-sxm", profile="aiconfigurator").model_copy(
+        update={"allreduce_curves": ()})
     cost = CostModel(model, gpu, 8)
     comm = {n: cost.step_time(BatchShape.from_chunks([(1, 500, True)] * n)).communication_s
             for n in (15, 16)}
@@ -47,3 +51,28 @@ def test_llama_70b_tp8_switches_to_nccl_at_16_tokens_on_the_h100():
     assert gpu.custom_allreduce_latency_s < gpu.allreduce_latency_s
     jump = count * (gpu.allreduce_latency_s - gpu.custom_allreduce_latency_s)
     assert comm[16] - comm[15] > 0.9 * jump
+
+
+@pytest.mark.parametrize("gpu_id", ["h100-sxm", "a100-80gb-sxm", "h200"])
+def test_the_measured_curve_prices_every_tp_group_on_nvlink(gpu_id):
+    """The H100 and A100 SXM profiles carry vLLM's all-reduce measured at 2, 4 and 8 GPUs; the
+    H200, on the same NVLink, inherits the H100's. A step's 161 all-reduces of Llama-3.1-70B
+    (8 KiB of hidden state a token) cost 161 x the curve's time at the step's message size."""
+    model, gpu = load_model("llama-3.1-70b"), load_gpu(gpu_id)
+    assert [curve.gpus for curve in gpu.allreduce_curves] == [2, 4, 8]
+    count = 2 * model.num_layers + 1
+    for curve in gpu.allreduce_curves:
+        cost = CostModel(model, gpu, curve.gpus)
+        for size, seconds in curve.points:
+            tokens = size / (model.hidden_size * 2)
+            if tokens < 1 or not tokens.is_integer():
+                continue
+            (op,) = [op for op in cost.operators(BatchShape.from_chunks([(int(tokens), 0, True)]))
+                     if op.name.startswith("all-reduce")]
+            assert op.name == "all-reduce (vLLM's, measured)"
+            assert op.communication_s == pytest.approx(count * seconds, rel=1e-9)
+
+
+def test_an_h100_pcie_group_keeps_the_fits():
+    """The curve was measured over NVLink: the H100 PCIe's profile does not carry it."""
+    assert load_gpu("h100-pcie").allreduce_curves == ()

@@ -306,6 +306,61 @@ def test_custom_all_reduce_below_vllms_limit_by_hand(monkeypatch):
         5 * (1e-5 + 16 * 128 / 5e10) + 1e-5 + 16 * 128 * 2 / 5e10, rel=1e-12)
 
 
+def curve(gpus: int) -> dict:
+    """10 us at 1,280 B, 20 us at 12,800 B among ``gpus`` GPUs."""
+    return {"gpus": gpus, "points": [[1280, 1e-5], [12800, 2e-5]]}
+
+
+def allreduce_op_s(model: CostModel, batch: BatchShape) -> tuple[str, float]:
+    """The step's all-reduce operator: its name and seconds."""
+    (op,) = [op for op in model.operators(batch) if op.name.startswith("all-reduce")]
+    return op.name, op.communication_s
+
+
+def test_a_measured_all_reduce_curve_is_priced_on_its_lines_by_hand():
+    """TP2 messages are 128 B a token. Measured: 10 us at 1,280 B (10 tokens), 20 us at
+    12,800 B (100 tokens). Below the first point the first time; between, the line; past the
+    last, its segment's slope; 5 all-reduces a step."""
+    gpu = make_gpu(allreduce_curves=[curve(2)])
+    model = CostModel(make_model(), gpu, 2)
+    slope = 1e-5 / 11520
+    for tokens, each in ((4, 1e-5), (10, 1e-5), (55, 1.5e-5), (100, 2e-5),
+                         (300, 2e-5 + (38400 - 12800) * slope)):
+        name, seconds = allreduce_op_s(model, decode_batch(tokens, 9))
+        assert name == "all-reduce (vLLM's, measured)"
+        assert seconds == pytest.approx(5 * each, rel=1e-9), tokens
+    # the logits' all-gather keeps its own price; the step adds the curve's all-reduces
+    fitted = CostModel(make_model(), make_gpu(), 2).step_time(decode_batch(55, 9))
+    assert model.step_time(decode_batch(55, 9)).communication_s - fitted.communication_s == \
+        pytest.approx(5 * 1.5e-5 - 5 * (1e-5 + 55 * 128 / 5e10), rel=1e-9)
+
+
+def test_a_curve_prices_only_its_world_sizes_on_the_gpus_own_link():
+    """A world size the curve lacks, a group over PCIe (4 toy GPUs) or over a topology's slower
+    link is priced by the latency and bandwidth fit."""
+    gpu = make_gpu(allreduce_curves=[curve(2), curve(4)])
+    batch = decode_batch(55, 9)
+    over_pcie = allreduce_op_s(CostModel(make_model(), gpu, 4), batch)
+    assert over_pcie == ("all-reduce (NCCL)", pytest.approx(5 * (1e-5 + 1.5 * 55 * 128 / 5e9)))
+    slow = CostModel(make_model(), gpu, 2, tp_link_bytes_per_s=1e10)
+    assert allreduce_op_s(slow, batch) == (
+        "all-reduce (NCCL)", pytest.approx(5 * (1e-5 + 55 * 128 / 1e10)))
+    unlisted = make_gpu(allreduce_curves=[curve(4)])
+    assert allreduce_op_s(CostModel(make_model(), unlisted, 2), batch)[0] == "all-reduce (NCCL)"
+
+
+@pytest.mark.parametrize("curves, message", [
+    ([{"gpus": 2, "points": [[1280, 1e-5]]}], "at least 2 points"),
+    ([{"gpus": 2, "points": [[1280, 1e-5], [1280, 2e-5]]}], "sizes must rise"),
+    ([{"gpus": 2, "points": [[1280, 2e-5], [12800, 1e-5]]}], "cannot take less time"),
+    ([{"gpus": 1, "points": [[1280, 1e-5], [12800, 2e-5]]}], "greater than or equal to 2"),
+    ([{"gpus": 2, "points": [[1280, 1e-5], [12800, 2e-5]]}] * 2, "two curves for one world"),
+])
+def test_a_broken_all_reduce_curve_is_refused(curves, message):
+    with pytest.raises(ValueError, match=message):
+        make_gpu(allreduce_curves=curves)
+
+
 def test_fused_moe_fit_prices_16_bit_experts_only():
     from clustersim.catalog.specs import GemmFit
 
@@ -365,7 +420,7 @@ def test_the_operators_add_up_to_the_step(model_id, gpu_id, tp, dp, ep, chunks):
         assert {"gate_up_proj", "down_proj"} <= set(names)
     else:
         assert {"fc1", "fc2"} <= set(names)
-    assert ("all-reduce (NCCL)" in names or "all-reduce (vLLM's custom)" in names) == (tp > 1)
+    assert any(name.startswith("all-reduce") for name in names) == (tp > 1)
     assert ("lm_head" in names) == (batch.num_sampled > 0)
     assert ("attention (prompt chunks)" in names) == (batch.num_prefill_tokens > 0)
     assert ("attention (decodes)" in names) == (batch.num_decode_tokens > 0)

@@ -509,3 +509,24 @@ def test_a_link_key_two_node_types_define_differently_is_renamed():
     assert spec.links["slow-dgx.cx7_ndr_400g"].bw_gb_per_s_per_dir == 25.0
     assert spec.nodes[1].nics.link == "slow-dgx.cx7_ndr_400g"
     assert spec.nodes[0].nics.link == "cx7_ndr_400g"
+
+
+def test_a_tp_group_on_its_nodes_nvlink_keeps_the_gpus_own_all_reduce():
+    """On a DGX H100 a TP4 group's NVLink is as fast as the catalog's: the engine keeps the
+    H100's own prices, its measured all-reduce curve among them, and steps as without a
+    topology; only a slower placed link replaces them (the PCIe box above)."""
+    data = {
+        "name": "tp4", "model": "llama-3.1-70b", "gpu": "h100-sxm", "tensor_parallel_size": 4,
+        "engine": {"max_model_len": 4096},
+        "workload": {"kind": "explicit", "requests": [
+            {"id": f"r{i}", "arrival_s": 0.01 * i, "prompt_tokens": 2000, "output_tokens": 8}
+            for i in range(4)]},
+    }
+    runs = {}
+    for topology in (None, "dgx-h100"):
+        scenario = parse_scenario(data if topology is None else {**data, "topology": topology})
+        runs[topology] = run_scenario(scenario, record_steps=True)
+    plain, placed = runs[None], runs["dgx-h100"]
+    assert len(plain.steps) > 8
+    assert [(s.start_s, s.end_s) for s in placed.steps] == [
+        (s.start_s, s.end_s) for s in plain.steps]

@@ -223,7 +223,25 @@ def fit_collectives(frame: pd.DataFrame, gpu: GpuSpec) -> dict[str, dict[str, fl
     for op in ("all_gather", "reduce_scatter"):
         n, size, time_s = rows("nccl", op)
         out[op] = _fit_alpha_busbw((n - 1) / n * size, time_s, gpu, "latency_s")
+    out["allreduce_curves"] = allreduce_curves(frame)
     return out
+
+
+def allreduce_curves(frame: pd.DataFrame) -> list[dict]:
+    """vLLM's all-reduce under CUDA graphs (``vllm_graph``) by world size, as
+    ``GpuSpec.allreduce_curves`` holds it: ``[bytes, seconds]`` per measured size (the median of
+    repeats), each no slower than any larger size after it: a larger message never takes less
+    time, and a timing's noise is delay (the A100's 8-GPU 4 KB row reads 14.9 us between
+    5.6 us at 2 KB and 6.3 us at 8 KB), so the lower envelope is kept."""
+    sub = frame[(frame.source == "vllm_graph") & (frame.op == "all_reduce")]
+    curves: list[dict] = []
+    for n, group in sub.groupby("num_gpus"):
+        median = group.groupby("message_size").latency.median().sort_index()
+        envelope = np.minimum.accumulate(median.to_numpy()[::-1] * 1e-3)[::-1]
+        curves.append({"gpus": int(n), "points": [
+            [int(size) * _BF16_BYTES, float(f"{t:.4g}")]
+            for size, t in zip(median.index, envelope, strict=True)]})
+    return curves
 
 
 # ------------------------------------------------------------------ fused MoE
@@ -409,6 +427,8 @@ def profile_values(fit: dict) -> dict:
     if "custom_allreduce" in fit:
         values["custom_allreduce_latency_s"] = fit["custom_allreduce"]["latency_s"]
         values["custom_allreduce_link_efficiency"] = fit["custom_allreduce"]["link_efficiency"]
+    if "allreduce_curves" in fit:
+        values["allreduce_curves"] = fit["allreduce_curves"]
     return values
 
 
@@ -464,7 +484,8 @@ def calibrate_v2(read: Reader = pd.read_csv) -> dict[str, dict]:
     return out
 
 
-LINK_FIELDS = (*_LINK_FIELDS, "custom_allreduce_latency_s", "custom_allreduce_link_efficiency")
+LINK_FIELDS = (*_LINK_FIELDS, "custom_allreduce_latency_s", "custom_allreduce_link_efficiency",
+               "allreduce_curves")
 """Fields measured on the donor's link: a transfer to another link keeps the catalog's."""
 
 

@@ -43,7 +43,26 @@ def dump_profiles(profiles: dict[str, dict[str, Any]], *, header: str = _HEADER,
         "fit_id": fit_id,
         "profiles": profiles,
     }
-    return header + yaml.safe_dump(doc, sort_keys=False, width=100)
+    return header + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=100)
+
+
+class _Dumper(yaml.SafeDumper):
+    """YAML's safe dumper, with a table of numbers (a measured curve's ``[x, y]`` points) in
+    flow style: a few lines, not one per number; a value two GPUs share written out twice,
+    not as an alias."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+    def represent_list(self, data: list[Any]) -> yaml.Node:
+        def numbers(item: Any) -> bool:
+            return isinstance(item, list) and all(isinstance(x, int | float) for x in item)
+
+        flow = bool(data) and all(numbers(item) for item in data)
+        return self.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow or None)
+
+
+_Dumper.add_representer(list, _Dumper.represent_list)
 
 
 def write_profiles(profiles: dict[str, dict[str, Any]], path: Path = CATALOG_PROFILE,

@@ -294,6 +294,14 @@ def facts(checks: Sequence[StepCheck]) -> dict[str, str]:
     ar_ratio = latency_us("h100_sxm", "nccl", 8, 1024) / latency_us("h100_sxm", "vllm_graph", 8,
                                                                      1024)
     eight_mib = 4 * 1024 * 1024  # elements of 16 bits
+    def fit_128_mib_s(gpu_id: str) -> float:
+        """The shipped NCCL fit's 8-GPU all-reduce of 128 MiB: alpha + 2(n-1)/n x bytes /
+        busbw."""
+        profile = v2[gpu_id]
+        link = load_gpu(gpu_id, profile="default").link
+        return profile["allreduce_latency_s"] + 2 * 7 / 8 * (128 << 20) / (
+            profile["link_efficiency"] * link.bw_gb_per_s_per_dir * 1e9)
+
     return {
         "f_halves": f"{min(halves):.0f}-{max(halves):.0f}",
         "f_flat_rms": f"{min(flat):.1f}-{max(flat):.1f}",
@@ -317,6 +325,10 @@ def facts(checks: Sequence[StepCheck]) -> dict[str, str]:
         "f_a100_8mib_nccl": f"{latency_us('a100_sxm', 'nccl', 2, eight_mib):.1f}",
         "f_h100_small_vllm": f"{latency_us('h100_sxm', 'vllm_graph', 8, 1024):.1f}",
         "f_h100_small_nccl": f"{latency_us('h100_sxm', 'nccl', 8, 1024):.1f}",
+        "f_h100_128_vllm": f"{latency_us('h100_sxm', 'vllm_graph', 8, 64 << 20) / 1e3:.3f}",
+        "f_h100_128_fit": f"{fit_128_mib_s('h100-sxm') * 1e3:.3f}",
+        "f_a100_128_vllm": f"{latency_us('a100_sxm', 'vllm_graph', 8, 64 << 20) / 1e3:.3f}",
+        "f_a100_128_fit": f"{fit_128_mib_s('a100-80gb-sxm') * 1e3:.3f}",
         "f_moe_h100": f"{h2['moe_gemm']['compute_efficiency']:.2f}",
         "f_dense_h100": f"{h2['compute_efficiency']:.2f}",
         "f_moe_h100_floor": f"{h2['moe_gemm']['floor_s'] * 1e6:.0f}",
@@ -426,8 +438,10 @@ bandwidth))`; prefill attention `(pairs + K_half x queries) x 4 h_q d / (eff_att
 efficiency `eff_attn x K / (K + K_half)` at K keys per query), decode attention `Σ (c + 1 +
 c_half) x KV bytes per token / (eff_kv x bandwidth)` over the decoding sequences (KV at `eff_m`
 where `eff_kv` is `-`), and the attention kernel its floor once per layer and step; a TP
-all-reduce `α + 2(n-1)/n x bytes / (efficiency x link bandwidth)`, on vLLM's custom all-reduce
-fit below its size limit and on NCCL's above (`clustersim/cost/collectives.py`), an all-gather
+all-reduce on vLLM's measured curve where the profile has one for the group's size (the line
+between the measured sizes around the message), else `α + 2(n-1)/n x bytes / (efficiency x
+link bandwidth)`, on vLLM's custom all-reduce fit below its size limit and on NCCL's above
+(`clustersim/cost/collectives.py`), an all-gather
 (reduce-scatter) `α + (n-1) x bytes per rank / (efficiency x link bandwidth)`; a fused-MoE layer
 prices its experts on its own fit, its floor once per layer.
 
@@ -472,8 +486,16 @@ Each new term was kept because the table it was fitted on says so: the rms log e
   above the limit (A100 TP2, 8 MiB: {f_a100_8mib_vllm} µs against NCCL's {f_a100_8mib_nccl})
   and faster below it (H100 TP8, 2 KiB: {f_h100_small_vllm} µs against
   {f_h100_small_nccl}, {f_ar_ratio}x). The custom all-reduce was measured on NVLink only, so a
-  PCIe pair (the RTX PRO 6000) stays on its NCCL samples; past the custom limit the
-  symmetric-memory range is priced as NCCL (no measurement of it here).
+  PCIe pair (the RTX PRO 6000) stays on its NCCL samples.
+- **vLLM's all-reduce as a measured curve.** Where the table times vLLM's own all-reduce at the
+  group's size (2, 4 and 8 GPUs on NVLink: the H100 and A100 SXM, and the GPUs on their links),
+  the profile keeps it as a curve (`allreduce_curves`, each size's median, or a larger size's
+  where that is faster) and prices every message on it, custom, symmetric-memory and NCCL
+  ranges alike. One latency and bus bandwidth over 2, 4 and 8 GPUs cannot follow it: at 8
+  H100s the NCCL fit prices 128 MiB (an 8K-token chunk of an 8192-wide model) at
+  {f_h100_128_fit} ms against {f_h100_128_vllm} measured. The fits price the world sizes and
+  links without a curve (a TP6 group, a PCIe pair), and a group whose topology link is slower
+  than the GPU's own.
 - **Fused MoE.** vLLM's Triton fused-MoE kernel is not a dense GEMM: on the H100 table its
   compute runs at {f_moe_h100} of peak (the dense GEMMs' {f_dense_h100}) with a
   {f_moe_h100_floor} µs floor per layer, and on the RTX PRO 6000's own Qwen3-30B-A3B table at
@@ -678,7 +700,12 @@ same swaps on the A100 and H100 (mean MAPE over their groups):
   us a running request; `python benchmarks/silicon_calibration.py --fit-host`), so on this
   eager 2023 stack its zero-shot rows are 0.5-3.3 points further off than with the BLIS
   overheads it had before (32.1 us a layer, 4.4 us a request); the few-shot rows, which
-  refit the step, do not move, and the vLLM runs above move closer.
+  refit the step, do not move, and the vLLM runs above move closer. The all-reduce's measured
+  curve takes these groups up to about 3 points further off (most in the A100 TP8 few-shot
+  prefill): it prices large messages at what vLLM and nccl-tests measure (8 A100s, 128 MiB:
+  {f_a100_128_vllm} ms), where NCCL's one fit over 2, 4 and 8 GPUs said {f_a100_128_fit} ms, so
+  a TP8 prefill comes out shorter, and that overpricing had been covering part of the old
+  stack's slower prefill, which the model's shape does not follow.
 - **Mixture of experts with data parallelism.** Qwen3-30B-A3B (DP2 x EP) is {z_moe_tpot_v1} %
   optimistic on TPOT on fit-v1 ({z_moe_tpot_v2} % on fit-v2). The replay's decode-only steps at
   saturation (256 running) keep vLLM's pace; the ramp-up steps, where prompt chunks on one rank
@@ -699,6 +726,7 @@ same swaps on the A100 and H100 (mean MAPE over their groups):
 - **What the serving replay does not model:** API-server time (tokenisation, detokenisation,
   HTTP), which vLLM's timestamps partly include; elementwise kernels (norms, rotary,
   activations); CUDA-graph padding of decode batches (except across data-parallel ranks); vLLM's
-  symmetric-memory all-reduce range (priced as NCCL); the RTX PRO 6000 KV size, which vLLM did
+  symmetric-memory all-reduce range where no curve was measured (priced as NCCL); the RTX PRO
+  6000 KV size, which vLLM did
   not log and clustersim's memory model estimates.
 """

@@ -71,6 +71,7 @@ PROFILE_FIELDS = (
     "allreduce_latency_s",
     "custom_allreduce_latency_s",
     "custom_allreduce_link_efficiency",
+    "allreduce_curves",
     "allgather_latency_s",
     "allgather_link_efficiency",
     "reduce_scatter_latency_s",
@@ -124,10 +125,10 @@ def _load_gpu(gpu_id: str, path: str, profile: str) -> GpuSpec:
 def profile_entry(gpu: GpuSpec) -> dict[str, Any]:
     """The profile entry that reproduces ``gpu``'s priced fields (``apply_profile``'s inverse
     over the catalog entry), link efficiency included."""
-    values = {k: getattr(gpu, k) for k in PROFILE_FIELDS}
-    # nested fits (FP8 GEMMs) as plain mappings, the form a profile file holds
-    values = {k: v.model_dump() if hasattr(v, "model_dump") else v for k, v in values.items()}
-    return {**values, "link_efficiency": gpu.link.efficiency}
+    # nested fits (FP8 GEMMs, all-reduce curves) as plain mappings and lists, the form a
+    # profile file holds
+    dumped = gpu.model_dump(mode="json")
+    return {**{k: dumped[k] for k in PROFILE_FIELDS}, "link_efficiency": gpu.link.efficiency}
 
 
 def apply_profile(gpu: GpuSpec, entry: dict[str, Any], *, where: str = "profile") -> GpuSpec:

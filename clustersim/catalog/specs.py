@@ -8,6 +8,7 @@ catalog entry.
 
 from __future__ import annotations
 
+import itertools
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -71,6 +72,10 @@ HalfTokens = Annotated[NonNegativeFloat, Within(high=MAX_TOKENS, reason=TOKENS_R
 """A fitted half-saturation point or fixed cost, in tokens (may be fractional)."""
 
 
+WorldSize = Annotated[int, Field(ge=2), Within(
+    high=72, reason="the most GPUs one NVLink domain joins (GB200 NVL72)")]
+"""GPUs in one tensor-parallel collective."""
+
 Experts = Annotated[NonNegativeInt, Within(
     high=MAX_NUM_EXPERTS, reason="256 times the most experts of any model (DeepSeek-V3: 256)")]
 
@@ -108,6 +113,26 @@ class GemmFit(_Spec):
         "kernel), added to the roofline; 0: a plain roofline.")
     calibration: str = Field(description="The fit it came from ('fit-v1:l40s', or "
                              "'fit-v1:l40s->rtx4090' where borrowed).")
+
+
+class AllReduceCurve(_Spec):
+    """One all-reduce measured at rising message sizes among ``gpus`` GPUs: a message between
+    two points is priced on the line between them, past the last on the last segment's slope,
+    below the first at the first point's time."""
+
+    gpus: WorldSize
+    points: tuple[tuple[PositiveFloat, Overhead], ...] = Field(
+        description="``[message bytes, seconds]`` per measured size, in rising size.")
+
+    @model_validator(mode="after")
+    def _rises(self) -> AllReduceCurve:
+        if len(self.points) < 2:
+            raise ValueError(f"needs at least 2 points, got {len(self.points)}")
+        for (b0, t0), (b1, t1) in itertools.pairwise(self.points):
+            if not b1 > b0 or t1 < t0:
+                raise ValueError(f"[{b1:g}, {t1:g}] after [{b0:g}, {t0:g}]: sizes must rise "
+                                 "and a larger message cannot take less time")
+        return self
 
 
 class GpuSpec(_Spec):
@@ -185,6 +210,11 @@ class GpuSpec(_Spec):
         "measured, NCCL's cost at every size.")
     custom_allreduce_link_efficiency: Fraction | None = Field(
         None, description="vLLM custom all-reduce bus bandwidth / the link's theoretical.")
+    allreduce_curves: tuple[AllReduceCurve, ...] = Field(
+        (), description="vLLM's tensor-parallel all-reduce as measured on ``link``, one curve "
+        "per world size. A world size with a curve is priced on it in place of the latency and "
+        "bandwidth fits, which price the sizes without one and groups on slower links "
+        "(clustersim.cost.collectives).")
     allgather_latency_s: Overhead | None = Field(
         None, description="Fixed cost of one all-gather; None: as an all-reduce.")
     allgather_link_efficiency: Fraction | None = Field(
@@ -201,6 +231,13 @@ class GpuSpec(_Spec):
     )
     calibration: str = Field(description="Provenance of the efficiencies: 'default' or a fit id.")
     source: str
+
+    @model_validator(mode="after")
+    def _one_curve_a_size(self) -> GpuSpec:
+        sizes = [curve.gpus for curve in self.allreduce_curves]
+        if len(set(sizes)) < len(sizes):
+            raise ValueError(f"allreduce_curves: two curves for one world size ({sizes})")
+        return self
 
     @model_validator(mode="after")
     def _memory_left(self) -> GpuSpec:
@@ -239,6 +276,13 @@ class GpuSpec(_Spec):
         on_link = self.tp_link(num_gpus) is self.link
         speed = 1.0 if efficiency is None or not on_link else efficiency / self.link.efficiency
         return (self.allreduce_latency_s if latency is None else latency, min(1.0, speed))
+
+    def allreduce_curve(self, gpus: int) -> AllReduceCurve | None:
+        """The measured all-reduce curve among ``gpus`` GPUs on ``link``, if there is one."""
+        for curve in self.allreduce_curves:
+            if curve.gpus == gpus:
+                return curve
+        return None
 
     def tp_link(self, tp: int) -> LinkSpec:
         """The link a ``tp``-way all-reduce runs over: ``link`` if it joins that many GPUs."""

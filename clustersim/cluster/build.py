@@ -470,9 +470,11 @@ class EngineBuilder:
             return None
         link: dict[str, Any] = {}
         if self.topology is not None and tp > 1:
-            # the group's real link can only be slower than what the catalog assumes
+            # the group's real link can only be slower than what the catalog assumes; as fast,
+            # the GPU's own prices (a measured all-reduce curve among them) hold
             placed = self.topology.tp_group_link(group[:tp]).bytes_per_s
-            link["tp_link_bytes_per_s"] = min(placed, gpu.tp_link(tp).effective_bytes_per_s)
+            if placed < gpu.tp_link(tp).effective_bytes_per_s:
+                link["tp_link_bytes_per_s"] = placed
         if self.model.is_moe and dp > 1:
             link["dp"] = dp
             a2a = self._all_to_all(model, group, role) if ep else None

@@ -19,6 +19,13 @@ NCCL. Read at vllm-project/vllm@00d618aa (custom_all_reduce.py, all_reduce_utils
 
 Where the GPU's profile holds no custom all-reduce fit (it was measured on NVLink only: the
 H100 and A100 SXM tables), every size is priced as NCCL.
+
+Where the profile holds a measured curve of vLLM's own all-reduce for the group's world size
+(``GpuSpec.allreduce_curves``: ``tensor_model_parallel_all_reduce`` timed under CUDA graphs, so
+custom, symmetric-memory or NCCL as that vLLM version routes each size), the curve prices every
+size on the GPUs' own link and the fits above are not used: one line through two measured
+points has no single latency and bandwidth to fit (at 8 H100s, 134 MB takes 0.58 ms, a bus
+bandwidth of 405 GB/s, where 2 MB runs at 95 GB/s).
 """
 
 from __future__ import annotations
@@ -55,6 +62,55 @@ def custom_allreduce_max_bytes(gpu: GpuSpec, tp: int, link: LinkSpec) -> int:
     if tp in capped:
         limit = min(limit, capped[tp])
     return limit
+
+
+AllReduceSegment = tuple[float, float, float, str]
+"""``(up to tokens, fixed s, s per token, name)``: a step's all-reduces of a batch of fewer
+than ``up to`` tokens (and at least the previous segment's) cost ``fixed + tokens x per``."""
+
+
+def allreduce_segments(
+    gpu: GpuSpec, tp: int, token_bytes: float, count: int, *,
+    link_bytes_per_s: float | None = None, link_latency_s: float | None = None,
+) -> tuple[AllReduceSegment, ...]:
+    """A step's ``count`` all-reduces among ``tp`` ``gpu``s, of ``token_bytes`` per token, as
+    segments rising in batch tokens, the last open-ended.
+
+    ``link_*`` (a topology's slower link for the group) replace the link's effective bandwidth
+    and the all-reduce latency; a measured curve is then not used, as it was measured on
+    ``gpu.link``."""
+    if tp < 2:
+        return ((math.inf, 0.0, 0.0, ""),)
+    link = gpu.tp_link(tp)
+    curve = gpu.allreduce_curve(tp)
+    if curve is not None and link is gpu.link and link_bytes_per_s is None \
+            and link_latency_s is None:
+        points = curve.points
+        segments: list[AllReduceSegment] = [
+            (points[0][0] / token_bytes, count * points[0][1], 0.0, _MEASURED)]
+        for (b0, t0), (b1, t1) in itertools.pairwise(points):
+            slope = (t1 - t0) / (b1 - b0)
+            segments.append((b1 / token_bytes, count * (t0 - b0 * slope),
+                             count * slope * token_bytes, _MEASURED))
+        last = segments.pop()
+        return (*segments, (math.inf, *last[1:]))
+    bytes_per_s = link.effective_bytes_per_s if link_bytes_per_s is None else link_bytes_per_s
+    latency = gpu.allreduce_latency_s if link_latency_s is None else link_latency_s
+    ring = 2 * (tp - 1) / tp  # a ring all-reduce moves 2(n-1)/n of the message per GPU
+    nccl_per_token = count * ring * token_bytes / bytes_per_s
+    nccl = (math.inf, count * latency, nccl_per_token, "all-reduce (NCCL)")
+    max_bytes = custom_allreduce_max_bytes(gpu, tp, link)
+    if not max_bytes:
+        return (nccl,)
+    assert gpu.custom_allreduce_latency_s is not None
+    # at its own latency and at its bandwidth relative to NCCL's on the same link
+    eff = gpu.custom_allreduce_link_efficiency or link.efficiency
+    custom = (max_bytes / token_bytes, count * gpu.custom_allreduce_latency_s,
+              nccl_per_token * link.efficiency / eff, "all-reduce (vLLM's custom)")
+    return (custom, nccl)
+
+
+_MEASURED = "all-reduce (vLLM's, measured)"
 
 
 # ------------------------------------------------------------ MoE all-to-all

@@ -10,7 +10,8 @@ compiled and a pure run price every step to the same bits.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+import math
+from bisect import bisect_left, bisect_right
 from typing import Any
 
 Gemm = tuple[float, float, float, float, float]
@@ -98,11 +99,14 @@ class StepPrices:
         self.dequant_rows: float = 0.0
         self.dequant_s: float = 0.0
         self.attn_floor_s: float = 0.0
-        self.custom_ar_max_tokens: float = 0.0
-        self.custom_ar_fixed_s: float = 0.0
-        self.custom_ar_s_per_token: float = 0.0
-        self.allreduce_fixed_s: float = 0.0
-        self.allreduce_s_per_token: float = 0.0
+        self.allreduce_upto: list[float] = [math.inf]
+        """The step's all-reduces by batch tokens: segment ``i`` prices batches of fewer than
+        ``allreduce_upto[i]`` tokens (and at least the previous bound) at
+        ``allreduce_fixed_s[i] + tokens x allreduce_s_per_token[i]``
+        (:meth:`set_allreduce`)."""
+        self.allreduce_fixed_s: list[float] = [0.0]
+        self.allreduce_s_per_token: list[float] = [0.0]
+        self.allreduce_names: list[str] = [""]
         self.expert_gemms: tuple[Gemm, ...] = ()
         self.expert_gemm_names: tuple[str, ...] = ()
         self.expert_share: float = 0.0
@@ -176,6 +180,17 @@ class StepPrices:
         self.draft_layer_share: float = 0.0
         """One draft pass's layers over the target's: the share of the target's layer GEMMs,
         attention and all-reduces a pass over the same rows costs."""
+
+    def set_allreduce(self, segments: tuple[tuple[float, float, float, str], ...]) -> None:
+        """Price the step's all-reduces by ``segments``, ``(up to tokens, fixed s, s per token,
+        name)`` rising in tokens, the last open-ended
+        (:func:`clustersim.cost.collectives.allreduce_segments`)."""
+        if not segments or segments[-1][0] != math.inf:
+            raise ValueError("the last all-reduce segment must hold every batch size")
+        self.allreduce_upto = [segment[0] for segment in segments]
+        self.allreduce_fixed_s = [segment[1] for segment in segments]
+        self.allreduce_s_per_token = [segment[2] for segment in segments]
+        self.allreduce_names = [segment[3] for segment in segments]
 
     def step_time_s(
         self, num_prefill_tokens: int, prefill_attn_pairs: float, prefill_kv_tokens: int,
@@ -428,14 +443,11 @@ class StepPrices:
                 if ops is not None:
                     ops.append((self.gemm_names[index], 0.0, t_memory + floor, 0.0, 0.0))
             memory += floor
-        if tokens < self.custom_ar_max_tokens:
-            communication = self.custom_ar_fixed_s + tokens * self.custom_ar_s_per_token
-            name = "all-reduce (vLLM's custom)"
-        else:
-            communication = self.allreduce_fixed_s + tokens * self.allreduce_s_per_token
-            name = "all-reduce (NCCL)"
+        segment = bisect_right(self.allreduce_upto, tokens)
+        communication = (self.allreduce_fixed_s[segment]
+                         + tokens * self.allreduce_s_per_token[segment])
         if ops is not None and communication:
-            ops.append((name, 0.0, 0.0, communication, 0.0))
+            ops.append((self.allreduce_names[segment], 0.0, 0.0, communication, 0.0))
         if self.expert_gemms:
             moe = tokens * self.moe_token_scale if moe_tokens is None else moe_tokens
             share = self.expert_share

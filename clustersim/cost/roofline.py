@@ -87,7 +87,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from clustersim.catalog.specs import GpuSpec, ModelSpec
-from clustersim.cost.collectives import DEEPEP_NORMAL_SMS, AllToAll, custom_allreduce_max_bytes
+from clustersim.cost.collectives import DEEPEP_NORMAL_SMS, AllToAll, allreduce_segments
 from clustersim.cost.kernels import GemmKernel, gemm_kernel
 from clustersim.cost.prices import StepPrices
 
@@ -95,8 +95,6 @@ from clustersim.cost.prices import StepPrices
 _FLOPS_PER_MAC = 2
 # QK^T and AV each take one MAC per (query, key, head, head_dim element).
 _ATTENTION_MATMULS = 2
-# A ring all-reduce moves 2(n-1)/n of the message over each GPU's link.
-_RING_PASSES = 2
 # Tensor parallelism all-reduces twice per layer: after o_proj and after the MLP down-proj;
 # once more per step after the vocab-parallel embedding lookup.
 _ALLREDUCES_PER_LAYER = 2
@@ -439,37 +437,21 @@ class CostModel:
         p.decode_rows_per_seq = 1.0 + gpu.decode_attention_half_tokens
 
         if tp > 1:
-            if tp_link_bytes_per_s is None:
-                tp_link_bytes_per_s = gpu.tp_link(tp).effective_bytes_per_s
             ag_latency, ag_speed = gpu.collective("all_gather", tp)
-            if tp_link_latency_s is None:
-                tp_link_latency_s = gpu.allreduce_latency_s
-            else:  # a topology's link: its latency serves every collective on it
+            if tp_link_latency_s is not None:
+                # a topology's link: its latency serves every collective on it
                 ag_latency = tp_link_latency_s
             count = _ALLREDUCES_PER_LAYER * layers + _ALLREDUCES_PER_STEP
-            ring_factor = _RING_PASSES * (tp - 1) / tp
-            p.allreduce_fixed_s = count * tp_link_latency_s
-            p.allreduce_s_per_token = count * ring_factor * h * e / tp_link_bytes_per_s
-            # vLLM's custom all-reduce below its size limit (clustersim.cost.collectives), at
-            # its own latency and at its bandwidth relative to NCCL's on the same link
-            link = gpu.tp_link(tp)
-            max_bytes = custom_allreduce_max_bytes(gpu, tp, link)
-            p.custom_ar_max_tokens = max_bytes / (h * e)
-            if max_bytes:
-                assert gpu.custom_allreduce_latency_s is not None
-                eff = gpu.custom_allreduce_link_efficiency or link.efficiency
-                p.custom_ar_fixed_s = count * gpu.custom_allreduce_latency_s
-                p.custom_ar_s_per_token = p.allreduce_s_per_token * link.efficiency / eff
-            else:
-                p.custom_ar_fixed_s = p.custom_ar_s_per_token = 0.0
+            p.set_allreduce(allreduce_segments(gpu, tp, h * e, count,
+                                               link_bytes_per_s=tp_link_bytes_per_s,
+                                               link_latency_s=tp_link_latency_s))
+            if tp_link_bytes_per_s is None:
+                tp_link_bytes_per_s = gpu.tp_link(tp).effective_bytes_per_s
             # every rank samples (vLLM V1), so the vocab-sharded logits are all-gathered: each
             # rank receives the other shards of every sampled row
             p.logits_fixed_s = ag_latency
             p.logits_s_per_row = (tp - 1) * vocab_shard * e / (tp_link_bytes_per_s * ag_speed)
         else:
-            p.allreduce_fixed_s = p.allreduce_s_per_token = 0.0
-            p.custom_ar_max_tokens = 0.0
-            p.custom_ar_fixed_s = p.custom_ar_s_per_token = 0.0
             p.logits_fixed_s = p.logits_s_per_row = 0.0
         p.fixed_overhead_s = gpu.per_step_overhead_s + layers * gpu.per_layer_overhead_s
         p.request_overhead_s = gpu.per_request_overhead_s
