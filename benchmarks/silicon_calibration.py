@@ -81,10 +81,9 @@ def rounds(table: list[dict[str, str]], chosen: list[int]) -> None:
     of the later rounds, replayed as the benchmark ran and with the clients spread over one
     cycle (``--spread``), and the mean of a run whose first round is the simulated burst and
     whose later rounds are the spread ones, beside the measured mean. "left" is what the
-    measured mean leaves each later round once the simulated burst is taken out of it; a "<"
-    marks a row where that is less than the spread clients' rounds take, which no arrangement of
-    the same clients reaches if the measured run had this many rounds and opened with a burst
-    priced as simulated."""
+    measured mean leaves each later round once the simulated burst is taken out of it (if the
+    measured run had this many rounds and opened with a burst priced as simulated); a "<" marks
+    a row where that is less than the evenly spread clients' rounds take."""
     print(f"{'row':>3} {'TP':>2} {'isl':>5} {'osl':>5} {'C':>3}{'TTFT meas':>11}{'burst r0':>11}"
           f"{'later':>11}{'spread':>11}{'left':>11}{'r0+spread':>11}{'err':>8}")
     errors: dict[str, list[float]] = {}

@@ -72,8 +72,9 @@ HOST_OVERHEADS = {
 HOST_SOURCE = (
     "per layer and per request fitted on the 45 measured vLLM serving runs of the calibration "
     "set (aiconfigurator silicon rows: Llama-3.1-70B FP8, H100 SXM, TP 2-8, 4-64 clients), the "
-    "grid of `python benchmarks/silicon_calibration.py --fit-host` (mean TPOT error 3.54 %, "
-    "bias +0.42 %, within 0.1 point of the grid's best, 20 us/request at 3.52 %): 18 us/layer "
+    "grid of `python benchmarks/silicon_calibration.py --fit-host` (mean TPOT error 3.51 %, "
+    "bias +0.67 %, in the grid's flat valley: its best, 15 us/layer and 30 us/request, is "
+    "3.38 %, and 15/35, 15/25 and 18/20 lie between): 18 us/layer "
     "(launches a CUDA-graph replay leaves), 25 us/request (the host's "
     "schedule, input preparation and output processing of each running request); 126 us/step "
     "kept from the BLIS fit"

@@ -251,6 +251,7 @@ def facts(checks: Sequence[StepCheck]) -> dict[str, str]:
     from clustersim.calibration.aiconfigurator import AIC_DIR, DECODE_MIN_KV_BYTES
     from clustersim.calibration.sources import FIT_DIR
     from clustersim.catalog import load_gpu, load_profiles
+    from clustersim.cost.collectives import allreduce_segments
 
     v1, v2 = load_profiles("vidur"), load_profiles("aiconfigurator")
     h100 = load_gpu("h100-sxm", profile="default")
@@ -295,12 +296,14 @@ def facts(checks: Sequence[StepCheck]) -> dict[str, str]:
                                                                      1024)
     eight_mib = 4 * 1024 * 1024  # elements of 16 bits
     def fit_128_mib_s(gpu_id: str) -> float:
-        """The shipped NCCL fit's 8-GPU all-reduce of 128 MiB: alpha + 2(n-1)/n x bytes /
-        busbw."""
-        profile = v2[gpu_id]
-        link = load_gpu(gpu_id, profile="default").link
-        return profile["allreduce_latency_s"] + 2 * 7 / 8 * (128 << 20) / (
-            profile["link_efficiency"] * link.bw_gb_per_s_per_dir * 1e9)
+        """One 8-GPU all-reduce of 128 MiB as the fits price it (the profile's curve set
+        aside): one 128 MiB token's segment."""
+        gpu = load_gpu(gpu_id, profile="aiconfigurator").model_copy(
+            update={"allreduce_curves": ()})
+        _, fixed, per_token, _ = next(segment for segment in
+                                      allreduce_segments(gpu, 8, 128 << 20, 1)
+                                      if segment[0] > 1.0)
+        return fixed + per_token
 
     return {
         "f_halves": f"{min(halves):.0f}-{max(halves):.0f}",

@@ -24,8 +24,8 @@ Where the profile holds a measured curve of vLLM's own all-reduce for the group'
 (``GpuSpec.allreduce_curves``: ``tensor_model_parallel_all_reduce`` timed under CUDA graphs, so
 custom, symmetric-memory or NCCL as that vLLM version routes each size), the curve prices every
 size on the GPUs' own link and the fits above are not used: one line through two measured
-points has no single latency and bandwidth to fit (at 8 H100s, 134 MB takes 0.58 ms, a bus
-bandwidth of 405 GB/s, where 2 MB runs at 95 GB/s).
+points has no single latency and bandwidth to fit (at 8 H100s, 128 MiB takes 0.577 ms, a bus
+bandwidth of 407 GB/s, where 2 MiB runs at 189 GB/s).
 """
 
 from __future__ import annotations
@@ -68,6 +68,8 @@ AllReduceSegment = tuple[float, float, float, str]
 """``(up to tokens, fixed s, s per token, name)``: a step's all-reduces of a batch of fewer
 than ``up to`` tokens (and at least the previous segment's) cost ``fixed + tokens x per``."""
 
+_MEASURED = "all-reduce (vLLM's, measured)"
+
 
 def allreduce_segments(
     gpu: GpuSpec, tp: int, token_bytes: float, count: int, *,
@@ -108,9 +110,6 @@ def allreduce_segments(
     custom = (max_bytes / token_bytes, count * gpu.custom_allreduce_latency_s,
               nccl_per_token * link.efficiency / eff, "all-reduce (vLLM's custom)")
     return (custom, nccl)
-
-
-_MEASURED = "all-reduce (vLLM's, measured)"
 
 
 # ------------------------------------------------------------ MoE all-to-all
