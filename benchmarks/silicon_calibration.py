@@ -5,6 +5,7 @@
                                              [--csv out.csv]
     python benchmarks/silicon_calibration.py --fit-host
     python benchmarks/silicon_calibration.py --rounds [--rows 0,5,7]
+    python benchmarks/silicon_calibration.py --desync
 
 The 45 measured rows of NVIDIA's aiconfigurator (shipped in
 ``clustersim/data/calibration/fit/aiconfigurator/``, credited in NOTICE): Llama-3.1-70B with
@@ -29,6 +30,7 @@ from pathlib import Path
 from clustersim.calibration.silicon import (
     by_concurrency,
     by_shape,
+    measured_cycle_s,
     replay,
     round_ttfts_ms,
     rows,
@@ -115,6 +117,35 @@ def rounds(table: list[dict[str, str]], chosen: list[int]) -> None:
           f"take ('<')")
 
 
+DESYNC = (
+    ("lengths as named", 0.0, 0.0),
+    ("clients idle 2% of a cycle", 0.02, 0.0),
+    ("clients idle 10% of a cycle", 0.10, 0.0),
+    ("answers up to 2% short", 0.0, 0.02),
+    ("answers up to 5% short", 0.0, 0.05),
+    ("answers up to 10% short", 0.0, 0.10),
+)
+"""(name, client idle time as a share of the row's measured cycle, widest answer shortfall as
+a share of osl) of each ``--desync`` replay."""
+
+
+def desync(table: list[dict[str, str]]) -> None:
+    """What could spread the rows' clients apart, replayed on every row: the lengths as the
+    rows name them; clients that wait before their next send (exponential draws whose mean is
+    a share of the row's measured cycle: time-domain spread); answers that end up to a share of
+    ``osl`` short (uniform draws: step-count spread). With fixed lengths, requests prefilled in
+    one step finish in one step, so only a difference in steps keeps them apart; a wait that
+    spreads them in time is folded back at the next prefill."""
+    print(f"{'replay':<30}{'rows':<11}{'TTFT MAPE':>10}{'bias':>9}{'TPOT MAPE':>11}{'bias':>9}")
+    for name, idle, short in DESYNC:
+        scores = [replay(row, turnaround_s=idle * measured_cycle_s(row), short_answers=short)
+                  for row in table]
+        for group, _n, ttft_mape, ttft_bias, tpot_mape, tpot_bias in (
+                by_concurrency(scores)[:1] + by_shape(scores)):
+            print(f"{name if group == 'all' else '':<30}{group:<11}{ttft_mape:>10.1%}"
+                  f"{ttft_bias:>+9.1%}{tpot_mape:>11.1%}{tpot_bias:>+9.1%}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", help="comma-separated row numbers (default: all)")
@@ -132,12 +163,18 @@ def main() -> None:
     parser.add_argument("--rounds", action="store_true",
                         help="TTFT by round: the cold first round, the later ones, and a "
                         "first round as simulated followed by spread clients")
+    parser.add_argument("--desync", action="store_true",
+                        help="what spreads the clients: client waits against answer-length "
+                        "spread, every row, one table")
     parser.add_argument("--fit-host", action="store_true",
                         help="grid-search the host time per layer and per request instead")
     args = parser.parse_args()
     table = rows()
     if args.fit_host:
         fit_host(table)
+        return
+    if args.desync:
+        desync(table)
         return
     chosen = (range(len(table)) if args.rows is None
               else [int(i) for i in args.rows.split(",")])

@@ -5,6 +5,12 @@ every answer 32: the first round is one cold burst (all 32 sent at one instant, 
 staircase of prefill steps), and from the second round on the API server's queue has spread
 the prompts, so the TTFTs within a round differ. Spreading the clients over the cycle (a
 concurrency ramp) lowers the mean TTFT of rounds 2-9: the prompts meet each other less.
+
+What the API server's spread cannot undo is the burst's cohorts in steps: requests prefilled in
+one step and answering the same number of tokens finish in one step, whatever spread their
+sends had, so a fixed-length closed loop repeats its burst every cycle (evalscope PR #1641
+measured the same on a real server: fixed 64-token answers with ``ignore_eos`` kept a 1.86x
+TTFT ramp across a cycle of 8 clients, answers of 48-64 tokens or an open loop none).
 """
 
 from __future__ import annotations
@@ -65,3 +71,28 @@ def test_mean_ttft_of_rounds_2_to_9_falls_as_the_prompts_spread(cold_burst):
     means = [float(np.mean(np.concatenate(rounds[1:-1])))
              for rounds in (cold_burst, _rounds(cycle / 2), _rounds(cycle))]
     assert means[0] > means[1] > means[2]
+
+
+def _late_over_first(output_tokens: int | dict) -> float:
+    """Mean TTFT of rounds 7-12 over the cold burst's, 16 clients of 1,024-token prompts."""
+    clients, rounds = 16, 12
+    data = {
+        "name": "closed-loop-cohorts", "seed": 0, "model": "llama-3.1-8b", "gpu": "h100-sxm",
+        "engine": {"max_num_batched_tokens": 8192},
+        "workload": {
+            "kind": "benchmark", "num_prompts": clients * rounds, "max_concurrency": clients,
+            "lengths": {"kind": "independent", "prompt_tokens": 1024,
+                        "output_tokens": output_tokens},
+        },
+        "api_server": {},
+    }
+    result = run_scenario(parse_scenario(data), record_steps=False)
+    sent = sorted(result.requests, key=lambda r: (r.arrival_s, r.request_id))
+    ttft = [np.mean([r.first_token_s - r.arrival_s for r in sent[k:k + clients]])
+            for k in range(0, len(sent), clients)]
+    return float(np.mean(ttft[rounds // 2:]) / ttft[0])
+
+
+def test_fixed_lengths_repeat_the_burst_and_answers_a_few_tokens_apart_dissolve_it():
+    assert _late_over_first(128) > 0.8  # the burst comes back every cycle
+    assert _late_over_first({"kind": "uniform", "low": 120, "high": 128}) < 0.5

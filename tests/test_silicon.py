@@ -74,3 +74,18 @@ def test_early_answers_what_if_ends_that_share_of_the_answers_before_osl():
     early = [n for n in outputs if n < 1024]
     assert len(outputs) == 160 and 0.35 < len(early) / len(outputs) < 0.65
     assert min(early) >= 2 and 300 < sum(early) / len(early) < 700  # uniform on 2..1024
+
+
+def test_short_answers_what_if_draws_every_answer_within_that_share_below_osl():
+    from clustersim.scenario import parse_scenario
+    from clustersim.sim import run_scenario
+    from clustersim.workload.benchmark import WARMUP_PREFIX
+
+    row = _row(8, 1024, 1024, 16)
+    result = run_scenario(parse_scenario(scenario(row, short_answers=0.1)), record_steps=False)
+    outputs = [r.num_output_tokens for r in result.requests
+               if not str(r.request_id).startswith(WARMUP_PREFIX)]
+    assert len(outputs) == 160 and min(outputs) >= 922 and max(outputs) <= 1024
+    assert len(set(outputs)) > 50  # uniform on 922..1024, not a few values
+    with pytest.raises(ValueError, match="give one"):
+        scenario(row, early_fraction=0.5, short_answers=0.1)

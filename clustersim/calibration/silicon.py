@@ -56,9 +56,15 @@ def rows() -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(text, newline="")))
 
 
+def measured_cycle_s(row: dict[str, str]) -> float:
+    """One client's measured round: its mean TTFT, then ``osl - 1`` mean TPOTs (s)."""
+    osl = int(row["osl"])
+    return (float(row["silicon_ttft_ms"]) + (osl - 1) * float(row["silicon_tpot_ms"])) / 1e3
+
+
 def scenario(row: dict[str, str], api_server: bool = True, spread: bool = False,
              gpu: str = "h100-sxm", turnaround_s: float = 0.0,
-             early_fraction: float = 0.0) -> dict:
+             early_fraction: float = 0.0, short_answers: float = 0.0) -> dict:
     """The row as a scenario. ``spread``: the measured run's clients opened one by one over
     one measured cycle (TTFT + (osl - 1) x TPOT), so that they start evenly spread, a what-if
     (the rows do not say how their clients started). ``gpu``: the GPU with a profile
@@ -66,7 +72,12 @@ def scenario(row: dict[str, str], api_server: bool = True, spread: bool = False,
     slot's next send (``workload.turnaround_s``), a what-if (the rows do not record it).
     ``early_fraction``: that share of the answers ends early, at a length drawn uniformly from
     2 to ``osl`` tokens, the rest at ``osl``, a what-if (answers that stop at the model's
-    end-of-text token when the server drops the request's ``ignore_eos``)."""
+    end-of-text token when the server drops the request's ``ignore_eos``).
+    ``short_answers``: every answer drawn uniformly from ``(1 - short_answers) x osl`` to
+    ``osl`` tokens, a what-if (answers a few tokens apart, which no fixed-length run has)."""
+    if early_fraction > 0 and short_answers > 0:
+        raise ValueError("early_fraction and short_answers are two answer-length what-ifs; "
+                         "give one")
     isl, osl = int(row["isl"]), int(row["osl"])
     clients = int(row["batch_size"])
     data: dict = {
@@ -94,9 +105,12 @@ def scenario(row: dict[str, str], api_server: bool = True, spread: bool = False,
             {"name": "early", "weight": early_fraction, "prompt_tokens": isl,
              "output_tokens": {"kind": "uniform", "low": 2, "high": osl}},
         ]}
+    if short_answers > 0:
+        low = max(2, math.ceil((1.0 - short_answers) * osl))
+        data["workload"]["lengths"]["output_tokens"] = {"kind": "uniform", "low": low,
+                                                        "high": osl}
     if spread:
-        cycle_s = (float(row["silicon_ttft_ms"]) + (osl - 1) * float(row["silicon_tpot_ms"])) / 1e3
-        data["workload"]["ramp_up_s"] = cycle_s * (clients - 1) / clients
+        data["workload"]["ramp_up_s"] = measured_cycle_s(row) * (clients - 1) / clients
     if api_server:
         data["api_server"] = {}
     return data
@@ -104,13 +118,13 @@ def scenario(row: dict[str, str], api_server: bool = True, spread: bool = False,
 
 def replay(row: dict[str, str], api_server: bool = True, spread: bool = False,
            gpu: str = "h100-sxm", turnaround_s: float = 0.0,
-           early_fraction: float = 0.0) -> RowScore:
+           early_fraction: float = 0.0, short_answers: float = 0.0) -> RowScore:
     """The row's benchmark, simulated."""
     from clustersim.metrics import summarize_run
     from clustersim.scenario import parse_scenario
     from clustersim.sim import run_scenario
 
-    data = scenario(row, api_server, spread, gpu, turnaround_s, early_fraction)
+    data = scenario(row, api_server, spread, gpu, turnaround_s, early_fraction, short_answers)
     summary = summarize_run(run_scenario(parse_scenario(data), record_steps=False))
     return RowScore(int(row["tp_size"]), int(row["isl"]), int(row["osl"]),
                     int(row["batch_size"]), float(row["silicon_ttft_ms"]),
