@@ -143,8 +143,9 @@ def print_benchmark(summary: RunSummary) -> None:
 def closed_loop_note(spec: Scenario) -> str | None:
     """A line for a benchmark whose clients all start at once and get answers of one length:
     they keep the groups the cold first round formed (every running request gains one token
-    a step, so requests that start together finish together), where measured vLLM runs of
-    such sweeps spread out after it (docs/benchmarks.md). None for any other workload."""
+    a step, so requests that start together finish together), as a real server's do; a
+    measured sweep whose clients spread out after it needs its answers' lengths to be
+    replayed (docs/benchmarks.md). None for any other workload."""
     from clustersim.workload.spec import BenchmarkWorkload, FixedLength, IndependentLengths
 
     w = spec.workload
@@ -157,10 +158,11 @@ def closed_loop_note(spec: Scenario) -> str | None:
     return (f"note: the {w.max_concurrency} clients start at once and every answer is "
             f"{w.lengths.output_tokens.value} tokens long: requests that start in one engine "
             "step finish in one and are sent again together, so the first round's groups "
-            "persist, where measured vLLM runs of such sweeps spread out after it (against 45 "
-            "measured H100 runs this puts TTFT at mostly 2-5x theirs: docs/benchmarks.md). "
-            "If the measured answers varied in length (no --ignore-eos), give output_tokens "
-            "their distribution; workload.ramp_up_s opens the slots spread out.")
+            "persist, as on a real server with answers of one length (evalscope PR #1641). "
+            "To replay a measured sweep whose clients spread out after its first round "
+            "(NVIDIA's 45 H100 runs did; against them this puts TTFT at mostly 2-5x theirs: "
+            "docs/benchmarks.md), give output_tokens its answers' measured distribution; "
+            "workload.ramp_up_s opens the slots spread out.")
 
 
 def print_faults(summary: RunSummary) -> None:
