@@ -58,7 +58,8 @@ def _cluster(scenario: Any) -> Cluster:
 
 def _decode_rate(prices: Any, batch: int, context: int) -> float:
     """Output tokens/s of one rank decoding ``batch`` requests of ``context`` tokens."""
-    step = prices.decode_run_s(batch, batch * (context + 1), 1)[0]
+    # every rank of the group decodes a batch like this one (the MoE layers see all of them)
+    step = prices.decode_run_s(batch, batch * (context + 1), 1, prices.dp * batch)[0]
     return batch / step
 
 
@@ -85,7 +86,9 @@ def _rates(scenario: Any) -> tuple[float, float, float, float]:
     decode = rows["decode"]
     decode_tokens = sum(s.num_decode_tokens for s in decode)
     decode_span = max(s.end_s for s in decode) - min(s.start_s for s in decode)
-    decode_prices = _cluster(scenario).instances["decode"][0].price_step.prices
+    group = next(g for g in _cluster(scenario).rank_groups if g.role == "decode")
+    assert group.lockstep is not None
+    decode_prices = group.lockstep.price_steps.cost_model.prices
     return (prefill_tokens / prefill_span / nodes["prefill"],
             decode_tokens / decode_span / nodes["decode"], decode_tokens / len(decode),
             _decode_rate(decode_prices, BATCH, PROMPT) * GPUS_PER_NODE)

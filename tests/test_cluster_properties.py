@@ -189,3 +189,61 @@ def test_data_parallel_ranks_finish_everything_and_moe_ranks_share_every_step(ca
         for rank in group.ranks:
             assert [(s.start_s, s.end_s) for s in rank.steps] == timeline
         assert all(a[1] <= b[0] for a, b in pairwise(timeline)), group.name
+
+
+@st.composite
+def split_data_parallel_cases(draw):
+    """A split whose prefill and decode pools are data-parallel groups of a MoE model (their
+    ranks routed one by one, stepping together), on one DGX H100."""
+    model = draw(st.sampled_from(["qwen3-30b-a3b", "mixtral-8x7b"]))
+    pools = []
+    for role in ("prefill", "decode"):
+        dp = draw(st.sampled_from([1, 2]))
+        pools.append({"name": role[0], "role": role, "data_parallel_size": dp,
+                      "instances": draw(st.integers(1, 2)),
+                      "enable_expert_parallel": dp > 1 and draw(st.booleans()),
+                      "engine": {"max_model_len": draw(st.sampled_from([128, 256]))}})
+    engine = {
+        "max_model_len": 256,
+        "max_num_batched_tokens": draw(st.sampled_from([32, 64, 256])),
+        "max_num_seqs": draw(st.integers(1, 8)),
+        "num_gpu_blocks_override": draw(st.integers(17, 40)),
+        "enable_prefix_caching": draw(st.booleans()),
+    }
+    layout = {"kind": "disaggregated", "pools": pools,
+              "kv_transfer": {"connector": draw(st.sampled_from(["nixl", "sglang"]))}}
+    requests = [
+        (f"r{i}", draw(st.floats(0, 0.5)), draw(st.integers(1, 200)), draw(st.integers(1, 12)),
+         draw(st.sampled_from([(), (1, 2), (1, 2, 3, 4)])))
+        for i in range(draw(st.integers(1, 10)))
+    ]
+    cost = draw(st.sampled_from([{"kind": "fixed", "step_time_s": 0.01}, {"kind": "roofline"}]))
+    return model, engine, layout, cost, requests
+
+
+def split_scenario(case):
+    model, engine, layout, cost, _ = case
+    return parse_scenario({
+        "name": "prop", "model": model, "gpu": "h100-sxm", "topology": "dgx-h100",
+        "engine": engine, "layout": layout, "cost": cost,
+        "workload": {"kind": "explicit", "requests": [
+            {"id": "x", "arrival_s": 0, "prompt_tokens": 1, "output_tokens": 1}]},
+    })
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(split_data_parallel_cases())
+def test_split_pools_data_parallel_groups_finish_everything_in_lockstep(case):
+    """Prefill and decode groups take their requests rank by rank from their pool's router,
+    hold and read KV as any instance does, and step together as colocated groups do."""
+    model = case[0]
+    cluster, done, objects = simulate(split_scenario(case), model, case[4])
+    everything_came_back(cluster, done, objects)
+    for group in cluster.rank_groups:
+        if group.lockstep is None:
+            continue
+        ranks = [cluster.instances[group.role][i] for i in group.positions]
+        timeline = sorted({(s.start_s, s.end_s) for rank in ranks for s in rank.steps})
+        for rank in ranks:
+            assert [(s.start_s, s.end_s) for s in rank.steps] == timeline, rank.name
+        assert all(a[1] <= b[0] for a, b in pairwise(timeline)), group.name

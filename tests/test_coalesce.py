@@ -32,7 +32,7 @@ from clustersim.scenario import parse_scenario
 from clustersim.sim import RunResult, run_scenario
 from clustersim.workload import chain_block_hashes
 from tests.helpers import explicit, scenario
-from tests.test_cluster_properties import cases, data_parallel_cases
+from tests.test_cluster_properties import cases, data_parallel_cases, split_data_parallel_cases
 from tests.test_scheduler_properties import check_plan, configs
 
 
@@ -433,3 +433,12 @@ def test_the_totals_a_run_keeps_are_its_records_summed(name):
 
     result = _run(name)
     assert result.step_totals == StepTotals.of_records(result.steps)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(split_data_parallel_cases(), st.sampled_from([0.01, 0.001]))
+def test_coalesced_split_data_parallel_groups_match_step_by_step(case, quantum):
+    model, engine, layout, cost, requests = case
+    data = {"name": "prop", "model": model, "gpu": "h100-sxm", "topology": "dgx-h100",
+            "engine": engine, "layout": layout, "cost": cost, "workload": EXPLICIT}
+    _same_cluster_run(data, model, requests, quantum)

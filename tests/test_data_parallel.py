@@ -314,3 +314,54 @@ def test_step_time_and_the_simulator_price_the_group_over_the_same_link(tmp_path
                          dp_link_bytes_per_s=link)
     batch = BatchShape.from_chunks([(1, 500, True)] * 16)
     assert cost.step_time(batch, 32).time_s == explicit.step_time(batch, 32).time_s
+
+
+# ------------------------------------------------- one rule for a group in every pool
+def _dp8_cluster(role: str):
+    """Qwen3-30B-A3B, one DP8 x TP1 expert-parallel group on a DGX H100, as a colocated
+    instance or as the decode pool of a split (one prefill instance on a second server)."""
+    import numpy as np
+
+    from clustersim.cluster.system import Cluster
+    from clustersim.engine.clock import Clock
+    from clustersim.scenario import parse_scenario
+
+    group = {"name": role, "role": role, "data_parallel_size": 8, "nodes": ["node0"]}
+    pools = [group] if role == "colocated" else [
+        {"name": "prefill", "role": "prefill", "enable_expert_parallel": False,
+         "nodes": ["node1"]}, group]
+    data = {"name": "dp8", "model": MOE, "gpu": "h100-sxm", "enable_expert_parallel": True,
+            "topology": {"node": "dgx-h100", "count": 2},
+            "engine": {"max_model_len": 8192, "block_size": 64},
+            "layout": {"kind": "colocated" if role == "colocated" else "disaggregated",
+                       "pools": pools},
+            "workload": explicit(("A", 0.0, 16, 4))}
+    scenario = parse_scenario(data)
+    cluster = Cluster(Clock(), scenario, load_model(MOE), np.random.default_rng(0),
+                      on_done=lambda r: None)
+    if role == "colocated":
+        return cluster.instances["colocated"][0].lockstep.price_steps
+    (decode,) = [g for g in cluster.rank_groups if g.role == "decode"]
+    return decode.lockstep.price_steps
+
+
+@pytest.mark.parametrize("batches", [
+    [(64, 64 * 2048)] * 8,                       # every rank decoding 64 requests
+    [(64, 64 * 2048), *[(8, 8 * 512)] * 7],      # one busy rank, the others light
+    [(32, 32 * 1024), None, None, *[(32, 32 * 1024)] * 5],   # two idle ranks: dummy batches
+])
+def test_a_decode_step_of_a_dp8_group_costs_the_same_colocated_and_as_a_decode_pool(batches):
+    """The ranks of a data-parallel expert-parallel group step together in every pool kind:
+    a pure-decode step takes the slowest rank's time with the MoE layers seeing 8 x the busiest
+    rank's tokens, priced the same whether the group is a colocated instance or a decode
+    pool's (inside one server neither runs DeepEP's kernels, so nothing else differs)."""
+    colocated, decode = _dp8_cluster("colocated"), _dp8_cluster("decode")
+    assert colocated.decode_run(batches, 3) == decode.decode_run(batches, 3)
+    # and it is the busiest rank's padded step, not the lone rank's own
+    widest = max(b[0] for b in batches if b is not None)
+    busiest = max(colocated.cost_model.decode_run_s(b[0], b[1], 1, 8 * widest)[0]
+                  for b in batches if b is not None)
+    assert decode.decode_run(batches, 1)[0] >= busiest
+    lone = decode.cost_model.decode_run_s(8, 8 * 512, 1, 8 * 8)[0]
+    if batches[1] == (8, 8 * 512):
+        assert decode.decode_run(batches, 1)[0] > lone

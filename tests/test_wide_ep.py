@@ -53,12 +53,15 @@ def _cluster(data: dict[str, Any], base_dir: Path | None = None) -> Cluster:
 
 
 def _decode_prices(cluster: Cluster) -> Any:
-    return cluster.instances["decode"][0].price_step.prices
+    """The prices of the first decode group's ranks (their lockstep pricer's)."""
+    group = next(g for g in cluster.rank_groups if g.role == "decode")
+    assert group.lockstep is not None
+    return group.lockstep.price_steps.cost_model.prices
 
 
 def _comm(prices: Any, batch: int = 64) -> float:
-    """The communication seconds of a pure-decode step of ``batch`` requests on one rank."""
-    return prices.decode_batch_parts(batch, None)[2]
+    """The communication seconds of a pure-decode step of ``batch`` requests on every rank."""
+    return prices.decode_batch_parts(batch, prices.dp * batch)[2]
 
 
 def test_all_to_all_grows_when_the_group_crosses_a_node() -> None:

@@ -25,7 +25,7 @@ from clustersim.cost.memory import cudagraph_capture_sizes
 from clustersim.cost.roofline import BatchShape, CostModel
 from clustersim.engine.clock import Env
 from clustersim.engine.config import SchedulerConfig
-from clustersim.engine.data_parallel import DataParallelGroup, check_group
+from clustersim.engine.data_parallel import DataParallelGroup, Lockstep, check_group
 from clustersim.engine.defaults import EngineSetup, resolve_engine
 from clustersim.engine.fastforward.timer import append_ends
 from clustersim.engine.instance import Instance
@@ -81,6 +81,20 @@ class InstanceInfo:
     def num_gpus(self) -> int:
         """GPUs of the engine: every stage's tensor-parallel group."""
         return self.tensor_parallel_size * self.pipeline_parallel_size
+
+
+@dataclass(frozen=True, slots=True)
+class RankGroup:
+    """The ranks of one data-parallel instance of a prefill or decode pool: the pool routes to
+    them one by one, and they fail together (one engine core's death stops the group's
+    collectives) and restart together."""
+
+    name: str
+    role: str
+    positions: tuple[int, ...]
+    """Each rank's position among the role's instances."""
+    lockstep: Lockstep | None
+    """Their common step loop (a MoE model); None: each rank steps alone (dense)."""
 
 
 class FixedPricer:
@@ -244,6 +258,9 @@ class EngineBuilder:
         """Instance name -> the model as its engine serves it (quantization, KV dtype)."""
         self.fresh_scheduler: dict[str, Callable[[], Scheduler]] = {}
         """Instance name -> a new empty scheduler of its engine."""
+        self.rank_groups: list[RankGroup] = []
+        """The data-parallel groups of prefill and decode pools, whose ranks the pools route
+        to one by one."""
 
     def build(self) -> None:
         """Resolve, place and make every pool's engines."""
@@ -546,22 +563,34 @@ class EngineBuilder:
         self, pool: PoolSpec, gpu: GpuSpec, tp: int, setup: EngineSetup, index: int,
         group: list[str],
     ) -> None:
-        """A data-parallel instance of a prefill or decode pool (SGLang's DP attention with
-        expert parallelism): each of its ``dp`` ranks joins the pool as an instance of its own,
-        chosen by the pool's router, and is priced alone as if every rank of the group ran a
-        batch like its own (the MoE layers see ``dp x`` its tokens; no lockstep, no padding)."""
+        """A data-parallel instance of a prefill or decode pool (data-parallel attention with
+        expert parallelism, as SGLang's ``--enable-dp-attention`` or vLLM's DP ranks behind an
+        external load balancer): each of its ``dp`` ranks joins the pool and the pool's router
+        chooses among them, and a MoE model's ranks step together exactly as a colocated
+        group's do (:class:`~clustersim.engine.data_parallel.Lockstep`: the slowest rank's
+        step, its MoE layers seeing ``dp x`` the busiest rank's tokens, dummy batches on idle
+        ranks). The ranks are one failure domain (:class:`RankGroup`)."""
         dp, ep = self._parallel[pool.name]
         role = pool.role
+        lockstep = self.model.is_moe
         cost_model = self._cost_model(setup.model, gpu, tp, group, setup.scheduler, dp, ep,
                                       role, self._moe_settings[pool.name])
-        if cost_model is not None and self.model.is_moe:
-            cost_model.prices.moe_token_scale = float(dp)
+        ranks: list[Instance] = []
+        positions: list[int] = []
         for r in range(dp):
             position = len(self.instances[role])
-            self.instances[role].append(self._make_instance(
+            rank = self._make_instance(
                 pool, gpu, tp, setup, f"{pool.name}-{index}.dp{r}", group[r * tp:(r + 1) * tp],
-                position, cost_model,
-            ))
+                position, None if lockstep else cost_model, run=not lockstep,
+            )
+            self.instances[role].append(rank)
+            ranks.append(rank)
+            positions.append(position)
+        stepper = (Lockstep(self.env, ranks, make_group_pricer(cost_model, self.scenario.cost,
+                                                               dp), coalesce=self.coalesce)
+                   if lockstep else None)
+        self.rank_groups.append(RankGroup(f"{pool.name}-{index}", role, tuple(positions),
+                                          stepper))
 
     def _make_instance(
         self, pool: PoolSpec, gpu: GpuSpec, tp: int, setup: EngineSetup, name: str,

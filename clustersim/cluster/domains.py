@@ -70,12 +70,12 @@ def failure_domains(scenario: Scenario, model: ModelSpec) -> FailureDomains:
                       record_steps=False)
     gpu_of = {info.name: info.gpu for info in cluster.infos}
     placed = []
-    for (role, _), instance in cluster.keyed_instances():
-        ranks = getattr(instance, "ranks", [instance])
+    for domain in cluster.domains():
         counts: Counter[str] = Counter()
-        for rank in ranks:
-            counts[gpu_of[rank.name]] += len(rank.gpus)
-        placed.append(PlacedInstance(role, instance.name, tuple(instance.gpus), dict(counts)))
+        for member in domain.members:
+            for rank in getattr(member, "ranks", [member]):
+                counts[gpu_of[rank.name]] += len(rank.gpus)
+        placed.append(PlacedInstance(domain.role, domain.name, domain.gpus, dict(counts)))
     topology = cluster.topology
     if topology is None:
         return FailureDomains(tuple(placed), (), {}, {})

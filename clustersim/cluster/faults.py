@@ -7,7 +7,10 @@ did. What happens, following vLLM, its proxy and the OpenAI client::
 
     instance fails   vLLM's EngineDeadError: every request it runs or queues is lost with its
                      KV (streams break, queued calls get a 5xx); the router stops choosing it
-                     until it is repaired, when it comes back empty
+                     until it is repaired, when it comes back empty. The unit is what fails
+                     as one: a TP group, a data-parallel group with all its ranks (a prefill
+                     or decode pool routes to its ranks one by one, but one rank's death
+                     stops the group's collectives), a pipeline
     node fails       every instance with a GPU on it fails, and every cable of the node
     link fails       transfers on it move to another path where the topology has one and fail
                      where it has not (``cluster.flows``); an instance whose TP all-reduce
@@ -42,7 +45,7 @@ from clustersim.scenario.faults import FaultsSpec, InstanceFault, LinkFault, Nod
 from clustersim.workload.benchmark import WARMUP_PREFIX
 
 if TYPE_CHECKING:
-    from clustersim.cluster.ports import ClusterPort
+    from clustersim.cluster.ports import ClusterPort, FailureDomain
     from clustersim.engine.request import Request
 
 FAULT_RNG_STREAM = 2
@@ -125,12 +128,17 @@ class Faults:
     def _resolve(self, event, where: str) -> _Target:
         cluster = self.cluster
         when = f"at {event.at_s:g} s"
+        domains = cluster.domains()
         if isinstance(event, InstanceFault):
-            keys = {i.name: key for key, i in cluster.keyed_instances()}
-            if event.name not in keys:
+            named = {name: d for d in domains for name in d.instance_names}
+            domain = named.get(event.name)
+            if domain is None:
                 raise ConfigError(f"{where}.name", f"no instance {event.name!r}; "
-                                  f"instances: {', '.join(keys)}")
-            return _Target(f"instance {event.name} failed {when}", (keys[event.name],), ())
+                                  f"instances: {', '.join(d.name for d in domains)}")
+            label = f"instance {event.name} failed {when}"
+            if domain.name != event.name:
+                label += f" (and with it every rank of {domain.name})"
+            return _Target(label, domain.keys, ())
         topology = cluster.topology
         if topology is None:
             raise ConfigError(f"{where}.kind", f"a {event.kind} failure needs a topology: "
@@ -140,15 +148,16 @@ class Faults:
             if event.name not in nodes:
                 raise ConfigError(f"{where}.name", f"no node {event.name!r}; nodes: "
                                   f"{', '.join(nodes)}")
-            hit = tuple(key for key, i in cluster.keyed_instances()
-                        if any(topology.node_of(g) == event.name for g in i.gpus))
+            hit = tuple(key for d in domains
+                        if any(topology.node_of(g) == event.name for g in d.gpus)
+                        for key in d.keys)
             edges = {e for v in topology.node_vertices(event.name) for e in topology.edges_of(v)}
             return _Target(f"node {event.name} failed {when}", hit,
                            tuple(e for e in topology.graph.edges if e in edges))
         assert isinstance(event, LinkFault)
         a, b = self._cable(event, where)
         cable = ((a, b), (b, a))
-        return _Target(f"link {a}<->{b} failed {when}", self._crossing(cable), cable)
+        return _Target(f"link {a}<->{b} failed {when}", self._crossing(cable, domains), cable)
 
     def _cable(self, event: LinkFault, where: str) -> tuple[str, str]:
         graph = self.cluster.topology.graph
@@ -164,18 +173,24 @@ class Faults:
                               "topology")
         return u, v
 
-    def _crossing(self, cable: tuple[tuple[str, str], ...]) -> tuple[Key, ...]:
+    def _crossing(self, cable: tuple[tuple[str, str], ...],
+                  domains: list[FailureDomain]) -> tuple[Key, ...]:
         """Instances whose collectives cross the cable: a TP group's all-reduce (or a lockstep
-        data-parallel group's all-gather) runs over the paths between its GPUs."""
+        data-parallel group's all-gather) runs over the paths between its GPUs; a rank of a
+        pool's data-parallel group takes the group down with it."""
         topology = self.cluster.topology
         hit = []
-        for key, instance in self.cluster.keyed_instances():
-            groups = ([instance.gpus] if not isinstance(instance, DataParallelGroup)
-                      or instance.price_steps is not None
-                      else [rank.gpus for rank in instance.ranks])
+        for domain in domains:
+            if domain.lockstep:
+                groups = [domain.gpus]
+            else:
+                groups = [g for member in domain.members
+                          for g in ([member.gpus] if not isinstance(member, DataParallelGroup)
+                                    or member.price_steps is not None
+                                    else [rank.gpus for rank in member.ranks])]
             if any(edge in cable for gpus in groups for a, b in permutations(gpus, 2)
                    for edge in topology.path(a, b)):
-                hit.append(key)
+                hit.extend(domain.keys)
         return tuple(hit)
 
     # ------------------------------------------------------------ events

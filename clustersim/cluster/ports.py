@@ -9,6 +9,7 @@ of them -> ports.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -21,7 +22,31 @@ if TYPE_CHECKING:
     from clustersim.scenario.layout import KVTransferSpec
 
 Key = tuple[str, int]
-"""An instance by (role, index); a data-parallel group counts as one."""
+"""An instance by (role, index); a colocated data-parallel group counts as one."""
+
+
+@dataclass(frozen=True, slots=True)
+class FailureDomain:
+    """What fails as one: an instance, or the ranks of a data-parallel group."""
+
+    role: str
+    name: str
+    keys: tuple[Key, ...]
+    """(role, index) of each of its instances as the cluster indexes them."""
+    members: tuple[Any, ...]
+    """Those instances (an :class:`Instance` or a colocated :class:`DataParallelGroup`)."""
+    lockstep: bool = False
+    """A rank group whose ranks step together (their collectives span all their GPUs)."""
+
+    @property
+    def gpus(self) -> tuple[str, ...]:
+        return tuple(g for member in self.members for g in member.gpus)
+
+    @property
+    def instance_names(self) -> tuple[str, ...]:
+        """Its own name and its members' (a rank of a group names the group)."""
+        names = [member.name for member in self.members]
+        return tuple(names) if self.name in names else (self.name, *names)
 
 
 class ConnectorPort(Protocol):
@@ -96,8 +121,12 @@ class ClusterPort(Protocol):
         """Every instance with its (role, index)."""
         ...
 
+    def domains(self) -> list[FailureDomain]:
+        """What fails as one: each instance, and each pool's data-parallel group."""
+        ...
+
     def fail_instance(self, key: Key, cause: str) -> None:
-        """The instance dies now."""
+        """The instance dies now (a rank of a pool's data-parallel group, the group)."""
         ...
 
     def restore_instance(self, key: Key) -> None:

@@ -21,10 +21,11 @@ import numpy as np
 
 from clustersim.catalog.specs import ModelSpec
 from clustersim.cluster.api_server import ApiServer
-from clustersim.cluster.build import EngineBuilder, InstanceInfo, default_layout
+from clustersim.cluster.build import EngineBuilder, InstanceInfo, RankGroup, default_layout
 from clustersim.cluster.connectors import CONNECTORS, KVConnector
 from clustersim.cluster.dispatch import Dispatch
 from clustersim.cluster.faults import Faults
+from clustersim.cluster.ports import FailureDomain
 from clustersim.cluster.router import InstanceLoad, Router
 from clustersim.engine.data_parallel import DataParallelGroup
 from clustersim.engine.events import Env, alarm
@@ -88,6 +89,14 @@ class Cluster:
         """Instance name -> the model as its engine serves it (quantization, KV dtype)."""
         self._fresh_scheduler = engines.fresh_scheduler
         """Instance name -> a new empty scheduler of its engine (a repair restarts it)."""
+        self.rank_groups: list[RankGroup] = engines.rank_groups
+        """The data-parallel groups of prefill and decode pools (their ranks are routed to
+        one by one and fail together)."""
+        self._group_of: dict[tuple[str, int], RankGroup] = {
+            (group.role, position): group for group in self.rank_groups
+            for position in group.positions}
+        self._groups_down: set[str] = set()
+        """The rank groups that are down (failed, not yet restored)."""
         self.routers.update({
             role: Router(spec.kind, [InstanceLoad(i.name) for i in self.instances[role]], rng)
             for role, spec in (
@@ -150,13 +159,51 @@ class Cluster:
         return [((role, i), instance) for role in ("colocated", "prefill", "decode")
                 for i, instance in enumerate(self.instances[role])]
 
+    def domains(self) -> list[FailureDomain]:
+        """What fails as one, in role order: each instance (a colocated data-parallel group
+        as one), and each data-parallel group of a prefill or decode pool with all its ranks
+        (the pool routes to them one by one, but they step and fail together)."""
+        out = []
+        seen: set[str] = set()
+        for key, instance in self.keyed_instances():
+            group = self._group_of.get(key)
+            if group is None:
+                out.append(FailureDomain(key[0], instance.name, (key,), (instance,)))
+            elif group.name not in seen:
+                seen.add(group.name)
+                members = tuple(self.instances[group.role][i] for i in group.positions)
+                out.append(FailureDomain(group.role, group.name,
+                                         tuple((group.role, i) for i in group.positions),
+                                         members, lockstep=group.lockstep is not None))
+        return out
+
     def fail_instance(self, key: tuple[str, int], cause: str) -> None:
         """The instance dies now: routers stop choosing it and everything it held is lost
         (the prompts a prefill instance was computing or keeping take their clients' attempts
-        with them, or make their pulls fail: ``cluster.connectors``)."""
+        with them, or make their pulls fail: ``cluster.connectors``). A rank of a prefill or
+        decode pool's data-parallel group takes every rank of the group with it (the first of
+        them to fail does; the others are down already)."""
         role, index = key
-        self.routers[role].set_down(index, True)
-        lost = self.instances[role][index].fail()
+        group = self._group_of.get(key)
+        if group is None:
+            self.routers[role].set_down(index, True)
+            self._lost(key, self.instances[role][index].fail(), cause)
+            return
+        if group.name in self._groups_down:
+            return
+        self._groups_down.add(group.name)
+        for position in group.positions:
+            self.routers[role].set_down(position, True)
+        lost = [self.instances[role][i].fail() for i in group.positions]
+        if group.lockstep is not None:
+            group.lockstep.stop()
+        for position, requests in zip(group.positions, lost, strict=True):
+            self._lost((role, position), requests, cause)
+
+    def _lost(self, key: tuple[str, int], lost: list[Request], cause: str) -> None:
+        """What a failed instance held: a prefill instance's prompts (its connector's), or
+        requests whose clients learn they were lost."""
+        role, index = key
         if role == "prefill":
             self.connector.prefill_failed(index, cause)  # type: ignore[union-attr]
             return
@@ -166,8 +213,22 @@ class Cluster:
             self.lose(request, cause)
 
     def restore_instance(self, key: tuple[str, int]) -> None:
-        """The instance is repaired: it restarts empty and its router chooses it again."""
+        """The instance is repaired: it restarts empty and its router chooses it again (a
+        rank group restarts whole, its common step loop with it)."""
         role, index = key
+        group = self._group_of.get(key)
+        if group is not None:
+            if group.name not in self._groups_down:
+                return
+            self._groups_down.discard(group.name)
+            for position in group.positions:
+                rank = self.instances[role][position]
+                rank.restart(self._fresh_scheduler[rank.name]())
+            if group.lockstep is not None:
+                group.lockstep.start()
+            for position in group.positions:
+                self.routers[role].set_down(position, False)
+            return
         instance = self.instances[role][index]
         if isinstance(instance, DataParallelGroup):
             instance.restart([self._fresh_scheduler[r.name]() for r in instance.ranks])

@@ -25,7 +25,7 @@ import simpy
 from clustersim.catalog.specs import ModelSpec
 from clustersim.engine.events import Env, Signal, Waitable, alarm, now_of
 from clustersim.engine.fastforward.lockstep import LockstepFastForward, may_coalesce_lockstep
-from clustersim.engine.instance import Instance
+from clustersim.engine.instance import POLL, RETRY, Instance
 from clustersim.engine.request import Request
 from clustersim.engine.scheduler import Scheduler, StepPlan
 from clustersim.engine.steplog import StepRecord
@@ -78,6 +78,116 @@ def check_group(
         )
 
 
+class Lockstep:
+    """The ranks of one data-parallel MoE group stepping together, in any pool: every rank
+    schedules, the step takes the slowest rank's time (``price_steps`` sees every rank's
+    plan), every rank applies its output, and a rank with nothing to run runs a dummy batch
+    (its MoE layers still join the group's collectives). The ranks take their requests from
+    elsewhere (the group's balancer, or a pool's router); this only steps them."""
+
+    def __init__(
+        self,
+        env: Env,
+        ranks: Sequence[Instance],
+        price_steps: Callable[[list[StepPlan | None]], float],
+        coalesce: bool = False,
+    ) -> None:
+        """``coalesce``: runs of decode steps wait once where ``may_coalesce_lockstep``
+        (``engine.fastforward``)."""
+        self.env = env
+        self.ranks = list(ranks)
+        self.price_steps = price_steps
+        self._wakeup: Signal | None = None
+        self.coalesce = coalesce and may_coalesce_lockstep(
+            env, price_steps, [rank.scheduler for rank in self.ranks])
+        self._fastforward: LockstepFastForward | None = (
+            LockstepFastForward(env, price_steps) if self.coalesce else None)
+        """The group's coalesced runs (``coalesce``)."""
+        for rank in self.ranks:
+            if rank.runs_own_loop:
+                raise ValueError(f"{rank.name} runs its own loop; create it with run=False")
+            if rank.scheduler.config.async_scheduling:
+                raise ValueError("lockstep data-parallel ranks schedule synchronously")
+            rank.waker = self.wake
+        self.process: Any = env.process(self._loop())
+
+    def wake(self) -> None:
+        """A rank has something new (a request, a finished pull, blocks back): step again."""
+        if self._wakeup is not None and not self._wakeup.triggered:
+            self._wakeup.succeed()
+
+    def stop(self) -> None:
+        """The group died (each rank has dropped its own part of a coalesced run): no more
+        steps until :meth:`start`."""
+        if self._fastforward is not None:
+            self._fastforward.abandon()
+        if self.process is not None and self.process.is_alive:
+            self.process.interrupt("failed")
+        self._wakeup = None
+
+    def start(self) -> None:
+        """The group is back (its ranks restarted): step again."""
+        self.process = self.env.process(self._loop())
+
+    def _loop(self) -> Generator[Waitable, Any, None]:
+        try:
+            yield from self._run()
+        except simpy.Interrupt:
+            return
+
+    def _run(self) -> Generator[Waitable, Any, None]:
+        """Sync scheduling across the group (each rank as ``Instance`` schedules alone: its
+        KV reads issued as its step starts, the same waits when nothing can run)."""
+        env = self.env
+        ranks = self.ranks
+        while True:
+            plans: list[StepPlan | None] = []
+            retry = poll = False
+            for rank in ranks:
+                if not rank.scheduler.num_unfinished:
+                    plans.append(None)
+                    continue
+                plan = rank.scheduler.schedule()
+                if plan.is_empty:
+                    rank.begin(plan)  # its KV reads (no forward pass of its own)
+                    then = rank.nothing_to_run(plan)
+                    retry = retry or then == RETRY
+                    poll = poll or then == POLL
+                    plans.append(None)
+                    continue
+                plans.append(plan)
+            if all(plan is None for plan in plans):
+                if retry:
+                    continue
+                self._wakeup = Signal(env)
+                yield self._wakeup
+                self._wakeup = None
+                if poll:  # a rank notices its finished pull one poll interval later
+                    yield alarm(env, max(rank.poll_interval_s for rank in ranks))
+                continue
+            start = now_of(env)
+            for rank, planned in zip(ranks, plans, strict=True):
+                if planned is not None:
+                    rank.begin(planned)
+            fastforward = self._fastforward
+            if fastforward is not None:
+                schedulers = [rank.scheduler for rank in ranks]
+                forwards = [rank.fastforward for rank in ranks]
+                run = fastforward.start_run(schedulers, forwards, plans, start)
+                if run is not None:
+                    yield run.wake
+                    fastforward.end_run()
+                    for rank in ranks:
+                        rank.end_run()
+                    continue
+            yield alarm(env, self.price_steps(plans))
+            for rank, planned in zip(ranks, plans, strict=True):
+                if planned is None:
+                    rank.record_dummy_step(start, now_of(env))
+                else:
+                    rank.apply(planned, start)
+
+
 class DataParallelGroup:
     """One vLLM server with ``data_parallel_size`` ranks; quacks like an :class:`Instance` for
     the cluster (submit, refusal, reject, abort)."""
@@ -90,10 +200,10 @@ class DataParallelGroup:
         price_steps: Callable[[list[StepPlan | None]], float] | None = None,
         coalesce: bool = False,
     ) -> None:
-        """``price_steps`` given: the ranks step together (MoE); it prices one step from every
-        rank's plan (None for a rank with nothing scheduled). Otherwise each rank runs its own
-        loop. ``coalesce``: lockstep runs of decode steps wait once where
-        ``may_coalesce_lockstep`` (``engine.fastforward``)."""
+        """``price_steps`` given: the ranks step together (MoE, a :class:`Lockstep`); it
+        prices one step from every rank's plan (None for a rank with nothing scheduled).
+        Otherwise each rank runs its own loop. ``coalesce``: lockstep runs of decode steps wait
+        once where ``may_coalesce_lockstep`` (``engine.fastforward``)."""
         self.env = env
         self.name = name
         self.ranks = list(ranks)
@@ -101,22 +211,10 @@ class DataParallelGroup:
         self.gpus: tuple[str, ...] = tuple(g for rank in self.ranks for g in rank.gpus)
         self._view = [[0, 0] for _ in self.ranks]
         self._next_publish_s = 0.0
-        self._wakeup: Signal | None = None
-        self.coalesce = coalesce and may_coalesce_lockstep(
-            env, price_steps, [rank.scheduler for rank in self.ranks])
-        self._fastforward: LockstepFastForward | None = (
-            LockstepFastForward(env, price_steps)
-            if self.coalesce and price_steps is not None else None)
-        """The group's coalesced runs (``coalesce``)."""
-        self.process = None
-        if price_steps is not None:
-            for rank in self.ranks:
-                if rank.runs_own_loop:
-                    raise ValueError(f"{rank.name} runs its own loop; create it with run=False")
-                if rank.scheduler.config.async_scheduling:
-                    raise ValueError("lockstep data-parallel ranks schedule synchronously")
-                rank.waker = self._wake
-            self.process = env.process(self._loop())
+        self.lockstep: Lockstep | None = (
+            Lockstep(env, self.ranks, price_steps, coalesce) if price_steps is not None
+            else None)
+        """The ranks' common step loop (MoE); None: each rank runs its own."""
 
     # ----------------------------------------------------------------- intake
     def choose(self) -> int:
@@ -169,11 +267,8 @@ class DataParallelGroup:
         """The server dies with all its ranks (one engine core's death takes the API server
         down): every request of every rank is returned, lost."""
         lost = [request for rank in self.ranks for request in rank.fail()]
-        if self._fastforward is not None:
-            self._fastforward.abandon()
-        if self.process is not None and self.process.is_alive:
-            self.process.interrupt("failed")
-        self._wakeup = None
+        if self.lockstep is not None:
+            self.lockstep.stop()
         return lost
 
     def restart(self, schedulers: Sequence[Scheduler]) -> None:
@@ -182,60 +277,9 @@ class DataParallelGroup:
             rank.restart(scheduler)
         self._view = [[0, 0] for _ in self.ranks]
         self._next_publish_s = 0.0
-        if self.price_steps is not None:
-            self.process = self.env.process(self._loop())
+        if self.lockstep is not None:
+            self.lockstep.start()
 
     @property
     def steps(self) -> list[StepRecord]:
         return [step for rank in self.ranks for step in rank.steps]
-
-    # -------------------------------------------------------------- lockstep
-    def _wake(self) -> None:
-        if self._wakeup is not None and not self._wakeup.triggered:
-            self._wakeup.succeed()
-
-    def _loop(self) -> Generator[Waitable, Any, None]:
-        try:
-            yield from self._run()
-        except simpy.Interrupt:
-            return
-
-    def _run(self) -> Generator[Waitable, Any, None]:
-        """Sync scheduling across the group: every rank schedules, the step takes the slowest
-        rank's time, every rank applies its output; idle ranks run dummy batches."""
-        env = self.env
-        ranks = self.ranks
-        while True:
-            if not any(rank.scheduler.num_unfinished for rank in ranks):
-                self._wakeup = Signal(env)
-                yield self._wakeup
-                self._wakeup = None
-                continue
-            plans: list[StepPlan | None] = []
-            for rank in ranks:
-                plan = rank.scheduler.schedule() if rank.scheduler.num_unfinished else None
-                if plan is not None and plan.is_empty:
-                    if not plan.preempted and not rank.scheduler.running:
-                        rank.reject_unschedulable()
-                    plan = None
-                plans.append(plan)
-            if all(plan is None for plan in plans):
-                continue
-            start = now_of(env)
-            fastforward = self._fastforward
-            if fastforward is not None:
-                schedulers = [rank.scheduler for rank in ranks]
-                forwards = [rank.fastforward for rank in ranks]
-                run = fastforward.start_run(schedulers, forwards, plans, start)
-                if run is not None:
-                    yield run.wake
-                    fastforward.end_run()
-                    for rank in ranks:
-                        rank.end_run()
-                    continue
-            yield alarm(env, self.price_steps(plans))  # type: ignore[misc]
-            for rank, plan in zip(ranks, plans, strict=True):
-                if plan is None:
-                    rank.record_dummy_step(start, now_of(env))
-                else:
-                    rank.apply(plan, start)

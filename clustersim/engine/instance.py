@@ -32,7 +32,12 @@ from clustersim.engine.scheduler import Scheduler, StepPlan
 from clustersim.engine.step_plan import RooflinePricer
 from clustersim.engine.steplog import StepLog, StepRecord
 
-__all__ = ["MAX_STALLED_PREEMPTIONS", "Instance", "StepRecord"]
+__all__ = ["MAX_STALLED_PREEMPTIONS", "POLL", "RETRY", "SLEEP", "Instance", "StepRecord"]
+
+RETRY: Final = 0
+POLL: Final = 1
+SLEEP: Final = 2
+"""What an engine does when a step scheduled nothing to run (``Instance.nothing_to_run``)."""
 
 MAX_STALLED_PREEMPTIONS: Final = 64
 """A request preempted this many times in a row without getting further than before is
@@ -213,7 +218,7 @@ class Instance:
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
 
-    def _begin(self, plan: StepPlan) -> None:
+    def begin(self, plan: StepPlan) -> None:
         """What the worker does as a step starts: issue the plan's KV reads (spec §7.4 step 5)."""
         for request, num_blocks in plan.kv_loads:
             self._pull(request, num_blocks)
@@ -263,7 +268,7 @@ class Instance:
             plan = scheduler.schedule()
             if not plan.is_empty:
                 if pipeline is not None:
-                    self._begin(plan)
+                    self.begin(plan)
                     entry_s, exit_s = pipeline.enter(now_of(self.env), plan)
                     self._in_flight.append((plan, entry_s, exit_s))
                     if len(self._in_flight) < pipeline.depth:
@@ -274,19 +279,31 @@ class Instance:
                 else:
                     self._step(plan)
                 return
-            self._begin(plan)  # a step with only KV reads still runs (no forward pass)
+            self.begin(plan)  # a step with only KV reads still runs (no forward pass)
             if self._in_flight:
                 self._await_batch()  # nothing new to run: wait for the oldest batch
                 return
-            if plan.preempted:
-                continue  # preemptions alone freed blocks; try again
-            if any(not r.kv_transfer_done for r in scheduler.kv_holding):
-                self._sleep(self._woken_to_poll)  # a pull in flight will finish
-                return
-            if scheduler.kv_held and not scheduler.running:
-                self._sleep(self._on_resume)  # blocks held for decode instances will come back
-                return
-            self.reject_unschedulable()
+            then = self.nothing_to_run(plan)
+            if then == RETRY:
+                continue
+            self._sleep(self._woken_to_poll if then == POLL else self._on_resume)
+            return
+
+    def nothing_to_run(self, plan: StepPlan) -> int:
+        """What the engine does after ``plan`` scheduled nothing to run (its KV reads
+        issued): ``RETRY`` at once (its preemptions freed blocks, or the head of the queue was
+        rejected: it could never be admitted), ``POLL`` (sleep until woken, and notice the
+        finished pull one poll interval later) or ``SLEEP`` until woken (blocks held for decode
+        instances come back)."""
+        scheduler = self.scheduler
+        if plan.preempted:
+            return RETRY
+        if any(not r.kv_transfer_done for r in scheduler.kv_holding):
+            return POLL
+        if scheduler.kv_held and not scheduler.running:
+            return SLEEP
+        self.reject_unschedulable()
+        return RETRY
 
     def _await_batch(self) -> None:
         """Wait for the oldest batch in the pipeline to leave its last stage."""
@@ -318,7 +335,7 @@ class Instance:
     def _step(self, plan: StepPlan) -> None:
         """Sync scheduling: schedule(N) -> run(N) -> update(N) -> schedule(N+1)."""
         start = now_of(self.env)
-        self._begin(plan)
+        self.begin(plan)
         if self.coalesce:
             run = self.fastforward.start_run(self.scheduler, plan, start)
             if run is not None:
@@ -347,7 +364,7 @@ class Instance:
     def _step_async(self, plan: StepPlan) -> None:
         """Async scheduling: schedule(N+1) runs before update(N), as vLLM's batch queue does."""
         start = now_of(self.env)
-        self._begin(plan)
+        self.begin(plan)
         duration = self._price(plan)
         self.log.add_plan(plan, start, start + duration)
         self._plan, self._next = plan, self.scheduler.schedule()
@@ -361,7 +378,7 @@ class Instance:
         self._give_up_thrashing(plan)
         self._give_up_thrashing(next_plan)
         if next_plan.is_empty:
-            self._begin(next_plan)
+            self.begin(next_plan)
             self._next_step()
         else:
             self._step_async(next_plan)

@@ -41,7 +41,8 @@ class InstanceFault(_Timed):
     kind: Literal["instance"]
     name: str = Field(
         description="The instance's name: its pool's name and index (decode-1, main-0); a "
-        "data-parallel instance (ranks main-0.dp0, main-0.dp1, ...) fails with all its ranks."
+        "data-parallel instance (ranks main-0.dp0, main-0.dp1, ...), in any pool, fails with "
+        "all its ranks, whether it or one of its ranks is named."
     )
 
 

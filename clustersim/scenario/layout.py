@@ -65,8 +65,10 @@ class PoolSpec(Strict):
         description="Engine ranks per instance behind vLLM's internal data-parallel load "
         "balancer (each its own scheduler and KV cache; MoE ranks step together and share "
         "their experts); default the scenario's data_parallel_size. On a prefill or decode pool "
-        "each rank is an instance of the pool (SGLang's DP attention), priced as one of the "
-        "group; a group larger than a node spans nodes, each rank's TP group inside one.",
+        "the pool's router chooses among the ranks (SGLang's DP attention, vLLM's DP ranks "
+        "behind an external load balancer), which step together as a colocated group's do "
+        "and fail together; a group larger than a node spans nodes, each rank's TP group "
+        "inside one.",
     )
     enable_expert_parallel: bool | None = Field(
         None,
