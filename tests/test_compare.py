@@ -1,10 +1,24 @@
-"""The keep-or-reject rule for a split: keep a disaggregated layout only if throughput, p95 and
-the handoff all agree (the worked case is golden_examples.md's S7: 100 -> 126 req/s, p95 180 ->
-150 ms, a handoff of 8 ms kept and of 18 ms rejected against a 10 ms budget)."""
+"""``clustersim compare``: both sides built from the GPUs the scenario has (``counterparts``),
+its table read from the runs' summary.json, on the shipped scenarios; and the keep-or-reject
+rule for a split: keep a disaggregated layout only if throughput, p95 and the handoff all agree
+(the worked case is golden_examples.md's S7: 100 -> 126 req/s, p95 180 -> 150 ms, a handoff of
+8 ms kept and of 18 ms rejected against a 10 ms budget)."""
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from clustersim.errors import ConfigError
 from clustersim.plan.compare import split_verdict
+from clustersim.plan.counterparts import counterparts
+from clustersim.scenario import Scenario, load_scenario
+from clustersim.scenario.faults import FaultsSpec
+from tests.helpers import run_cli, write_scenario
 
 
 def test_s7_keep_with_a_10ms_budget_reject_when_the_handoff_is_18ms():
@@ -20,3 +34,190 @@ def test_s7_no_single_metric_decides():
     assert not slower.keep_split and any("worsens" in r for r in slower.reasons)
     flat = split_verdict(100.0, 100.0, {"latency": 0.180}, {"latency": 0.150}, 0.001, 0.010)
     assert not flat.keep_split and any("does not rise" in r for r in flat.reasons)
+
+
+# ------------------------------------------------------------- compare on scenarios
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = sorted(p.stem for p in (ROOT / "scenarios").glob("*.yaml"))
+NOT_SPLIT = {"deepseek-v3-h100-pp2": "pipeline_parallel_size: 2 pipeline stages"}
+"""Shipped scenarios compare refuses, and the start of its one-line reason: a prefill or
+decode pool is modelled without pipeline parallelism."""
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e3:,.1f}"
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.2f}"
+
+
+def expected_table(co: dict, sp: dict) -> dict[str, tuple[str, str]]:
+    """The table compare must print, read off the two runs' summary.json files alone."""
+    rows: dict[str, tuple[str, str]] = {}
+
+    def both(label, cell):
+        rows[label] = (cell(co), cell(sp))
+
+    both("GPUs", lambda s: str(s["num_gpus"]))
+    both("requests finished", lambda s: f"{s['num_finished']:,} of {s['num_requests']:,}")
+    for key, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"),
+                      ("e2e_s", "E2E")):
+        for p in ("p50", "p95", "p99"):
+            both(f"{name} {p} (ms)", lambda s, k=key, p=p: _ms(s[k][p]))
+    both("req/s, first to last arrival", lambda s: _rate(s["throughput"]["requests_per_s"]))
+    both("makespan (s)", lambda s: f"{s['makespan_s']:,.2f}")
+    both("req/s over the makespan", lambda s: _rate(s["over_makespan"]["requests_per_s"]))
+    if "slo" in co:
+        both("good req/s over the makespan",
+             lambda s: _rate(s["over_makespan"]["good_requests_per_s"]))
+        both("SLO attainment", lambda s: f"{s['slo']['attainment']:.1%}")
+    both("output tok/s over the makespan",
+         lambda s: f"{s['over_makespan']['output_tokens_per_s']:,.1f}")
+    both("preemptions", lambda s: f"{s['num_preemptions']:,}")
+    rows["handoff p50 (ms)"] = ("-", _ms(sp["handoff_s"]["p50"]))
+    rows["handoff p95 (ms)"] = ("-", _ms(sp["handoff_s"]["p95"]))
+    rows["handoff GB"] = ("-", f"{sp['handoff_bytes'] / 1e9:,.2f}")
+    links = sp.get("link_utilization") or {}
+    busiest = next(iter(links.items()), None)
+    rows["busiest link"] = ("-", "-" if busiest is None else f"{busiest[0]} {busiest[1]:.1%}")
+    return rows
+
+
+def printed_table(output: str) -> dict[str, tuple[str, str]]:
+    """The rows of compare's table: label, then two right-aligned figures."""
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines)
+                 if line.split() == ["colocated", "disaggregated"])
+    end = next(i for i, line in enumerate(lines) if line.startswith("verdict: "))
+    rows = {}
+    for line in lines[start + 1:end]:
+        label, left, right = re.split(r"\s{2,}", line.strip())
+        rows[label] = (left, right)
+    return rows
+
+
+def compare_matches_its_files(tmp_path: Path, name: str) -> str:
+    """Run compare on a shipped scenario: it exits 0 and every figure of its table, and
+    the verdict's throughput, is what the two summary.json files hold."""
+    out = tmp_path / name
+    code, output = run_cli("compare", str(ROOT / "scenarios" / f"{name}.yaml"),
+                           "--out", str(out))
+    assert code == 0, output
+    co, sp = (json.loads((out / side / "summary.json").read_text())
+              for side in ("colocated", "disaggregated"))
+    assert printed_table(output) == expected_table(co, sp)
+    key = "good_requests_per_s" if "slo" in co else "requests_per_s"
+    rule = f"{_rate(co['over_makespan'][key])} -> {_rate(sp['over_makespan'][key])}"
+    assert re.search(rf"^  - throughput \(.+\) (rises|does not rise) \(?{re.escape(rule)}",
+                     output, re.M), output
+    assert co["num_gpus"] == sp["num_gpus"]
+    assert "both sides run on the same" in output
+    return output
+
+
+def test_compare_the_quickstart_on_two_gpus_of_its_server(tmp_path):
+    """No layout, no topology: one instance's GPUs cannot split, so both sides get two
+    RTX 4090s in the GPU's shipped server, and the output says so."""
+    output = compare_matches_its_files(tmp_path, "quickstart")
+    assert "a split needs two (one prefill, one decode): both sides get two" in output
+    assert "both sides run on 1 x rtx4090-pcie-box" in output
+    assert "main: 2 x rtx4090 TP1" in output
+    assert "prefill (prefill): 1 x rtx4090 TP1" in output
+
+
+def test_compare_keeps_data_and_expert_parallelism_per_pool(tmp_path):
+    output = compare_matches_its_files(tmp_path, "moe_dp_ep_h100")
+    assert "main: 2 x data-parallel 4 ranks of h100-sxm TP1" in output
+    for pool in ("prefill (prefill)", "decode (decode)"):
+        assert f"{pool}: 1 x data-parallel 4 ranks of h100-sxm TP1" in output
+
+
+def test_compare_moves_an_instance_failure_to_the_instance_on_its_gpus(tmp_path):
+    output = compare_matches_its_files(tmp_path, "pd_decode_failure")
+    assert ("failure of decode-1 at 7 s: on the colocated side colocated_decode-1, the "
+            "instance on the same GPUs (node1/gpu1)") in output
+    summary = json.loads((tmp_path / "pd_decode_failure" / "colocated" / "summary.json")
+                         .read_text())
+    assert summary["faults"]["num_lost"] > 0  # the failure ran on the colocated side too
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in SHIPPED if n not in NOT_SPLIT])
+def test_compare_runs_on_every_shipped_scenario(tmp_path, name):
+    compare_matches_its_files(tmp_path, name)
+
+
+@pytest.mark.parametrize("name", sorted(NOT_SPLIT))
+def test_compare_refuses_what_a_split_cannot_model_in_one_line(name):
+    code, output = run_cli("compare", str(ROOT / "scenarios" / f"{name}.yaml"))
+    assert code == 2
+    (line,) = output.splitlines()
+    assert line.startswith(f"{ROOT / 'scenarios' / name}.yaml: {NOT_SPLIT[name]}"), line
+
+
+# ------------------------------------------------------------- counterparts, pure
+def shipped(name: str) -> Scenario:
+    return load_scenario(ROOT / "scenarios" / f"{name}.yaml")
+
+
+def test_a_split_joins_pool_by_pool_keeping_shape_engine_and_gpus():
+    """The LMSYS layout's colocated side: each pool's data-parallel group and engine on its
+    own nodes, routed by the split's decode router."""
+    scenario = shipped("deepseek_r1_sglang_96xh100")
+    sides = counterparts(scenario)
+    assert sides.disaggregated is scenario
+    layout = sides.colocated.layout
+    assert layout.kind == "colocated" and layout.router == scenario.layout.decode_router
+    for joined, pool in zip(layout.pools, scenario.layout.pools, strict=True):
+        assert joined.role == "colocated" and joined.name == f"colocated_{pool.name}"
+        assert (joined.data_parallel_size, joined.nodes, joined.engine) == (
+            pool.data_parallel_size, pool.nodes, pool.engine)
+    assert sides.colocated.enable_expert_parallel
+    assert "both sides run on the same 96 x h100-sxm" in "\n".join(sides.notes)
+
+
+def test_alike_pools_join_into_one_only_where_it_lands_on_the_same_gpus():
+    wide = counterparts(shipped("deepseek_r1_wide_ep_plan")).colocated.layout.pools
+    assert [(p.name, p.instances, p.data_parallel_size) for p in wide] == [
+        ("colocated", 2, 16)]
+    # two pools of one node each would first-fit onto node0 as one pool: kept apart
+    pd = counterparts(shipped("pd_azure_conv_dgx")).colocated.layout.pools
+    assert [(p.name, p.nodes) for p in pd] == [("colocated_prefill", ["node0"]),
+                                               ("colocated_decode", ["node1"])]
+
+
+def test_no_layout_on_a_topology_splits_every_instance_it_holds():
+    sides = counterparts(shipped("llama70b_h100_16"))  # TP4 on 2 x DGX H100
+    assert [(p.name, p.instances) for p in sides.colocated.layout.pools] == [("main", 4)]
+    assert [(p.name, p.role, p.instances) for p in sides.disaggregated.layout.pools] == [
+        ("prefill", "prefill", 2), ("decode", "decode", 2)]
+    assert sides.disaggregated.tensor_parallel_size == 4
+
+
+def test_an_instance_failure_of_a_colocated_layout_moves_to_the_split_instance():
+    scenario = shipped("llama70b_dgx_64").model_copy(update={"faults": FaultsSpec(
+        events=[{"kind": "instance", "name": "main-5", "at_s": 1.0}])})
+    sides = counterparts(scenario)
+    assert sides.colocated.faults.events[0].name == "main-5"
+    assert sides.disaggregated.faults.events[0].name == "decode-1"
+    assert any("main-5 at 1 s: on the disaggregated side decode-1" in n for n in sides.notes)
+
+
+def test_a_failure_of_one_data_parallel_rank_is_refused_saying_what_to_fail_instead():
+    scenario = shipped("deepseek_r1_wide_ep_plan").model_copy(update={"faults": FaultsSpec(
+        events=[{"kind": "instance", "name": "decode-0.dp3", "at_s": 1.0}])})
+    with pytest.raises(ConfigError) as error:
+        counterparts(scenario)
+    assert error.value.path == "faults.events[0].name"
+    assert "part of colocated-1, not as one instance" in error.value.message
+    assert "fail their node instead (kind: node)" in error.value.message
+
+
+def test_a_topology_with_room_for_one_instance_cannot_split(tmp_path):
+    data = yaml.safe_load((ROOT / "scenarios" / "deepseek-v3-h200.yaml").read_text())
+    path = write_scenario(tmp_path, {**data, "topology": "hgx-h200"})
+    code, output = run_cli("compare", str(path), "--out", str(tmp_path / "out"))
+    assert code == 2
+    assert output.startswith(f"{path}: topology: hgx-h200 holds one instance of 8 x h200 "
+                             "(TP8), and a split needs two"), output

@@ -266,12 +266,16 @@ def test_idle_ranks_record_their_dummy_steps_and_the_layout_names_the_ranks(tmp_
     assert "main: 1 x data-parallel 2 ranks of h100-sxm TP1" in output
 
 
-def test_compare_refuses_to_split_data_parallel_instances(tmp_path):
-    data = moe_scenario([("A", 0.0, 64, 8)], cost=FIXED)
+def test_compare_splits_data_parallel_instances_keeping_their_ranks(tmp_path):
+    """One DP2 instance cannot split: both sides get two, each pool of the split one
+    data-parallel instance of two ranks (docs/scenarios.md, Wide expert parallelism)."""
+    data = moe_scenario([("A", 0.0, 64, 8), ("B", 0.01, 64, 8)], cost=FIXED)
     code, output = run_cli("compare", str(write_scenario(tmp_path, data)),
                            "--out", str(tmp_path / "out"))
-    assert code == 2
-    assert "data_parallel_size: compare splits instances" in output
+    assert code == 0, output
+    assert "main: 2 x data-parallel 2 ranks of h100-sxm TP1" in output
+    for pool in ("prefill (prefill)", "decode (decode)"):
+        assert f"{pool}: 1 x data-parallel 2 ranks of h100-sxm TP1" in output
 
 
 def test_step_time_prices_a_data_parallel_moe_step():

@@ -1,5 +1,6 @@
 """``clustersim compare``: the scenario colocated and disaggregated on the same traffic and
-GPUs, side by side, with the verdict of the keep-or-reject rule for a split."""
+GPUs (``plan.counterparts`` derives both), side by side as each run's summary.json holds them
+(``plan.compare_table``), with the verdict of the keep-or-reject rule for a split."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ from clustersim.cli.common import (
     check_out_dir,
     describe_calibration,
     describe_layout,
-    ms,
     user_errors,
     writing,
 )
-from clustersim.metrics import Distribution, RunSummary
-from clustersim.plan.compare import counterparts, split_verdict, throughput
+from clustersim.plan.compare import split_verdict, throughput, throughput_unit
+from clustersim.plan.compare_table import comparison_rows, render
+from clustersim.plan.counterparts import counterparts
 
 
 @user_errors
@@ -43,14 +44,17 @@ def compare_cmd(
 
     spec = load_scenario(scenario)
     report_dir = None if report is None else check_out_dir(report)
-    colocated_spec, split_spec = counterparts(spec)
+    sides = counterparts(spec)
     labels = ("colocated", "disaggregated")
     check_out_dir(out, subfolders=labels)
+    for note in sides.notes:
+        typer.echo(note)
     # the report's step timelines and KV figures read every step: kept for it, written only
     # with --steps
     record_steps = steps or report_dir is not None
     results = {label: run_scenario(variant, record_steps=record_steps, ideal_times=True)
-               for label, variant in zip(labels, (colocated_spec, split_spec), strict=True)}
+               for label, variant in zip(labels, (sides.colocated, sides.disaggregated),
+                                         strict=True)}
     summaries, instances, runs = {}, [], {}
     with writing(out, subfolders=labels):  # both runs' files under one lock: never mixed
         for label, result in results.items():
@@ -60,9 +64,8 @@ def compare_cmd(
         runs[label] = (result, summaries[label])
         typer.echo(describe_layout(f"{label}", spec.model, result.instances))
     colocated, split = summaries["colocated"], summaries["disaggregated"]
-    typer.echo(f"{'':<22}{'colocated':>16}{'disaggregated':>30}")
-    for metric, left, right in comparison_rows(colocated, split):
-        typer.echo(f"{metric:<22}{left:>16}{right:>30}")
+    for line in render(comparison_rows(colocated, split)):
+        typer.echo(line)
     handoff = (split.handoff_s.p95 if split.handoff_s is not None else None) or 0.0
     verdict = split_verdict(
         throughput(colocated),
@@ -71,6 +74,7 @@ def compare_cmd(
         {m: getattr(split, m).p95 or 0.0 for m in ("ttft_s", "tpot_s")},
         handoff,
         handoff_budget_ms / 1e3,
+        unit=throughput_unit(colocated),
     )
     decision = "keep the disaggregated layout" if verdict.keep_split else "stay colocated"
     typer.echo(f"verdict: {decision}")
@@ -83,34 +87,5 @@ def compare_cmd(
 
         with writing(report_dir):
             files = write_compare_report(runs, verdict, handoff_budget_ms / 1e3, spec,
-                                         report_dir)
+                                         report_dir, sides.notes)
         typer.echo(files.describe())
-
-
-def comparison_rows(colocated: RunSummary, split: RunSummary) -> list[tuple[str, str, str]]:
-    """(metric, colocated, disaggregated) rows for the side-by-side table."""
-
-    def cell(d: Distribution | None, stat: str) -> str:
-        return "-" if d is None else ms(d.percentile(int(stat[1:])))
-
-    rows = [("GPUs", str(colocated.num_gpus), str(split.num_gpus))]
-    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"),
-                       ("e2e_s", "E2E")):
-        for stat in ("p50", "p95", "p99"):
-            rows.append((f"{label} {stat} (ms)", cell(getattr(colocated, key), stat),
-                         cell(getattr(split, key), stat)))
-    rows.append(
-        ("throughput (req/s)", f"{throughput(colocated):,.2f}", f"{throughput(split):,.2f}")
-    )
-    rows.append(("output tok/s", f"{colocated.throughput.output_tokens_per_s or 0:,.0f}",
-                 f"{split.throughput.output_tokens_per_s or 0:,.0f}"))
-    if colocated.slo is not None and split.slo is not None:
-        rows.append(("SLO attainment", f"{colocated.slo.attainment:.1%}",
-                     f"{split.slo.attainment:.1%}"))
-    rows.append(("preemptions", str(colocated.num_preemptions), str(split.num_preemptions)))
-    rows.append(("handoff p50 (ms)", "-", cell(split.handoff_s, "p50")))
-    rows.append(("handoff p95 (ms)", "-", cell(split.handoff_s, "p95")))
-    rows.append(("handoff GB", "-", f"{split.handoff_bytes / 1e9:,.2f}"))
-    busiest = next(iter(split.link_utilization.items()), None)
-    rows.append(("busiest link", "-", "-" if busiest is None else f"{busiest[0]} {busiest[1]:.1%}"))
-    return rows

@@ -37,7 +37,9 @@ DEFINITIONS = (
     "one-token outputs excluded; ITL = gaps between consecutive tokens of a request, pooled; "
     "E2E = last token - arrival; percentiles numpy linear; attainment = share of all arrived "
     "requests meeting every SLO term (rejected requests miss); throughput over first to last "
-    "arrival (first arrival to last finish when they coincide); utilization and KV usage over "
+    "arrival (first arrival to last finish when they coincide); over_makespan: the same over "
+    "first arrival to last finish (makespan_s), and good requests (finished within every SLO "
+    "term) per second, what compare's keep-or-reject rule reads; utilization and KV usage over "
     "first arrival to end of the last step; per GPU = over every GPU of the layout."
 )
 
@@ -126,7 +128,8 @@ class FaultSummary:
 
 @dataclass(frozen=True, slots=True)
 class Throughput:
-    """Over the measured window (first to last arrival); None when the window is empty."""
+    """Finished requests, their prompt tokens and the output tokens per second over a span
+    (the measured window, or the makespan); None when the span is empty."""
 
     requests_per_s: float | None
     prompt_tokens_per_s: float | None
@@ -164,6 +167,12 @@ class RunSummary:
     window_s: float
     makespan_s: float
     throughput: Throughput
+    """Over the measured window, first to last arrival."""
+    over_makespan: Throughput
+    """Over the makespan, first arrival to last finish: a layout that drains the same
+    traffic sooner scores higher even when neither is saturated."""
+    num_good: int | None
+    """Requests finished within every limit of the SLO (None without an SLO)."""
     ttft_s: Distribution
     tpot_s: Distribution
     itl_s: Distribution
@@ -195,6 +204,14 @@ class RunSummary:
         return None if rate is None or not self.num_gpus else rate / self.num_gpus
 
     @property
+    def good_requests_per_s(self) -> float | None:
+        """Requests finished within every SLO limit per second over the makespan (None without
+        an SLO or a makespan)."""
+        if self.num_good is None or self.makespan_s <= 0:
+            return None
+        return self.num_good / self.makespan_s
+
+    @property
     def tokens_per_s_per_user(self) -> float | None:
         """1 / mean TPOT: how fast one stream reads (aiconfigurator's and InferenceX's axis)."""
         mean = self.tpot_s.mean
@@ -217,6 +234,8 @@ class RunSummary:
             "window_s": self.window_s,
             "makespan_s": self.makespan_s,
             "throughput": asdict(self.throughput),
+            "over_makespan": {**asdict(self.over_makespan),
+                              "good_requests_per_s": self.good_requests_per_s},
             "output_tokens_per_s_per_gpu": self.output_tokens_per_s_per_gpu,
             "tokens_per_s_per_user": self.tokens_per_s_per_user,
         }
@@ -333,8 +352,8 @@ def summarize_records(
         window = last_finish - first_arrival
     span = end_s - (first_arrival if span_start_s is None else min(span_start_s, first_arrival))
 
-    def rate(amount: float) -> float | None:
-        return amount / window if window > 0 else None
+    def rate(amount: float, span_s: float = window) -> float | None:
+        return amount / span_s if span_s > 0 else None
 
     handoffs = records.handoff_times()
     empty = StepTotals()
@@ -357,6 +376,12 @@ def summarize_records(
             prompt_tokens_per_s=rate(int(table.prompt_tokens[finished].sum())),
             output_tokens_per_s=rate(int(table.output_tokens.sum())),
         ),
+        over_makespan=Throughput(
+            requests_per_s=rate(int(finished.sum()), span),
+            prompt_tokens_per_s=rate(int(table.prompt_tokens[finished].sum()), span),
+            output_tokens_per_s=rate(int(table.output_tokens.sum()), span),
+        ),
+        num_good=None if slo is None else int(good_mask(table, slo).sum()),
         ttft_s=Distribution.of(table.defined("ttft_s")),
         tpot_s=Distribution.of(table.defined("tpot_s")),
         itl_s=Distribution.of_chunks(records.gap_pieces()),

@@ -1,6 +1,7 @@
-"""Colocated versus disaggregated on the same traffic and GPU count, and the keep-or-reject
-rule for a split: keep it only if throughput rises, p95 latency does not get worse, and the KV
-handoff stays within its budget. No single metric decides.
+"""The keep-or-reject rule for a split, between a colocated and a disaggregated run on the same
+traffic and GPUs (``plan.counterparts`` builds the two): keep it only if throughput rises, p95
+latency does not get worse, and the KV handoff stays within its budget. No single metric
+decides.
 """
 
 from __future__ import annotations
@@ -8,12 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from clustersim.errors import ConfigError
 from clustersim.metrics import RunSummary
 from clustersim.plan.result import CandidateResult, SplitVerdict
 from clustersim.plan.space import Candidate
 from clustersim.scenario import Scenario
-from clustersim.scenario.layout import LayoutSpec, PoolSpec, RouterSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,78 +64,24 @@ def split_verdict(
     return Verdict(ok, tuple(reasons))
 
 
-def counterparts(scenario: Scenario) -> tuple[Scenario, Scenario]:
-    """(colocated, disaggregated) versions of the scenario with the same GPUs and traffic.
-
-    From a disaggregated scenario, the colocated side runs the decode pool's GPU type and
-    tensor parallelism on all of the split's GPUs with the scenario's top-level engine. From a
-    colocated scenario, the split gives half of the instances (rounded down, at least one) to
-    prefill and the rest to decode.
-    """
-    layout = scenario.layout
-    if layout is None or layout.kind == "colocated":
-        pools = layout.pools if layout is not None else [PoolSpec(name="main")]
-        if len(pools) != 1:
-            raise ConfigError("layout.pools", "compare needs a single colocated pool to split")
-        pool = pools[0]
-        if (pool.data_parallel_size or scenario.data_parallel_size) > 1:
-            where = ("layout.pools[0].data_parallel_size" if pool.data_parallel_size
-                     else "data_parallel_size")
-            raise ConfigError(
-                where,
-                "compare splits instances into prefill and decode pools, which are modelled "
-                "without data parallelism; compare with data_parallel_size 1 and instances: N",
-            )
-        if pool.instances < 2:
-            raise ConfigError(
-                "layout.pools[0].instances",
-                "compare needs at least 2 colocated instances to split into prefill and decode",
-            )
-        num_prefill = max(1, pool.instances // 2)
-        split = LayoutSpec(
-            kind="disaggregated",
-            pools=[
-                pool.model_copy(update={"name": "prefill", "role": "prefill",
-                                        "instances": num_prefill}),
-                pool.model_copy(update={"name": "decode", "role": "decode",
-                                        "instances": pool.instances - num_prefill}),
-            ],
-            router=layout.router if layout is not None else RouterSpec(),
-        )
-        colocated = scenario
-        disaggregated = scenario.model_copy(update={"layout": split})
-        return colocated, disaggregated
-    if layout.kind != "disaggregated":
-        raise ConfigError(
-            "layout.kind", f"compare takes colocated or disaggregated, not {layout.kind}"
-        )
-    decode = layout.pools_with_role("decode")[0]
-    tp = decode.tensor_parallel_size or scenario.tensor_parallel_size
-    gpus = sum(
-        p.instances * (p.tensor_parallel_size or scenario.tensor_parallel_size)
-        for p in layout.pools
-    )
-    colocated_layout = LayoutSpec(
-        kind="colocated",
-        pools=[PoolSpec(name="colocated", gpu=decode.gpu, tensor_parallel_size=tp,
-                        instances=max(1, gpus // tp))],
-        router=layout.router,
-    )
-    return scenario.model_copy(update={"layout": colocated_layout}), scenario
+THROUGHPUT_UNIT = "good req/s over the makespan"
+"""What :func:`throughput` counts, as the table and the verdict name it."""
+THROUGHPUT_UNIT_NO_SLO = "req/s over the makespan"
 
 
 def throughput(summary: RunSummary) -> float:
-    """Requests meeting the SLO per second when the scenario has one, else finished req/s.
+    """The rule's throughput: requests finished within the SLO per second when the scenario
+    has one, else finished requests per second; both over the makespan (first arrival to last
+    finish), so a layout that drains the same traffic sooner scores higher even when neither
+    is saturated. summary.json's ``over_makespan``."""
+    rate = (summary.good_requests_per_s if summary.slo is not None
+            else summary.over_makespan.requests_per_s)
+    return rate or 0.0
 
-    Both over first arrival to last finish, so a layout that drains the same traffic sooner
-    scores higher even when neither is saturated.
-    """
-    span = summary.makespan_s
-    if not span:
-        return 0.0
-    if summary.slo is not None:
-        return (summary.slo.attainment or 0.0) * summary.num_requests / span
-    return summary.num_finished / span
+
+def throughput_unit(summary: RunSummary) -> str:
+    """How the table and the verdict name :func:`throughput` for this run."""
+    return THROUGHPUT_UNIT if summary.slo is not None else THROUGHPUT_UNIT_NO_SLO
 
 
 def common_rate_verdict(

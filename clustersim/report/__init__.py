@@ -39,8 +39,10 @@ def write_simulate_report(run: RunResult, summary: RunSummary, folder: Path) -> 
 
 def write_compare_report(runs: dict[str, tuple[RunResult, RunSummary]], verdict: Verdict,
                          handoff_budget_s: float, scenario: Scenario,
-                         folder: Path) -> ReportFiles:
-    return write_report(compare_document(runs, verdict, handoff_budget_s, scenario), folder)
+                         folder: Path, notes: tuple[str, ...] = ()) -> ReportFiles:
+    """``notes``: how compare built both sides from the scenario, one line each."""
+    return write_report(compare_document(runs, verdict, handoff_budget_s, scenario, notes),
+                        folder)
 
 
 __all__ = ["ReportFiles", "write_compare_report", "write_plan_report", "write_simulate_report"]

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from clustersim.plan.compare import Verdict, throughput
+from clustersim.plan.compare import Verdict
+from clustersim.plan.compare_table import comparison_rows
 from clustersim.report import assumptions, blocks, fmt, run_figures
 from clustersim.report.document import Block, Bullets, Document, Pre, Section, Span, Table, Text
 
@@ -107,43 +108,29 @@ def simulate_document(run: RunResult, summary: RunSummary) -> Document:
 
 def comparison_table(colocated: RunSummary, split: RunSummary) -> Table:
     """The two runs side by side, as ``compare`` prints them."""
-    rows: list[tuple[str, str, str]] = [("GPUs", str(colocated.num_gpus), str(split.num_gpus))]
-    for key, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"),
-                      ("e2e_s", "E2E")):
-        for p in (50, 95, 99):
-            rows.append((f"{name} p{p} (ms)", fmt.ms(getattr(colocated, key).percentile(p)),
-                         fmt.ms(getattr(split, key).percentile(p))))
-    rows.append(("throughput (req/s)", fmt.rate(throughput(colocated)),
-                 fmt.rate(throughput(split))))
-    rows.append(("output tokens/s", fmt.tokens_per_s(colocated.throughput.output_tokens_per_s),
-                 fmt.tokens_per_s(split.throughput.output_tokens_per_s)))
-    if colocated.slo is not None and split.slo is not None:
-        rows.append(("SLO attainment", fmt.share(colocated.slo.attainment),
-                     fmt.share(split.slo.attainment)))
-    rows.append(("preemptions", str(colocated.num_preemptions), str(split.num_preemptions)))
-    handoff = split.handoff_s
-    rows.append(("handoff p50 (ms)", fmt.DASH, fmt.ms(handoff.p50 if handoff else None)))
-    rows.append(("handoff p95 (ms)", fmt.DASH, fmt.ms(handoff.p95 if handoff else None)))
-    busiest = next(iter(split.link_utilization.items()), None)
-    rows.append(("busiest link", fmt.DASH,
-                 fmt.DASH if busiest is None else f"{busiest[0]} {fmt.share(busiest[1])}"))
-    return Table(("", "colocated", "disaggregated"), tuple(rows), "lrr")
+    return Table(("", "colocated", "disaggregated"), tuple(comparison_rows(colocated, split)),
+                 "lrr")
 
 
 def compare_document(runs: dict[str, tuple[RunResult, RunSummary]], verdict: Verdict,
-                     handoff_budget_s: float, scenario: Scenario) -> Document:
+                     handoff_budget_s: float, scenario: Scenario,
+                     notes: tuple[str, ...] = ()) -> Document:
     """The report of ``clustersim compare --report``: ``runs`` holds the colocated and the
-    disaggregated run with their summaries."""
+    disaggregated run with their summaries; ``notes``, how compare built both sides from the
+    scenario (``plan.counterparts``)."""
     pairs = [(label, run, summary) for label, (run, summary) in runs.items()]
     colocated, split = runs["colocated"][1], runs["disaggregated"][1]
     keep = "keep the disaggregated layout" if verdict.keep_split else "stay colocated"
     verdict_blocks: list[Block] = [
         Text.of(f"The keep-or-reject rule for a split, on the same traffic and GPUs: {keep}. "
                 "A split is kept only if throughput (requests meeting the SLO per second over "
-                "the run, or finished ones without an SLO) rises, no p95 latency worsens and "
-                f"the KV handoff p95 fits its {fmt.limit_ms(handoff_budget_s)} budget."),
+                "the makespan, first arrival to last finish, or finished ones without an SLO) "
+                "rises, no p95 latency worsens and the KV handoff p95 fits its "
+                f"{fmt.limit_ms(handoff_budget_s)} budget."),
         Bullets.of(*verdict.reasons),
         comparison_table(colocated, split),
+        *([Text.of("How both sides were built from the scenario:"), Bullets.of(*notes)]
+          if notes else []),
     ]
     run_blocks: list[Block] = []
     for label, run, summary in pairs:
