@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from clustersim.errors import ConfigError
 from clustersim.plan.compare import split_verdict
 from clustersim.plan.counterparts import counterparts
 from clustersim.scenario import Scenario, load_scenario
@@ -204,14 +203,16 @@ def test_an_instance_failure_of_a_colocated_layout_moves_to_the_split_instance()
     assert any("main-5 at 1 s: on the disaggregated side decode-1" in n for n in sides.notes)
 
 
-def test_a_failure_of_one_data_parallel_rank_is_refused_saying_what_to_fail_instead():
+def test_a_failure_of_one_data_parallel_rank_fails_its_group_and_its_counterpart():
+    """One rank's failure takes its whole group down in any pool, so compare fails the group
+    and, on the other side, the instance on the group's GPUs."""
     scenario = shipped("deepseek_r1_wide_ep_plan").model_copy(update={"faults": FaultsSpec(
         events=[{"kind": "instance", "name": "decode-0.dp3", "at_s": 1.0}])})
-    with pytest.raises(ConfigError) as error:
-        counterparts(scenario)
-    assert error.value.path == "faults.events[0].name"
-    assert "part of colocated-1, not as one instance" in error.value.message
-    assert "fail their node instead (kind: node)" in error.value.message
+    sides = counterparts(scenario)
+    assert sides.disaggregated.faults.events[0].name == "decode-0.dp3"  # (its own, as given)
+    assert sides.colocated.faults.events[0].name == "colocated-1"
+    assert any("decode-0.dp3 at 1 s: a rank of decode-0, which fails whole" in n
+               for n in sides.notes)
 
 
 def test_a_topology_with_room_for_one_instance_cannot_split(tmp_path):

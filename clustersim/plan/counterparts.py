@@ -283,6 +283,11 @@ def _move_faults(faults: Any, source: Placement, target: Placement, label: str,
             events.append(event)
             continue
         where = f"faults.events[{i}].name"
+        group, dot, rank = event.name.rpartition(".dp")
+        if event.name not in own and dot and rank.isdigit() and group in own:
+            notes.append(f"failure of {event.name} at {event.at_s:g} s: a rank of {group}, "
+                         "which fails whole")
+            event = event.model_copy(update={"name": group})
         if event.name not in own:
             raise ConfigError(where, f"no instance {event.name!r}; instances: "
                               f"{', '.join(own)}")
@@ -334,23 +339,15 @@ def _placement_group(scenario: Scenario, pool: PoolSpec) -> tuple[Any, ...]:
 
 
 def _placement(scenario: Scenario, pools: list[PoolSpec], topology: Topology) -> Placement:
-    """Every instance a failure can name, with its GPUs: a colocated pool's instances (a
-    data-parallel one whole), a prefill or decode pool's data-parallel ranks one by one
-    (``pool-j.dpR``, as the cluster builder names them)."""
+    """Every instance a failure can name, with its GPUs: each pool's instances, a
+    data-parallel one whole in every pool kind (one rank's failure takes the group, so a
+    failure naming a rank, ``pool-j.dpR``, names its group)."""
     try:
         placed = topology.place([_placement_group(scenario, p) for p in pools])
     except ClusterSimError as error:
         raise type(error)(f"layout.{error.path}", error.message) from None
-    out: Placement = []
-    for pool in pools:
-        tp, _, dp = _parallel(scenario, pool)
-        for j, group in enumerate(placed[pool.name]):
-            if dp > 1 and pool.role != "colocated":
-                out += [(f"{pool.name}-{j}.dp{r}", tuple(group[r * tp:(r + 1) * tp]))
-                        for r in range(dp)]
-            else:
-                out.append((f"{pool.name}-{j}", tuple(group)))
-    return out
+    return [(f"{pool.name}-{j}", tuple(group)) for pool in pools
+            for j, group in enumerate(placed[pool.name])]
 
 
 def _describe_gpus(gpus: list[str], topology: Topology | None = None) -> str:
