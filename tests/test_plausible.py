@@ -20,8 +20,8 @@ HINT = "If you mean it, set slo.long_limits: true"
 
 
 def test_ttft_s_2000_is_refused_with_the_milliseconds_hint(tmp_path):
-    """The owner's case: a 2-second TTFT limit typed in milliseconds, on the shipped
-    benchmark scenario, used to plan for 708 s and recommend a p90 TTFT of 33 minutes."""
+    """A 2-second TTFT limit typed in milliseconds, on the shipped benchmark scenario: refused
+    by plan and simulate alike, before any output folder is made."""
     data = yaml.safe_load((ROOT / "scenarios" / "bench_rtx4090_mistral7b.yaml").read_text())
     data["slo"]["ttft_s"] = 2000
     data["plan"] = {"gpu_budget": 4}
