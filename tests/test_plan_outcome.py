@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from clustersim.plan.outcome import MAX_REASONS, outcome_of
+from clustersim.plan.outcome import MAX_REASONS, Outcome, outcome_of
 from clustersim.plan.result import CandidateResult, Goodput, PlanResult
 from clustersim.plan.space import Candidate, PoolChoice
 from tests.helpers import run_cli, write_scenario
@@ -133,7 +133,7 @@ def test_reasons_group_by_their_words_whatever_their_figures():
 def test_a_recommendation_is_an_outcome_without_reasons():
     g = Goodput((3.0,), 3.0, 3.0, 3.0, 10, True)
     rec = _row(1, 1, None, "simulated", g)
-    assert outcome_of(_result([rec], recommended=rec)).lines == []
+    assert outcome_of(_result([rec], recommended=rec)) == Outcome("recommended")
     # a draw that meets the SLO at no rate, without a reason of its own, says so
     zero = _row(2, 1, None, "simulated", Goodput((3.0, 0.0), 1.5, 0.0, 3.0, 10, True))
     ending = outcome_of(_result([zero]))

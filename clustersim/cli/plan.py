@@ -115,8 +115,9 @@ def plan_cmd(
         typer.echo(files.describe(), err=as_json)
     ending = outcome_of(result)
     if ending.kind in EXIT_CODES:
-        for line in ending.lines:
-            typer.echo(f"{scenario}: {line}" if line == ending.headline else line, err=True)
+        typer.echo(f"{scenario}: {ending.headline}", err=True)
+        for reason in ending.reasons:
+            typer.echo(f"  {reason}", err=True)
         raise typer.Exit(EXIT_CODES[ending.kind])
 
 

@@ -10,7 +10,8 @@
                   instance or a node lost where plan.require asks it to survive that
 
 ``clustersim plan`` exits with a code of its own for each of the last two (the plan, its
-ledger and its report are written all the same) and prints :attr:`Outcome.lines` on stderr.
+ledger and its report are written all the same) and prints the headline and the reasons on
+stderr.
 """
 
 from __future__ import annotations
@@ -35,11 +36,6 @@ class Outcome:
     """Why there is no recommendation, in one sentence (empty when there is one)."""
     reasons: tuple[str, ...] = ()
     """One line per group of candidates that failed alike, most common first."""
-
-    @property
-    def lines(self) -> list[str]:
-        return [self.headline, *(f"  {reason}" for reason in self.reasons)] if (
-            self.headline) else []
 
 
 def outcome_of(result: PlanResult) -> Outcome:
