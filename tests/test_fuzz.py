@@ -192,3 +192,28 @@ def test_docs_check_may_exit_1_where_the_pages_are_missing(tmp_path: Path):
               "past_cpu": False, "hung": False}
     assert classify(Case("x", ("docs", "--check")), tmp_path, answer)[0] == STALE
     assert classify(Case("x", ("docs",)), tmp_path, answer)[0] == OTHER_EXIT
+
+
+def test_a_plan_without_an_answer_may_exit_3_or_4_with_its_plan_and_reasons(tmp_path: Path):
+    from tests.fuzz.runner import BAD_NO_ANSWER, NO_ANSWER, OTHER_EXIT, classify
+    from tests.fuzz.strategies import Case
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "plan.json").write_text('{"recommended": null, "candidates": []}')
+    (tmp_path / "stdout.txt").write_text("plan s: max_goodput_per_gpu\n")
+    (tmp_path / "stderr.txt").write_text(
+        "plan: goodput, round 1: 1 simulation in 0.5 s (1 in 1 s so far)\n"
+        "s.yaml: no candidate can run: all 2 were pruned (each one's reason is in ledger.csv):\n"
+        "  2 candidates (1 x rtx4090 TP1, ...): rtx4090 TP1: does not fit\n")
+    answer = {"code": 3, "signal": None, "wall_s": 0.1, "cpu_s": 0.1, "maxrss_bytes": 1,
+              "past_cpu": False, "hung": False}
+    plan = Case("x", ("plan", "s.yaml", "--out", "out"))
+    assert classify(plan, tmp_path, answer) == (NO_ANSWER, "")
+    assert classify(Case("x", ("simulate", "s.yaml")), tmp_path, answer)[0] == OTHER_EXIT
+    (out / "plan.json").write_text('{"recommended": "colocated/x", "candidates": []}')
+    assert classify(plan, tmp_path, answer) == (
+        BAD_NO_ANSWER, "a plan that exits 3 or 4 has a recommendation")
+    (out / "plan.json").unlink()
+    (tmp_path / "stderr.txt").write_text("")
+    assert classify(plan, tmp_path, answer)[1].endswith("exit 3 or 4 without a reason")

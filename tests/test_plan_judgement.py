@@ -11,7 +11,8 @@ from clustersim.metrics import summarize_run
 from clustersim.plan import answer as answers
 from clustersim.plan.executors import SerialExecutor
 from clustersim.plan.planner import TIE_RULE, Planner
-from clustersim.plan.result import CandidateResult, CliffPoint, Goodput, PlanResult, Tie
+from clustersim.plan.result import CandidateResult, Goodput, PlanResult, Tie
+from clustersim.plan.sensitivity import CliffPoint
 from clustersim.plan.space import Candidate, PoolChoice
 from clustersim.scenario import parse_scenario
 from clustersim.sim import run_scenario

@@ -22,6 +22,7 @@ from clustersim.plan.answer import (
     same_outcome,
     survival_text,
 )
+from clustersim.plan.outcome import outcome_of
 from clustersim.plan.result import (
     LEDGER_COLUMNS,
     CandidateResult,
@@ -36,6 +37,11 @@ if TYPE_CHECKING:
     from clustersim.plan.planner import Planner
     from clustersim.plan.sensitivity import LinkReading, Sensitivity
     from clustersim.sim import RunResult
+
+EXIT_CODES = {"no_runnable": 3, "no_feasible": 4}
+"""``clustersim plan``'s exit code when it ends without a recommendation (0: with one; 2: bad
+input, as every command): 3 when no candidate can run at all, 4 when none meets the SLO, the
+target rate or plan.require. The plan, its ledger and its report are written all the same."""
 
 
 @user_errors
@@ -63,7 +69,12 @@ def plan_cmd(
         "one node lost (a few more simulations; plan.require makes it a constraint).")] = True,
 ) -> None:
     """Find the deployment that meets the SLO best: colocated or disaggregated, GPUs and TP per
-    pool, the P:D ratio and max_num_batched_tokens, with goodput intervals and costs."""
+    pool, the P:D ratio and max_num_batched_tokens, with goodput intervals and costs.
+
+    Exit code 0: a recommendation; 2: bad input; 3: no candidate can run (each pruned: it
+    does not fit the GPU, spans servers, is over the budget); 4: none meets the SLO, the
+    target rate or plan.require. With 3 or 4 the reasons follow on stderr, one line per kind,
+    and plan.json, ledger.csv and the report are written as with 0."""
     from clustersim.plan.executors import make_executor
     from clustersim.plan.planner import Planner
     from clustersim.scenario import load_scenario
@@ -102,6 +113,12 @@ def plan_cmd(
         with writing(report_dir):
             files = write_plan_report(result, spec, runs, report_dir)
         typer.echo(files.describe(), err=as_json)
+    ending = outcome_of(result)
+    if ending.kind in EXIT_CODES:
+        typer.echo(f"{scenario}: {ending.headline}", err=True)
+        for reason in ending.reasons:
+            typer.echo(f"  {reason}", err=True)
+        raise typer.Exit(EXIT_CODES[ending.kind])
 
 
 def full_runs(planner: Planner, result: PlanResult) -> dict[str, RunResult]:

@@ -24,12 +24,12 @@ if TYPE_CHECKING:
     from clustersim.engine.settings import EngineSettings
     from clustersim.plan.result import (
         CandidateResult,
-        CliffPoint,
         LossCheck,
         NPlusOne,
         PlanResult,
     )
     from clustersim.plan.screen import TrafficStats
+    from clustersim.plan.sensitivity import CliffPoint
     from clustersim.plan.space import Candidate, PoolChoice
 
 STATUS_ORDER = {"simulated": 0, "infeasible": 1, "screened": 2, "pruned": 3}

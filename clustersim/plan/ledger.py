@@ -21,13 +21,10 @@ from dataclasses import fields
 from operator import attrgetter, itemgetter
 from pathlib import Path
 from tempfile import TemporaryDirectory
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, TypeVar
 
 from clustersim.plan.estimate import Screened
 from clustersim.plan.space import Candidate, PoolChoice
-
-if TYPE_CHECKING:
-    from clustersim.plan.result import CandidateResult
 
 SPILL_AT = 50_000
 """Screen verdicts held in memory; past this many they are sorted and written to a run on
@@ -39,6 +36,10 @@ Key = tuple[Any, ...]
 Flat = tuple[Any, ...]
 """A verdict as plain values (:func:`flat`): what a run holds, cheap to pickle and to read."""
 _first = itemgetter(0)
+Row = TypeVar("Row")
+"""A ledger's row: the planner's ``CandidateResult``. The ledger orders rows and makes the
+screen's ones, whatever they hold (``result.py`` defines them, and imports this module); a
+row is never a tuple, which is what a verdict read from the screen is."""
 
 
 class ScreenRows:
@@ -146,13 +147,13 @@ class Unflat:
         return Screened(Candidate(*args), estimate, binding, reason)
 
 
-class Ledger:
+class Ledger(Generic[Row]):
     """Every candidate's row in the ledger's order: the measured rows (held) merged with the
     rows of the screen's other verdicts (made as read). A collection: ``len``, ``iter`` (each
     pass reads afresh), ``in`` by row."""
 
-    def __init__(self, measured: list[tuple[Key, CandidateResult]], screened: ScreenRows,
-                 row: Callable[[Screened], CandidateResult], skip: Iterable[Key] = ()) -> None:
+    def __init__(self, measured: list[tuple[Key, Row]], screened: ScreenRows,
+                 row: Callable[[Screened], Row], skip: Iterable[Key] = ()) -> None:
         """``measured``: the simulated candidates' rows with their keys; ``screened``: the
         screen's verdicts; ``skip``: the keys of the verdicts the measured rows replace (the
         measured candidates' own); ``row``: a verdict's row."""
@@ -163,12 +164,12 @@ class Ledger:
         self._len: int | None = None
 
     @property
-    def measured(self) -> tuple[CandidateResult, ...]:
+    def measured(self) -> tuple[Row, ...]:
         """The rows of the candidates that were simulated (a simulation that failed is one
         pruned for its error), in the ledger's order."""
         return tuple(r for _, r in self._measured)
 
-    def __iter__(self) -> Iterator[CandidateResult]:
+    def __iter__(self) -> Iterator[Row]:
         skip, row, verdict = self._skip, self._row, Unflat()
         others = ((key, item) for key, item in self._screened.flats() if key not in skip)
         for _, item in heapq.merge(self._measured, others, key=_first):

@@ -39,7 +39,6 @@ from clustersim.plan.fleet import NodeTemplate, fleet_for, node_templates
 from clustersim.plan.ledger import Ledger, ScreenRows
 from clustersim.plan.result import (
     CandidateResult,
-    CliffPoint,
     Goodput,
     NPlusOne,
     PlanResult,
@@ -48,6 +47,7 @@ from clustersim.plan.result import (
     Tie,
 )
 from clustersim.plan.sensitivity import (
+    CliffPoint,
     LinkReading,
     Sensitivity,
     link_readings,

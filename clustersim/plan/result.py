@@ -10,15 +10,13 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from clustersim.metrics import RunSummary
 from clustersim.plan.day import DayPlan
 from clustersim.plan.ledger import Ledger
+from clustersim.plan.sensitivity import CliffPoint, Sensitivity
 from clustersim.plan.space import Candidate
-
-if TYPE_CHECKING:
-    from clustersim.plan.sensitivity import Sensitivity
 
 STATUSES = ("simulated", "infeasible", "screened", "pruned")
 """simulated: goodput measured; infeasible: simulated, fails its SLO even at a trickle;
@@ -92,32 +90,6 @@ class Goodput:
                 "per_seed_per_s": list(self.per_seed_per_s), "lower_per_s": self.lower_per_s,
                 "probes": self.probes, "converged": self.converged, "capped": self.capped,
                 "short_window_s": self.short_window_s, "quality": self.quality}
-
-
-@dataclass(frozen=True, slots=True)
-class CliffPoint:
-    """Every traffic draw run a little above goodput: does attainment slide or fall?"""
-
-    factor: float
-    """The offered rate over the mean goodput (1.05: 5 % above it)."""
-    rate_per_s: float
-    attainments: tuple[float, ...]
-    """Joint (or the criterion's) attainment of each draw at that rate."""
-    num_meeting: int
-    """How many of those draws still met the SLO."""
-
-    @property
-    def attainment(self) -> float:
-        return sum(self.attainments) / len(self.attainments)
-
-    @property
-    def lowest(self) -> float:
-        return min(self.attainments)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"factor": self.factor, "rate_per_s": self.rate_per_s,
-                "attainment_mean": self.attainment, "attainment_per_seed":
-                list(self.attainments), "num_meeting": self.num_meeting}
 
 
 @dataclass(frozen=True)

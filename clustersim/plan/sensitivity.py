@@ -24,7 +24,6 @@ from typing import Any
 
 from clustersim.metrics import RunSummary
 from clustersim.plan.bisect import RateSearch, mean_interval
-from clustersim.plan.result import CliffPoint
 from clustersim.scenario import Scenario
 
 LINK_SCALES = (0.5, 1.0, 2.0)
@@ -32,6 +31,34 @@ LINK_SCALES = (0.5, 1.0, 2.0)
 the same search, so that the three are read alike."""
 LOAD_FACTOR = 1.2
 """Traffic against the operating rate for the load reading."""
+
+
+@dataclass(frozen=True, slots=True)
+class CliffPoint:
+    """Every traffic draw run at a multiple of a rate: does attainment slide or fall? The
+    cliff of a candidate (5 % and 10 % above its goodput, read for the answer's candidates) and
+    the load reading (20 % above the operating rate) are each one."""
+
+    factor: float
+    """The offered rate over the rate it is read against (1.05: 5 % above it)."""
+    rate_per_s: float
+    attainments: tuple[float, ...]
+    """Joint (or the criterion's) attainment of each draw at that rate."""
+    num_meeting: int
+    """How many of those draws still met the SLO."""
+
+    @property
+    def attainment(self) -> float:
+        return sum(self.attainments) / len(self.attainments)
+
+    @property
+    def lowest(self) -> float:
+        return min(self.attainments)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"factor": self.factor, "rate_per_s": self.rate_per_s,
+                "attainment_mean": self.attainment, "attainment_per_seed":
+                list(self.attainments), "num_meeting": self.num_meeting}
 
 
 @dataclass(frozen=True, slots=True)

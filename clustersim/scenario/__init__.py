@@ -32,7 +32,8 @@ from clustersim.scenario.api_server import ApiServerSpec
 from clustersim.scenario.faults import FaultsSpec
 from clustersim.scenario.layout import LayoutSpec, TopologyRef
 from clustersim.scenario.plan import PlanSpec
-from clustersim.validation import Strict, kind_union, validate
+from clustersim.scenario.plausible import MAX_TOKEN_GAP_S, MAX_TTFT_S, implausible_limits
+from clustersim.validation import Strict, ValidationFailed, kind_union, validate
 from clustersim.workload.spec import Workload
 
 
@@ -90,11 +91,16 @@ class SLO(Strict):
     also reads the same requests marginally and by means; ``criterion`` picks the verdict.
     """
 
-    ttft_s: PositiveSeconds | None = Field(None, description="Time to first token limit.")
+    ttft_s: PositiveSeconds | None = Field(
+        None, description="Time to first token limit, seconds (over 10 minutes: see "
+        "long_limits).")
     tpot_s: PositiveSeconds | None = Field(
-        None, description="Time per output token limit: (E2E - TTFT) / (output tokens - 1)."
+        None, description="Time per output token limit, seconds: (E2E - TTFT) / (output "
+        "tokens - 1) (over 5 s: see long_limits)."
     )
-    itl_s: PositiveSeconds | None = Field(None, description="Bound on each request's p99 ITL.")
+    itl_s: PositiveSeconds | None = Field(
+        None, description="Bound on each request's p99 ITL, seconds (over 5 s: see "
+        "long_limits).")
     attainment_target: float = Field(
         0.9, gt=0.0, le=1.0, description="Share of requests that must meet the limits."
     )
@@ -104,6 +110,12 @@ class SLO(Strict):
         "--goodput); marginal: share within each limit alone >= target (p90 per metric at "
         "0.9, as DistServe's search; MLPerf's p99 at 0.99); mean: each mean within its limit "
         "(aiconfigurator).",
+    )
+    long_limits: bool = Field(
+        False, description=f"The limits are meant as long as they are: without it, a ttft_s "
+        f"over {MAX_TTFT_S / 60:g} minutes, a tpot_s or itl_s over {MAX_TOKEN_GAP_S:g} s, or "
+        "a plan.handoff_budget_s longer than ttft_s is refused as milliseconds typed where "
+        "seconds go (vLLM's --goodput takes milliseconds).",
     )
 
     @model_validator(mode="after")
@@ -189,6 +201,18 @@ class Scenario(Strict):
             raise ConfigError(where, f"{total:,} GPUs in all (instances x data-parallel ranks "
                               f"x tensor-parallel GPUs), more than {MAX_NUM_GPUS:,}: "
                               f"{GPUS_REASON}")
+        return self
+
+    @model_validator(mode="after")
+    def _limits_meant(self) -> Scenario:
+        slo, plan = self.slo, self.plan
+        if slo is None or slo.long_limits:
+            return self
+        handoff = (plan.handoff_budget_s if plan is not None
+                   and "handoff_budget_s" in plan.model_fields_set else None)
+        lines = implausible_limits(slo.ttft_s, slo.tpot_s, slo.itl_s, handoff)
+        if lines:
+            raise ValidationFailed(lines)
         return self
 
     @property

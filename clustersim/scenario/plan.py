@@ -219,8 +219,8 @@ class PlanSpec(Strict):
         "prices.yaml (each names its source and date; prices move, set your own).",
     )
     handoff_budget_s: Seconds = Field(
-        0.010, description="Largest acceptable p95 KV handoff (the keep-or-reject rule for a "
-        "split)."
+        0.010, description="Largest acceptable p95 KV handoff, seconds (the keep-or-reject "
+        "rule for a split); longer than slo.ttft_s: see slo.long_limits."
     )
     headroom: float = Field(
         0.0, ge=0.0, lt=1.0,

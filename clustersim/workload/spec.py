@@ -21,6 +21,7 @@ from pydantic import (
     AfterValidator,
     BeforeValidator,
     Field,
+    NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
     ValidationInfo,
@@ -262,13 +263,22 @@ class RateCurveArrivals(Strict):
         return period
 
 
+MAX_THINK_TIME_S = 600.0
+"""Longest pause of a closed-loop client between an answer and its next request: 10 minutes."""
+ThinkTime = Annotated[NonNegativeFloat, Within(
+    high=MAX_THINK_TIME_S, unit="s", reason="a client that waits longer between an answer and "
+    "its next request no longer closes the loop: its requests come at its own pace whatever "
+    "the server does (give the arrivals that rate instead); a pause in milliseconds is that "
+    "number over 1000")]
+
+
 class ClosedLoopArrivals(Strict):
     """N users, each sending its next request when its previous one finishes (plus think time),
     as `vllm bench serve --max-concurrency N` and most vendor tables measure."""
 
     kind: Literal["closed_loop"]
     num_users: NumRequests = Field(description="Concurrent users = most requests in flight.")
-    think_time_s: Seconds = Field(
+    think_time_s: ThinkTime = Field(
         0.0, description="Pause between a user's answer and its next request."
     )
 
@@ -515,7 +525,7 @@ class BenchmarkWorkload(Strict):
         0.0, description="Concurrency ramp of the measured run (aiperf "
         "--concurrency-ramp-duration): the slot limit rises from 1 to max_concurrency in "
         "even steps over this many seconds; 0: every slot open at once.")
-    turnaround_s: Seconds = Field(
+    turnaround_s: ThinkTime = Field(
         0.0, description="The client's own time between an answer and the next send on its "
         "slot (aiperf's worker returns a slot's credit only after parsing the whole "
         "response), warm-ups included: each drawn from an exponential distribution of this "

@@ -1,5 +1,6 @@
 """What a fuzzed command must have produced: for exit 2, a few ``path: message`` lines; for
-exit 0, outputs that hold the run's invariants. Each check returns the problems it found (an
+exit 0, outputs that hold the run's invariants; for a plan's exit 3 or 4, its plan without a
+recommendation and the reasons. Each check returns the problems it found (an
 empty list: none), so a campaign can count them instead of stopping at the first."""
 
 from __future__ import annotations
@@ -190,6 +191,32 @@ def outputs_of(argv: list[str], folder: Path, stdout: str) -> list[str]:
         problems += _negative(data, "stdout")
         return problems
     return []
+
+
+def no_answer(argv: list[str], folder: Path, stderr_lines: list[str]) -> list[str]:
+    """Problems with a plan's exit 3 or 4: its plan.json must be written (strict JSON, finite,
+    no recommendation), and stderr must say why: a ``path: message`` line, then the reasons
+    (at most nine lines of them), none with Python's or pydantic's words. The report's
+    line (on stderr with --json) is not one of them."""
+    stderr_lines = [line for line in stderr_lines if not line.startswith("wrote report ")]
+    problems = outputs_of(argv, folder, "")
+    if not problems:
+        out = _option(argv, "--out", "")
+        found = ([folder / out / "plan.json"] if out
+                 else sorted((folder / "runs" / "plan").glob("*/plan.json")))
+        plan, _ = finite_json(found[0])
+        if not isinstance(plan, dict) or plan.get("recommended") is not None:
+            problems.append("a plan that exits 3 or 4 has a recommendation")
+    if not stderr_lines:
+        return [*problems, "exit 3 or 4 without a reason"]
+    path, sep, message = stderr_lines[0].partition(": ")
+    if not sep or not path.strip() or not message.strip():
+        problems.append(f"not a path: message line: {stderr_lines[0][:120]!r}")
+    if len(stderr_lines) > 10:
+        problems.append(f"{len(stderr_lines)} lines (at most 10)")
+    problems += [f"internals {word!r} in {line[:120]!r}" for line in stderr_lines
+                 for word in _INTERNALS if word in line]
+    return problems
 
 
 def _negative(value: Any, where: str) -> list[str]:

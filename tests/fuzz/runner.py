@@ -7,7 +7,9 @@ CPU time, so that a loaded machine slows a campaign without failing it). Beside 
 folder lies ``outside/`` (what the file-level cases' links point into), which no command may
 change. Its outcome is one of :data:`OUTCOMES`: exit 0 with outputs that hold the invariants
 (and a rerun, on a second server with another hash seed, that writes the same bytes), exit 2
-with a few ``path: message`` lines (one, for a file-level case), or one of the failures.
+with a few ``path: message`` lines (one, for a file-level case), a plan's exit 3 or 4 (no
+candidate can run, none meets the SLO) with its plan written and its reasons on stderr, or one
+of the failures.
 """
 
 from __future__ import annotations
@@ -49,19 +51,23 @@ ERROR = "exit 2, path: message"
 STALE = "exit 1, docs --check"
 """``clustersim docs --check``'s documented answer when a page is stale or missing (a case
 runs where there is no checkout's docs/ folder): its pages' states, then one hint."""
+NO_ANSWER = "exit 3/4, plan without one"
+"""``clustersim plan``'s documented ends without a recommendation: plan.json written, with no
+recommendation, and the reasons on stderr (``clustersim.cli.plan.EXIT_CODES``)."""
 FAILURES = (
     "traceback", "other exit code", f"past {CPU_LIMIT_S:g} s CPU", f"hung {HANG_S:g} s",
     f"past {MEMORY_BYTES >> 30} GB", "non-finite result", "invariant broken", "rerun differs",
     "bad exit-2 message", "stderr on exit 0", "changed outside its folder",
+    "bad exit-3/4 answer",
 )
-OUTCOMES = (OK, ERROR, STALE, *FAILURES)
+OUTCOMES = (OK, ERROR, STALE, NO_ANSWER, *FAILURES)
 PROGRESS = re.compile(r"plan: .+: (\d+ simulations? in [\d.,]+ s \([\d,]+ in [\d,]+ s so far\)"
                       r"|\d+/\d+ simulations, about [\d,]+ s left in this round)$")
 """The plan's progress lines on a stderr that is not a terminal: expected, not noise."""
 ONE_LINE = 1
 """Lines a file-level case's exit 2 may have: the one file it names."""
 (TRACEBACK, OTHER_EXIT, TIMEOUT, HANG, MEMORY, NON_FINITE, INVARIANT, RERUN, BAD_MESSAGE, NOISE,
- OUTSIDE_CHANGED) = FAILURES
+ OUTSIDE_CHANGED, BAD_NO_ANSWER) = FAILURES
 
 
 @dataclass
@@ -189,6 +195,10 @@ def classify(case: Case, folder: Path, answer: dict[str, Any]) -> tuple[str, str
     if code == 1 and case.argv[:1] == ("docs",) and "--check" in case.argv and (
             stderr.startswith("run `clustersim docs --write`") and stderr.count("\n") == 1):
         return STALE, ""
+    if code in (3, 4) and case.argv[:1] == ("plan",):
+        told = [line for line in stderr.splitlines() if not PROGRESS.match(line)]
+        problems = checks.no_answer(list(case.argv), folder, told)
+        return (BAD_NO_ANSWER, "; ".join(problems[:5])) if problems else (NO_ANSWER, "")
     if code != 0:
         return OTHER_EXIT, f"exit {code}, signal {answer['signal']}: {stderr[-500:]}"
     noise = [line for line in stderr.splitlines() if line.strip() and not PROGRESS.match(line)]
@@ -241,10 +251,10 @@ class Campaign:
             changed = _changed_beside(before, _beside(a))
             if changed:
                 outcome, detail = OUTSIDE_CHANGED, f"{changed} ({outcome})"
-            if outcome == OK:
+            if outcome in (OK, NO_ANSWER):
                 _write_files(b, case)
                 again = second.run(b, case.argv)
-                if again["code"] != 0 or _compared(a, case) != _compared(b, case):
+                if again["code"] != answer["code"] or _compared(a, case) != _compared(b, case):
                     outcome, detail = RERUN, f"rerun exit {again['code']}, other bytes"
         finally:
             self._pairs.put((first, second))
@@ -328,12 +338,13 @@ class Report:
     def table(self) -> str:
         """Cases by source and by outcome, as ``python -m tests.fuzz`` prints them."""
         lines = [f"{'source':<22}{'cases':>8}{'exit 0':>9}{'exit 2':>9}{'exit 1':>8}"
-                 f"{'failures':>10}"]
+                 f"{'exit 3/4':>10}{'failures':>10}"]
         rows = [(source, counter) for source, counter in self.counts.items()]
         for source, counter in [*rows, ("total", self.total)]:
             failed = sum(counter[o] for o in FAILURES)
             lines.append(f"{source:<22}{sum(counter.values()):>8,}{counter[OK]:>9,}"
-                         f"{counter[ERROR]:>9,}{counter[STALE]:>8,}{failed:>10,}")
+                         f"{counter[ERROR]:>9,}{counter[STALE]:>8,}{counter[NO_ANSWER]:>10,}"
+                         f"{failed:>10,}")
         lines += ["", f"{'outcome':<26}{'cases':>8}"]
         total = self.total
         lines += [f"{outcome:<26}{total[outcome]:>8,}" for outcome in OUTCOMES]
