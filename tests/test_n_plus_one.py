@@ -113,3 +113,33 @@ def test_requiring_n_plus_one_recommends_the_best_layout_that_survives(tmp_path)
     assert "no separate node check" in result.n_plus_one.notes[0]
     assert "The plan requires surviving one instance or one node lost" in result.answer
     assert f"Survival costs {rec.goodput_per_gpu:,.3f} against" in result.answer
+
+
+def test_a_split_that_fails_a_loss_is_repaired_with_one_more_of_what_it_lost(tmp_path):
+    """min_gpus at a target: the smallest split loses its SLO with an instance lost; the
+    survival search adds one more instance of the pool whose loss broke it (and again if
+    that still fails), measures each repair on every draw like any candidate, and
+    recommends the repaired split, saying what was added."""
+    data = small_plan()
+    data["plan"].update({"objective": "min_gpus", "target_rate_per_s": 8.0,
+                         "gpu_budget": 8, "layouts": ["disaggregated"],
+                         "nodes": {"h100-sxm": one_gpu_node(tmp_path, 400)},
+                         "require": ["n_plus_one_instance"]})
+    data["plan"]["search"].update({"seeds": 2, "neighbours": True})
+    result = Planner(parse_scenario(data), SerialExecutor()).run()
+    survival = result.survival
+    assert survival is not None and survival.met, result.answer
+    rec = result.recommended
+    unconstrained = result.by_id(survival.unconstrained)
+    assert survival.failed and survival.failed[0].candidate == unconstrained.id
+    found = [r for r in survival.repairs if r.outcome == "survives"]
+    assert [r.candidate for r in found] == [rec.id] == [survival.survivor]
+    # one more instance than the unconstrained answer, or two after a second repair
+    assert rec.candidate.num_gpus > unconstrained.candidate.num_gpus
+    assert found[0].added.startswith("one more ")
+    assert len(rec.goodput.per_seed_per_s) == 2  # every draw, as any contender
+    assert result.n_plus_one.candidate == rec.id and result.n_plus_one.meets(
+        "n_plus_one_instance")
+    assert f"with {found[0].added}, the best candidate that keeps its SLO" in result.answer
+    out = result.to_json()["survival"]
+    assert out["survivor"] == rec.id and any(r["outcome"] == "survives" for r in out["repairs"])

@@ -256,31 +256,56 @@ def tie_text(result: PlanResult) -> str | None:
     return text
 
 
+def _survival_loss(requirement: str) -> str:
+    return ("one instance lost" if requirement == "n_plus_one_instance"
+            else "one instance or one node lost")
+
+
 def survival_text(result: PlanResult) -> str | None:
-    """plan.require: what the better-ranked candidates lost, what survival costs."""
+    """plan.require: what the better-ranked candidates lost, which repair (one more of what
+    their loss broke) was tried and what became of it, and what survival costs."""
     sv = result.survival
     if sv is None:
         return None
     best = result.by_id(sv.unconstrained)
     rec = result.recommended
-    loss = ("one instance lost" if sv.requirement == "n_plus_one_instance"
-            else "one instance or one node lost")
+    loss = _survival_loss(sv.requirement)
+    tried = [f"{r.added} ({r.detail})" for r in sv.repairs if r.outcome != "survives"]
     if not sv.met:
-        return (f"No candidate of the {sv.num_checked} best checked keeps its SLO with {loss} "
-                f"at its operating rate; the best without that requirement is "
-                f"{best.candidate.label()}. More GPUs (a larger gpu_budget), a plan.headroom "
-                "that keeps capacity in reserve, or more servers would make one survive.")
+        text = (f"No candidate keeps its SLO with {loss} at its operating rate: of the "
+                f"{sv.num_checked} best checked, "
+                + "; ".join(f"{result.by_id(n1.candidate).candidate.label()} "
+                            f"{_failed_losses(n1)}" for n1 in sv.failed) + ".")
+        if tried:
+            text += " Repairs tried: " + "; ".join(tried) + "."
+        return (text + f" The best without that requirement is {best.candidate.label()}. More "
+                "GPUs (a larger gpu_budget), a plan.headroom that keeps capacity in reserve, or "
+                "more servers would make one survive.")
     if rec is None or rec.id == best.id:
         return f"It keeps its SLO with {loss}, as the plan requires."
-    lost = "; ".join(f"{result.by_id(n1.candidate).candidate.label()} does not"
-                     for n1 in sv.failed)
+    lost = "; ".join(f"{result.by_id(n1.candidate).candidate.label()} "
+                     f"{_failed_losses(n1)}" for n1 in sv.failed)
+    repaired = next((r for r in sv.repairs if r.outcome == "survives" and r.candidate == rec.id),
+                    None)
+    how = ("this is the best candidate that keeps its SLO then" if repaired is None else
+           f"this is {result.by_id(repaired.of).candidate.label()} with {repaired.added}, the "
+           "best candidate that keeps its SLO then")
     cost = (f"{rec.goodput_per_gpu:,.3f} against {best.goodput_per_gpu:,.3f} req/s per GPU"
             if result.objective == "max_goodput_per_gpu"
             else f"{rec.candidate.num_gpus} against {best.candidate.num_gpus} GPUs")
     if rec.cost_per_hour is not None and best.cost_per_hour is not None:
         cost += f", ${rec.cost_per_hour:,.2f}/h against ${best.cost_per_hour:,.2f}/h"
-    return (f"The plan requires surviving {loss}: this is the best candidate that keeps its "
-            f"SLO then ({lost}). Survival costs {cost}.")
+    text = f"The plan requires surviving {loss}: {how} ({lost})."
+    if tried:
+        text += " Other repairs: " + "; ".join(tried) + "."
+    return text + f" Survival costs {cost}."
+
+
+def _failed_losses(n1: NPlusOne) -> str:
+    """``does not: losing decode-0 leaves 41.2% within the SLO``."""
+    parts = [f"losing {c.lost} leaves {c.attainment_after or 0.0:.1%} within the SLO"
+             for c in n1.tried if not c.holds]
+    return "does not: " + ("; ".join(parts) or "a loss could not be simulated")
 
 
 def explain(result: PlanResult, slo: SLO) -> str:

@@ -48,6 +48,8 @@ class Target:
     kind: str
     name: str
     gpus: dict[str, int]
+    roles: dict[str, int]
+    """The failure domains it takes down, by role."""
 
 
 def targets(scenario: Scenario, model: ModelSpec) -> tuple[list[Target], list[str]]:
@@ -58,7 +60,7 @@ def targets(scenario: Scenario, model: ModelSpec) -> tuple[list[Target], list[st
     for role in ROLES:
         first = domains.first_of(role)
         if first is not None:
-            out.append(Target("instance", first.name, first.gpu_counts))
+            out.append(Target("instance", first.name, first.gpu_counts, {role: 1}))
     if not domains.has_servers:
         return out, ["no node check: the layout has no topology, so no server to lose"]
     best: tuple[int, str, Counter[str], list[str]] | None = None
@@ -75,7 +77,8 @@ def targets(scenario: Scenario, model: ModelSpec) -> tuple[list[Target], list[st
     if whole and any(t.kind == "instance" for t in out):
         return out, [f"no separate node check: each server holds at most one instance ({node} "
                      f"holds only {held[0]}), so losing one is losing an instance"]
-    out.append(Target("node", node, dict(sorted(gpus.items()))))
+    roles = Counter(i.role for i in domains.instances if i.name in held)
+    out.append(Target("node", node, dict(sorted(gpus.items())), dict(roles)))
     total = sum(len(i.gpus) for i in domains.instances)
     if sum(gpus.values()) == total:
         return out, [f"the whole deployment sits on {node}: no layout on one server survives "
@@ -122,7 +125,8 @@ def read_check(target: Target, at_s: float, summary: RunSummary, prices: dict[st
         meets=verdict.meets, meets_after=after is None or after.meets,
         num_lost=faults.num_lost, num_retried_requests=faults.num_retried_requests,
         num_failed=faults.num_failed, spare_cost_per_hour=hourly,
-        spare_cost_per_million_output_tokens=per_million, summary=summary)
+        spare_cost_per_million_output_tokens=per_million, summary=summary,
+        roles=target.roles)
 
 
 def worst(checks: list[LossCheck]) -> LossCheck | None:

@@ -75,6 +75,7 @@ def _no_survivor(result: PlanResult) -> Outcome:
         lines.append(f"{result.by_id(n1.candidate).candidate.label()} at "
                      f"{n1.rate_per_s:,.2f} req/s: loses its SLO with "
                      f"{' or '.join(lost) or 'a loss that could not be simulated'} lost")
+    lines += [f"repaired with {r.added}: {r.detail}" for r in sv.repairs]
     return Outcome("no_feasible", f"no candidate keeps its SLO with {loss} lost "
                    f"(plan.require: {sv.requirement}); {sv.num_checked or len(sv.failed)} "
                    "checked, best first:", _limited(lines))

@@ -43,6 +43,7 @@ from clustersim.plan.result import (
     NPlusOne,
     PlanResult,
     Probe,
+    Repair,
     Survival,
     Tie,
 )
@@ -75,6 +76,8 @@ too short to judge the SLO (Poisson spans scatter around the asked duration; a s
 replay falls far below it)."""
 MAX_SURVIVAL_CHECKS = 6
 """plan.require: the best candidates checked, in rank order, before giving up."""
+MAX_REPAIR_ROUNDS = 2
+"""plan.require: how many times a repair that still fails is repaired again."""
 UNRANKED = math.inf
 """A ledger row's place among the ranked simulated candidates when it is not one of them."""
 TIE_RULE = ("a tie goes to the layout with fewer pools (fewer failure domains: colocated "
@@ -592,15 +595,16 @@ class Planner:
     def _answer(self, verdicts: ScreenRows, by_id: dict[str, Screened],
                 measured: dict[str, CandidateResult]) -> PlanResult:
         plan = self.plan
-        rows = dict(measured)
-        simulated = [r for r in rows.values() if r.status == "simulated"]
-        ranked = sorted((r for r in simulated if self._qualifies(r)), key=self._key)
-        ranked, tie = self._break_tie(ranked)
+        ranked, tie = self._ranked(measured)
         checks: dict[str, NPlusOne | None] = {}
         survival = None
         recommended = ranked[0] if ranked else None
         if recommended is not None and plan.require:
-            recommended, survival = self._survivor(ranked, checks)
+            recommended, survival = self._survivor(ranked, checks, by_id, measured)
+            if survival.repairs:  # the repairs measured join the ranking
+                ranked, tie = self._ranked(measured)
+        rows = dict(measured)
+        simulated = [r for r in rows.values() if r.status == "simulated"]
         runner_up = None
         if recommended is not None:
             runner_up = self._best([r for r in simulated if _kind(r) != _kind(recommended)])
@@ -777,20 +781,168 @@ class Planner:
             r, r.operating_rate_per_s, self._rate_basis(r), self.scenario, self.model,
             {gpu: price for gpu, (price, _) in self.prices.items()}, self._job, self._run_jobs)
 
-    def _survivor(self, ranked: list[CandidateResult], checks: dict[str, NPlusOne | None]
+    def _ranked(self, measured: dict[str, CandidateResult]
+                ) -> tuple[list[CandidateResult], Tie | None]:
+        """The simulated candidates that qualify, best first, a tie at the top broken."""
+        ranked = sorted((r for r in measured.values()
+                         if r.status == "simulated" and self._qualifies(r)), key=self._key)
+        return self._break_tie(ranked)
+
+    def _check(self, r: CandidateResult, checks: dict[str, NPlusOne | None]
+               ) -> NPlusOne | None:
+        if r.id not in checks:
+            checks[r.id] = self._n_plus_one(r)
+        return checks[r.id]
+
+    def _survivor(self, ranked: list[CandidateResult], checks: dict[str, NPlusOne | None],
+                  screened: dict[str, Screened], measured: dict[str, CandidateResult]
                   ) -> tuple[CandidateResult | None, Survival]:
-        """``plan.require``: the best candidate, in rank order, that keeps its SLO with one
-        instance (and one node) lost (at most ``MAX_SURVIVAL_CHECKS`` checked)."""
+        """``plan.require``: the best candidate that keeps its SLO with one instance (and one
+        node) lost. The ranked candidates are checked in order (at most
+        ``MAX_SURVIVAL_CHECKS``) until one survives; each one that fails on the way is
+        repaired, one more of what its loss broke (:meth:`_repairs_of`), and each repair that
+        could still rank above the survivor is measured like any candidate (every traffic
+        draw) and checked in turn, its own failures repaired again, up to
+        ``MAX_REPAIR_ROUNDS`` times. The best survivor by the objective is the answer."""
         requirement = self.plan.require[0]
-        failed = []
+        failed: list[NPlusOne] = []
+        repairs: list[Repair] = []
+        survivor: CandidateResult | None = None
+        pending: list[tuple[CandidateResult, Candidate, str]] = []
         checked = ranked[:MAX_SURVIVAL_CHECKS]
+        num_checked = 0
         for r in checked:
-            n1 = checks[r.id] = self._n_plus_one(r)
+            num_checked += 1
+            n1 = self._check(r, checks)
             if n1 is not None and n1.meets(requirement):
-                return r, Survival(ranked[0].id, requirement, tuple(failed), True)
+                survivor = r
+                break
             if n1 is not None:
                 failed.append(n1)
-        return None, Survival(ranked[0].id, requirement, tuple(failed), False, len(checked))
+                pending += self._repairs_of(r, n1, requirement)
+        seen = {r.id for r in checked[:num_checked]}
+        for _ in range(MAX_REPAIR_ROUNDS):
+            todo: list[tuple[CandidateResult, Candidate, str]] = []
+            for origin, c, added in pending:
+                if c.id in seen:
+                    continue
+                seen.add(c.id)
+                note = self._repair_refused(c, survivor)
+                if note is not None:
+                    repairs.append(Repair(origin.id, c.id, added, c.num_gpus, *note))
+                    continue
+                todo.append((origin, c, added))
+            pending = []
+            if not todo:
+                break
+            fresh = [c for _, c, _ in todo if c.id not in measured]
+            for c in fresh:
+                screened.setdefault(c.id, self.screen(c))
+            runnable = {c.id: c for c in fresh if screened[c.id].reason is None}
+            if runnable:
+                self._measure(list(runnable.values()), screened, measured)
+            # every draw for each repair, measured now or before (as one that can still win)
+            drawn = {c.id: c for _, c, _ in todo if (c.id, 0) in self._searches
+                     and c.id not in self._errors}
+            self._advance(self._more_draws(list(drawn.values())), drawn)
+            for cid, c in drawn.items():
+                measured[cid] = self._result_of(c, screened[cid])
+            tried = []
+            for origin, c, added in todo:
+                why = screened[c.id].reason if c.id in screened else None
+                if c.id not in measured:
+                    repairs.append(Repair(origin.id, c.id, added, c.num_gpus, "pruned",
+                                          f"{c.label()} cannot run: {why}"))
+                    continue
+                tried.append((measured[c.id], origin, added))
+            tried.sort(key=lambda t: self._key(t[0]) if t[0].goodput is not None
+                       else (math.inf, t[0].id))
+            for res, origin, added in tried:
+                label = res.candidate.label()
+                if not self._qualifies(res):
+                    repairs.append(Repair(origin.id, res.id, added, res.candidate.num_gpus,
+                                          "short", f"{label} {self._shortfall(res)}"))
+                    continue
+                if survivor is not None and self._key(res) >= self._key(survivor):
+                    repairs.append(Repair(
+                        origin.id, res.id, added, res.candidate.num_gpus, "outranked",
+                        f"{label} ranks below {survivor.candidate.label()}, which survives"))
+                    continue
+                n1 = self._check(res, checks)
+                if n1 is not None and n1.meets(requirement):
+                    survivor = res
+                    repairs.append(Repair(origin.id, res.id, added, res.candidate.num_gpus,
+                                          "survives", f"{label} keeps its SLO with "
+                                          f"{_lost_parts(n1)} lost"))
+                    continue
+                repairs.append(Repair(origin.id, res.id, added, res.candidate.num_gpus,
+                                      "fails", f"{label} still loses its SLO: "
+                                      f"{_failures(n1)}"))
+                if n1 is not None:
+                    pending += self._repairs_of(res, n1, requirement)
+        return survivor, Survival(
+            ranked[0].id, requirement, tuple(failed), survivor is not None, num_checked,
+            repairs=tuple(repairs), survivor=None if survivor is None else survivor.id)
+
+    def _repairs_of(self, r: CandidateResult, n1: NPlusOne, requirement: str
+                    ) -> list[tuple[CandidateResult, Candidate, str]]:
+        """The smallest additions that could make ``r`` survive what it failed: for each loss
+        that broke its SLO, one more of what was lost (an instance of that pool; for a
+        server, as many instances of each pool as the server held). Under a full budget with
+        ``max_goodput_per_gpu``, a split also tries the same instance bought with the GPUs of
+        the other pool (its neighbouring P:D ratio)."""
+        c = r.candidate
+        counts = {p.role: p.instances for p in c.pools}
+        out: list[tuple[CandidateResult, Candidate, str]] = []
+        for check in n1.tried:
+            if check.holds or (check.kind == "node" and requirement == "n_plus_one_instance"):
+                continue
+            grow = {role: n for role, n in check.roles.items() if role in counts}
+            if not grow:
+                continue
+            added = (f"one more {next(iter(grow))} instance"
+                     if check.kind == "instance" else
+                     "one more server's instances (" + ", ".join(
+                         f"{n} {role}" for role, n in grow.items()) + ")")
+            out.append((r, c.resized({role: counts[role] + n for role, n in grow.items()}),
+                        added))
+            budget = self.plan.gpu_budget
+            if (budget is not None and self.plan.objective == "max_goodput_per_gpu"
+                    and c.layout == "disaggregated" and check.kind == "instance"):
+                (role,) = grow
+                tps = {p.role: p.gpus_per_instance for p in c.pools}
+                other = next(x for x in counts if x != role)
+                moved = {role: counts[role] + 1,
+                         other: counts[other] - math.ceil(tps[role] / tps[other])}
+                if moved[other] >= 1:
+                    out.append((r, c.resized(moved), f"one more {role} instance in place of "
+                                f"{counts[other] - moved[other]} {other}"))
+        return out
+
+    def _repair_refused(self, c: Candidate, survivor: CandidateResult | None
+                        ) -> tuple[str, str] | None:
+        """Why a repair is not simulated: over the budget, or unable to rank above the
+        survivor already found (by the size the objective minimises)."""
+        budget = self.plan.gpu_budget
+        if budget is not None and c.num_gpus > budget:
+            return ("over_budget", f"{c.label()} needs {c.num_gpus} GPUs, over the plan's "
+                    f"gpu_budget of {budget}")
+        if (survivor is not None and self.plan.objective != "max_goodput_per_gpu"
+                and self._size(c) > self._size(survivor.candidate)):
+            what = ("costs more per hour than" if self.plan.objective == "min_cost"
+                    else "needs more GPUs than")
+            return ("outranked", f"{c.label()} {what} {survivor.candidate.label()}, which "
+                    "survives")
+        return None
+
+    def _shortfall(self, r: CandidateResult) -> str:
+        """Why a measured candidate does not qualify, in words."""
+        g = r.goodput
+        if g is None or g.lower_per_s <= 0:
+            return "meets the SLO at no rate on some traffic draw"
+        target = self.plan.target_rate_per_s or 0.0
+        return (f"carries {self._usable(g):,.2f} req/s on its lowest draw, short of the target "
+                f"{target:g}")
 
     def _cliffs(self, results: list[CandidateResult]) -> dict[str, tuple[CliffPoint, ...]]:
         """Every draw of each result at ``CLIFF_FACTORS`` times its mean goodput (one executor
@@ -886,3 +1038,17 @@ def _work(job: Scenario) -> int:
 
 def _kind(result: CandidateResult) -> str:
     return result.candidate.layout
+
+
+def _lost_parts(n1: NPlusOne) -> str:
+    """What the checks took down, in words (decode-0 or node1)."""
+    return " or ".join(c.lost for c in (n1.instance, n1.node) if c is not None) or "a part"
+
+
+def _failures(n1: NPlusOne | None) -> str:
+    """The losses that broke the SLO, each with its attainment after the failure."""
+    if n1 is None:
+        return "its loss could not be simulated"
+    parts = [f"losing {c.lost} leaves {c.attainment_after or 0.0:.1%} within it"
+             for c in n1.tried if not c.holds]
+    return "; ".join(parts) or "a loss could not be simulated (" + "; ".join(n1.notes) + ")"

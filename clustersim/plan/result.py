@@ -213,6 +213,9 @@ class LossCheck:
     """That spare's cost per 1M output tokens of the recommendation at goodput."""
     summary: RunSummary | None = None
     """The run (its ``faults`` hold the timeline the report draws); not in ``to_json``."""
+    roles: dict[str, int] = field(default_factory=dict)
+    """The instances it takes down, by role (an instance: its own; a node: every failure
+    domain with a GPU on it): what a spare must replace."""
 
     @property
     def holds(self) -> bool:
@@ -230,7 +233,7 @@ class LossCheck:
                 "num_failed": self.num_failed,
                 "spare_cost_per_hour": self.spare_cost_per_hour,
                 "spare_cost_per_million_output_tokens":
-                    self.spare_cost_per_million_output_tokens}
+                    self.spare_cost_per_million_output_tokens, "roles": self.roles}
 
 
 @dataclass(frozen=True)
@@ -301,8 +304,31 @@ class Tie:
 
 
 @dataclass(frozen=True)
+class Repair:
+    """A candidate that lost its SLO with a part lost, with one more of that part: what
+    became of it."""
+
+    of: str
+    """The candidate repaired."""
+    candidate: str
+    """The repaired one."""
+    added: str
+    """What was added, in words (one more decode instance, one more server's instances)."""
+    num_gpus: int
+    outcome: str
+    """survives | fails | over_budget | pruned | short | outranked"""
+    detail: str
+    """The outcome in words, with its figures."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"of": self.of, "candidate": self.candidate, "added": self.added,
+                "num_gpus": self.num_gpus, "outcome": self.outcome, "detail": self.detail}
+
+
+@dataclass(frozen=True)
 class Survival:
-    """``plan.require: [n_plus_one]``: the ranked candidates checked until one survives."""
+    """``plan.require: [n_plus_one]``: the ranked candidates checked until one survives, and
+    the repairs of those that did not (one more of what their loss broke)."""
 
     unconstrained: str
     """The best candidate without the requirement."""
@@ -313,12 +339,17 @@ class Survival:
     met: bool
     """Some candidate survived (it is the recommendation)."""
     num_checked: int = 0
-    """How many candidates were checked (when none survived)."""
+    """How many ranked candidates were checked."""
+    repairs: tuple[Repair, ...] = ()
+    """Every repair tried, in the order tried."""
+    survivor: str | None = None
+    """The candidate that survived (the recommendation), when one did."""
 
     def to_json(self) -> dict[str, Any]:
         return {"unconstrained": self.unconstrained, "requirement": self.requirement,
-                "met": self.met, "num_checked": self.num_checked,
-                "failed": [n1.to_json() for n1 in self.failed]}
+                "met": self.met, "survivor": self.survivor, "num_checked": self.num_checked,
+                "failed": [n1.to_json() for n1 in self.failed],
+                "repairs": [r.to_json() for r in self.repairs]}
 
 
 @dataclass(frozen=True)
