@@ -145,3 +145,15 @@ def test_errors_by_dimension_and_split_and_the_targets():
                         (FITTED, "TTFT MAPE, prompts >= 4096"): True,
                         (HELD_OUT, "TPOT MAPE"): True, (HELD_OUT, "TPOT bias"): True,
                         (HELD_OUT, "TTFT MAPE, prompts >= 4096"): False}
+
+
+def test_a_moe_row_replays_end_to_end():
+    """TP4 with expert parallelism and async scheduling, 4 clients: the replay runs the 48
+    requests and prices their decode within a factor of two of the measured mean."""
+    from clustersim.calibration.silicon import replay
+
+    score = replay(_row("minimax_m25_fp8_h100_v0180",
+                        "2026_03_25_minimax_m2_5_h100_sxm_vllm_fp8_agg_1024x1024_c4_tp4_0_ep4_0_234"))
+    assert (score.model, score.parallel, score.concurrency) == ("minimax-m2.5", "TP4 EP4", 4)
+    assert 0.5 < score.sim_tpot_ms / score.tpot_ms < 2.0
+    assert 0.5 < score.sim_ttft_ms / score.ttft_ms < 2.0
