@@ -1,41 +1,62 @@
-"""clustersim against NVIDIA's measured vLLM serving sweeps (the calibration set).
+"""clustersim against NVIDIA's measured vLLM serving sweeps (the calibration set), on a fitted
+and a held-out split.
 
-    python benchmarks/silicon_calibration.py [--rows 0,5,7] [--no-api-server] [--spread]
+    python benchmarks/silicon_calibration.py [--sweep NAME ...] [--rows 0,5,7]
+                                             [--no-api-server] [--spread] [--as-columns]
                                              [--turnaround-ms 30] [--early-fraction 0.5]
                                              [--csv out.csv]
     python benchmarks/silicon_calibration.py --fit-host
-    python benchmarks/silicon_calibration.py --rounds [--rows 0,5,7]
-    python benchmarks/silicon_calibration.py --desync
+    python benchmarks/silicon_calibration.py --rounds [--sweep NAME] [--rows 0,5,7]
+    python benchmarks/silicon_calibration.py --desync [--sweep NAME]
 
-The 45 measured rows of NVIDIA's aiconfigurator (shipped in
-``clustersim/data/calibration/fit/aiconfigurator/``, credited in NOTICE): Llama-3.1-70B with
-vLLM's ``--quantization fp8`` on H100 SXM, one colocated instance at TP 2, 4 or 8, a closed
-loop of ``batch_size`` clients with fixed prompt and output lengths (1K/1K, 1K/8K, 8K/1K), mean
-TTFT and mean TPOT measured. Each row is replayed
-with clustersim's own ``vllm bench serve`` client as the benchmark ran it: about 2 x concurrency
-warm-up requests, then 10 x concurrency measured ones, every prompt and output exactly the
-row's lengths, requests sent as soon as a slot frees (request rate inf). The table gives the
-simulated means beside the measured ones and the error of each, then the mean absolute and the
-mean signed error per metric, overall, by concurrency and by shape. These rows are for calibration:
-whatever is fitted on them says so where it is used; held-out sweeps judge the result.
+Every sweep shipped in ``clustersim/data/calibration/fit/aiconfigurator/`` (credited in
+NOTICE): Llama-3.1-70B with vLLM's ``--quantization fp8`` on H100 SXM at TP 2/4/8;
+MiniMax-M2.5 (FP8 blocks) on H100 (TP4 with expert parallelism, vLLM 0.18) and on H200 (TP4,
+vLLM 0.16; TP8, vLLM 0.18); Kimi-K2.5 (INT4 experts) on H200 at TP8 (vLLM 0.16). Each row is
+a closed loop of clients with fixed prompt and output lengths (1K/1K, 1K/8K, 8K/1K), mean
+TTFT and mean TPOT measured, replayed with clustersim's own ``vllm bench serve`` client as
+the benchmark ran it: about 2 x concurrency warm-up requests, then 10 x concurrency measured
+ones, every prompt and output exactly the row's lengths, requests sent as soon as a slot frees
+(request rate inf), on the vLLM release the row names (``clustersim.calibration.sweeps`` maps
+each column). The table gives the simulated means beside the measured ones and the error of
+each, then the mean absolute and the mean signed error per metric by model, GPU, sweep,
+TP/DP/EP, prompt/output length and concurrency, on the fitted split, the held-out split and
+both (``clustersim.calibration.silicon_split`` says which rows are which), and last each
+model's TPOT and long-prompt TTFT against the targets. A run listed twice in a file counts
+once. ``--fit-host``, ``--rounds`` and ``--desync`` work on the Llama sweep unless ``--sweep``
+names others (``--fit-host``: always; the host time was chosen on it).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import time
 from pathlib import Path
 
 from clustersim.calibration.silicon import (
+    RowScore,
     by_concurrency,
     by_shape,
     measured_cycle_s,
     replay,
     round_ttfts_ms,
+    row_score,
     rows,
+    scenario,
+    simulate,
 )
+from clustersim.calibration.silicon_split import (
+    DIMENSIONS,
+    by_dimension,
+    criteria,
+    measurements,
+)
+from clustersim.calibration.sweeps import SWEEP_FILES, all_rows, deployment
 
+SWEEPS = {name.removeprefix("silicon_vllm_").removesuffix(".csv"): name for name in SWEEP_FILES}
+"""--sweep names: ``llama31_70b_fp8_h100``, ``minimax_m25_fp8_h200_v0180``, ..."""
 PER_LAYER_US = (12, 15, 18, 21, 24, 32.1)
 PER_REQUEST_US = (4.4, 15, 20, 25, 30, 35)
 NEAR_BEST = 0.001
@@ -64,7 +85,7 @@ def fit_host(table: list[dict[str, str]]) -> None:
                          "per_request_overhead_s": request * 1e-6}
                 path = Path(folder) / f"host-{layer}-{request}.yaml"
                 path.write_text(yaml.safe_dump({"profiles": {"h100-sxm": entry}}))
-                errors = [replay(row, gpu=f"h100-sxm@{path}").tpot_error for row in table]
+                errors = [replay(row, profile=str(path)).tpot_error for row in table]
                 mape = sum(abs(e) for e in errors) / len(errors)
                 bias = sum(errors) / len(errors)
                 print(f"{layer:>9}{request:>11}{mape:>11.2%}{bias:>+8.2%}", flush=True)
@@ -92,6 +113,7 @@ def rounds(table: list[dict[str, str]], chosen: list[int]) -> None:
     short = 0
     for i in chosen:
         row = table[i]
+        dep = deployment(row)
         burst = round_ttfts_ms(row)
         spread = round_ttfts_ms(row, spread=True)
         later = sum(burst[1:]) / len(burst[1:])
@@ -102,9 +124,9 @@ def rounds(table: list[dict[str, str]], chosen: list[int]) -> None:
         short += left < spread_later
         error = mixed / measured - 1
         errors.setdefault("all", []).append(error)
-        errors.setdefault(f"C={row['batch_size']}", []).append(error)
+        errors.setdefault(f"C={dep.concurrency}", []).append(error)
         errors.setdefault(f"{row['isl']}/{row['osl']}", []).append(error)
-        print(f"{i:>3} {row['tp_size']:>2} {row['isl']:>5} {row['osl']:>5} {row['batch_size']:>3}"
+        print(f"{i:>3} {dep.tp:>2} {row['isl']:>5} {row['osl']:>5} {dep.concurrency:>3}"
               f"{measured:>11,.1f}{burst[0]:>11,.1f}{later:>11,.1f}{spread_later:>11,.1f}"
               f"{left:>10,.1f}{'<' if left < spread_later else ' '}"
               f"{mixed:>11,.1f}{error:>+8.1%}", flush=True)
@@ -146,14 +168,70 @@ def desync(table: list[dict[str, str]]) -> None:
                   f"{ttft_bias:>+9.1%}{tpot_mape:>11.1%}{tpot_bias:>+9.1%}", flush=True)
 
 
+def _table(table: list[dict[str, str]], chosen: list[int], api_server: bool, spread: bool,
+           turnaround_ms: float, early_fraction: float,
+           as_columns: bool) -> list[tuple[dict[str, str], str, RowScore]]:
+    """Every distinct measurement of ``chosen`` replayed (each scenario simulated once),
+    printed row by row: (row, split, score)."""
+    print(f"{'row':>3} {'model':<14}{'GPU':<9}{'vLLM':<7}{'parallel':<9}{'isl':>5} {'osl':>5} "
+          f"{'C':>3} {'split':<9}" + "".join(f"{h:>10}" for h in (
+              "TTFT meas", "TTFT sim", "err", "TPOT meas", "TPOT sim", "err")))
+    index = {id(table[i]): i for i in chosen}
+    simulated: dict[str, tuple[float, float]] = {}
+    out = []
+    for row, split in measurements([table[i] for i in chosen]):
+        data = scenario(row, api_server, spread, turnaround_s=turnaround_ms / 1e3,
+                        early_fraction=early_fraction, as_columns=as_columns)
+        key = json.dumps(data, sort_keys=True)
+        if key not in simulated:
+            simulated[key] = simulate(data)
+        score = row_score(row, *simulated[key], as_columns=as_columns)
+        out.append((row, split, score))
+        print(f"{index[id(row)]:>3} {score.model:<14}{score.gpu:<9}"
+              f"{score.vllm_version or '-':<7}{score.parallel:<9}{score.isl:>5} {score.osl:>5} "
+              f"{score.concurrency:>3} {split:<9}{score.ttft_ms:>10,.1f}{score.sim_ttft_ms:>10,.1f}"
+              f"{score.ttft_error:>+10.1%}{score.tpot_ms:>10,.2f}{score.sim_tpot_ms:>10,.2f}"
+              f"{score.tpot_error:>+10.1%}", flush=True)
+    notes = sorted({deployment(row, as_columns).note for row, _, _ in out} - {""})
+    for note in notes:
+        print(f"note: {note}")
+    return out
+
+
+def _summary(scored: list[tuple[RowScore, str]]) -> None:
+    print(f"\n{'group':<30}{'split':<10}{'n':>4}{'TTFT MAPE':>11}{'bias':>9}{'TPOT MAPE':>11}"
+          f"{'bias':>9}   {'TTFT, prompts >= 4K':<20}")
+    for dimension in DIMENSIONS:
+        if dimension != "all":
+            print(f"by {dimension}")
+        for name, split, e in by_dimension(scored, dimension):
+            long = (f"{e.long_n:>4}{e.long_ttft_mape:>9.1%}{e.long_ttft_bias:>+9.1%}"
+                    if e.long_n else "")
+            print(f"{name:<30}{split:<10}{e.n:>4}{e.ttft_mape:>11.1%}{e.ttft_bias:>+9.1%}"
+                  f"{e.tpot_mape:>11.1%}{e.tpot_bias:>+9.1%}   {long}")
+    print("\ntargets: TPOT MAPE <= 10 %, TPOT bias within +-5 %, TTFT MAPE of prompts >= 4K "
+          "<= 25 %, each model on each split")
+    for c in criteria(scored):
+        value = f"{c.value:+.1%}" if "bias" in c.what else f"{c.value:.1%}"
+        print(f"{c.model:<15}{c.split:<10}{c.what:<26}{value:>9}  limit {c.limit:.0%}"
+              f"  {'met' if c.met else 'MISSED'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", help="comma-separated row numbers (default: all)")
+    parser.add_argument("--sweep", action="append", choices=sorted(SWEEPS),
+                        help="replay this sweep (repeatable; default: every sweep, and the "
+                        "Llama sweep for --rounds and --desync)")
+    parser.add_argument("--rows", help="comma-separated row numbers within the chosen sweeps "
+                        "(default: all)")
     parser.add_argument("--no-api-server", action="store_true",
                         help="replay without the API server's own time")
     parser.add_argument("--csv", type=Path, help="also write the table here")
     parser.add_argument("--spread", action="store_true",
                         help="what-if: clients opened evenly over one measured cycle")
+    parser.add_argument("--as-columns", action="store_true",
+                        help="what-if: the parallelism as the columns say where a row's id "
+                        "contradicts them (15 MiniMax H100 rows)")
     parser.add_argument("--turnaround-ms", type=float, default=0.0,
                         help="what-if: the client's mean time between an answer and its "
                         "slot's next send (exponential draws; workload.turnaround_s)")
@@ -167,12 +245,15 @@ def main() -> None:
                         help="what spreads the clients: client waits against answer-length "
                         "spread, every row, one table")
     parser.add_argument("--fit-host", action="store_true",
-                        help="grid-search the host time per layer and per request instead")
+                        help="grid-search the host time per layer and per request on the "
+                        "Llama sweep instead")
     args = parser.parse_args()
-    table = rows()
     if args.fit_host:
-        fit_host(table)
+        fit_host(rows())
         return
+    default = [SWEEP_FILES[0]] if args.rounds or args.desync else list(SWEEP_FILES)
+    names = default if args.sweep is None else [SWEEPS[n] for n in args.sweep]
+    table = [row for row in all_rows() if row["sweep"] in names]
     if args.desync:
         desync(table)
         return
@@ -181,38 +262,23 @@ def main() -> None:
     if args.rounds:
         rounds(table, list(chosen))
         return
-    header = ("row", "TP", "isl", "osl", "C", "TTFT meas", "TTFT sim", "err", "TPOT meas",
-              "TPOT sim", "err")
-    print(f"{header[0]:>3} {header[1]:>2} {header[2]:>5} {header[3]:>5} {header[4]:>3}"
-          + "".join(f"{h:>11}" for h in header[5:]))
-    out = []
     started = time.perf_counter()
-    for i in chosen:
-        score = replay(table[i], not args.no_api_server, spread=args.spread,
-                       turnaround_s=args.turnaround_ms / 1e3, early_fraction=args.early_fraction)
-        out.append((i, score))
-        print(f"{i:>3} {score.tp:>2} {score.isl:>5} {score.osl:>5} {score.concurrency:>3}"
-              f"{score.ttft_ms:>11,.1f}{score.sim_ttft_ms:>11,.1f}{score.ttft_error:>+11.1%}"
-              f"{score.tpot_ms:>11,.2f}{score.sim_tpot_ms:>11,.2f}{score.tpot_error:>+11.1%}",
-              flush=True)
-    print()
-    print(f"{'rows':<10}{'n':>4}{'TTFT MAPE':>12}{'TTFT bias':>12}{'TPOT MAPE':>12}"
-          f"{'TPOT bias':>12}")
-    scores = [score for _, score in out]
-    for name, n, ttft_mape, ttft_bias, tpot_mape, tpot_bias in (by_concurrency(scores)
-                                                                 + by_shape(scores)):
-        print(f"{name:<10}{n:>4}{ttft_mape:>12.1%}{ttft_bias:>+12.1%}{tpot_mape:>12.1%}"
-              f"{tpot_bias:>+12.1%}")
-    print(f"\n{len(out)} rows in {time.perf_counter() - started:,.1f} s")
+    out = _table(table, list(chosen), not args.no_api_server, args.spread,
+                 args.turnaround_ms, args.early_fraction, args.as_columns)
+    scored = [(score, split) for _, split, score in out]
+    _summary(scored)
+    print(f"\n{len(out)} distinct measurements of {len(chosen)} rows in "
+          f"{time.perf_counter() - started:,.1f} s")
     if args.csv is not None:
         with args.csv.open("w", newline="") as f:
             writer = csv.writer(f, lineterminator="\n")
-            writer.writerow(("row", "tp", "isl", "osl", "concurrency", "ttft_ms_measured",
-                             "ttft_ms_sim", "ttft_error", "tpot_ms_measured", "tpot_ms_sim",
-                             "tpot_error"))
-            writer.writerows((i, r.tp, r.isl, r.osl, r.concurrency, r.ttft_ms, r.sim_ttft_ms,
+            writer.writerow(("id", "sweep", "model", "gpu", "vllm", "parallel", "isl", "osl",
+                             "concurrency", "split", "ttft_ms_measured", "ttft_ms_sim",
+                             "ttft_error", "tpot_ms_measured", "tpot_ms_sim", "tpot_error"))
+            writer.writerows((row["id"], r.sweep, r.model, r.gpu, r.vllm_version, r.parallel,
+                              r.isl, r.osl, r.concurrency, split, r.ttft_ms, r.sim_ttft_ms,
                               r.ttft_error, r.tpot_ms, r.sim_tpot_ms, r.tpot_error)
-                             for i, r in out)
+                             for row, split, r in out)
 
 
 if __name__ == "__main__":

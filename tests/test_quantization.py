@@ -76,6 +76,27 @@ def test_gptq_fp8_compressed_tensors_and_modelopt_configs():
     assert read({"quant_method": "modelopt", "quant_algo": "FP8"}).method == "modelopt"
 
 
+def test_an_ignore_list_of_everything_but_the_routed_experts_quantizes_those_alone():
+    def scope(ignore):
+        return quantization_from_hf({"quantization_config": {
+            "quant_method": "compressed-tensors", "ignore": ignore, "config_groups": {"g": {
+                "weights": {"num_bits": 4, "type": "int", "strategy": "group",
+                            "group_size": 32}}}}}, "config.json").modules
+
+    kimi = ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*",
+            "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"]
+    assert scope(kimi) == "experts"
+    # attention alone left out: the shared experts and dense MLPs are quantized too
+    assert scope(["lm_head", "re:.*self_attn.*"]) == "linear"
+    assert scope(None) == scope(["lm_head"]) == "linear"
+    # a pattern that also catches the routed experts leaves them unquantized: not experts-only
+    assert scope([*kimi, "re:.*experts.*"]) == "linear"
+    with pytest.raises(InputError, match="ignore pattern 're:.*\\(': "):
+        scope(["re:.*("])
+    with pytest.raises(InputError, match="ignore must be a list"):
+        scope("lm_head")
+
+
 def test_unpriced_quant_methods_are_path_errors(tmp_path):
     path = write_config(tmp_path, {"quant_method": "bitsandbytes", "load_in_4bit": True})
     with pytest.raises(InputError) as excinfo:

@@ -134,6 +134,8 @@ def ship_aiconfigurator(source: Path, out: Path) -> None:
     - ``moe_mxfp4_<gpu>.csv``: vLLM's gpt-oss MXFP4 MoE (w4a16_mxfp4, OpenAI's Triton
       kernels) with balanced routing at ``AIC_MOE_PARALLEL`` TP and EP sizes and every token
       count measured, the same columns.
+    - ``silicon_vllm_<model>_<gpu>[_<version>].csv``: the measured serving sweeps of
+      ``silicon_calibration/``, verbatim (``clustersim.calibration.sweeps`` reads them).
     """
     out.mkdir(parents=True, exist_ok=True)
     data = source / "systems" / "data"
@@ -185,6 +187,8 @@ def ship_aiconfigurator(source: Path, out: Path) -> None:
                    "moe_ep_size", "num_tokens", "latency"]
         frame = frame.loc[keep, columns].sort_values(columns[:-1])
         _write_csv(frame, out / f"moe_mxfp4_{_AIC_GPUS[folder]}.csv")
+    for sweep in sorted((source / "silicon_calibration").glob("vllm_*.csv")):
+        shutil.copy(sweep, out / f"silicon_{sweep.name}")
     license_file = out / "LICENSE.aiconfigurator-Apache-2.0.txt"
     license_file.write_bytes((source / license_file.name).read_bytes())
 

@@ -1,36 +1,49 @@
-"""NVIDIA's 45 measured vLLM serving runs (the calibration rows of the time outside the kernels)
-replayed with clustersim's own benchmark client.
+"""NVIDIA's measured vLLM serving sweeps replayed with clustersim's own benchmark client.
 
-The rows (``fit/aiconfigurator/silicon_vllm_llama31_70b_fp8_h100.csv``, credited in NOTICE):
-Llama-3.1-70B with vLLM's ``--quantization fp8`` on H100 SXM, one colocated instance at TP 2, 4
-or 8, a closed loop of 4 to 64 clients with fixed prompt and output lengths (1K/1K, 1K/8K,
-8K/1K), mean TTFT and mean TPOT measured. Each row is replayed as its benchmark ran: about
-2 x concurrency warm-ups, then 10 x concurrency measured requests, every prompt and output
-exactly the row's lengths, requests sent as soon as a slot frees (request rate inf). The host
-time of each engine step in fit-v2 is fitted on these rows; ``clustersim validate`` shows them
-beside the held-out sets, marked as what they are.
+The sweeps (``fit/aiconfigurator/silicon_vllm_*.csv``, credited in NOTICE; what each row ran:
+``clustersim.calibration.sweeps``): Llama-3.1-70B with vLLM's ``--quantization fp8`` on H100
+SXM at TP 2, 4 or 8 (the 45 rows the host time of each engine step was fitted on), and two MoE
+models, MiniMax-M2.5 (FP8 blocks) on H100 and H200 with TP and expert parallelism, and
+Kimi-K2.5 (INT4 experts, MLA) on H200 at TP8. Each row is a closed loop of clients with fixed
+prompt and output lengths (1K/1K, 1K/8K, 8K/1K), mean TTFT and mean TPOT measured, and is
+replayed as its benchmark ran: about 2 x concurrency warm-ups, then 10 x concurrency measured
+requests, every prompt and output exactly the row's lengths, requests sent as soon as a slot
+frees (request rate inf), on the vLLM release the row names where it names one.
+``clustersim validate`` shows the Llama rows beside the held-out sets, marked as what they
+are.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from clustersim.calibration.sources import FIT_DIR
-from clustersim.inputs import read_bytes
+from clustersim.calibration.sweeps import (
+    SWEEP_DIR,
+    SWEEP_FILES,
+    Deployment,
+    check_weights,
+    deployment,
+    sweep_rows,
+    topology,
+)
 
-ROWS_FILE = FIT_DIR / "aiconfigurator" / "silicon_vllm_llama31_70b_fp8_h100.csv"
+ROWS_FILE = SWEEP_DIR / SWEEP_FILES[0]
 WARMUPS_PER_CLIENT = 2
 MEASURED_PER_CLIENT = 10
 """NVIDIA's aiperf recipes: about 2 x concurrency warm-ups, 10 x concurrency measured."""
+ASYNC_SCHEDULING_SINCE = (0, 14)
+"""vLLM v0.14.0 turned async scheduling on by default (release notes: "Async scheduling is
+now enabled by default", PR #27614); the rows that name a release ran 0.16 or 0.18."""
+GPU_MEMORY_UTILIZATION_BEFORE_0_25 = 0.9
+"""vLLM's --gpu-memory-utilization default before v0.25 (0.92 from then on, clustersim's
+default; engine.vllm_version's description)."""
 
 
 @dataclass(frozen=True)
 class RowScore:
-    """One row replayed: its shape, the measured and simulated means (ms)."""
+    """One row replayed: its deployment and shape, the measured and simulated means (ms)."""
 
     tp: int
     isl: int
@@ -40,6 +53,14 @@ class RowScore:
     tpot_ms: float
     sim_ttft_ms: float
     sim_tpot_ms: float
+    model: str = "llama-3.1-70b"
+    gpu: str = "h100-sxm"
+    parallel: str = ""
+    """``TP8``, ``TP4 EP4``, ``DP4 x TP4 EP16``."""
+    vllm_version: str = ""
+    """The release the row names; empty where it names none."""
+    sweep: str = ""
+    """The shipped file the row comes from."""
 
     @property
     def ttft_error(self) -> float:
@@ -51,9 +72,8 @@ class RowScore:
 
 
 def rows() -> list[dict[str, str]]:
-    """The measured rows, every column as text."""
-    text = read_bytes(ROWS_FILE, "calibration rows").decode("utf-8")
-    return list(csv.DictReader(io.StringIO(text, newline="")))
+    """The Llama-3.1-70B rows the host time was fitted on, every column as text."""
+    return sweep_rows(SWEEP_FILES[0])
 
 
 def measured_cycle_s(row: dict[str, str]) -> float:
@@ -62,39 +82,86 @@ def measured_cycle_s(row: dict[str, str]) -> float:
     return (float(row["silicon_ttft_ms"]) + (osl - 1) * float(row["silicon_tpot_ms"])) / 1e3
 
 
+def _version(text: str) -> tuple[int, int]:
+    major, minor = text.split(".")[:2]
+    return int(major), int(minor)
+
+
+def _engine(dep: Deployment, isl: int, osl: int) -> dict:
+    """The engine arguments of a row's server: its quantization, room for its requests, and
+    the defaults of the vLLM release it names (none named: clustersim's defaults, as the
+    host time was fitted)."""
+    engine: dict = {} if dep.quantization is None else {"quantization": dep.quantization}
+    engine["max_model_len"] = isl + osl + 256
+    if dep.vllm_version is not None:
+        release = _version(dep.vllm_version)
+        engine["vllm_version"] = ".".join(map(str, release))
+        if release < (0, 25):
+            engine["gpu_memory_utilization"] = GPU_MEMORY_UTILIZATION_BEFORE_0_25
+        # data-parallel MoE ranks step together, modelled with sync scheduling only
+        engine["async_scheduling"] = release >= ASYNC_SCHEDULING_SINCE and dep.dp == 1
+    return engine
+
+
+def _check_precision(row: dict[str, str], dep: Deployment) -> None:
+    from clustersim.catalog import load_model
+    from clustersim.catalog.quantization import online_fp8
+
+    quant = online_fp8() if dep.quantization == "fp8" else load_model(dep.model).quantization
+    if quant is None:
+        raise ValueError(f"{row['id']}: {dep.model} is not quantized, the row is")
+    check_weights(row, quant.weight_bits, quant.activation_bits)
+
+
 def scenario(row: dict[str, str], api_server: bool = True, spread: bool = False,
-             gpu: str = "h100-sxm", turnaround_s: float = 0.0,
-             early_fraction: float = 0.0, short_answers: float = 0.0) -> dict:
+             profile: str | None = None, turnaround_s: float = 0.0,
+             early_fraction: float = 0.0, short_answers: float = 0.0,
+             as_columns: bool = False) -> dict:
     """The row as a scenario. ``spread``: the measured run's clients opened one by one over
     one measured cycle (TTFT + (osl - 1) x TPOT), so that they start evenly spread, a what-if
-    (the rows do not say how their clients started). ``gpu``: the GPU with a profile
-    (``h100-sxm@vidur``). ``turnaround_s``: the client's mean time between an answer and its
+    (the rows do not say how their clients started). ``profile``: the GPU's calibration
+    profile (``vidur``, ``aiconfigurator`` or a profile file; default the shipped one).
+    ``turnaround_s``: the client's mean time between an answer and its
     slot's next send (``workload.turnaround_s``), a what-if (the rows do not record it).
     ``early_fraction``: that share of the answers ends early, at a length drawn uniformly from
     2 to ``osl`` tokens, the rest at ``osl``, a what-if (answers that stop at the model's
     end-of-text token when the server drops the request's ``ignore_eos``).
     ``short_answers``: every answer drawn uniformly from ``(1 - short_answers) x osl`` to
-    ``osl`` tokens, a what-if (answers a few tokens apart, which no fixed-length run has)."""
+    ``osl`` tokens, a what-if (answers a few tokens apart, which no fixed-length run has).
+    ``as_columns``: the parallelism as the columns say where the row's id contradicts them
+    (``clustersim.calibration.sweeps``), a what-if."""
     if early_fraction > 0 and short_answers > 0:
         raise ValueError("early_fraction and short_answers are two answer-length what-ifs; "
                          "give one")
+    dep = deployment(row, as_columns)
+    _check_precision(row, dep)
     isl, osl = int(row["isl"]), int(row["osl"])
-    clients = int(row["batch_size"])
+    clients = dep.concurrency
+    name = (f"silicon-tp{dep.tp}-{isl}x{osl}-c{clients}" if dep.model == "llama-3.1-70b" else
+            f"silicon-{dep.model}-{dep.gpu}-{dep.parallel.replace(' ', '')}-{isl}x{osl}"
+            f"-c{clients}")
     data: dict = {
-        "name": f"silicon-tp{row['tp_size']}-{isl}x{osl}-c{clients}",
+        "name": name,
         "seed": 0,
-        "model": "llama-3.1-70b",
-        "gpu": gpu,
-        "tensor_parallel_size": int(row["tp_size"]),
-        "engine": {"quantization": "fp8", "max_model_len": isl + osl + 256},
-        "workload": {
-            "kind": "benchmark",
-            "num_prompts": MEASURED_PER_CLIENT * clients,
-            "num_warmups": WARMUPS_PER_CLIENT * clients,
-            "max_concurrency": clients,
-            "request_rate": math.inf,
-            "lengths": {"kind": "independent", "prompt_tokens": isl, "output_tokens": osl},
-        },
+        "model": dep.model,
+        "gpu": dep.gpu if profile is None else f"{dep.gpu}@{profile}",
+        "tensor_parallel_size": dep.tp,
+    }
+    if dep.dp > 1:
+        data["data_parallel_size"] = dep.dp
+    if dep.expert_parallel:
+        data["enable_expert_parallel"] = True
+    nodes = topology(dep)
+    if nodes is not None:
+        data["topology"] = nodes
+    data["engine"] = _engine(dep, isl, osl)
+    data["workload"] = {
+        "kind": "benchmark",
+        "num_prompts": MEASURED_PER_CLIENT * clients,
+        "num_warmups": WARMUPS_PER_CLIENT * clients,
+        "max_concurrency": clients,
+        "request_rate": math.inf,
+        "lengths": {"kind": "independent", "prompt_tokens": isl, "output_tokens": osl},
     }
     if turnaround_s > 0:
         data["workload"]["turnaround_s"] = turnaround_s
@@ -116,20 +183,35 @@ def scenario(row: dict[str, str], api_server: bool = True, spread: bool = False,
     return data
 
 
-def replay(row: dict[str, str], api_server: bool = True, spread: bool = False,
-           gpu: str = "h100-sxm", turnaround_s: float = 0.0,
-           early_fraction: float = 0.0, short_answers: float = 0.0) -> RowScore:
-    """The row's benchmark, simulated."""
+def simulate(data: dict) -> tuple[float, float]:
+    """A row's scenario run: the simulated mean TTFT and TPOT (ms)."""
     from clustersim.metrics import summarize_run
     from clustersim.scenario import parse_scenario
     from clustersim.sim import run_scenario
 
-    data = scenario(row, api_server, spread, gpu, turnaround_s, early_fraction, short_answers)
     summary = summarize_run(run_scenario(parse_scenario(data), record_steps=False))
-    return RowScore(int(row["tp_size"]), int(row["isl"]), int(row["osl"]),
-                    int(row["batch_size"]), float(row["silicon_ttft_ms"]),
-                    float(row["silicon_tpot_ms"]), summary.ttft_s.mean * 1e3,
-                    summary.tpot_s.mean * 1e3)
+    return summary.ttft_s.mean * 1e3, summary.tpot_s.mean * 1e3
+
+
+def row_score(row: dict[str, str], sim_ttft_ms: float, sim_tpot_ms: float,
+              as_columns: bool = False) -> RowScore:
+    """A row beside its simulated means."""
+    dep = deployment(row, as_columns)
+    return RowScore(dep.tp, int(row["isl"]), int(row["osl"]), dep.concurrency,
+                    float(row["silicon_ttft_ms"]), float(row["silicon_tpot_ms"]),
+                    sim_ttft_ms, sim_tpot_ms, model=dep.model, gpu=dep.gpu,
+                    parallel=dep.parallel, vllm_version=dep.vllm_version or "",
+                    sweep=row.get("sweep", ""))
+
+
+def replay(row: dict[str, str], api_server: bool = True, spread: bool = False,
+           profile: str | None = None, turnaround_s: float = 0.0,
+           early_fraction: float = 0.0, short_answers: float = 0.0,
+           as_columns: bool = False) -> RowScore:
+    """The row's benchmark, simulated."""
+    data = scenario(row, api_server, spread, profile, turnaround_s, early_fraction,
+                    short_answers, as_columns)
+    return row_score(row, *simulate(data), as_columns=as_columns)
 
 
 def round_ttfts_ms(row: dict[str, str], spread: bool = False) -> list[float]:
@@ -141,7 +223,7 @@ def round_ttfts_ms(row: dict[str, str], spread: bool = False) -> list[float]:
     from clustersim.sim import run_scenario
     from clustersim.workload.benchmark import WARMUP_PREFIX
 
-    clients = int(row["batch_size"])
+    clients = deployment(row).concurrency
     result = run_scenario(parse_scenario(scenario(row, spread=spread)), record_steps=False)
     measured = sorted((r for r in result.requests
                        if not str(r.request_id).startswith(WARMUP_PREFIX)),
@@ -155,8 +237,7 @@ def round_ttfts_ms(row: dict[str, str], spread: bool = False) -> list[float]:
 def score(profile: str | None = None) -> list[RowScore]:
     """Every row replayed with the API server's defaults, on the shipped profile or another
     (``vidur``, ``aiconfigurator`` or a profile file)."""
-    gpu = "h100-sxm" if profile is None else f"h100-sxm@{profile}"
-    return [replay(row, gpu=gpu) for row in rows()]
+    return [replay(row, profile=profile) for row in rows()]
 
 
 def by_concurrency(scores: Sequence[RowScore]) -> list[tuple[str, int, float, float, float, float]]:

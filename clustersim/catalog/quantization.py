@@ -21,6 +21,7 @@ start-up (``clustersim.engine.quantization``); this module only reads formats.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -64,8 +65,9 @@ class QuantizationSpec(BaseModel):
     lm_head: bool = Field(False, description="The LM head is quantized too (GPTQ/AWQ 'lm_head').")
     modules: Literal["linear", "experts"] = Field(
         "linear", description="linear: every linear layer of the decoder; experts: the routed "
-        "experts only, attention, router, embeddings and LM head left in the model's dtype "
-        "(gpt-oss's MXFP4 checkpoints: modules_to_not_convert).")
+        "experts only, attention, router, shared experts, dense MLPs, embeddings and LM head "
+        "left in the model's dtype (gpt-oss's MXFP4 checkpoints: modules_to_not_convert; "
+        "Kimi-K2.5's INT4 experts: compressed-tensors' ignore list).")
     serialized: bool = Field(
         True, description="The checkpoint stores quantized weights; False: vLLM quantizes a "
         "16-bit checkpoint while loading (--quantization fp8 on a BF16 model).")
@@ -232,7 +234,48 @@ def _compressed_tensors(cfg: dict[str, Any], where: str) -> QuantizationSpec:
         weight_block_size=tuple(block) if isinstance(block, list) and len(block) == 2 else None,
         scale_bytes=2 if strategy == "group" else 4,
         zero_point=not bool(weights.get("symmetric", True)), activation_bits=a_bits,
-        activation_type=a_type)
+        activation_type=a_type,
+        modules="experts" if _ignores_all_but_routed_experts(cfg.get("ignore"), where)
+        else "linear")
+
+
+_NOT_ROUTED_EXPERTS = (
+    "model.layers.0.self_attn.o_proj",
+    "model.layers.1.mlp.shared_experts.down_proj",
+    "model.layers.0.mlp.down_proj",
+)
+"""A DeepSeek-style decoder's linear layers other than its routed experts, as vLLM names
+them (vllm/model_executor/models/deepseek_v2.py): attention, the shared experts, the dense
+first layers' MLP."""
+_ROUTED_EXPERTS = "model.layers.1.mlp.experts"
+"""vLLM's FusedMoE layer of the same decoder."""
+
+
+def _ignores_all_but_routed_experts(ignore: Any, where: str) -> bool:
+    """Whether a compressed-tensors ``ignore`` list leaves every linear layer but the routed
+    experts unquantized (Kimi-K2-Thinking / K2.5's native INT4: ``re:.*self_attn.*``,
+    ``re:.*shared_experts.*``, ``re:.*mlp\\.(gate|up|gate_up|down)_proj.*``). Each entry is
+    an exact layer name or, after ``re:``, a regular expression matched from the name's start,
+    as compressed-tensors' ``find_name_or_class_matches`` and vLLM's ``should_ignore_layer``
+    read them. Other partial lists are read as quantizing every linear layer."""
+    if ignore is None:
+        return False
+    if not isinstance(ignore, list) or not all(isinstance(p, str) for p in ignore):
+        raise InputError(where, "ignore must be a list of layer names and 're:' patterns")
+
+    def ignored(name: str) -> bool:
+        for pattern in ignore:
+            if pattern.startswith("re:"):
+                try:
+                    if re.match(pattern[3:], name):
+                        return True
+                except re.error as exc:
+                    raise InputError(where, f"ignore pattern {pattern!r}: {exc}") from None
+            elif pattern == name:
+                return True
+        return False
+
+    return all(map(ignored, _NOT_ROUTED_EXPERTS)) and not ignored(_ROUTED_EXPERTS)
 
 
 def _mxfp4(cfg: dict[str, Any], where: str) -> QuantizationSpec:

@@ -1,0 +1,101 @@
+"""The two MoE models of the measured serving sweeps: MiniMax-M2.5 (FP8 blocks, GQA) and
+Kimi-K2.5 (INT4 routed experts, MLA), as their config.json files describe them and vLLM loads
+and runs them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from clustersim.catalog import load_gpu, load_model
+from clustersim.catalog.quantization import QuantizationSpec
+from clustersim.cost.roofline import CostModel
+from clustersim.engine.quantization import served_model
+
+KIMI_INT4 = {  # Kimi-K2.5's quantization_config (its ignore list keeps all but the experts)
+    "quant_method": "compressed-tensors", "format": "pack-quantized",
+    "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+        "num_bits": 4, "type": "int", "symmetric": True, "strategy": "group",
+        "group_size": 32}}},
+    "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*",
+               "re:.*mlp\\.(gate|up|gate_up|down)_proj.*", "re:vision_tower.*",
+               "re:mm_projector.*"],
+}
+KIMI_K25_CONFIG = {  # the fields of moonshotai/Kimi-K2.5's config.json the reader uses
+    "architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
+    "quantization_config": KIMI_INT4,
+    "text_config": {
+        "architectures": ["DeepseekV3ForCausalLM"], "model_type": "kimi_k2",
+        "num_hidden_layers": 61, "hidden_size": 7168, "num_attention_heads": 64,
+        "num_key_value_heads": 64, "intermediate_size": 18432, "vocab_size": 163840,
+        "max_position_embeddings": 262144, "n_routed_experts": 384, "n_shared_experts": 1,
+        "num_experts_per_tok": 8, "moe_intermediate_size": 2048, "moe_layer_freq": 1,
+        "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1, "kv_lora_rank": 512,
+        "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+        "v_head_dim": 128, "tie_word_embeddings": False, "torch_dtype": "bfloat16"},
+}
+MINIMAX_M25_CONFIG = {  # the fields of MiniMaxAI/MiniMax-M2.5's config.json the reader uses
+    "architectures": ["MiniMaxM2ForCausalLM"], "model_type": "minimax_m2",
+    "num_hidden_layers": 62, "hidden_size": 3072, "num_attention_heads": 48,
+    "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 1536,
+    "num_local_experts": 256, "num_experts_per_tok": 8, "shared_intermediate_size": 0,
+    "vocab_size": 200064, "max_position_embeddings": 196608, "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "quantization_config": {"quant_method": "fp8", "fmt": "float8_e4m3fn",
+                            "activation_scheme": "dynamic", "weight_block_size": [128, 128],
+                            "modules_to_not_convert": ["gate", "e_score_correction_bias",
+                                                       "lm_head"]},
+}
+
+
+def _read(tmp_path, name, config):
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    return load_model(str(folder))
+
+
+@pytest.mark.parametrize(("model_id", "config"), [("kimi-k2.5", KIMI_K25_CONFIG),
+                                                  ("minimax-m2.5", MINIMAX_M25_CONFIG)])
+def test_the_config_json_reads_as_the_catalog_entry(tmp_path, model_id, config):
+    model, catalog = _read(tmp_path, model_id, config), load_model(model_id)
+    assert model.num_params == catalog.num_params
+    assert model.active_params == catalog.active_params
+    assert model.quantization == catalog.quantization
+    assert model.weight_bytes == catalog.weight_bytes
+
+
+def test_minimax_counts_what_its_model_card_says():
+    model = load_model("minimax-m2.5")
+    # 230B total, 10B activated (model card); the Hub's safetensors count is these weights
+    # plus one fp32 scale per 128 x 128 block of every FP8 layer
+    assert model.num_params == 228_689_304_576
+    assert (model.active_params - 2 * 200_064 * 3072) / 1e9 == pytest.approx(9.80, abs=0.01)
+    scales = sum(-(-k // 128) * -(-n // 128) * count for k, n, count in model.linear_shapes())
+    assert model.num_params + scales == pytest.approx(228_703_644_928, rel=1e-5)
+    # GQA: 8 KV heads of 128, 62 layers, BF16; TP4 holds 2 heads a rank, TP8 one
+    assert model.kv_bytes_per_token() == 2 * 62 * 8 * 128 * 2 == 253_952
+    assert model.kv_bytes_per_token(4) == 63_488 and model.kv_bytes_per_token(8) == 31_744
+
+
+def test_kimi_keeps_all_but_its_routed_experts_in_bf16():
+    model = load_model("kimi-k2.5")
+    quant = model.quantization
+    assert quant == QuantizationSpec(method="compressed-tensors", weight_bits=4,
+                                     weight_type="int", group_size=32, scale_bytes=2,
+                                     modules="experts")
+    # 60 MoE layers x 384 experts x 3 x 7168 x 2048 weights at 4 bits + a BF16 scale per 32
+    experts = 60 * 384 * 3 * 7168 * 2048
+    assert model.weight_bytes == pytest.approx(
+        experts * (0.5 + 2 / 32) + (model.num_params - experts) * 2)
+    assert model.weight_bytes / 1e9 == pytest.approx(594.2, abs=0.1)
+    assert model.kv_bytes_per_token(8) == 61 * (512 + 64) * 2 == 70_272  # one latent a rank
+
+
+def test_kimi_runs_its_experts_on_marlin_and_the_rest_in_16_bits():
+    gpu = load_gpu("h200")
+    cost = CostModel(served_model(load_model("kimi-k2.5"), gpu), gpu, tp=8)
+    assert (cost.kernel.name, cost.expert_kernel.name) == ("w16a16", "marlin")
+    minimax = CostModel(served_model(load_model("minimax-m2.5"), gpu), gpu, tp=8)
+    assert (minimax.kernel.name, minimax.expert_kernel.name) == ("w8a8_fp8", "w8a8_fp8")
