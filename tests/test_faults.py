@@ -82,6 +82,21 @@ def test_a_repaired_instance_comes_back_empty_and_is_chosen_again():
     assert [s.num_running for s in main_0 if s.start_s >= 2.05][0] == 1  # only D
 
 
+def test_a_repaired_instance_serves_again_only_after_its_restart():
+    """faults.restart_s: repaired at 2.05 s, main-0 starts for 1 s more (weights, graphs), so
+    D, arriving at 2.5 s, goes to main-1; the tally says when it served again."""
+    requests = [("A", 0.0, 8, 20), ("B", 0.0, 8, 20), ("C", 1.5, 8, 5), ("D", 2.5, 8, 5),
+                ("E", 3.5, 8, 5)]
+    result = run(two_instances({"events": [{**MAIN_0_AT_1_05, "repair_after_s": 1.0}],
+                                "client": {"max_retries": 0}, "restart_s": 1.0}, requests))
+    done = by_id(result)
+    assert done["D"].decode_instance == "main-1"  # 2.5 s: repaired, still starting
+    assert done["E"].decode_instance == "main-0"  # 3.5 s: serving again
+    assert result.faults.tallies["instance main-0 failed at 1.05 s"].repair_s == 3.05
+    assert all(s.end_s <= 1.05 or s.start_s >= 3.05 for s in result.steps
+               if s.instance == "main-0")
+
+
 def test_a_retried_request_out_of_retries_ends_rejected_with_its_attempts():
     # main-0 is the only instance: A is lost at 0.5 s, sent again at 0.7 s (main-0 is back at
     # 0.6 s), and lost again at 1.05 s with no retry left

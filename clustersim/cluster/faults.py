@@ -63,7 +63,8 @@ class FaultTally:
     """How reasons and summaries name it, e.g. ``instance decode-1 failed at 30 s``."""
     at_s: float
     repair_s: float | None = None
-    """When it came back (None: it did not, in this run)."""
+    """When it came back (its engines serving again, ``faults.restart_s`` after its repair;
+    None: it did not, in this run)."""
     num_lost: int = 0
     """Attempts of requests it lost (a request lost twice counts twice)."""
     num_retried: int = 0
@@ -210,10 +211,20 @@ class Faults:
             timer.callbacks.append(lambda _e: self._repair(target))
 
     def _repair(self, target: _Target) -> None:
-        self.log.tallies[target.label].repair_s = self.env.now
+        """What failed is repaired: its links carry again now, its engines serve again once
+        they have started (``faults.restart_s`` later)."""
         flows = self.cluster.flows
         if target.edges and flows is not None:
             flows.restore_edges(target.edges, target.label)
+        restart_s = self.spec.restart_s
+        if restart_s > 0 and target.instances:
+            timer = self.env.timeout(restart_s)
+            timer.callbacks.append(lambda _e: self._restart(target))
+            return
+        self._restart(target)
+
+    def _restart(self, target: _Target) -> None:
+        self.log.tallies[target.label].repair_s = self.env.now
         for key in target.instances:
             causes = self._down[key]
             causes.remove(target.label)

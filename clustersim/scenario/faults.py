@@ -10,6 +10,7 @@
         - {kind: link, between: [node0/nic0, leaf0], at_s: 10, repair_after_s: 5}
       kv_transfer_failure_probability: 0.01                # each KV transfer, independently
       client: {max_retries: 2, retry_delay_s: 0.5}         # openai-python's defaults
+      restart_s: 120                                       # an engine's start after a repair
 
 Names are checked against the built cluster (``clustersim.cluster.faults``); what a failure
 does to requests, links and transfers is described there.
@@ -115,4 +116,13 @@ class FaultsSpec(Strict):
     )
     client: ClientRetries = Field(
         default_factory=ClientRetries, description="Whether and how clients retry."
+    )
+    restart_s: Seconds = Field(
+        0.0,
+        description="How long an engine takes to serve again once what failed is repaired "
+        "(repair_after_s): loading its weights, profiling memory, compiling and capturing "
+        "CUDA graphs, its whole data-parallel group together, which serves nothing until "
+        "then. 0: at once. vLLM's cold start is about 20 s for a 1.5B model (vllm issue "
+        "15225), 4.6 min for a 35B MoE (issue 44881) and 8 min for DeepSeek-V4 with expert "
+        "parallelism on 8 GPUs (issue 43189); links come back at their repair.",
     )
