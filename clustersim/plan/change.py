@@ -52,7 +52,6 @@ class Change:
         return f"{what} {self.word} {before} -> {after}{unit} ({self.percent()}{within})"
 
 
-def threshold_text(within: float) -> str:
+def threshold_text(within: float, source: str = "the plan's tolerance") -> str:
     """The rule that decides the words, stated once where they are read."""
-    return (f"a change of {within:.0%} or less holds (the plan's tolerance); a larger one rises "
-            "or falls")
+    return f"a change of {within:.0%} or less holds ({source}); a larger one rises or falls"
