@@ -92,3 +92,21 @@ def test_the_printed_table_never_hides_a_simulated_row(capsys):
     assert f" 14 {late.candidate.label()}" in out and out.count("simulated, best split") == 1
     assert "... and 3 more simulated (#13, #15-#16), ranked in ledger.csv" in out
     assert out.count("\n") == 1 + SHOWN_ROWS + 1 + 1 + 1  # header, rows, the split, note, gap
+
+
+def test_a_plan_without_an_answer_prints_why_once(tmp_path):
+    import yaml
+
+    from tests.helpers import run_cli
+    from tests.test_report import plan_scenario
+
+    data = plan_scenario()
+    data["slo"] = {"ttft_s": 0.05, "tpot_s": 0.03}
+    data["plan"]["layouts"] = ["colocated"]
+    path = tmp_path / "none.yaml"
+    path.write_text(yaml.safe_dump(data))
+    code, output = run_cli("plan", str(path), "--out", str(tmp_path / "out"), "--executor",
+                           "serial", "--no-report")
+    assert code == 0, output
+    assert "\nanswer:\n  No candidate meets " in output
+    assert output.count("No candidate meets") == 1 and "recommendation:" not in output

@@ -276,13 +276,14 @@ def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
                f"{'s' if workers != 1 else ''}")
     typer.echo("")
     typer.echo("answer:")
-    for line in result.short_answer:
+    for line in result.short_answer or (result.answer,):
         typer.echo(f"  {line}")
     typer.echo("")
     rec = result.recommended
     target = _attainment_target(result)
-    if rec is None:
-        typer.echo(result.answer)
+    if rec is None:  # the rest of the answer (the short one is its first part)
+        for part in result.answer_parts[len(result.short_answer):]:
+            typer.echo(part)
     else:
         _print_choice("recommendation", rec, result, target)
         print_tie(result)
