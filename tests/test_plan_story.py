@@ -107,6 +107,6 @@ def test_a_plan_without_an_answer_prints_why_once(tmp_path):
     path.write_text(yaml.safe_dump(data))
     code, output = run_cli("plan", str(path), "--out", str(tmp_path / "out"), "--executor",
                            "serial", "--no-report")
-    assert code == 0, output
+    assert code == 4, output
     assert "\nanswer:\n  No candidate meets " in output
     assert output.count("No candidate meets") == 1 and "recommendation:" not in output
