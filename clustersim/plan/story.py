@@ -82,8 +82,8 @@ def chosen_by(result: PlanResult) -> str:
     if sv is not None and sv.met:
         loss = ("one instance" if sv.requirement == "n_plus_one_instance"
                 else "one instance or one node")
-        text += (f", the first in that order that survives losing {loss}"
-                 if sv.unconstrained != rec.id else f", and it survives losing {loss}")
+        text += (f", the best by that order that keeps its SLO with {loss} lost (plan.require)"
+                 if sv.unconstrained != rec.id else f", and it keeps its SLO with {loss} lost")
     return text
 
 
