@@ -70,9 +70,10 @@ def main() -> None:
     rec = result.recommended
     print(f"\nrecommended: {rec.candidate.label() if rec else 'none'}"
           + (f", goodput {rec.goodput.mean_per_s:,.2f} req/s" if rec else ""))
-    print("sims: simulations run (bisection probes, cliff and N+1 runs, and the split rule's "
-          "pair); sim req: the requests they served; req/s wall: simulated requests per wall "
-          "second of the whole plan, screen included.")
+    print("sims: simulations run (bisection probes, cliff and N+1 runs, the answer's layouts at "
+          "their operating rates, and the split rule's pair); sim req: the requests they "
+          "served; req/s wall: simulated requests per wall second of the whole plan, screen "
+          "included.")
     print(f"clustersim {native.status()}")
 
 

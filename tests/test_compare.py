@@ -25,14 +25,20 @@ def test_s7_keep_with_a_10ms_budget_reject_when_the_handoff_is_18ms():
     assert keep.keep_split
     reject = split_verdict(100.0, 126.0, {"latency": 0.180}, {"latency": 0.150}, 0.018, 0.010)
     assert not reject.keep_split
-    assert any("over budget" in reason for reason in reject.reasons)
+    assert reject.against == ("KV handoff p95 18.0 ms, over its 10.0 ms budget",)
+    assert reject.reasons[-1] == reject.against[0]
+    assert keep.reasons == ("throughput rises 100.00 -> 126.00 (+26.0%)",
+                            "p95 latency falls 180.0 -> 150.0 ms (-16.7%)",
+                            "KV handoff p95 8.0 ms, within its 10.0 ms budget")
 
 
 def test_s7_no_single_metric_decides():
     slower = split_verdict(100.0, 126.0, {"latency": 0.150}, {"latency": 0.180}, 0.001, 0.010)
-    assert not slower.keep_split and any("worsens" in r for r in slower.reasons)
+    assert not slower.keep_split
+    assert slower.against == ("p95 latency rises 150.0 -> 180.0 ms (+20.0%): worsens",)
     flat = split_verdict(100.0, 100.0, {"latency": 0.180}, {"latency": 0.150}, 0.001, 0.010)
-    assert not flat.keep_split and any("does not rise" in r for r in flat.reasons)
+    assert not flat.keep_split
+    assert flat.against == ("throughput holds 100.00 -> 100.00 (+0.0%, within 2%)",)
 
 
 # ------------------------------------------------------------- compare on scenarios
@@ -108,7 +114,7 @@ def compare_matches_its_files(tmp_path: Path, name: str) -> str:
     assert printed_table(output) == expected_table(co, sp)
     key = "good_requests_per_s" if "slo" in co else "requests_per_s"
     rule = f"{_rate(co['over_makespan'][key])} -> {_rate(sp['over_makespan'][key])}"
-    assert re.search(rf"^  - throughput \(.+\) (rises|does not rise) \(?{re.escape(rule)}",
+    assert re.search(rf"^  - throughput \(.+\) (rises|holds|falls) {re.escape(rule)} ",
                      output, re.M), output
     assert co["num_gpus"] == sp["num_gpus"]
     assert "both sides run on the same" in output
@@ -222,3 +228,31 @@ def test_a_topology_with_room_for_one_instance_cannot_split(tmp_path):
     assert code == 2
     assert output.startswith(f"{path}: topology: hgx-h200 holds one instance of 8 x h200 "
                              "(TP8), and a split needs two"), output
+
+
+def test_holds_rises_and_falls_are_decided_by_one_stated_threshold():
+    # a 36 % fall is a fall, never "holds"; a change within the tolerance holds either way
+    v = split_verdict(1.0, 1.5, {"tpot_s": 0.0494, "ttft_s": 0.100},
+                      {"tpot_s": 0.0314, "ttft_s": 0.104}, 0.005, 0.010, within=0.05,
+                      handoff_rate_per_s=12.5)
+    assert v.reasons == (
+        "throughput rises 1.00 -> 1.50 (+50.0%)",
+        "p95 TPOT falls 49.4 -> 31.4 ms (-36.4%)",
+        "p95 TTFT holds 100.0 -> 104.0 ms (+4.0%, within 5%)",
+        "KV handoff p95 5.0 ms at its operating rate, 12.50 req/s, within its 10.0 ms budget")
+    assert v.keep_split and v.against == ()
+    # the same 4 % is a worsening under a 2 % threshold, and a 1 % gain in throughput holds
+    strict = split_verdict(1.0, 1.01, {"ttft_s": 0.100}, {"ttft_s": 0.104}, 0.005, 0.010,
+                           within=0.02)
+    assert not strict.keep_split
+    assert strict.against == ("throughput holds 1.00 -> 1.01 (+1.0%, within 2%)",
+                              "p95 TTFT rises 100.0 -> 104.0 ms (+4.0%): worsens")
+
+
+def test_a_change_reads_its_word_off_the_threshold():
+    from clustersim.plan.change import Change
+
+    assert Change(49.4, 31.4, 0.02).word == "falls"
+    assert Change(100.0, 101.9, 0.02).word == "holds"
+    assert Change(100.0, 102.1, 0.02).word == "rises"
+    assert Change(0.0, 1.0).percent() == "from zero" and Change(0.0, 0.0).word == "holds"

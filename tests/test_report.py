@@ -162,7 +162,7 @@ def test_plan_report_writes_markdown_figures_and_one_html_file(planned):
     sources = re.findall(r'src="([^"]*)"', html)  # nothing outside the file
     assert all(src.startswith("data:image/png;base64,") for src in sources)
     assert "<link" not in html and "url(" not in html and "<script" not in html
-    for heading in ("Recommendation", "SLO verdict at goodput", "Candidates", "Evidence",
+    for heading in ("Answer", "Recommendation", "SLO verdict at goodput", "Candidates", "Evidence",
                     "Serving Benchmark Result per configuration", "Assumptions",
                     "Metric definitions"):
         assert f"\n## {heading}\n" in markdown and f"<h2>{heading}</h2>" in html
@@ -213,6 +213,102 @@ def test_plan_report_numbers_are_plan_json_numbers(planned):
     html = (planned["report"] / "report.html").read_text()
     assert [t for t in html_tables(html)] == [
         [[cell.replace("\\", "") for cell in row] for row in t] for t in tables]
+
+
+def unescaped(markdown: str) -> str:
+    return re.sub(r"\\(.)", r"\1", markdown)
+
+
+def goodput_words(c: dict) -> str:
+    """goodput_text's wording of a candidate of plan.json (several draws, measured)."""
+    g = c["goodput"]
+    low, high = g["ci95_per_s"]
+    return (f"{g['mean_per_s']:,.2f} req/s (95% CI {low:,.2f}-{high:,.2f}), "
+            f"{c['goodput_per_gpu']:,.3f} req/s per GPU")
+
+
+def test_the_printout_plan_json_and_report_tell_one_story(planned):
+    """The short answer, the best of each kind, their goodput and goodput per GPU, the split
+    rule's pair and verdict, and its handoff p95 with its budget are the same words in the
+    printout, plan.json, the report's text and its figures."""
+    plan, output = planned["plan"], planned["output"]
+    markdown = unescaped((planned["report"] / "report.md").read_text())
+    captions = re.findall(r"^\*Figure \d+\. (.+)\*$", markdown, re.M)
+    by_id = {c["id"]: c for c in plan["candidates"]}
+    number = {c["id"]: i + 1 for i, c in enumerate(plan["candidates"])}
+    rec, other = by_id[plan["recommended"]], by_id[plan["runner_up"]]
+    names = {"colocated": "best colocated", "disaggregated": "best split"}
+
+    # the short answer opens the printout and the report, as plan.json holds it
+    short = plan["short_answer"]
+    assert 3 <= len(short) <= 5
+    printed = output.split("\nanswer:\n", 1)[1].split("\n\n", 1)[0]
+    assert printed.splitlines() == [f"  {line}" for line in short]
+    first = markdown.split("\n## ")[1]
+    assert first == "Answer\n\n" + "\n\n".join(short) + "\n"
+    assert short[0].startswith(f"Deploy {rec['label']} on ")
+    assert short[0].endswith(f"chosen as {plan['chosen_by']}.")
+    assert "at its operating rate" in short[1] and goodput_words(rec) in short[1]
+
+    # the best of each kind: chosen once, named the same everywhere
+    assert plan["best"] == {rec["layout"]: rec["id"], other["layout"]: other["id"]}
+    name = names[other["layout"]]
+    assert short[-1].startswith(f"The {name} is {other['label']}: {goodput_words(other)}")
+    assert f"\n{name}: {other['label']} on " in output
+    assert f"The {name} is {other['label']}: {goodput_words(other)}." in plan["answer"]
+    assert f"|  | recommendation | {name} |" in markdown
+    table = table_with(markdown_tables(markdown), "#", "goodput req/s [95% CI]")
+    assert table[number[other["id"]] - 1]["status"] == f"simulated, {name}"
+    assert re.search(rf"^ +{number[other['id']]} .*simulated, {name}$", output, re.M)
+    for c in (rec, other):
+        assert f"  goodput {goodput_words(c)}\n" in output
+        assert goodput_words(c) in plan["answer"] and goodput_words(c) in markdown
+
+    # the split rule: the pair it weighs, its verdict, and the one handoff statistic
+    v = plan["split_verdict"]
+    colocated, split = by_id[v["colocated"]], by_id[v["split"]]
+    assert (v["colocated"], v["split"]) == (plan["best"]["colocated"],
+                                            plan["best"]["disaggregated"])
+    assert v["handoff_p95_s"] == split["handoff_p95_s"] == split["at_operating"]["handoff_s"][
+        "p95"]
+    assert v["handoff_rate_per_s"] == split["operating_rate_per_s"]
+    assert split["at_operating"]["seed"] == split["at_goodput"]["seed"]
+    within = v["handoff_p95_s"] <= v["handoff_budget_s"]
+    assert v["handoff_within_budget"] == within
+    handoff = (f"KV handoff p95 {v['handoff_p95_s'] * 1e3:,.1f} ms at its operating rate, "
+               f"{v['handoff_rate_per_s']:,.2f} req/s, {'within' if within else 'over'} its "
+               f"{v['handoff_budget_s'] * 1e3:,.1f} ms budget")
+    assert v["reasons"][-1] == handoff
+    assert (handoff in v["against"]) == (not within)
+    for text in (output, plan["answer"], markdown):
+        assert handoff in text
+    verdict = "keep the split" if v["keep_split"] else "stay colocated"
+    rule = (f"The keep-or-reject rule for a split, between the best colocated "
+            f"({colocated['label']}) and the best split ({split['label']}): {verdict}.")
+    assert f"split rule: {rule}" in output and rule in plan["answer"] and rule in markdown
+    assert f"the split rule says {verdict} (" in short[-1]
+    assert all(reason in output and reason in markdown for reason in v["reasons"])
+
+    # the figures: the KV links of the split's run at its operating rate state the same p95,
+    # and count its handoffs over the budget as that p95 allows
+    links = [c for c in captions if "KV handoffs" in c]
+    assert len(links) == 1 and links[0].startswith(
+        f"#{number[split['id']]} {'recommendation' if split is rec else name} at its operating "
+        f"rate, {split['operating_rate_per_s']:,.2f} req/s")
+    assert links[0].endswith(f"the {handoff}.")
+    over, total = (int(n.replace(",", "")) for n in re.search(
+        r"([\d,]+) of ([\d,]+) took longer than the budget", links[0]).groups())
+    assert total == split["at_operating"]["handoff_s"]["count"]
+    assert over / total <= 0.05 + 1 / total if within else over / total >= 0.05 - 1 / total
+    pd = next(c for c in captions if "P:D ratio" in c)
+    assert (f"Here the plan's best split is #{number[split['id']]} {split['label']} ("
+            in pd)
+    assert f"its best colocated #{number[colocated['id']]} {colocated['label']} (" in pd
+    timelines = [c for c in captions if "every engine step of" in c]
+    assert [t.split(":")[0] for t in timelines] == [
+        f"#{number[c['id']]} {role} at its operating rate, {c['operating_rate_per_s']:,.2f} "
+        "req/s" for c, role in ((rec, "recommendation"), (other, name))]
+    assert all("of those arriving in the middle half of the run" in t for t in timelines)
 
 
 def test_plan_report_benchmark_blocks_and_slo_lines_are_the_runs_at_goodput(planned):
@@ -433,8 +529,11 @@ def test_a_plan_nothing_meets_still_reports_why(tmp_path):
     result = Planner(spec, SerialExecutor()).run()
     assert result.recommended is None
     files = write_plan_report(result, spec, {}, tmp_path / "report")
-    markdown = files.markdown.read_text()
-    assert result.answer in markdown.replace("\\<", "<")
+    markdown = files.markdown.read_text().replace("\\<", "<")
+    assert all(part in markdown for part in result.answer_parts)
+    assert result.answer == " ".join(result.answer_parts)
+    assert result.short_answer == result.answer_parts[:1]
+    assert markdown.split("\n## ")[1] == f"Answer\n\n{result.short_answer[0]}\n"
     infeasible = next(c for c in result.candidates if c.status == "infeasible")
     rows = table_with(markdown_tables(markdown), "#", "goodput req/s [95% CI]")
     assert rows[0]["status"] == f"infeasible, {infeasible.reason}"
@@ -478,6 +577,7 @@ def make_plan(*candidates, **fields):
     from types import SimpleNamespace
 
     values = {"candidates": candidates, "recommended": None, "pareto": (), "seeds": (0, 1, 2),
+              "best": {}, "chosen_by": "",
               "measured": tuple(c for c in candidates if getattr(c, "goodput", None) is not None)}
     values.update(fields)
     return SimpleNamespace(**values)
@@ -490,23 +590,46 @@ def numbered(plan) -> dict[str, int]:
 def test_pd_figure_draws_points_per_gpu_when_sizes_differ_and_says_what_it_shows():
     from clustersim.report.plan_figures import goodput_vs_pd
 
-    same_size = make_plan(make_candidate(prefill=1, decode=1, goodput=make_goodput(14.0, 13, 15)),
-                          make_candidate("colocated", colocated=2,
-                                         goodput=make_goodput(10.0, 9, 11)))
+    split = make_candidate(prefill=1, decode=1, goodput=make_goodput(14.0, 13, 15))
+    colocated = make_candidate("colocated", colocated=2, goodput=make_goodput(10.0, 9, 11))
+    same_size = make_plan(split, colocated, best={"disaggregated": split.id,
+                                                  "colocated": colocated.id})
     figure = goodput_vs_pd(same_size, numbered(same_size))
     assert "per GPU" not in figure.caption
-    assert ("Here the best split is #1 (1:1, 14.00 [13.00-15.00] req/s), above the best "
-            "colocated #2 (colocated, 10.00 [9.00-11.00] req/s); their intervals do not "
-            "overlap.") in figure.caption
+    assert (f"Here the plan's best split is #1 {split.candidate.label()} (1:1, 14.00 "
+            f"[13.00-15.00] req/s), above its best colocated #2 {colocated.candidate.label()} "
+            "(colocated, 10.00 [9.00-11.00] req/s); their intervals do not overlap.") \
+        in figure.caption
 
     # 2P+1D on 3 GPUs against colocated on 2: per GPU 5.0 against 6.0, the order turns
-    sized = make_plan(make_candidate(prefill=2, decode=1, goodput=make_goodput(15.0, 12, 18)),
-                      make_candidate("colocated", colocated=2, goodput=make_goodput(12.0, 11, 13)))
+    split = make_candidate(prefill=2, decode=1, goodput=make_goodput(15.0, 12, 18))
+    colocated = make_candidate("colocated", colocated=2, goodput=make_goodput(12.0, 11, 13))
+    sized = make_plan(split, colocated, best={"disaggregated": split.id,
+                                              "colocated": colocated.id})
     figure = goodput_vs_pd(sized, numbered(sized))
     assert "divided by its GPUs (per GPU)" in figure.caption
-    assert ("Here the best split is #1 (2:1, 5.000 [4.000-6.000] req/s per GPU), below the "
-            "best colocated #2 (colocated, 6.000 [5.500-6.500] req/s per GPU); their intervals "
-            "overlap, so the seeds cannot tell them apart.") in figure.caption
+    assert (f"Here the plan's best split is #1 {split.candidate.label()} (2:1, 5.000 "
+            "[4.000-6.000] req/s per GPU), below its best colocated "
+            f"#2 {colocated.candidate.label()} (colocated, 6.000 [5.500-6.500] req/s per GPU); "
+            "their intervals overlap, so the seeds cannot tell them apart.") in figure.caption
+
+
+def test_pd_figure_names_the_plans_picks_not_its_own_highest_points():
+    """The figure reads the plan's best of each kind; a point drawn higher (a min_gpus plan
+    picks the fewest GPUs, not the most per GPU) is named with what chose the pick."""
+    from clustersim.report.plan_figures import goodput_vs_pd
+
+    small = make_candidate("colocated", colocated=1, goodput=make_goodput(4.3, 4.0, 4.6))
+    large = make_candidate("colocated", colocated=7, goodput=make_goodput(11.4, 11.0, 11.8))
+    split = make_candidate(prefill=2, decode=2, goodput=make_goodput(12.0, 11.5, 12.5))
+    plan = make_plan(split, large, small, best={"disaggregated": split.id, "colocated": large.id},
+                     chosen_by="the fewest GPUs whose lowest traffic draw carries the target "
+                     "11 req/s within the SLO")
+    caption = goodput_vs_pd(plan, numbered(plan)).caption
+    assert f"its best colocated #2 {large.candidate.label()} (colocated, 1.629" in caption
+    assert caption.endswith("#3 is drawn higher: the plan picks each kind as it picked the "
+                            "recommendation, by the fewest GPUs whose lowest traffic draw "
+                            "carries the target 11 req/s within the SLO.")
 
 
 def test_pd_figure_joins_no_ratios_and_shows_only_those_simulated(monkeypatch):
@@ -690,17 +813,42 @@ def test_the_plan_report_slo_note_follows_the_run_at_goodput(planned):
 
 
 def test_the_split_rule_sentence_says_whether_the_recommendation_agrees():
-    from clustersim.plan.result import SplitVerdict
-    from clustersim.report.plan_report import split_rule_sentence
+    from dataclasses import replace
 
-    keep = SplitVerdict(keep_split=True, reasons=(), rate_per_s=12.0)
-    stay = SplitVerdict(keep_split=False, reasons=(), rate_per_s=12.0)
+    from clustersim.plan.result import PlanResult, SplitVerdict
+    from clustersim.plan.story import chosen_by, split_rule_sentence
+
     split, colocated = make_candidate(), make_candidate("colocated")
-    assert "keep the split" in split_rule_sentence(keep, split)
-    assert split_rule_sentence(keep, split).endswith("agrees.")
-    assert split_rule_sentence(stay, colocated).endswith("agrees.")
-    assert "overrules it" in split_rule_sentence(stay, split)
-    assert "overrules it" in split_rule_sentence(keep, colocated)
+    keep = SplitVerdict(keep_split=True, reasons=(), rate_per_s=12.0, colocated=colocated.id,
+                        split=split.id, within=0.02)
+    stay = replace(keep, keep_split=False)
+    plan = PlanResult(
+        scenario="t", objective="max_goodput_per_gpu", criterion="joint",
+        target_rate_per_s=None, gpu_budget=4, base_rate_per_s=10.0, seeds=(0,), tolerance=0.02,
+        candidates=(split, colocated), recommended=split, runner_up=colocated,
+        split_verdict=keep, pareto=(), answer="")
+
+    def sentence(verdict: SplitVerdict, rec, **fields) -> str:
+        result = replace(plan, split_verdict=verdict, recommended=rec, **fields)
+        return split_rule_sentence(replace(result, chosen_by=chosen_by(result)))
+
+    said = sentence(keep, split)
+    assert said.startswith(f"The keep-or-reject rule for a split, between the best colocated "
+                           f"({colocated.candidate.label()}) and the best split "
+                           f"({split.candidate.label()}): keep the split.")
+    assert "a change of 2% or less holds" in said
+    assert said.endswith("The recommendation is disaggregated and agrees; it was chosen as the "
+                         "most goodput per GPU within the SLO.")
+    assert "colocated and agrees" in sentence(stay, colocated)
+    assert "disaggregated and overrules it" in sentence(stay, split)
+    # what chose it is said as it was: a min_cost answer is not chosen by goodput
+    cheap = sentence(keep, colocated, objective="min_cost", target_rate_per_s=8.0)
+    assert "overrules it: it was chosen as the lowest cost per hour whose lowest traffic draw " \
+        "carries the target 8 req/s within the SLO" in cheap
+    assert "goodput per GPU within" not in cheap.split("It keeps")[1].split("overrules")[1]
+    fewest = sentence(keep, split, objective="min_gpus", target_rate_per_s=8.0, headroom=0.2)
+    assert "chosen as the fewest GPUs whose lowest traffic draw less the 20% headroom carries " \
+        "the target 8 req/s within the SLO" in fewest
 
 
 def test_the_timeline_caption_reads_the_steps_it_draws():
@@ -742,6 +890,17 @@ def test_report_html_fits_1280_px_in_headless_chromium(planned, tmp_path):
         links = driver.execute_script(
             "return Array.from(document.querySelectorAll('[href], [src]'))"
             ".map(e => e.getAttribute('href') || e.getAttribute('src'))")
+        opening = driver.execute_script(
+            "const s = document.querySelector('section');"
+            "const box = s.getBoundingClientRect();"
+            "return [s.querySelector('h2').textContent, box.top, box.bottom,"
+            "        Array.from(s.querySelectorAll('p')).map(p => p.textContent)]")
+        captions = driver.execute_script(
+            "return Array.from(document.querySelectorAll('figcaption'))"
+            ".map(c => c.textContent)")
+        text = driver.execute_script(
+            "return Array.from(document.querySelectorAll('section > p, section li'))"
+            ".map(p => p.textContent).join('\\n')")
         height = driver.execute_script("return document.body.scrollHeight")
         driver.set_window_size(1280, min(height + 150, 16000))
         shot = tmp_path / "report-test-1280.png"
@@ -759,5 +918,29 @@ def test_report_html_fits_1280_px_in_headless_chromium(planned, tmp_path):
         assert table_width <= box_width + 1 or overflow in ("auto", "scroll"), tables
     assert links and all(link.startswith(("#", "data:", "http://", "https://"))
                          for link in links), [link[:60] for link in links]
+    # the page opens with the short answer, whole on the first screen
+    plan = planned["plan"]
+    heading, top, bottom, lines = opening
+    assert heading == "Answer" and lines == plan["short_answer"] and 3 <= len(lines) <= 5
+    assert top >= 0 and bottom <= 1000, opening
+    # no figure contradicts the text: every layout a caption names by its role is the one
+    # the text names so, and the split's handoff p95 is the text's
+    by_id = {c["id"]: c for c in plan["candidates"]}
+    number = {c["id"]: i + 1 for i, c in enumerate(plan["candidates"])}
+    roles = {"recommendation": plan["recommended"], "best colocated": plan["best"]["colocated"],
+             "best split": plan["best"]["disaggregated"]}
+    named = [(int(n), role) for caption in captions
+             for n, role in re.findall(r"#(\d+) (recommendation|best colocated|best split)\b",
+                                       caption)]
+    assert {role for _, role in named} >= {"recommendation", "best colocated"}, captions
+    assert all(n == number[roles[role]] for n, role in named), named
+    pd = next(c for c in captions if "P:D ratio" in c).replace("best split is", "best split")
+    for role in ("best split", "best colocated"):
+        label = by_id[roles[role]]["label"]
+        assert f"the {role} ({label})" in text  # the split rule's sentence
+        assert f"{role} #{number[roles[role]]} {label} (" in pd, pd
+    handoff = next(reason for reason in plan["split_verdict"]["reasons"]
+                   if reason.startswith("KV handoff p95"))
+    assert handoff in text and any(c.endswith(f"the {handoff}.") for c in captions)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(shot, SCREENSHOTS / shot.name)

@@ -14,6 +14,7 @@ import typer
 from clustersim.cli.common import check_out_dir, default_report_dir, ms, user_errors, writing
 from clustersim.errors import ClusterSimError
 from clustersim.plan.answer import (
+    binding_rate,
     cliff_text,
     goodput_text,
     headroom_text,
@@ -30,6 +31,7 @@ from clustersim.plan.result import (
     PlanResult,
     ledger_rows,
 )
+from clustersim.plan.story import handoff_sentence, kind_name, role, split_rule_sentence
 from clustersim.safe_write import atomic_file
 
 if TYPE_CHECKING:
@@ -109,9 +111,9 @@ def plan_cmd(
     if report_dir is not None:
         from clustersim.report import write_plan_report
 
-        runs = full_runs(planner, result)
+        runs, operating = full_runs(planner, result)
         with writing(report_dir):
-            files = write_plan_report(result, spec, runs, report_dir)
+            files = write_plan_report(result, spec, runs, report_dir, operating)
         typer.echo(files.describe(), err=as_json)
     ending = outcome_of(result)
     if ending.kind in EXIT_CODES:
@@ -121,23 +123,33 @@ def plan_cmd(
         raise typer.Exit(EXIT_CODES[ending.kind])
 
 
-def full_runs(planner: Planner, result: PlanResult) -> dict[str, RunResult]:
-    """The recommendation's and the runner-up's run at goodput again, with every record: the
-    very probe that gave ``at_goodput`` (same rate, same seed), which the report's timelines
-    draw from."""
+def full_runs(planner: Planner, result: PlanResult
+              ) -> tuple[dict[str, RunResult], dict[str, RunResult]]:
+    """The recommendation's and the runner-up's runs again, with every record, which the
+    report's figures draw from: at goodput (the very probe that gave ``at_goodput``: same
+    rate, same seed) and at the operating rate (``at_operating``); each must reproduce the
+    summary the plan holds."""
     from clustersim.metrics import summarize_run
 
-    runs = {}
+    at_goodput: dict[str, RunResult] = {}
+    at_operating: dict[str, RunResult] = {}
     for c in (result.recommended, result.runner_up):
         if c is None or c.at_goodput is None or c.at_goodput_rate_per_s is None:
             continue
-        run = planner.full_run(c.candidate, c.at_goodput_rate_per_s,
-                               c.at_goodput.seed - result.seeds[0])
-        if summarize_run(run).to_json() != c.at_goodput.to_json():
-            raise AssertionError(f"the full run of {c.id} at {c.at_goodput_rate_per_s} req/s "
-                                 "does not reproduce its run at goodput")
-        runs[c.id] = run
-    return runs
+        seed = c.at_goodput.seed - result.seeds[0]
+        for runs, rate, summary in ((at_goodput, c.at_goodput_rate_per_s, c.at_goodput),
+                                    (at_operating, c.operating_rate_per_s, c.at_operating)):
+            if rate is None or summary is None:
+                continue
+            if rate == c.at_goodput_rate_per_s and c.id in at_goodput:
+                runs[c.id] = at_goodput[c.id]  # one run: the operating rate is goodput's
+                continue
+            run = planner.full_run(c.candidate, rate, seed)
+            if summarize_run(run).to_json() != summary.to_json():
+                raise AssertionError(f"the full run of {c.id} at {rate} req/s does not "
+                                     "reproduce the plan's run there")
+            runs[c.id] = run
+    return at_goodput, at_operating
 
 
 def write_plan(result: PlanResult, folder: Path) -> None:
@@ -244,6 +256,10 @@ def _goodput(r: CandidateResult) -> str:
     return f"{mark}{g.mean_per_s:,.2f} [{g.low_per_s:,.2f}-{g.high_per_s:,.2f}]"
 
 
+SHOWN_ROWS = 12
+"""Simulated rows the printed table shows at least (and every row the answer names)."""
+
+
 def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
     counts: dict[str, int] = {}
     for c in result.candidates:
@@ -259,10 +275,15 @@ def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
                + f"); {result.num_simulations} simulations in {wall_s:,.1f} s on {workers} worker"
                f"{'s' if workers != 1 else ''}")
     typer.echo("")
+    typer.echo("answer:")
+    for line in result.short_answer or (result.answer,):
+        typer.echo(f"  {line}")
+    typer.echo("")
     rec = result.recommended
     target = _attainment_target(result)
-    if rec is None:
-        typer.echo(result.answer)
+    if rec is None:  # the rest of the answer (the short one is its first part)
+        for part in result.answer_parts[len(result.short_answer):]:
+            typer.echo(part)
     else:
         _print_choice("recommendation", rec, result, target)
         print_tie(result)
@@ -272,18 +293,14 @@ def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
         if result.n_plus_one is not None:
             print_n_plus_one(result.n_plus_one, target)
         if result.runner_up is not None:
-            _print_choice(f"best {result.runner_up.candidate.layout}", result.runner_up, result,
-                          target)
+            _print_choice(kind_name(result.runner_up.candidate.layout), result.runner_up,
+                          result, target)
             if result.runner_up_n_plus_one is not None:
                 print_n_plus_one(result.runner_up_n_plus_one, target)
-        verdict = result.split_verdict
-        if verdict is not None:
-            keep = "keep the split" if verdict.keep_split else "stay colocated"
-            overruled = (verdict.keep_split != (rec.candidate.layout == "disaggregated"))
-            note = " (overruled by goodput within the SLO)" if overruled else ""
-            typer.echo(f"keep-or-reject rule for a split, both at {verdict.rate_per_s:,.2f} "
-                       f"req/s: {keep}{note}")
-            for reason in verdict.reasons:
+        rule = split_rule_sentence(result)
+        if rule is not None and result.split_verdict is not None:
+            typer.echo(f"split rule: {rule}")
+            for reason in result.split_verdict.reasons:
                 typer.echo(f"  - {reason}")
     for note in result.traffic_notes:
         typer.echo(f"traffic: {note}")
@@ -292,30 +309,7 @@ def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
     if result.day is not None:
         print_day(result.day)
     typer.echo("")
-    shown = result.measured[:12]
-    if shown:
-        typer.echo(f"{'candidate':<56}{'GPUs':>5}{'goodput req/s [95% CI]':>26}{'per GPU':>9}"
-                   f"{'TTFT p90':>10}{'TPOT p90':>10}{'$/1M tok':>10}  status")
-        for c in shown:
-            s = c.at_goodput
-            cost = ("-" if c.cost_per_million_output_tokens is None
-                    else f"{c.cost_per_million_output_tokens:,.3f}")
-            mark = "*" if rec is not None and c.id == rec.id else " "
-            typer.echo(
-                f"{mark}{c.candidate.label()[:55]:<55}{c.candidate.num_gpus:>5}"
-                f"{_goodput(c):>26}{c.goodput_per_gpu or 0:>9.3f}"
-                f"{ms(s.ttft_s.p90 if s else None):>10}{ms(s.tpot_s.p90 if s else None):>10}"
-                f"{cost:>10}  {c.status}")
-        marks = [(mark, meaning) for mark, meaning in LEGEND if any(
-            _goodput(c).startswith(mark) for c in shown)]
-        if marks:
-            typer.echo("  goodput " + "; ".join(f"{m} {what}" for m, what in marks)
-                       + " (not measured: see ledger.csv's goodput_quality)")
-        others = len(result.candidates) - len(result.measured)
-        if others:
-            typer.echo(f"  ... and {others} not simulated (screened or pruned, each with "
-                       "its reason in ledger.csv)")
-        typer.echo("")
+    print_table(result)
     if result.pareto:
         typer.echo("Pareto front (tokens/s per user vs output tokens/s per GPU, at goodput): "
                    + "; ".join(result.by_id(i).candidate.label() for i in result.pareto))
@@ -325,6 +319,64 @@ def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
             typer.echo(f"  {line}")
     if result.bench_command:
         typer.echo(f"check it on real GPUs:\n  {result.bench_command}")
+
+
+def shown_rows(result: PlanResult) -> list[tuple[int, CandidateResult]]:
+    """The simulated rows the table prints, with their numbers (the ledger's order, as the
+    report numbers them): the first ``SHOWN_ROWS`` and every row the answer names."""
+    named = {c.id for c in (result.recommended, result.runner_up) if c is not None}
+    named |= set(result.best.values()) | set(result.tie.tied if result.tie else ())
+    return [(i, c) for i, c in enumerate(result.measured, 1)
+            if i <= SHOWN_ROWS or c.id in named]
+
+
+def _ranges(numbers: list[int]) -> str:
+    """#13-#15, #18: runs of row numbers."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(f"#{r[0]}" if len(r) == 1 else f"#{r[0]}-#{r[-1]}" for r in runs)
+
+
+def print_table(result: PlanResult) -> None:
+    """Every simulated row up to ``SHOWN_ROWS`` and the rows the answer names, numbered as
+    the report numbers them; how many are left out, and where they are."""
+    rows = shown_rows(result)
+    if not rows:
+        return
+    rec = result.recommended
+    typer.echo(f"{'#':>3} {'candidate':<56}{'GPUs':>5}{'goodput req/s [95% CI]':>26}"
+               f"{'per GPU':>9}{'TTFT p90':>10}{'TPOT p90':>10}{'$/1M tok':>10}  status")
+    for i, c in rows:
+        s = c.at_goodput
+        cost = ("-" if c.cost_per_million_output_tokens is None
+                else f"{c.cost_per_million_output_tokens:,.3f}")
+        mark = "*" if rec is not None and c.id == rec.id else " "
+        named = role(result, c.id)
+        status = c.status + (f", {named}" if named else "")
+        typer.echo(
+            f"{i:>3}{mark}{c.candidate.label()[:55]:<55}{c.candidate.num_gpus:>5}"
+            f"{_goodput(c):>26}{c.goodput_per_gpu or 0:>9.3f}"
+            f"{ms(s.ttft_s.p90 if s else None):>10}{ms(s.tpot_s.p90 if s else None):>10}"
+            f"{cost:>10}  {status}")
+    marks = [(mark, meaning) for mark, meaning in LEGEND if any(
+        _goodput(c).startswith(mark) for _, c in rows)]
+    if marks:
+        typer.echo("    goodput " + "; ".join(f"{m} {what}" for m, what in marks)
+                   + " (not measured: see ledger.csv's goodput_quality)")
+    shown = {i for i, _ in rows}
+    left = [i for i in range(1, len(result.measured) + 1) if i not in shown]
+    if left:
+        typer.echo(f"    ... and {len(left)} more simulated ({_ranges(left)}), ranked in "
+                   "ledger.csv and the report's Candidates table")
+    others = len(result.candidates) - len(result.measured)
+    if others:
+        typer.echo(f"    ... and {others} not simulated (screened or pruned, each with its "
+                   "reason in ledger.csv)")
+    typer.echo("")
 
 
 def print_sensitivity(sens: Sensitivity, target: float) -> None:
@@ -432,8 +484,11 @@ def _print_choice(title: str, r: CandidateResult, result: PlanResult, target: fl
     if r.cost_per_million_output_tokens is not None:
         typer.echo(f"  cost ${r.cost_per_hour:,.2f}/h, ${r.cost_per_million_output_tokens:,.3f} "
                    "per 1M output tokens at goodput")
+    handoff = handoff_sentence(r, result.handoff_budget_s or 0.0)
+    if handoff:
+        typer.echo(f"  {handoff}")
     if r.binding:
-        typer.echo(f"  binding just above goodput: {r.binding}")
+        typer.echo(f"  binding just above goodput{binding_rate(r)}: {r.binding}")
     figures = _figures(r)
     if figures:
         typer.echo(f"  {figures}")

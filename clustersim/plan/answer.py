@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from clustersim.catalog.specs import ModelSpec
 from clustersim.metrics import RunSummary
+from clustersim.plan import story
 from clustersim.scenario import SLO, Scenario
 from clustersim.workload.spec import (
     EmpiricalLengths,
@@ -121,7 +122,8 @@ def binding_constraint(summary: RunSummary, slo: SLO, handoff_budget_s: float) -
         parts.append(f"{preempted:.0%} of requests preempted (KV cache pressure)")
     handoff = summary.handoff_s.p95 if summary.handoff_s is not None else None
     if handoff is not None and handoff > handoff_budget_s:
-        parts.append(f"KV handoff p95 {_s(handoff)} over its {_s(handoff_budget_s)} budget")
+        # a symptom at this failing rate; the handoff's budget is judged at the operating rate
+        parts.append(f"KV handoffs queue (p95 {_s(handoff)} at this rate)")
     return "; ".join(parts)
 
 
@@ -310,62 +312,72 @@ def _failed_losses(n1: NPlusOne, requirement: str) -> str:
     return "does not: " + ("; ".join(parts) or "a loss could not be simulated")
 
 
-def explain(result: PlanResult, slo: SLO) -> str:
-    """The answer in one paragraph: the recommendation and why, or why there is none."""
+def _sentence(text: str) -> str:
+    return f"{text[0].upper()}{text[1:]}" + ("" if text.endswith(".") else ".")
+
+
+def answer_parts(result: PlanResult, slo: SLO) -> list[str]:
+    """The answer's sentences by topic (the deployment and its goodput, the operating rate,
+    cost, cliff, binding limit, tie, survival, N+1, the handoff, the alternative, the split
+    rule, the traffic), each a sentence or a few: ``plan.json``'s ``answer`` joins them, the
+    report lists them."""
     rec = result.recommended
     limits = ", ".join(f"{k} <= {v:g} s" for k, v in slo.model_dump().items()
                        if k in LABELS and v is not None)
     target = f"{slo.attainment_target:.0%} of requests ({slo.criterion})"
-    notes = " ".join(f"{n[0].upper()}{n[1:]}." for n in result.traffic_notes)
-    if rec is not None:
-        c = rec.candidate
-        gpus = plural(c.num_gpus, "GPU")
-        if result.gpu_budget and c.num_gpus < result.gpu_budget:
-            gpus += f" of the {result.gpu_budget} budgeted"
-        budget = "" if c.max_num_batched_tokens else f", max_num_batched_tokens {_budget(rec)}"
-        text = (f"Deploy {c.label()}: {gpus}{budget}. Goodput {goodput_text(rec)} with "
-                f"{target} meeting {limits}.")
-        operate = operating_text(rec, result.target_rate_per_s, result.headroom)
-        if operate:
-            text += f" {operate[0].upper()}{operate[1:]}."
-        if rec.cost_per_million_output_tokens is not None:
-            text += (f" ${rec.cost_per_hour:,.2f}/h, ${rec.cost_per_million_output_tokens:,.3f}"
+    notes = [_sentence(n) for n in result.traffic_notes]
+    if rec is None:
+        return [_no_recommendation(result, limits, target), *notes]
+    c = rec.candidate
+    gpus = plural(c.num_gpus, "GPU")
+    if result.gpu_budget and c.num_gpus < result.gpu_budget:
+        gpus += f" of the {result.gpu_budget} budgeted"
+    budget = "" if c.max_num_batched_tokens else f", max_num_batched_tokens {_budget(rec)}"
+    parts = [f"Deploy {c.label()}: {gpus}{budget}, chosen as {result.chosen_by}. Goodput "
+             f"{goodput_text(rec)} with {target} meeting {limits}."]
+    operate = operating_text(rec, result.target_rate_per_s, result.headroom)
+    if operate:
+        parts.append(_sentence(operate))
+    if rec.cost_per_million_output_tokens is not None:
+        parts.append(f"${rec.cost_per_hour:,.2f}/h, ${rec.cost_per_million_output_tokens:,.3f}"
                      " per 1M output tokens at goodput.")
-        if result.target_rate_per_s is not None:
-            text += f" {headroom_text(rec, result.target_rate_per_s).capitalize()}."
-        cliff = cliff_text(rec, slo.attainment_target)
-        if cliff:
-            text += f" {cliff[0].upper()}{cliff[1:]}."
-        if rec.binding:
-            text += f" Binding just above goodput: {rec.binding}."
-        tie = tie_text(result)
-        if tie:
-            won = result.tie is not None and result.tie.chose(rec)
-            text += f" It won {tie}." if won else f" {tie[0].upper()}{tie[1:]}."
-        survival = survival_text(result)
-        if survival:
-            text += f" {survival}"
-        if result.n_plus_one is not None:
-            text += " " + n_plus_one_sentence(result.n_plus_one, "the recommendation")
-        if result.runner_up is not None:
-            ru = result.runner_up
-            text += (f" Best {ru.candidate.layout} alternative: {ru.candidate.label()}, "
-                     f"{goodput_text(ru)}.")
-            if result.runner_up_n_plus_one is not None:
-                text += " " + n_plus_one_sentence(result.runner_up_n_plus_one,
-                                                  "the alternative")
-        if result.split_verdict is not None:
-            v = result.split_verdict
-            keep = ("keep the split" if v.keep_split else "stay colocated")
-            if (v.keep_split and c.layout == "colocated") or (
-                    not v.keep_split and c.layout == "disaggregated"):
-                keep += (", which this plan overrules: goodput within the SLO decides, the "
-                         "rule weighs p95 latency and the handoff on their own")
-            text += (f" The keep-or-reject rule for a split at {v.rate_per_s:,.2f} req/s: "
-                     f"{keep} (" + "; ".join(v.reasons) + ").")
-        return f"{text} {notes}".rstrip()
+    if result.target_rate_per_s is not None:
+        parts.append(f"{headroom_text(rec, result.target_rate_per_s).capitalize()}.")
+    cliff = cliff_text(rec, slo.attainment_target)
+    if cliff:
+        parts.append(_sentence(cliff))
+    if rec.binding:
+        parts.append(f"Binding just above goodput{binding_rate(rec)}: {rec.binding}.")
+    tie = tie_text(result)
+    if tie:
+        won = result.tie is not None and result.tie.chose(rec)
+        parts.append(f"It won {tie}." if won else _sentence(tie))
+    survival = survival_text(result)
+    if survival:
+        parts.append(survival)
+    if result.n_plus_one is not None:
+        parts.append(n_plus_one_sentence(result.n_plus_one, "the recommendation"))
+    verdict = result.split_verdict
+    handoff = story.handoff_sentence(rec, result.handoff_budget_s or 0.0)
+    if handoff and (verdict is None or verdict.split != rec.id):
+        parts.append(_sentence(handoff))
+    if result.runner_up is not None:
+        ru = result.runner_up
+        text = (f"The {story.kind_name(ru.candidate.layout)} is {ru.candidate.label()}: "
+                f"{goodput_text(ru)}.")
+        if result.runner_up_n_plus_one is not None:
+            text += " " + n_plus_one_sentence(result.runner_up_n_plus_one, "the alternative")
+        parts.append(text)
+    rule = story.split_rule_sentence(result)
+    if rule is not None and verdict is not None:
+        parts.append(f"{rule} Its readings: " + "; ".join(verdict.reasons) + ".")
+    return parts + notes
+
+
+def _no_recommendation(result: PlanResult, limits: str, target: str) -> str:
+    """Why there is no recommendation, the closest candidate, and what would make one."""
     if result.survival is not None:
-        return f"{survival_text(result)} {notes}".rstrip()
+        return survival_text(result) or ""
     simulated = result.measured
     if not simulated:
         pruned = next((r for r in result.candidates if r.status == "pruned"), None)
@@ -377,7 +389,7 @@ def explain(result: PlanResult, slo: SLO) -> str:
         return (f"No candidate meets {limits} for {target} even at a trickle of traffic. "
                 f"Closest: {best.candidate.label()}, which {best.reason or 'fails'}. Loosen "
                 "that limit to about the value it reaches, or use a faster GPU or a larger "
-                f"tensor-parallel size. {notes}").rstrip()
+                "tensor-parallel size.")
     wanted = result.target_rate_per_s or 0.0
     usable = best.goodput.lower_per_s * (1 - result.headroom)
     short = 1 - usable / wanted if wanted else 0.0
@@ -387,7 +399,13 @@ def explain(result: PlanResult, slo: SLO) -> str:
             f"{best.candidate.label()} at {goodput_text(best)}: its lowest draw{reserve} "
             f"carries {usable:,.2f} req/s, {short:.0%} short of the target (binding: "
             f"{best.binding}). More GPUs (raise gpu_budget), faster GPUs or looser limits would "
-            f"reach it. {notes}").rstrip()
+            "reach it.")
+
+
+def binding_rate(r: CandidateResult) -> str:
+    """Where the binding constraint was read: the first draw's lowest failing probe."""
+    rate = r.above_goodput_rate_per_s
+    return "" if rate is None else f" (at {rate:,.2f} req/s, the lowest failing probe)"
 
 
 def _budget(r: CandidateResult) -> str:

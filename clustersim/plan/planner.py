@@ -29,7 +29,7 @@ from clustersim.errors import ConfigError
 from clustersim.metrics import RunSummary
 from clustersim.metrics.goodput import cost_per_million_tokens
 from clustersim.plan import answer as answers
-from clustersim.plan import n_plus_one, traffic
+from clustersim.plan import headline, n_plus_one, story, traffic
 from clustersim.plan.bisect import RateSearch, mean_interval
 from clustersim.plan.compare import common_rate_verdict
 from clustersim.plan.day import plan_day
@@ -542,6 +542,7 @@ class Planner:
         return self._figures(CandidateResult(
             c, status, reason=reason, screen_per_s=s.estimate_per_s, screen_binding=s.binding,
             goodput=goodput, above_goodput=above,
+            above_goodput_rate_per_s=None if above is None else first.hi,
             binding=None if above is None else answers.binding_constraint(
                 above, self.slo, self.plan.handoff_budget_s),
             cost_per_hour=self.cost_per_hour(c), probes=list(probes),
@@ -605,9 +606,12 @@ class Planner:
                 ranked, tie = self._ranked(measured)
         rows = dict(measured)
         simulated = [r for r in rows.values() if r.status == "simulated"]
+        best: dict[str, str] = {}
         runner_up = None
         if recommended is not None:
-            runner_up = self._best([r for r in simulated if _kind(r) != _kind(recommended)])
+            best = story.best_of_each_kind(recommended, ranked, simulated, self._best)
+            runner_up = next((rows[cid] for kind, cid in best.items()
+                              if kind != _kind(recommended)), None)
         shown = [r for r in (recommended, runner_up) if r is not None]
         if self.check_n_plus_one:
             for r in shown:
@@ -615,6 +619,8 @@ class Planner:
                     checks[r.id] = self._n_plus_one(r)
         for cid, points in self._cliffs(shown).items():
             rows[cid] = replace(rows[cid], cliff=points)
+        for cid, summary in self._at_operating([rows[cid] for cid in best.values()]).items():
+            rows[cid] = replace(rows[cid], at_operating=summary)
         for cid, notes in _coincidences(simulated).items():
             rows[cid] = replace(rows[cid], notes=rows[cid].notes + notes)
         if tie is not None:
@@ -634,11 +640,10 @@ class Planner:
             verdicts, VerdictRow(self.prices),
             skip=[self._verdict_key(by_id[cid]) for cid in rows if cid in by_id])
         gpus = verdicts.gpus | {p.gpu for r in rows.values() for p in r.candidate.pools}
-        verdict = None
-        if recommended is not None:
-            # the keep-or-reject rule for a split is a second opinion beside the answer
-            verdict = common_rate_verdict(recommended, runner_up, self.plan.handoff_budget_s,
-                                          self._job, self._run_jobs)
+        # the keep-or-reject rule for a split is a second opinion beside the answer
+        verdict = common_rate_verdict(
+            rows.get(best.get("colocated", "")), rows.get(best.get("disaggregated", "")),
+            self.plan.handoff_budget_s, plan.search.tolerance, self._job, self._run_jobs)
         pareto = answers.pareto_front([r for r in ledger.measured if r.status == "simulated"])
         sensitivity = self._sensitivity(recommended, runner_up)
         seeds = tuple(self.scenario.seed + k for k in range(self.num_seeds))
@@ -656,12 +661,17 @@ class Planner:
             headroom=plan.headroom, tie=tie, survival=survival,
             traffic_notes=answers.length_refusals(recommended or next(
                 (r for r in ledger.measured if r.at_goodput is not None), None)),
+            best=best, handoff_budget_s=plan.handoff_budget_s,
         )
+        result = replace(result, chosen_by=story.chosen_by(result))
+        parts = answers.answer_parts(result, self.slo)
         return replace(
             result,
             num_simulations=self.num_simulations,
             num_simulated_requests=self.num_simulated_requests,
-            answer=answers.explain(result, self.slo),
+            answer=" ".join(parts),
+            answer_parts=tuple(parts),
+            short_answer=headline.short_answer(result, self.slo),
             serve_commands=answers.serve_commands(recommended, self.model, self.scenario),
             bench_command=answers.bench_command(recommended, self.model, self.scenario,
                                                 self.traffic),
@@ -958,6 +968,27 @@ class Planner:
         target = self.plan.target_rate_per_s or 0.0
         return (f"carries {self._usable(g):,.2f} req/s on its lowest draw, short of the target "
                 f"{target:g}")
+
+    def _at_operating(self, results: list[CandidateResult]) -> dict[str, RunSummary]:
+        """Each result's run at its operating rate on the seed of its run at goodput (one
+        executor batch; the run at goodput itself where the two rates are one)."""
+        out: dict[str, RunSummary] = {}
+        work = []
+        for r in results:
+            at, rate = r.at_goodput, r.operating_rate_per_s
+            if at is None or rate is None or not rate > 0:
+                continue
+            if rate == r.at_goodput_rate_per_s:
+                out[r.id] = at
+            else:
+                work.append((r, rate, at.seed - self.scenario.seed))
+        if work:
+            outcomes = self._run_jobs("the answer's layouts at their operating rates",
+                                      [self._job(r.candidate, k, rate) for r, rate, k in work])
+            for (r, _, _), outcome in zip(work, outcomes, strict=True):
+                if not isinstance(outcome, str):
+                    out[r.id] = outcome
+        return out
 
     def _cliffs(self, results: list[CandidateResult]) -> dict[str, tuple[CliffPoint, ...]]:
         """Every draw of each result at ``CLIFF_FACTORS`` times its mean goodput (one executor

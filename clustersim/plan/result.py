@@ -111,6 +111,8 @@ class CandidateResult:
     what ``Planner.full_run`` reruns to get that run with every record."""
     above_goodput: RunSummary | None = None
     """The first seed's lowest failing probe: what breaks first (the binding constraint)."""
+    above_goodput_rate_per_s: float | None = None
+    """The offered rate of ``above_goodput``."""
     binding: str | None = None
     cost_per_hour: float | None = None
     cost_per_million_output_tokens: float | None = None
@@ -123,10 +125,22 @@ class CandidateResult:
     """Attainment 5 % and 10 % above goodput (measured for the answer's candidates)."""
     notes: tuple[str, ...] = ()
     """What a reviewer should know reading this row (an explained coincidence, a tie)."""
+    at_operating: RunSummary | None = None
+    """The run at the operating rate, on the seed of the run at goodput (measured for the
+    answer's candidates): what the deployment sees where the plan says to run it. The KV
+    handoff statistic and the report's step timeline and KV links read it."""
 
     @property
     def id(self) -> str:
         return self.candidate.id
+
+    @property
+    def handoff_p95_s(self) -> float | None:
+        """The one KV handoff statistic: p95 (prefill finished -> KV resident on the decode
+        instance, per request) of the run at the operating rate; None for a layout without
+        handoffs or a candidate not in the answer."""
+        s = self.at_operating
+        return None if s is None or s.handoff_s is None else s.handoff_s.p95
 
     @property
     def goodput_per_gpu(self) -> float | None:
@@ -161,6 +175,7 @@ class CandidateResult:
             "goodput": None if self.goodput is None else self.goodput.to_json(),
             "goodput_per_gpu": self.goodput_per_gpu,
             "binding": self.binding,
+            "binding_rate_per_s": self.above_goodput_rate_per_s,
             "cost_per_hour": self.cost_per_hour,
             "cost_per_million_output_tokens": self.cost_per_million_output_tokens,
             "operating_rate_per_s": self.operating_rate_per_s,
@@ -170,18 +185,47 @@ class CandidateResult:
         }
         if self.at_goodput is not None:
             out["at_goodput"] = self.at_goodput.to_json()
+        if self.at_operating is not None:
+            out["at_operating"] = self.at_operating.to_json()
+            out["handoff_p95_s"] = self.handoff_p95_s
         return out
 
 
 @dataclass(frozen=True)
 class SplitVerdict:
-    """The keep-or-reject rule for a split, between the best disaggregated and the best
-    colocated candidate."""
+    """The keep-or-reject rule for a split, between the plan's best colocated layout and its
+    best split (``PlanResult.best``)."""
 
     keep_split: bool
     reasons: tuple[str, ...]
     rate_per_s: float
-    """The common offered rate both were run at."""
+    """The common offered rate both were run at to compare their p95 latencies."""
+    against: tuple[str, ...] = ()
+    """The reasons that reject the split (empty when it is kept)."""
+    colocated: str = ""
+    split: str = ""
+    """The two candidates' ids."""
+    handoff_p95_s: float | None = None
+    """The split's KV handoff p95 at its operating rate (``CandidateResult.handoff_p95_s``)."""
+    handoff_budget_s: float = 0.0
+    handoff_rate_per_s: float | None = None
+    """The split's operating rate, where its handoff p95 was read."""
+    within: float = 0.0
+    """A relative change this small holds (the plan's tolerance)."""
+
+    @property
+    def handoff_within_budget(self) -> bool | None:
+        return None if self.handoff_p95_s is None else self.handoff_p95_s <= self.handoff_budget_s
+
+    def to_json(self) -> dict[str, Any]:
+        return {"keep_split": self.keep_split, "reasons": list(self.reasons),
+                "against": list(self.against), "rate_per_s": self.rate_per_s,
+                "colocated": self.colocated,
+                "split": self.split, "handoff_p95_s": self.handoff_p95_s,
+                "handoff_budget_s": self.handoff_budget_s,
+                "handoff_rate_per_s": self.handoff_rate_per_s,
+                "handoff_within_budget": self.handoff_within_budget,
+                "holds_within": self.within}
 
 
 @dataclass(frozen=True)
@@ -367,7 +411,8 @@ class PlanResult:
     which makes the rows as they are read: iterate it, do not index it)."""
     recommended: CandidateResult | None
     runner_up: CandidateResult | None
-    """The best candidate of the other layout kind (colocated vs disaggregated)."""
+    """The best candidate of another layout kind than the recommendation's (one of
+    ``best``)."""
     split_verdict: SplitVerdict | None
     pareto: tuple[str, ...]
     """Candidate ids on the front of output tokens/s per GPU vs tokens/s per user."""
@@ -401,6 +446,25 @@ class PlanResult:
     sensitivity: Sensitivity | None = None
     """The recommendation's readings on another KV fabric and a busier day
     (``plan.sensitivity``)."""
+    best: dict[str, str] = field(default_factory=dict)
+    """The plan's pick of each layout kind simulated (colocated, disaggregated, three_pool ->
+    candidate id), chosen once by the ranking that chose the recommendation (which is the pick
+    of its own kind): the printout, plan.json, the report and its figures name these."""
+    chosen_by: str = ""
+    """What chose the recommendation, in words (the objective, a tie rule, a requirement)."""
+    handoff_budget_s: float | None = None
+    """plan.handoff_budget_s: the KV handoff p95's budget."""
+    answer_parts: tuple[str, ...] = ()
+    """``answer`` by topic, one or a few sentences each (``answer`` joins them; the report
+    lists them); not in ``plan.json``, which holds ``answer``."""
+    short_answer: tuple[str, ...] = ()
+    """The answer in a few lines: what to deploy, what it serves, what it costs, whether it
+    survives a loss, and the best alternative; the printout and the report open with them."""
+
+    def best_of(self, layout: str) -> CandidateResult | None:
+        """The plan's pick of ``layout`` (``best``), or None."""
+        cid = self.best.get(layout)
+        return None if cid is None else self.by_id(cid)
 
     @property
     def measured(self) -> tuple[CandidateResult, ...]:
@@ -432,12 +496,14 @@ class PlanResult:
             "tolerance": self.tolerance,
             "num_simulations": self.num_simulations,
             "num_simulated_requests": self.num_simulated_requests,
+            "short_answer": list(self.short_answer),
             "answer": self.answer,
             "recommended": None if self.recommended is None else self.recommended.id,
+            "chosen_by": self.chosen_by,
             "runner_up": None if self.runner_up is None else self.runner_up.id,
-            "split_verdict": None if verdict is None else {
-                "keep_split": verdict.keep_split, "reasons": list(verdict.reasons),
-                "rate_per_s": verdict.rate_per_s},
+            "best": dict(self.best),
+            "handoff_budget_s": self.handoff_budget_s,
+            "split_verdict": None if verdict is None else verdict.to_json(),
             "pareto": list(self.pareto),
             "serve_commands": list(self.serve_commands),
             "bench_command": self.bench_command,

@@ -1,6 +1,6 @@
 """The SLO report: what an infra review reads, rendered from typed results.
 
-    PlanResult (+ full runs at goodput)  ->  plan_document      \\
+    PlanResult (+ full runs)             ->  plan_document      \\
     RunResult + RunSummary               ->  simulate_document   >  Document  ->  report.md + PNGs
     two runs + the split's Verdict       ->  compare_document   /               report.html (inline)
 
@@ -27,10 +27,11 @@ if TYPE_CHECKING:
 
 
 def write_plan_report(result: PlanResult, scenario: Scenario, runs: dict[str, RunResult],
-                      folder: Path) -> ReportFiles:
+                      folder: Path, operating: dict[str, RunResult] | None = None
+                      ) -> ReportFiles:
     """``report.md`` (figures beside it) and ``report.html`` of a plan. ``runs``: full runs
-    at goodput by candidate id."""
-    return write_report(plan_document(result, scenario, runs), folder)
+    at goodput by candidate id; ``operating``: at the operating rate."""
+    return write_report(plan_document(result, scenario, runs, operating), folder)
 
 
 def write_simulate_report(run: RunResult, summary: RunSummary, folder: Path) -> ReportFiles:

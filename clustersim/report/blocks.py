@@ -193,7 +193,16 @@ def definitions() -> list[Text | Bullets]:
             "every TP rank)",
             "attainment interval = Wilson 95 % score interval over the run's requests",
             "handoff = prefill finished -> KV resident on the decode instance, link queueing "
-            "included",
+            "included; KV handoff p95 (the split rule's statistic, and the one the text, the "
+            "tables and the KV-links figure state) = the p95 of a split's handoffs in its run "
+            "at its operating rate, on the seed of its run at goodput, against "
+            "plan.handoff_budget_s",
+            "operating rate = the lowest traffic draw's goodput less plan.headroom, or the "
+            "target rate where that reaches it: the rate the answer says to run at",
+            "best colocated, best split = the plan's pick of each layout kind, by the ranking "
+            "that chose the recommendation (the recommendation is the pick of its own kind)",
+            "holds, rises, falls = how a figure moves between two layouts: a relative change "
+            "of the plan's tolerance or less holds, a larger one rises or falls",
             "tokens/s per user = 1 / mean TPOT; output tokens/s per GPU = output throughput / "
             "GPUs",
             "cost per 1M output tokens = GPUs x price per GPU-hour / output tokens per hour x "

@@ -12,6 +12,7 @@ import math
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
+from clustersim.plan import story
 from clustersim.plan.day import DayPlan
 from clustersim.plan.result import CandidateResult, LossCheck, NPlusOne, PlanResult
 from clustersim.plan.sensitivity import Sensitivity
@@ -185,7 +186,7 @@ def goodput_vs_pd(result: PlanResult, numbers: dict[str, int],
                       "GPUs (per GPU). " if per_gpu else "")
                    + "What to see: the ratio where a split peaks, and whether that peak "
                    "clears the colocated lines by more than the intervals' width. "
-                   + _pd_reading(split, colocated, numbers, per_gpu))
+                   + _pd_reading(result, split, colocated, numbers, per_gpu))
         return figure(fig, name, "goodput against P:D ratio", caption)
 
 
@@ -194,10 +195,11 @@ def _scaled(c: CandidateResult, per_s: float, per_gpu: bool) -> float:
     return per_s / c.candidate.num_gpus if per_gpu else per_s
 
 
-def _pd_reading(split: list[CandidateResult], colocated: list[CandidateResult],
-                numbers: dict[str, int], per_gpu: bool) -> str:
-    """The figure's answer in a sentence: the best split against the best colocated
-    candidate, and whether their intervals overlap."""
+def _pd_reading(result: PlanResult, split: list[CandidateResult],
+                colocated: list[CandidateResult], numbers: dict[str, int], per_gpu: bool) -> str:
+    """The figure's answer in a sentence: the plan's best split against its best colocated
+    layout (``PlanResult.best``, named as the text names them), whether their intervals
+    overlap, and any point drawn higher than the plan's pick with what chose the pick."""
 
     def per(c: CandidateResult, per_s: float) -> float:
         return _scaled(c, per_s, per_gpu)
@@ -209,23 +211,40 @@ def _pd_reading(split: list[CandidateResult], colocated: list[CandidateResult],
         text = f"{number(per(c, g.mean_per_s))}"
         if g.high_per_s > g.low_per_s:
             text += f" [{number(per(c, g.low_per_s))}-{number(per(c, g.high_per_s))}]"
-        return f"#{numbers[c.id]} ({c.candidate.pd_ratio or 'colocated'}, {text} {unit})"
+        return (f"#{numbers[c.id]} {c.candidate.label()} "
+                f"({c.candidate.pd_ratio or 'colocated'}, {text} {unit})")
 
-    best = max(split, key=lambda c: per(c, c.goodput.mean_per_s))
-    text = f"Here the best split is {shown(best)}"
-    if not colocated:
-        return text + "; no colocated candidate was simulated."
-    rival = max(colocated, key=lambda c: per(c, c.goodput.mean_per_s))
+    def pick(layout: str, drawn: list[CandidateResult]) -> CandidateResult | None:
+        cid = result.best.get(layout)
+        return next((c for c in drawn if c.id == cid), None)
+
+    best, rival = pick("disaggregated", split), pick("colocated", colocated)
+    if best is None:
+        return "The plan recommends nothing, so it names no best split or colocated layout."
+    text = f"Here the plan's {story.kind_name('disaggregated')} is {shown(best)}"
+    higher = []
+    for drawn, chosen in ((split, best), (colocated, rival)):
+        top = max(drawn, key=lambda c: per(c, c.goodput.mean_per_s), default=None)
+        if (top is not None and chosen is not None and top.id != chosen.id
+                and per(top, top.goodput.mean_per_s) > per(chosen, chosen.goodput.mean_per_s)):
+            higher.append(top)
+    note = ""
+    if higher:
+        note = (" " + "; ".join(f"#{numbers[c.id]} is drawn higher" for c in higher)
+                + f": the plan picks each kind as it picked the recommendation, by "
+                f"{result.chosen_by or 'its objective'}.")
+    if rival is None:
+        return text + "; no colocated candidate was simulated." + note
     a, b = best.goodput, rival.goodput
     side = "above" if per(best, a.mean_per_s) > per(rival, b.mean_per_s) else (
         "below" if per(best, a.mean_per_s) < per(rival, b.mean_per_s) else "level with")
-    text += f", {side} the best colocated {shown(rival)}"
+    text += f", {side} its {story.kind_name('colocated')} {shown(rival)}"
     if len(a.per_seed_per_s) < 2 or len(b.per_seed_per_s) < 2:
-        return text + "; one of them was measured on one traffic draw, with no interval."
+        return text + "; one of them was measured on one traffic draw, with no interval." + note
     overlap = (per(best, a.low_per_s) <= per(rival, b.high_per_s)
                and per(rival, b.low_per_s) <= per(best, a.high_per_s))
     return text + ("; their intervals overlap, so the seeds cannot tell them apart."
-                   if overlap else "; their intervals do not overlap.")
+                   if overlap else "; their intervals do not overlap.") + note
 
 
 def n_plus_one(n1: NPlusOne, slo: SLO, name: str = "n-plus-one") -> Figure | None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from clustersim.plan.result import CandidateResult, NPlusOne, PlanResult, SplitVerdict
+from clustersim.plan import story
+from clustersim.plan.result import CandidateResult, NPlusOne, PlanResult
 from clustersim.plan.space import ROLE_LETTER
 from clustersim.report import assumptions, blocks, fmt, plan_figures, run_figures
 from clustersim.report.document import Block, Bullets, Document, Pre, Section, Span, Table, Text
@@ -98,8 +99,9 @@ def _status(c: CandidateResult, result: PlanResult) -> str:
         return f"{c.status}, {c.reason}"
     if result.recommended is not None and c.id == result.recommended.id:
         return f"{c.status}, recommended"
-    if result.runner_up is not None and c.id == result.runner_up.id:
-        return f"{c.status}, best {c.candidate.layout}"
+    named = story.role(result, c.id)
+    if named is not None:
+        return f"{c.status}, {named}"
     if result.tie is not None and c.id in result.tie.tied:
         return f"{c.status}, tied for first"
     return c.status
@@ -171,47 +173,52 @@ def _comparison(result: PlanResult, rec: CandidateResult, other: CandidateResult
         row("attainment at goodput", at(lambda s: fmt.share(s.slo.attainment if s.slo else None))),
         row("$ per 1M output tokens", lambda c: fmt.dollars_per_million(
             c.cost_per_million_output_tokens)),
-        row("binding just above goodput", lambda c: c.binding or fmt.DASH),
+        row("KV handoff p95 at the operating rate", lambda c: _handoff(c, result)),
+        row("binding just above goodput (the lowest failing probe)", _binding),
     )
-    header = ("", "recommendation") + ((f"best {other.candidate.layout}",) if other else ())
+    header = ("", "recommendation") + ((story.kind_name(other.candidate.layout),) if other
+                                       else ())
     return Table(header, rows, "l" * len(header))
 
 
+def _handoff(c: CandidateResult, result: PlanResult) -> str:
+    p95, budget = c.handoff_p95_s, result.handoff_budget_s
+    if p95 is None or budget is None:
+        return fmt.DASH
+    verdict = "within" if p95 <= budget else "over"
+    return f"{fmt.ms(p95)} ms, {verdict} the {fmt.ms(budget)} ms budget"
+
+
+def _binding(c: CandidateResult) -> str:
+    if not c.binding:
+        return fmt.DASH
+    rate = c.above_goodput_rate_per_s
+    return c.binding if rate is None else f"at {fmt.rate(rate)} req/s: {c.binding}"
+
+
+def short_answer(result: PlanResult) -> list[Block]:
+    """The answer in a few lines, first in the report: the printout's and plan.json's."""
+    return [Text.of(line) for line in result.short_answer]
+
+
 def recommendation(result: PlanResult) -> list[Block]:
-    out: list[Block] = [Text.of(result.answer)]
+    verdict, rule = result.split_verdict, story.split_rule_sentence(result)
+    # the split rule's part comes after the table, with its readings listed
+    parts = [p for p in result.answer_parts or (result.answer,)
+             if rule is None or not p.startswith(rule)]
+    out: list[Block] = [Bullets.of(*parts) if len(parts) > 1 else Text.of(parts[0])]
     rec = result.recommended
     if rec is None:
         return out
     out.append(_comparison(result, rec, result.runner_up))
-    verdict = result.split_verdict
-    if verdict is not None:
-        out += [Text.of(split_rule_sentence(verdict, rec)), Bullets.of(*verdict.reasons)]
+    if verdict is not None and rule is not None:
+        out += [Text.of(rule), Bullets.of(*verdict.reasons)]
     if result.serve_commands:
         out += [Text.of("Deploy it:"), Pre("\n".join(result.serve_commands), "commands")]
     if result.bench_command:
         out += [Text.of("Check it on real GPUs (its output holds next to the Serving "
                         "Benchmark Result blocks below):"), Pre(result.bench_command, "commands")]
     return out
-
-
-def split_rule_sentence(verdict: SplitVerdict, rec: CandidateResult) -> str:
-    """The keep-or-reject rule for a split, and whether the recommendation (decided by
-    goodput within the SLO) agrees with it or overrules it."""
-    keep = "keep the split" if verdict.keep_split else "stay colocated"
-    text = (f"The keep-or-reject rule for a split, between the two at "
-            f"{fmt.rate(verdict.rate_per_s)} req/s (a rate both carry): {keep}. Keep a split "
-            "only if throughput rises, no p95 latency worsens and the KV handoff fits its "
-            "budget. ")
-    layout = rec.candidate.layout
-    if layout not in ("colocated", "disaggregated"):
-        return text + (f"The recommendation is {layout}, neither side of this comparison; "
-                       "goodput within the SLO chose it.")
-    agrees = verdict.keep_split == (layout == "disaggregated")
-    if agrees:
-        return text + (f"The recommendation ({layout}, chosen by goodput within the SLO) "
-                       "agrees.")
-    return text + (f"The recommendation ({layout}) overrules it: goodput within the SLO "
-                   "decides, and the rule weighs p95 latency and the handoff on their own.")
 
 
 N1_HEADER = ("lost", "GPUs", "at (s)", "attainment over the run",
@@ -224,10 +231,11 @@ def n_plus_one(result: PlanResult, slo) -> list[Block]:
     the checks, the verdicts, and a figure of every loss against the target with the worst
     losses over time."""
     out: list[Block] = []
+    other = ("The best alternative" if result.runner_up is None
+             else f"The {story.kind_name(result.runner_up.candidate.layout)}")
     for who, n1, name in (
             ("The recommendation", result.n_plus_one, "n-plus-one"),
-            ("The best alternative of the other layout kind", result.runner_up_n_plus_one,
-             "n-plus-one-alternative")):
+            (other, result.runner_up_n_plus_one, "n-plus-one-alternative")):
         if n1 is not None:
             out += _n_plus_one_check(who, n1, result, slo, name)
     return out
@@ -275,36 +283,59 @@ def _slo_terms(scenario: Scenario) -> str:
     return f"{limits} for {slo.attainment_target:.0%} of requests ({slo.criterion})"
 
 
-def evidence(result: PlanResult, scenario: Scenario,
-             runs: dict[str, RunResult]) -> list[Block]:
+def evidence(result: PlanResult, scenario: Scenario, runs: dict[str, RunResult],
+             operating: dict[str, RunResult] | None = None) -> list[Block]:
+    """The figures: at goodput (latency CDFs, KV and queue) from ``runs``, at the operating
+    rate (step timeline, KV links and the handoff statistic) from ``operating``, each
+    labelled with the row number and the name the answer gives it."""
     slo = scenario.slo
     assert slo is not None and scenario.plan is not None
+    operating = operating or {}
     num = numbers(result)
-    picked = [(role, c) for role, c in (("recommendation", result.recommended),
-                                        ("runner-up", result.runner_up))
+    picked = [c for c in (result.recommended, result.runner_up)
               if c is not None and c.id in runs]
-    labelled = [(f"#{num[c.id]} {role}", runs[c.id]) for role, c in picked]
+
+    def label(c: CandidateResult) -> str:
+        return f"#{num[c.id]} {story.role(result, c.id) or c.candidate.label()}"
+
+    def name(c: CandidateResult) -> str:
+        return ("recommendation" if c is result.recommended
+                else "runner-up")
+
     out: list[Block] = []
-    if labelled:
+    if picked:
         out.append(run_figures.latency_cdfs(
-            labelled, slo, what="the recommendation" + (" and the runner-up" if len(labelled)
-                                                        > 1 else "") + " at goodput"))
+            [(label(c), runs[c.id]) for c in picked], slo,
+            what=" and ".join(f"{label(c)} ({c.candidate.label()})" for c in picked)
+            + " at goodput"))
     for figure in (plan_figures.attainment_vs_rate(result, num, slo.attainment_target),
                    plan_figures.goodput_vs_pd(result, num), plan_figures.pareto(result, num)):
         if figure is not None:
             out.append(figure)
-    for (role, _), (label, run) in zip(picked, labelled, strict=True):
-        timeline = run_figures.step_timeline(label, run, name=f"timeline-{role}")
+    for c in picked:
+        run = operating.get(c.id)
+        if run is None or c.operating_rate_per_s is None:
+            continue
+        timeline = run_figures.step_timeline(
+            f"{label(c)} at its operating rate, {fmt.rate(c.operating_rate_per_s)} req/s",
+            run, name=f"timeline-{name(c)}")
         if timeline is not None:
             out.append(timeline)
-    for (role, c), (label, run) in zip(picked, labelled, strict=True):
+    for c in picked:
         assert c.at_goodput is not None
-        out.append(run_figures.kv_and_queue(label, run, c.at_goodput, name=f"kv-queue-{role}"))
-        links = run_figures.kv_links(label, run, c.at_goodput, scenario.plan.handoff_budget_s,
-                                     name=f"kv-links-{role}")
+        out.append(run_figures.kv_and_queue(f"{label(c)} at goodput", runs[c.id], c.at_goodput,
+                                            name=f"kv-queue-{name(c)}"))
+    for c in picked:
+        run = operating.get(c.id)
+        if run is None or c.at_operating is None or c.operating_rate_per_s is None:
+            continue
+        links = run_figures.kv_links(
+            f"{label(c)} at its operating rate, {fmt.rate(c.operating_rate_per_s)} req/s",
+            run, c.at_operating, scenario.plan.handoff_budget_s, name=f"kv-links-{name(c)}",
+            rate_per_s=c.operating_rate_per_s)
         if links is not None:
             out.append(links)
-    if not labelled:
+    if not picked:
         out.append(Text.of("No recommendation, so no run at goodput to draw latencies, "
                            "timelines and KV use from."))
     return out
@@ -433,11 +464,13 @@ def day_section(day: DayPlan, target: float) -> list[Block]:
     return out
 
 
-def plan_document(result: PlanResult, scenario: Scenario,
-                  runs: dict[str, RunResult]) -> Document:
+def plan_document(result: PlanResult, scenario: Scenario, runs: dict[str, RunResult],
+                  operating: dict[str, RunResult] | None = None) -> Document:
     """The plan's report; ``runs`` holds full runs at goodput by candidate id (the
-    recommendation's and the runner-up's)."""
+    recommendation's and the runner-up's), ``operating`` their full runs at the operating
+    rate."""
     sections = [
+        Section("Answer", short_answer(result)),
         Section("Recommendation", recommendation(result)),
     ]
     rec = result.recommended
@@ -458,7 +491,7 @@ def plan_document(result: PlanResult, scenario: Scenario,
                                                                 scenario.slo.attainment_target)))
     sections += [
         Section("Candidates", candidate_tables(result)),
-        Section("Evidence", evidence(result, scenario, runs)),
+        Section("Evidence", evidence(result, scenario, runs, operating)),
         Section("Serving Benchmark Result per configuration", benchmark_results(result)),
         Section("Assumptions", plan_assumptions(result, scenario, runs)),
         Section("Metric definitions", list(blocks.definitions())),

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from clustersim.metrics.requests import RequestTable
+from clustersim.plan.compare import handoff_text
 from clustersim.report.document import Figure
 from clustersim.report.figures import (
     FAILS,
@@ -91,19 +92,38 @@ def latency_cdfs(runs: list[tuple[str, RunResult]], slo: SLO | None, name: str =
         return figure(fig, name, "TTFT and TPOT cumulative distributions", caption)
 
 
-def longest_prompt(requests: list[Request]) -> Request | None:
-    """The longest prompt that got its first token (the earliest of equals)."""
+STEADY = (0.25, 0.75)
+"""The step timeline looks for its long prompt among the arrivals of the middle half of the
+run: past the first quarter, while the batch still fills (short steps no loaded moment has),
+and before the last, while it drains."""
+
+
+def longest_prompt(requests: list[Request]) -> tuple[Request | None, tuple[float, float] | None]:
+    """The longest prompt that got its first token (the earliest of equals) among the
+    arrivals of the run's middle half (``STEADY``), with that window; of the whole run, and
+    no window, when none arrived there."""
     served = [r for r in requests if r.first_token_s is not None]
     if not served:
-        return None
-    return max(served, key=lambda r: (r.num_prompt_tokens, -r.arrival_s))
+        return None, None
+    first = min(r.arrival_s for r in requests)
+    span = max(r.arrival_s for r in requests) - first
+    lo, hi = (first + f * span for f in STEADY)
+    middle = [r for r in served if lo <= r.arrival_s <= hi]
+
+    def key(r: Request) -> tuple[int, float]:
+        return r.num_prompt_tokens, -r.arrival_s
+
+    if middle:
+        return max(middle, key=key), (lo, hi)
+    return max(served, key=key), None
 
 
 def step_timeline(label: str, run: RunResult, name: str = "timeline") -> Figure | None:
     """Step latency and each running stream's ITL on the instance that emits the longest
-    prompt's tokens (a split's decode instance), around that prompt's arrival: what a long
-    prompt's chunks do to every stream sharing its steps."""
-    long = longest_prompt(run.requests)
+    prompt's tokens (a split's decode instance), around that prompt's arrival, the prompt
+    chosen among the run's middle half of arrivals (``STEADY``): what a long prompt's chunks
+    do to every stream sharing its steps at a representative load."""
+    long, window = longest_prompt(run.requests)
     if long is None or long.decode_instance is None:
         return None
     instance = long.decode_instance
@@ -111,7 +131,9 @@ def step_timeline(label: str, run: RunResult, name: str = "timeline") -> Figure 
     assert first is not None
     pad = max(0.25, 0.25 * (first - t0))
     lo, hi = t0 - pad, first + pad
-    steps = [s for s in run.steps if s.instance == instance and s.end_s >= lo and s.start_s <= hi]
+    mine = [s for s in run.steps if s.instance == instance]
+    steps = [s for s in mine if s.end_s >= lo and s.start_s <= hi]
+    whole_ms = float(np.median([(s.end_s - s.start_s) * 1e3 for s in mine])) if mine else None
     with canvas(10, 5.6) as fig:
         top, bottom = fig.subplots(2, 1, sharex=True, sharey=True)  # both in ms, compared
         starts = np.array([s.start_s - t0 for s in steps])
@@ -127,7 +149,7 @@ def step_timeline(label: str, run: RunResult, name: str = "timeline") -> Figure 
                            linewidth=3, label="step carrying a chunk of the long prompt")
         top.set_ylabel("step latency (ms)")
         top.set_ylim(bottom=0)
-        top.set_title(f"{label}: {instance}, {len(steps):,} steps around the "
+        top.set_title(f"{label}\n{instance}: {len(steps):,} steps around the "
                       f"{long.num_prompt_tokens:,}-token prompt of request {long.request_id}")
         num_streams = 0
         for r in run.requests:
@@ -159,11 +181,19 @@ def step_timeline(label: str, run: RunResult, name: str = "timeline") -> Figure 
         legend_outside(fig)
         what = _timeline_reading(instance, durations, chunked,
                                  split=long.handoff_start_s is not None)
+        where = (f"the longest prompt ({long.num_prompt_tokens:,} tokens) of those arriving in "
+                 f"the middle half of the run ({window[0]:,.1f}-{window[1]:,.1f} s), past "
+                 "the start's filling batch and before the end's drain, arriving at "
+                 f"{t0:,.2f} s" if window is not None else
+                 f"the longest prompt ({long.num_prompt_tokens:,} tokens), arriving at "
+                 f"{t0:,.2f} s")
+        typical = ("" if whole_ms is None else f" Over the whole run {instance}'s steps take "
+                   f"{whole_ms:.1f} ms at the median.")
         caption = (f"{label}: every engine step of {instance} (top, a bar from its start "
                    "to its end at its latency) and the gap before each token of every request "
-                   "it emits (bottom, over the time it spans), from "
-                   f"{pad:.2f} s before the longest prompt ({long.num_prompt_tokens:,} tokens) "
-                   f"arrives to {pad:.2f} s after its first token. What to see: {what}.")
+                   f"it emits (bottom, over the time it spans), from {pad:.2f} s before "
+                   f"{where} to {pad:.2f} s after its first token. What to see: {what}."
+                   f"{typical}")
         return figure(fig, name, "step latency and ITL around the arrival of request "
                       f"{long.request_id}", caption)
 
@@ -252,11 +282,17 @@ def kv_and_queue(label: str, run: RunResult, summary: RunSummary,
 
 
 def kv_links(label: str, run: RunResult, summary: RunSummary,
-             handoff_budget_s: float | None = None, name: str = "kv-links") -> Figure | None:
-    """A disaggregated run's KV links: each busy link's mean utilization and each transfer's
-    time, as it ran and alone on idle links."""
+             handoff_budget_s: float | None = None, name: str = "kv-links",
+             rate_per_s: float | None = None) -> Figure | None:
+    """A disaggregated run's KV links: each busy link's mean utilization; each request's KV
+    handoff (prefill finished -> KV resident on the decode instance, the sample whose p95 is
+    ``summary.handoff_s.p95``) against the budget, beside each transfer alone on idle links.
+    ``rate_per_s``: the operating rate the run is at, where a plan reads its handoff
+    statistic."""
     if not run.transfers:
         return None
+    handed = [r for r in run.requests
+              if r.handoff_start_s is not None and r.handoff_end_s is not None]
     with canvas(10, 3.8) as fig:
         left, right = fig.subplots(1, 2, width_ratios=(1, 1.4))
         links = list(summary.link_utilization.items())[::-1]
@@ -266,35 +302,42 @@ def kv_links(label: str, run: RunResult, summary: RunSummary,
         left.set_ylabel("link (source > destination)")
         left.set_title("busiest links (per direction)")
         left.tick_params(axis="y", labelsize=6)
-        requested = np.array([t.requested_s for t in run.transfers])
-        took = np.array([(t.end_s - t.requested_s) * 1e3 for t in run.transfers])
-        ideal = np.array([t.ideal_s * 1e3 for t in run.transfers])
-        right.plot(requested, took, ".", markersize=3, color=PALETTE[1],
-                   label="as it ran (sharing links)")
-        right.plot(requested, ideal, ".", markersize=2, color=PALETTE[2],
-                   label="alone on idle links")
+        starts = np.array([r.handoff_start_s for r in handed])
+        took = np.array([(r.handoff_end_s - r.handoff_start_s) * 1e3 for r in handed])
+        ideal = np.array([t.ideal_s * 1e3 for t in run.transfers if t.ideal_s is not None])
+        requested = np.array([t.requested_s for t in run.transfers if t.ideal_s is not None])
+        right.plot(starts, took, ".", markersize=3, color=PALETTE[1],
+                   label="handoff as it ran (prefill end -> KV resident)")
+        if ideal.size:
+            right.plot(requested, ideal, ".", markersize=2, color=PALETTE[2],
+                       label="its transfer alone on idle links")
+        p95 = None if summary.handoff_s is None else summary.handoff_s.p95
+        if p95 is not None:
+            right.axhline(p95 * 1e3, color=PALETTE[1], linestyle=":", linewidth=1,
+                          label=f"handoff p95 {p95 * 1e3:,.1f} ms")
         if handoff_budget_s is not None:
             right.axhline(handoff_budget_s * 1e3, color="black", linestyle="--", linewidth=1,
                           label=f"handoff budget {limit_ms(handoff_budget_s)}")
-        right.set_xlabel("simulated time the transfer was requested (s)")
-        right.set_ylabel("transfer time (ms)")
-        right.set_title(f"{len(run.transfers):,} KV transfers, prefill -> decode")
-        legend_outside(fig, [right], where="below", ncols=3)
-        caption = (f"{label}: the prefill -> decode KV transfers. Left: the mean utilization "
-                   "of the busiest links over the run. Right: each transfer's time from its "
-                   "request to its last byte (red) and what it would take alone on idle links "
-                   "(green). What to see: the gap between the two is time lost to other "
-                   "transfers on the same links; the keep-or-reject rule for a split holds the "
-                   "handoffs' p95 to the budget line. Here the transfers took "
-                   f"{np.median(took):,.2f} ms at the median as they ran, against "
-                   f"{np.median(ideal):,.2f} ms alone")
+        right.set_xlabel("simulated time the prefill ended (s)")
+        right.set_ylabel("handoff time (ms)")
+        right.set_title(f"{len(handed):,} KV handoffs, prefill -> decode")
+        legend_outside(fig, [right], where="below", ncols=2)
+        caption = (f"{label}: the prefill -> decode KV handoffs. Left: the mean utilization "
+                   "of the busiest links over the run. Right: each request's handoff, from "
+                   "its prefill's end to its KV resident on the decode instance (red), and its "
+                   "transfer alone on idle links (green). What to see: the gap between the two "
+                   "is time spent queueing and sharing links; the keep-or-reject rule for a "
+                   "split holds the handoffs' p95 (dotted) to the budget (dashed). Here the "
+                   f"handoffs took {np.median(took):,.2f} ms at the median")
+        if ideal.size:
+            caption += f", against {np.median(ideal):,.2f} ms for a transfer alone"
         if handoff_budget_s is None:
             caption += "."
         else:
             over = int((took > handoff_budget_s * 1e3).sum())
-            caption += (f"; {over:,} of {took.size:,} took longer than the "
-                        f"{limit_ms(handoff_budget_s)} budget.")
-        return figure(fig, name, "KV link utilization and transfer times", caption)
+            caption += (f"; {over:,} of {took.size:,} took longer than the budget; the "
+                        + handoff_text(p95, handoff_budget_s, rate_per_s) + ".")
+        return figure(fig, name, "KV link utilization and handoff times", caption)
 
 
 def slo_over_time(label: str, summary: RunSummary, slo: SLO | None,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from clustersim.plan.change import HOLDS_WITHIN, threshold_text
 from clustersim.plan.compare import Verdict
 from clustersim.plan.compare_table import comparison_rows
 from clustersim.report import assumptions, blocks, fmt, run_figures
@@ -121,12 +122,13 @@ def compare_document(runs: dict[str, tuple[RunResult, RunSummary]], verdict: Ver
     pairs = [(label, run, summary) for label, (run, summary) in runs.items()]
     colocated, split = runs["colocated"][1], runs["disaggregated"][1]
     keep = "keep the disaggregated layout" if verdict.keep_split else "stay colocated"
+    words = threshold_text(HOLDS_WITHIN, "the planner's default tolerance")
     verdict_blocks: list[Block] = [
         Text.of(f"The keep-or-reject rule for a split, on the same traffic and GPUs: {keep}. "
                 "A split is kept only if throughput (requests meeting the SLO per second over "
                 "the makespan, first arrival to last finish, or finished ones without an SLO) "
                 "rises, no p95 latency worsens and the KV handoff p95 fits its "
-                f"{fmt.limit_ms(handoff_budget_s)} budget."),
+                f"{fmt.limit_ms(handoff_budget_s)} budget; {words}."),
         Bullets.of(*verdict.reasons),
         comparison_table(colocated, split),
         *([Text.of("How both sides were built from the scenario:"), Bullets.of(*notes)]
