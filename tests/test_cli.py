@@ -215,9 +215,9 @@ def test_errors_of_files_the_scenario_names_keep_their_own_path(tmp_path):
             {"name": "p", "role": "prefill"}, {"name": "d", "role": "decode"}]}},
          "topology: layout disaggregated needs a topology"),
         ("plan", {}, "plan: the scenario has no plan: section"),
-        ("compare", {"pipeline_parallel_size": 2},
-         "pipeline_parallel_size: 2 pipeline stages: a prefill or decode pool is modelled "
-         "without pipeline parallelism"),
+        ("compare", {"layout": {"kind": "colocated", "pools": [{"name": "a"}, {"name": "b"}]}},
+         "layout.pools: compare splits one colocated pool into prefill and decode, this "
+         "layout has 2"),
     ],
 )
 def test_a_failed_run_leaves_no_new_folder(tmp_path, monkeypatch, command, change, message):

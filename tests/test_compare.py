@@ -17,6 +17,7 @@ from clustersim.plan.compare import split_verdict
 from clustersim.plan.counterparts import counterparts
 from clustersim.scenario import Scenario, load_scenario
 from clustersim.scenario.faults import FaultsSpec
+from clustersim.scenario.layout import ReplicatedNode
 from tests.helpers import run_cli, write_scenario
 
 
@@ -44,9 +45,6 @@ def test_s7_no_single_metric_decides():
 # ------------------------------------------------------------- compare on scenarios
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted(p.stem for p in (ROOT / "scenarios").glob("*.yaml"))
-NOT_SPLIT = {"deepseek-v3-h100-pp2": "pipeline_parallel_size: 2 pipeline stages"}
-"""Shipped scenarios compare refuses, and the start of its one-line reason: a prefill or
-decode pool is modelled without pipeline parallelism."""
 
 
 def _ms(value: float | None) -> str:
@@ -148,17 +146,13 @@ def test_compare_moves_an_instance_failure_to_the_instance_on_its_gpus(tmp_path)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n in SHIPPED if n not in NOT_SPLIT])
+@pytest.mark.parametrize("name", SHIPPED)
 def test_compare_runs_on_every_shipped_scenario(tmp_path, name):
-    compare_matches_its_files(tmp_path, name)
-
-
-@pytest.mark.parametrize("name", sorted(NOT_SPLIT))
-def test_compare_refuses_what_a_split_cannot_model_in_one_line(name):
-    code, output = run_cli("compare", str(ROOT / "scenarios" / f"{name}.yaml"))
-    assert code == 2
-    (line,) = output.splitlines()
-    assert line.startswith(f"{ROOT / 'scenarios' / name}.yaml: {NOT_SPLIT[name]}"), line
+    output = compare_matches_its_files(tmp_path, name)
+    if name == "deepseek-v3-h100-pp2":  # both sides keep TP8 x PP2, on twice the servers
+        assert "main: 2 x h100-sxm TP8 x PP2" in output
+        for pool in ("prefill (prefill)", "decode (decode)"):
+            assert f"{pool}: 1 x h100-sxm TP8 x PP2" in output
 
 
 # ------------------------------------------------------------- counterparts, pure
@@ -221,12 +215,36 @@ def test_a_failure_of_one_data_parallel_rank_fails_its_group_and_its_counterpart
                for n in sides.notes)
 
 
+def test_a_topology_of_servers_that_hold_one_instance_grows_by_whole_servers():
+    """DeepSeek-V3 at TP8 x PP2 fills dgx-h100-x2, two DGX H100 on one leaf: a split needs
+    two instances, so both sides run on four of the same server, keeping the stages."""
+    sides = counterparts(shipped("deepseek-v3-h100-pp2"))
+    for side in (sides.colocated, sides.disaggregated):
+        assert side.topology == ReplicatedNode(node="dgx-h100", count=4)
+        assert {(p.tensor_parallel_size or side.tensor_parallel_size,
+                 p.pipeline_parallel_size or side.pipeline_parallel_size)
+                for p in side.layout.pools} == {(8, 2)}
+    assert [(p.role, p.instances) for p in sides.colocated.layout.pools] == [("colocated", 2)]
+    assert [(p.role, p.instances) for p in sides.disaggregated.layout.pools] == [
+        ("prefill", 1), ("decode", 1)]
+    notes = "\n".join(sides.notes)
+    assert ("topology: dgx-h100-x2 is 2 x dgx-h100 and holds one instance, and a split needs "
+            "two: both sides run on 4 x dgx-h100") in notes
+    assert "both sides run on the same 32 x h100-sxm: node0/gpu0-7, node1/gpu0-7" in notes
+    assert "pipeline stages: the handoff moves each prefill stage's layers" in notes
+
+
 def test_a_topology_with_room_for_one_instance_cannot_split(tmp_path):
+    """A lone server that is not the GPU's networked one (no NICs): nothing to grow."""
     data = yaml.safe_load((ROOT / "scenarios" / "deepseek-v3-h200.yaml").read_text())
-    path = write_scenario(tmp_path, {**data, "topology": "hgx-h200"})
+    server = yaml.safe_load((ROOT / "clustersim" / "cluster" / "topologies" / "hgx-h200.yaml")
+                            .read_text())
+    del server["nodes"][0]["nics"]
+    write_scenario(tmp_path, {**server, "name": "h200-box"}, "h200-box.yaml")
+    path = write_scenario(tmp_path, {**data, "topology": "h200-box.yaml"})
     code, output = run_cli("compare", str(path), "--out", str(tmp_path / "out"))
     assert code == 2
-    assert output.startswith(f"{path}: topology: hgx-h200 holds one instance of 8 x h200 "
+    assert output.startswith(f"{path}: topology: h200-box.yaml holds one instance of 8 x h200 "
                              "(TP8), and a split needs two"), output
 
 

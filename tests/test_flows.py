@@ -211,6 +211,33 @@ def test_tp2_to_tp2_uses_two_nics_in_parallel():
     assert record.end_s == pytest.approx(NDR_LATENCY_S + KV_BYTES / 2 / NDR)
 
 
+def test_stage_moves_run_at_once_each_between_its_own_groups():
+    # two stages of TP2 (gpu0-1, gpu2-3) to two of TP1 (gpu0, gpu1): stage 0 moves 3/5 of the
+    # KV, stage 1 2/5; one record of the whole handoff, done when the larger move is
+    env, net = network()
+    src = ["node0/gpu0", "node0/gpu1", "node0/gpu2", "node0/gpu3"]
+    dst = ["node1/gpu0", "node1/gpu1"]
+    first, second = 3 * KV_BYTES // 5, 2 * KV_BYTES // 5
+    (record,) = run(env, net.transfer_stages(
+        "r0", src, dst, [(src[:2], dst[:1], first), (src[2:], dst[1:], second)]))
+    assert (record.src, record.dst, record.bytes) == (tuple(src), tuple(dst), first + second)
+    carried = carried_bytes(net, 1.0)
+    assert carried == pytest.approx({
+        **{f"node0/gpu{k}>node0/nic{k}": b for k, b in enumerate(
+            [first / 2, first / 2, second / 2, second / 2])},
+        **{f"node0/nic{k}>leaf0": b for k, b in enumerate(
+            [first / 2, first / 2, second / 2, second / 2])},
+        "leaf0>node1/nic0": first, "leaf0>node1/nic1": second,
+        "node1/nic0>node1/gpu0": first, "node1/nic1>node1/gpu1": second})
+    assert record.end_s == pytest.approx(NDR_LATENCY_S + first / NDR)
+    with pytest.raises(ValueError):
+        net.transfer_stages("r1", src, dst, [])
+    with pytest.raises(ValueError):
+        net.transfer_stages("r1", src, dst, [(src[:2], [], 1)])
+    with pytest.raises(ValueError):
+        net.transfer_stages("r1", src, dst, [(src[:2], dst[:1], -1)])
+
+
 # --------------------------------------------------------------- edge cases
 def test_same_gpus_or_no_bytes_cost_latency_only():
     env, net = network()

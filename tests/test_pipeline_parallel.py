@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from clustersim.catalog import load_gpu, load_model
+from clustersim.cluster.handoff import stage_moves
 from clustersim.cost.memory import kv_bytes_per_block, weight_bytes_per_gpu
 from clustersim.cost.roofline import CostModel
 from clustersim.engine.instance import Instance
@@ -30,6 +31,7 @@ from clustersim.engine.pipeline import (
     ACTIVATION_TENSORS,
     Pipeline,
     PipelinePricer,
+    stage_bounds,
     stage_layers,
     stage_model,
 )
@@ -216,6 +218,88 @@ def test_a_pipelined_engine_that_fails_drops_its_batches_in_flight_and_restarts_
     assert all(s.end_s <= 0.105 or s.start_s >= 0.305 for s in result.steps)
 
 
+# ------------------------------------------------------------------ split pools
+def test_stages_split_the_layers_as_vllm_does():
+    # L // P each, the rest one each to the stages before the last, backwards
+    assert stage_bounds(61, 2) == [(0, 31), (31, 61)]
+    assert stage_bounds(80, 2) == [(0, 40), (40, 80)]
+    assert stage_bounds(10, 4) == [(0, 2), (2, 5), (5, 8), (8, 10)]
+    assert stage_bounds(7, 4) == [(0, 2), (2, 4), (4, 6), (6, 7)]
+    for layers, pp in ((61, 2), (61, 3), (94, 5), (5, 5)):
+        bounds = stage_bounds(layers, pp)
+        assert bounds[0][0] == 0 and bounds[-1][1] == layers
+        assert max(b - a for a, b in bounds) == stage_layers(layers, pp)
+
+
+def test_a_staged_handoff_moves_each_stages_layers_between_the_stages_that_hold_them():
+    # Qwen2.5-7B: 28 layers, 4 KV heads of 128, 16-bit: one KV head per rank at TP4, so a
+    # rank holds 2 x 128 x 2 = 512 B per token and layer, a TP4 stage 2,048 (as without
+    # stages at TP4: 57,344 B per token in all; counted over TP x PP = 8 GPUs, as if each
+    # rank held every layer, it would be twice that)
+    model = load_model("qwen2.5-7b-instruct")
+    src = [f"node0/gpu{i}" for i in range(8)]
+    dst = [f"node1/gpu{i}" for i in range(8)]
+    assert stage_moves(model, src, 2, dst, 2) == [
+        (src[:4], dst[:4], 14 * 2048, 0), (src[4:], dst[4:], 14 * 2048, 0)]
+    # into a decode engine without stages (vLLM's push connector): both stages, to all 8
+    # ranks, each rank its own (replicated) KV head: 8 x 512 B per layer
+    assert stage_moves(model, src, 2, dst, 1) == [
+        (src[:4], dst, 14 * 8 * 512, 0), (src[4:], dst, 14 * 8 * 512, 0)]
+    # stages that do not line up: a move per pair of stages whose layers overlap
+    four = stage_moves(model, [f"node0/gpu{i}" for i in range(4)], 4,
+                       [f"node1/gpu{i}" for i in range(3)], 3)
+    assert stage_bounds(28, 4) == [(0, 7), (7, 14), (14, 21), (21, 28)]
+    assert stage_bounds(28, 3) == [(0, 9), (9, 19), (19, 28)]
+    rank = 2 * 4 * 128 * 2  # TP1: all 4 KV heads on the rank
+    assert [(s[0], d[0], b // rank) for s, d, b, _ in four] == [
+        ("node0/gpu0", "node1/gpu0", 7), ("node0/gpu1", "node1/gpu0", 2),
+        ("node0/gpu1", "node1/gpu1", 5), ("node0/gpu2", "node1/gpu1", 5),
+        ("node0/gpu2", "node1/gpu2", 2), ("node0/gpu3", "node1/gpu2", 7)]
+    assert sum(b for _, _, b, _ in four) == model.kv_bytes_per_token(1)
+    # no stages on either side: one move of every layer, as before
+    assert stage_moves(model, src[:4], 1, dst[:4], 1) == [
+        (src[:4], dst[:4], model.kv_bytes_per_token(4) * 4, 0)]
+
+
+def test_a_pp2_split_hands_each_stages_kv_to_the_matching_stage(tmp_path):
+    # DeepSeek-V3 at TP8 x PP2 over four DGX H100: prefill on node0 (stage 0, layers 0-30)
+    # and node1 (stage 1, layers 31-60), decode on node2 and node3. MLA: every rank holds
+    # the whole 512 + 64 latent of its stage's layers, 1,152 B per token and layer in
+    # bfloat16. A 1,000-token prompt: stage 0 moves 31 x 1,152 x 8 x 1,000 = 285,696,000 B,
+    # node0/gpuK -> node2/gpuK, 35,712,000 B each; stage 1 30 layers, 276,480,000 B, node1
+    # -> node3. (Counted as 16 ranks each holding all 61 layers: 1,124,352,000 B.)
+    data = scenario(model="deepseek-v3", tensor_parallel_size=8, pipeline_parallel_size=2,
+                    topology={"node": "dgx-h100", "count": 4},
+                    engine={"max_model_len": 4096, "block_size": 64},
+                    workload=explicit(("A", 0.0, 1000, 3)),
+                    layout={"kind": "disaggregated", "pools": [
+                        {"name": "prefill", "role": "prefill"},
+                        {"name": "decode", "role": "decode"}]})
+    result = run_scenario(parse_scenario(data))
+    (record,) = result.transfers
+    assert record.bytes == 285_696_000 + 276_480_000
+    assert record.src == tuple(f"node{n}/gpu{g}" for n in (0, 1) for g in range(8))
+    assert record.dst == tuple(f"node{n}/gpu{g}" for n in (2, 3) for g in range(8))
+    assert record.path.startswith("node0/gpu0>") and record.path.endswith(">node2/gpu0")
+    moved = {link: share for link, share in result.link_utilization.items() if share}
+    # every NIC of node0 sends stage 0's share, and node2's NICs receive it; node1's send
+    # stage 1's (30 layers to 31), which node3's receive: nothing crosses between stages
+    for k in range(8):
+        assert moved[f"node0/nic{k}>leaf0"] == moved[f"leaf0>node2/nic{k}"]
+        assert moved[f"node1/nic{k}>leaf0"] == moved[f"leaf0>node3/nic{k}"]
+        assert moved[f"node0/nic{k}>leaf0"] == pytest.approx(
+            31 / 30 * moved[f"node1/nic{k}>leaf0"], rel=1e-12)
+    span_s = result.end_s  # (the first arrival is at 0)
+    nic = 50e9 * 0.85  # CX-7 400 Gb/s x efficiency
+    assert moved["node0/nic0>leaf0"] * nic * span_s == pytest.approx(35_712_000, rel=1e-9)
+    assert moved["node1/nic0>leaf0"] * nic * span_s == pytest.approx(34_560_000, rel=1e-9)
+    # and nothing flows back, or out of the decode servers
+    assert not [link for link in moved if link.startswith(("leaf0>node0/", "leaf0>node1/"))
+                or link in {f"node{n}/nic{k}>leaf0" for n in (2, 3) for k in range(8)}]
+    (request,) = result.requests
+    assert request.outcome == "finished" and request.handoff_bytes == record.bytes
+
+
 # ------------------------------------------------------------------ memory
 def test_weights_and_kv_per_gpu_halve_with_two_stages(tmp_path):
     model = load_model(LLAMA70)
@@ -275,10 +359,18 @@ def test_non_pipelined_summaries_do_not_name_the_field(tmp_path):
      "engine.speculative: not modelled with pipeline parallelism"),
     ({"pipeline_parallel_size": 2, "data_parallel_size": 2},
      "pipeline_parallel_size: 2 stages with data_parallel_size 2"),
-    ({"topology": "dgx-h100-x2", "layout": {"kind": "disaggregated", "pools": [
-        {"name": "p", "role": "prefill", "pipeline_parallel_size": 2},
-        {"name": "d", "role": "decode"}]}},
-     "layout.pools[0].pipeline_parallel_size: 2 stages on a prefill pool"),
+    ({"model": "qwen3-30b-a3b", "topology": "dgx-h100-x2", "layout": {
+        "kind": "disaggregated", "pools": [
+            {"name": "p", "role": "prefill", "pipeline_parallel_size": 2,
+             "data_parallel_size": 2, "enable_expert_parallel": True},
+            {"name": "d", "role": "decode"}]}},
+     "layout.pools[0].pipeline_parallel_size: 2 stages with data_parallel_size 2"),
+    ({"model": "gpt-oss-20b", "topology": "dgx-h100-x2", "layout": {
+        "kind": "disaggregated", "pools": [
+            {"name": "p", "role": "prefill", "pipeline_parallel_size": 2},
+            {"name": "d", "role": "decode"}]}},
+     "layout.pools[0].pipeline_parallel_size: 2 stages on a prefill pool of gpt-oss-20b: its "
+     "KV handoff moves each stage's layers"),
 ])
 def test_bad_pipeline_inputs_are_one_line(tmp_path, fields, message):
     path = write_scenario(tmp_path, scenario(**fields))

@@ -102,8 +102,9 @@ def test_drafts_with_pipeline_stages_are_pruned_with_the_engines_reason():
     ("choices", "message"),
     [
         ({"decode": {"pipeline_parallel_sizes": [2]}},
-         "plan: decode.pipeline_parallel_sizes [2]: pipeline parallelism is modelled on "
-         "colocated pools only"),
+         "plan: decode.pipeline_parallel_sizes [2]: the planner tries pipeline stages on "
+         "colocated pools only, as vLLM's NIXL connector (its serve lines') refuses a staged "
+         "engine"),
         ({"colocated": {"pipeline_parallel_sizes": [0]}},
          "plan.colocated.pipeline_parallel_sizes[0]: Input should be greater than 0"),
         ({"speculative": [None, EAGLE, None]}, "plan.speculative: speculative choices repeat"),

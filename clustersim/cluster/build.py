@@ -340,9 +340,11 @@ class EngineBuilder:
             return pp
         field = ("pipeline_parallel_size" if pool.pipeline_parallel_size is None or not where
                  else f"{where}.pipeline_parallel_size")
-        if pool.role != "colocated":
-            raise ConfigError(field, f"{pp} stages on a {pool.role} pool: pipeline parallelism "
-                              "is modelled on colocated pools only (not the KV handoff)")
+        if pool.role != "colocated" and self.model.sliding_window is not None:
+            raise ConfigError(field, f"{pp} stages on a {pool.role} pool of {self.model.id}: "
+                              "its KV handoff moves each stage's layers, and which of them "
+                              "attend through the sliding window is not modelled; use "
+                              "pipeline_parallel_size 1")
         if self._parallel[pool.name][0] > 1:
             raise ConfigError(field, f"{pp} stages with data_parallel_size "
                               f"{self._parallel[pool.name][0]}: not modelled together; use "

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from clustersim.cluster.flows import FlowNetwork, TransferFailed
+from clustersim.cluster.handoff import StageMove, stage_moves
 from clustersim.cluster.router import Router
 from clustersim.engine.events import Outcome, Signal, Waitable, alarm, call_soon, now_of, on_event
 from clustersim.engine.instance import Instance
@@ -121,6 +122,9 @@ class KVConnector:
         self._kv_bytes: dict[int, tuple[int, int, int]] = {}
         """Per decode instance, over its TP group: KV bytes per token of the full-attention
         layers, of the sliding-window ones, and the window (``ModelSpec.kv_cached_bytes``)."""
+        self._stages: dict[tuple[int, int], tuple[list[StageMove], int]] = {}
+        """Per (prefill, decode) pair with pipeline stages on either side: its stage moves
+        (``cluster.handoff``) and the window."""
 
     @property
     def num_in_flight(self) -> int:
@@ -203,15 +207,6 @@ class KVConnector:
             return
         drawn = faults.transfer_fails() if faults is not None else None
         decode = self.instances["decode"][decode_index]
-        per_token = self._kv_bytes.get(decode_index)
-        if per_token is None:
-            tp = len(decode.gpus)
-            served = cluster.served(decode.name)
-            full, window = served.kv_bytes_by_attention(tp)
-            per_token = self._kv_bytes[decode_index] = (full * tp, window * tp,
-                                                        served.sliding_window or 0)
-        full_bytes, window_bytes, window_tokens = per_token
-        num_bytes = full_bytes * num_tokens + window_bytes * min(num_tokens, window_tokens)
         pair = (handoff.prefill_index, decode_index)
         extra = 0.0
         if pair not in self._paired:
@@ -219,11 +214,45 @@ class KVConnector:
             extra = self.spec.handshake_s
         flows = self.flows
         assert flows is not None  # (a disaggregated cluster has a topology)
-        transfer = handoff.transfer = flows.transfer(
-            handoff.client.request_id, list(prefill.gpus), list(decode.gpus), num_bytes, extra
-        )
+        if prefill.pipeline is not None or decode.pipeline is not None:
+            num_bytes, moves = self._stage_moves(pair, prefill, decode, num_tokens)
+            transfer = handoff.transfer = flows.transfer_stages(
+                handoff.client.request_id, list(prefill.gpus), list(decode.gpus), moves, extra)
+        else:
+            per_token = self._kv_bytes.get(decode_index)
+            if per_token is None:
+                tp = len(decode.gpus)
+                served = cluster.served(decode.name)
+                full, window = served.kv_bytes_by_attention(tp)
+                per_token = self._kv_bytes[decode_index] = (full * tp, window * tp,
+                                                            served.sliding_window or 0)
+            full_bytes, window_bytes, window_tokens = per_token
+            num_bytes = full_bytes * num_tokens + window_bytes * min(num_tokens, window_tokens)
+            transfer = handoff.transfer = flows.transfer(
+                handoff.client.request_id, list(prefill.gpus), list(decode.gpus), num_bytes,
+                extra)
         on_event(transfer, lambda event: self._transferred(handoff, done, prefill, drawn,
                                                            num_bytes, event))
+
+    def _stage_moves(self, pair: tuple[int, int], prefill: Instance, decode: Instance,
+                     num_tokens: int) -> tuple[int, list[tuple[list[str], list[str], int]]]:
+        """A handoff between pipelined engines (``cluster.handoff``): its bytes, and each
+        stage move's GPUs and bytes for ``num_tokens`` tokens."""
+        per_token = self._stages.get(pair)
+        if per_token is None:
+            served = self.cluster.served(decode.name)
+            per_token = self._stages[pair] = (
+                stage_moves(served, prefill.gpus, _depth(prefill), decode.gpus, _depth(decode)),
+                served.sliding_window or 0)
+        stages, window_tokens = per_token
+        moves: list[tuple[list[str], list[str], int]] = []
+        num_bytes = 0
+        for stage in stages:
+            src, dst, full_bytes, window_bytes = stage
+            size = full_bytes * num_tokens + window_bytes * min(num_tokens, window_tokens)
+            moves.append((src, dst, size))
+            num_bytes += size
+        return num_bytes, moves
 
     def _transferred(self, handoff: Handoff, done: Signal, prefill: Instance, drawn: str | None,
                      num_bytes: int, transfer: Outcome) -> None:
@@ -471,6 +500,12 @@ class SGLangConnector(KVConnector):
             self._handoffs.pop(handoff.producer, None)
             return
         super()._consumer_rejected(handoff)
+
+
+def _depth(instance: Instance) -> int:
+    """Pipeline stages of the engine (1 without)."""
+    pipeline = instance.pipeline
+    return 1 if pipeline is None else pipeline.depth
 
 
 CONNECTORS: dict[str, type[KVConnector]] = {

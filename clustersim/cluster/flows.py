@@ -7,6 +7,9 @@ the smaller)::
     prefill TP2 ─ gpu0 ──┐
                  gpu1 ──┴─> decode TP1 gpu0      2 sub-flows of num_bytes / 2
 
+A handoff between pipelined engines (``transfer_stages``) is one such split per pair of
+stages that hold the same layers, their bytes each, all in one transfer (``cluster.handoff``).
+
 Each sub-flow waits its path latency (plus any extra), then drains at its max-min fair share
 of every directed edge it crosses. Shares are recomputed whenever a sub-flow starts or ends;
 between those instants every rate is constant, so the only wake-up needed is the earliest
@@ -515,6 +518,56 @@ class FlowNetwork:
                                       extra_latency_s, now)
         pairs = pair_ranks(src_gpus, dst_gpus)
         sizes = split_bytes(num_bytes, len(pairs))
+        return self._transfer_pairs(tag, src_gpus, dst_gpus, pairs, sizes, num_bytes,
+                                    extra_latency_s, now)
+
+    def transfer_stages(
+        self,
+        tag: str,
+        src_gpus: list[str],
+        dst_gpus: list[str],
+        moves: list[tuple[list[str], list[str], int]],
+        extra_latency_s: float = 0.0,
+    ) -> Outcome:
+        """Move KV between pipeline stages: each move (a producer stage's TP group, a consumer
+        stage's TP group, its bytes) runs as :meth:`transfer` would run it alone, every move
+        at once; the event's value is one :class:`TransferRecord` of them all, from
+        ``src_gpus`` to ``dst_gpus`` (the two engines' GPUs) with every move's bytes."""
+        if not moves:
+            raise ValueError(f"transfer {tag}: no stage moves")
+        if extra_latency_s < 0:
+            raise ValueError(f"transfer {tag}: negative bytes or latency")
+        pairs: list[tuple[str, str]] = []
+        sizes: list[int] = []
+        num_bytes = 0
+        for move in moves:
+            src, dst, size = move
+            if not src or not dst:
+                raise ValueError(f"transfer {tag}: empty GPU group")
+            if size < 0:
+                raise ValueError(f"transfer {tag}: negative bytes or latency")
+            stage_pairs = pair_ranks(src, dst)
+            stage_sizes = split_bytes(size, len(stage_pairs))
+            for i in range(len(stage_pairs)):
+                pairs.append(stage_pairs[i])
+                sizes.append(stage_sizes[i])
+            num_bytes += size
+        return self._transfer_pairs(tag, src_gpus, dst_gpus, pairs, sizes, num_bytes,
+                                    extra_latency_s, now_of(self.env))
+
+    def _transfer_pairs(
+        self,
+        tag: str,
+        src_gpus: list[str],
+        dst_gpus: list[str],
+        pairs: list[tuple[str, str]],
+        sizes: list[int],
+        num_bytes: int,
+        extra_latency_s: float,
+        now: float,
+    ) -> Outcome:
+        """The transfer of ``num_bytes`` as sub-flows ``sizes[i]`` bytes over ``pairs[i]``
+        (source GPU, destination GPU), one record from ``src_gpus`` to ``dst_gpus``."""
         if self._down:
             cut = next((p for p in pairs if self._route(*p) is None), None)
             if cut is not None:

@@ -32,7 +32,7 @@ from typing import Protocol
 from clustersim.catalog.specs import ModelSpec
 from clustersim.cost.prices import StepPrices
 
-__all__ = ["Pipeline", "PipelinePricer", "StagePlan", "stage_layers", "stage_model"]
+__all__ = ["Pipeline", "PipelinePricer", "StagePlan", "stage_bounds", "stage_layers", "stage_model"]
 
 ACTIVATION_TENSORS = 2
 """Tensors a stage sends the next per token: the hidden states and the residual stream
@@ -42,6 +42,23 @@ ACTIVATION_TENSORS = 2
 def stage_layers(num_layers: int, pp: int) -> int:
     """Layers of the largest stage: vLLM's ``get_pp_indices`` splits them as evenly as it can."""
     return -(-num_layers // pp)
+
+
+def stage_bounds(num_layers: int, pp: int) -> list[tuple[int, int]]:
+    """Each stage's layers, ``[start, end)``, as vLLM's ``get_pp_indices``
+    (vllm/distributed/utils.py) splits them without ``VLLM_PP_LAYER_PARTITION``: ``L // P``
+    each, and the ``L % P`` left over one each to the stages before the last, from the
+    second-to-last backwards (the last one runs the final norm and the LM head). 61 layers in
+    2 stages: 0-30 and 31-60."""
+    sizes = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        sizes[-i] += 1
+    bounds = []
+    start = 0
+    for size in sizes:
+        bounds.append((start, start + size))
+        start += size
+    return bounds
 
 
 def stage_model(model: ModelSpec, pp: int) -> ModelSpec:

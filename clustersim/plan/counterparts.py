@@ -14,7 +14,9 @@ Every pool keeps its GPU type, tensor-, pipeline- and data-parallel shape (with 
 parallelism), its engine settings and its nodes; both sides are placed first-fit in the same
 order, so they run on the same GPUs (checked with the topology's own placement). A scenario
 without a topology gets its GPU's server (the planner's, ``plan.fleet``), as few as hold both
-sides, since a split's KV handoff runs over links. A failure of an instance names an instance
+sides, since a split's KV handoff runs over links; so does one whose topology holds a single
+instance and is copies of one server on a leaf switch (``dgx-h100-x2`` is two DGX H100: an
+instance of 16 GPUs splits over four). A failure of an instance names an instance
 of the scenario's own layout: it moves to the other side's instance on the same GPUs, or is
 refused with what to write instead. Node and link failures name the topology, the same on
 both sides.
@@ -28,6 +30,7 @@ from typing import Any
 
 from clustersim.cluster.build import DEFAULT_POOL
 from clustersim.cluster.topology import Topology, load_spec
+from clustersim.cluster.topology_spec import replicate_node
 from clustersim.errors import ClusterSimError, ConfigError
 from clustersim.plan.fleet import SHIPPED_SERVERS
 from clustersim.scenario import Scenario, parse_scenario
@@ -76,15 +79,6 @@ def _split(scenario: Scenario, topology: Topology | None) -> Counterparts:
                           f"decode, this layout has {len(pools)}: compare each pool in a "
                           "scenario of its own, or give compare a disaggregated layout")
     pool = pools[0]
-    where = "layout.pools[0]." if explicit else ""
-    pp = pool.pipeline_parallel_size or scenario.pipeline_parallel_size
-    if pp > 1:
-        field = (f"{where}pipeline_parallel_size" if pool.pipeline_parallel_size is not None
-                 else "pipeline_parallel_size")
-        raise ConfigError(field, f"{pp} pipeline stages: a prefill or decode pool is modelled "
-                          "without pipeline parallelism (not its KV handoff), so compare "
-                          "cannot split this deployment and keep its parallelism; compare it "
-                          "on GPUs that hold the model in one stage (pipeline_parallel_size 1)")
     shape = _shape_label(scenario, pool)
     if explicit:
         count = pool.instances
@@ -109,8 +103,19 @@ def _split(scenario: Scenario, topology: Topology | None) -> Counterparts:
         notes.append(f"topology: none in the scenario, and a split's KV handoff runs over "
                      f"links: both sides run on {topology_label(fleet)} (the GPU's server, as "
                      f"few as hold {count} instances)")
-    elif grown:
-        _room_for_two(topology, scenario, pool, shape)
+    elif grown and not _fits(topology, scenario, pool, 2):
+        server = None if pool.nodes is not None else _copies_of(scenario, topology, pool)
+        label = topology_label(scenario.topology)
+        servers = len(topology.spec.nodes)
+        if server is None:
+            raise ConfigError("topology", f"{label} holds one instance of {shape}, and a "
+                              "split needs two (one prefill, one decode): give compare a "
+                              "topology with room for two, e.g. {node: NAME, count: N} "
+                              "servers")
+        fleet, topology = _fleet(scenario, pool, count, shape, server)
+        notes.append(f"topology: {label} is {servers} x {server} and holds one instance, and "
+                     f"a split needs two: both sides run on {topology_label(fleet)} (the same "
+                     f"server, as few as hold {count} instances)")
     colocated_layout = LayoutSpec(kind="colocated", pools=[pool]) if layout is None else layout
     pool = pool.model_copy(update={"instances": count})
     colocated_layout = colocated_layout.model_copy(update={"pools": [pool]})
@@ -136,6 +141,13 @@ def _split(scenario: Scenario, topology: Topology | None) -> Counterparts:
                  f"{count - num_prefill} decode, routed by {routers['prefill_router'].kind} "
                  f"(prefill) and {routers['decode_router'].kind} (decode); every instance "
                  "keeps the pool's parallelism and engine settings")
+    pp = _parallel(scenario, pool)[1]
+    if pp > 1:
+        notes.append(f"pipeline stages: the handoff moves each prefill stage's layers to the "
+                     f"decode stage that holds them, {pp} moves at once, as vllm-rbln's NIXL "
+                     "connector does; upstream vLLM serves staged prefill engines only with "
+                     "NixlPushConnector, into decode engines without stages "
+                     "(docs/scenarios.md)")
     return _with_faults(scenario, colocated, split, topology, notes, source="colocated")
 
 
@@ -157,41 +169,68 @@ def _instances_held(topology: Topology, scenario: Scenario, pool: PoolSpec) -> i
     return 1
 
 
-def _fleet(scenario: Scenario, pool: PoolSpec, count: int, shape: str
-           ) -> tuple[ReplicatedNode, Topology]:
-    """The fewest servers of the pool's GPU (``plan.nodes``' or the shipped one) that place
-    ``count`` instances of the pool, on one leaf switch."""
-    gpu = pool.gpu or scenario.gpu
-    nodes = scenario.plan.nodes if scenario.plan is not None else {}
-    server = nodes.get(gpu) or SHIPPED_SERVERS.get(gpu)
+def _fleet(scenario: Scenario, pool: PoolSpec, count: int, shape: str,
+           server: str | None = None) -> tuple[ReplicatedNode, Topology]:
+    """The fewest copies of ``server`` (default the pool GPU's: ``plan.nodes``' or the shipped
+    one) that place ``count`` instances of the pool, on one leaf switch."""
     if server is None:
+        server = _server_of(scenario, pool)
+    if server is None:
+        gpu = pool.gpu or scenario.gpu
         raise ConfigError("topology", f"a split's KV handoff runs over a topology's links and "
                           f"{gpu} has no shipped server: give the scenario a topology (e.g. "
                           "topology: {node: my-server.yaml, count: 2})")
     networked = load_spec(server, scenario.base_dir, where="topology").nodes[0].nics is not None
     size = _gpus_per_instance(scenario, pool) * count
+    anywhere = pool.model_copy(update={"nodes": None})
+    reason: str | None = None
     for num_servers in range(1, size + 1 if networked else 2):
         fleet = ReplicatedNode(node=server, count=num_servers)
         topology = Topology.load(fleet, base_dir=scenario.base_dir)
-        try:
-            topology.place([_placement_group(scenario, pool.model_copy(
-                update={"instances": count, "nodes": None}))])
+        reason = _misfit(topology, scenario, anywhere, count)
+        if reason is None:
             return fleet, topology
-        except ClusterSimError as error:
-            reason = error.message
     raise ConfigError("topology", f"{count} instances of {shape} do not fit "
                       f"{'' if networked else 'one '}{server} server{'s' * networked} "
                       f"({reason}): give the scenario a topology that holds them")
 
 
-def _room_for_two(topology: Topology, scenario: Scenario, pool: PoolSpec, shape: str) -> None:
+def _server_of(scenario: Scenario, pool: PoolSpec) -> str | None:
+    """The pool GPU's server: ``plan.nodes``' or the shipped one (None: it has none)."""
+    gpu = pool.gpu or scenario.gpu
+    nodes = scenario.plan.nodes if scenario.plan is not None else {}
+    return nodes.get(gpu) or SHIPPED_SERVERS.get(gpu)
+
+
+def _copies_of(scenario: Scenario, topology: Topology, pool: PoolSpec) -> str | None:
+    """The server the scenario's topology is copies of, on one leaf switch, as ``{node: S,
+    count: N}`` builds them (its own ``{node, count}``, or a file such as dgx-h100-x2 that
+    wires the pool GPU's server that way); None: it is something else."""
+    ref = scenario.topology
+    if isinstance(ref, ReplicatedNode):
+        return ref.node
+    server = _server_of(scenario, pool)
+    if server is None or isinstance(ref, list):
+        return None
+    copies = replicate_node(load_spec(server, scenario.base_dir), len(topology.spec.nodes))
+    fields = {"name", "description"}
+    return server if copies.model_dump(exclude=fields) == topology.spec.model_dump(
+        exclude=fields) else None
+
+
+def _fits(topology: Topology, scenario: Scenario, pool: PoolSpec, count: int) -> bool:
+    """Whether the topology places ``count`` instances of the pool."""
+    return _misfit(topology, scenario, pool, count) is None
+
+
+def _misfit(topology: Topology, scenario: Scenario, pool: PoolSpec, count: int) -> str | None:
+    """Why the topology cannot place ``count`` instances of the pool (None: it can)."""
     try:
-        topology.place([_placement_group(scenario, pool.model_copy(update={"instances": 2}))])
-    except ClusterSimError:
-        raise ConfigError("topology", f"{topology_label(scenario.topology)} holds one instance "
-                          f"of {shape}, and a split needs two (one prefill, one decode): give "
-                          "compare a topology with room for two, e.g. {node: NAME, count: N} "
-                          "servers") from None
+        topology.place([_placement_group(scenario, pool.model_copy(
+            update={"instances": count}))])
+    except ClusterSimError as error:
+        return error.message
+    return None
 
 
 # --------------------------------------------------------------- split -> colocated

@@ -57,8 +57,10 @@ class PoolSpec(Strict):
         None, description="GPUs per instance; default the scenario's tensor_parallel_size."
     )
     pipeline_parallel_size: PipelineParallelSize | None = Field(
-        None, description="Pipeline stages per instance (colocated pools), each of "
-        "tensor_parallel_size GPUs; default the scenario's pipeline_parallel_size."
+        None, description="Pipeline stages per instance, each of tensor_parallel_size GPUs "
+        "holding a share of the layers and their KV (a KV handoff moves each stage's layers "
+        "to the consumer stage that holds them); default the scenario's "
+        "pipeline_parallel_size."
     )
     data_parallel_size: DataParallelSize | None = Field(
         None,

@@ -54,10 +54,11 @@ class PoolChoices(Strict):
     pipeline_parallel_sizes: list[PipelineParallelSize] | None = Field(
         None, min_length=1, max_length=MAX_CHOICES,
         description="Pipeline-parallel sizes to try (vLLM --pipeline-parallel-size: stages of "
-        "tensor_parallel_size GPUs each), e.g. [1, 2]; colocated pools only. A size above 1 "
-        "is tried only where the GPU at that tensor-parallel size cannot hold the model "
-        "alone. Default the scenario's pipeline_parallel_size (colocated), 1 (prefill, "
-        "decode).",
+        "tensor_parallel_size GPUs each), e.g. [1, 2]; colocated pools only (vLLM's NIXL "
+        "connector, which the plan's serve lines use, refuses a staged engine; simulate runs "
+        "staged prefill and decode pools). A size above 1 is tried only where the GPU at that "
+        "tensor-parallel size cannot hold the model alone. Default the scenario's "
+        "pipeline_parallel_size (colocated), 1 (prefill, decode).",
     )
     data_parallel_sizes: list[DataParallelSize] | None = Field(
         None, min_length=1, max_length=MAX_CHOICES,
@@ -265,8 +266,10 @@ class PlanSpec(Strict):
         for role in ("prefill", "decode"):
             sizes = getattr(self, role).pipeline_parallel_sizes or []
             if any(pp > 1 for pp in sizes):
-                raise ValueError(f"{role}.pipeline_parallel_sizes {sizes}: pipeline "
-                                 "parallelism is modelled on colocated pools only")
+                raise ValueError(f"{role}.pipeline_parallel_sizes {sizes}: the planner "
+                                 "tries pipeline stages on colocated pools only, as vLLM's "
+                                 "NIXL connector (its serve lines') refuses a staged engine; "
+                                 "simulate and compare run staged prefill and decode pools")
         return self
 
     @field_validator("speculative")
