@@ -156,7 +156,8 @@ class GpuSpec(_Spec):
         "each quantization method has a minimum. None: unknown, quantization refused.")
     sm_count: PositiveInt | None = Field(
         None, description="Streaming multiprocessors: what DeepEP's normal kernels take a share "
-        "of under two-batch overlap; None where not in the catalog.")
+        "of under two-batch overlap, and how many vocabulary rows vLLM's Triton top-k/top-p "
+        "buffer holds; None where not in the catalog.")
     mem_capacity_bytes: PositiveInt = Field(description="Device memory the framework can see.")
     mem_bw_gb_per_s: PositiveFloat
     link: LinkSpec = Field(description="The fastest intra-node path for TP collectives.")
@@ -226,9 +227,11 @@ class GpuSpec(_Spec):
         None, description="Reduce-scatter bus bandwidth / the link's theoretical; None: as an "
         "all-reduce.")
     non_torch_memory_bytes: NonNegativeInt = Field(
-        description="CUDA context, NCCL and cuBLAS buffers, CUDA graphs, sampler scratch: memory "
-        "vLLM holds outside weights and activations. An estimate, to be calibrated."
-    )
+        description="Memory outside PyTorch that grows during vLLM's start-up profile on one "
+        "GPU (kernels loaded on first use, library workspaces): its 'non-torch memory'.")
+    tp_non_torch_memory_bytes: NonNegativeInt = Field(
+        0, description="What each rank of a tensor-parallel group adds to it (NCCL's buffers, "
+        "vLLM's custom all-reduce).")
     calibration: str = Field(description="Provenance of the efficiencies: 'default' or a fit id.")
     source: str
 
@@ -241,9 +244,10 @@ class GpuSpec(_Spec):
 
     @model_validator(mode="after")
     def _memory_left(self) -> GpuSpec:
-        if self.non_torch_memory_bytes >= self.mem_capacity_bytes:
-            raise ValueError(f"non_torch_memory_bytes {self.non_torch_memory_bytes:,} leaves "
-                             f"nothing of the {self.mem_capacity_bytes:,} bytes of memory")
+        reserved = self.non_torch_memory_bytes + self.tp_non_torch_memory_bytes
+        if reserved >= self.mem_capacity_bytes:
+            raise ValueError(f"non_torch_memory_bytes + tp_non_torch_memory_bytes {reserved:,} "
+                             f"leave nothing of the {self.mem_capacity_bytes:,} bytes of memory")
         return self
 
     @property

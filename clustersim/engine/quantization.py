@@ -65,11 +65,13 @@ supported``) and Marlin weight-only FP4 elsewhere."""
 def served_model(
     model: ModelSpec, gpu: GpuSpec, quantization: str | None = None,
     kv_cache_dtype: str = "auto", *, where: str = "engine.quantization",
+    vllm_version: str | None = None,
 ) -> ModelSpec:
     """``model`` as an engine on ``gpu`` with ``--quantization quantization`` and
     ``--kv-cache-dtype kv_cache_dtype`` serves it: its ``quantization`` the method vLLM picks
     (module docstring), its ``kv_cache_dtype`` the engine's. ``ConfigError`` at ``where``
-    where vLLM refuses. The model comes back unchanged when nothing is quantized."""
+    where vLLM refuses. The model comes back unchanged when nothing is quantized.
+    ``vllm_version``: the release that serves it (None: the latest)."""
     spec = _resolve_method(model, gpu, quantization, where)
     if spec is not None:
         _check_platform(spec, model, gpu, where)
