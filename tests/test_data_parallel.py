@@ -182,7 +182,8 @@ def test_data_parallel_ranks_hold_their_share_of_the_experts():
     assert weight_bytes_per_gpu(model, 1) == model.weight_bytes
     assert weight_bytes_per_gpu(model, 1, 2) == pytest.approx(model.weight_bytes - experts / 2)
     gpu = load_gpu("h100-sxm")
-    args = {"gpu_memory_utilization": 0.9, "block_size": 16, "max_num_batched_tokens": 2048}
+    args = {"gpu_memory_utilization": 0.9, "block_size": 16, "max_num_batched_tokens": 2048,
+            "max_num_seqs": 256}
     assert (kv_budget(model, gpu, 1, dp=2, **args).num_gpu_blocks
             > kv_budget(model, gpu, 1, **args).num_gpu_blocks)
 

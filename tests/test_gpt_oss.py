@@ -204,7 +204,8 @@ def test_a_gpt_oss_run_finishes_every_request_with_twice_the_blocks_of_full_atte
     assert summary["num_finished"] == 120 and summary["num_rejected"] == 0
     (instance,) = summary["instances"]
     model = served_model(load_model("gpt-oss-120b"), load_gpu("h100-sxm"))
-    budget = dict(gpu_memory_utilization=0.92, block_size=16, max_num_batched_tokens=8192)
+    budget = dict(gpu_memory_utilization=0.92, block_size=16, max_num_batched_tokens=8192,
+                  max_num_seqs=1024)
     hybrid = kv_budget(model, load_gpu("h100-sxm"), 1, **budget)
     full = kv_budget(full_attention(model), load_gpu("h100-sxm"), 1, **budget)
     # each block is a page of 18 layers, not 36 (the CUDA-graph reserve aside)

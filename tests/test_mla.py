@@ -173,19 +173,21 @@ def test_fp8_weights_fit_eight_h200_but_not_eight_h100():
     model = load_model("deepseek-v3")
     with pytest.raises(ConfigError, match="does not fit on h100-sxm at tensor_parallel_size 8"):
         kv_budget(served_model(model, load_gpu("h100-sxm")), load_gpu("h100-sxm"), 8,
-                  gpu_memory_utilization=0.92, block_size=64, max_num_batched_tokens=8192)
+                  gpu_memory_utilization=0.92, block_size=64, max_num_batched_tokens=8192,
+                  max_num_seqs=1024)
     h200 = load_gpu("h200")
     served = served_model(model, h200)
     budget = kv_budget(served, h200, 8, gpu_memory_utilization=0.92, block_size=64,
-                       max_num_batched_tokens=8192)
-    # every weight 1/8 per GPU (shared experts and dense MLPs TP-sharded like the rest)
-    assert budget.weight_bytes == math.ceil(served.weight_bytes / 8)
+                       max_num_batched_tokens=8192, max_num_seqs=1024)
+    # every weight 1/8 per GPU (shared experts and dense MLPs TP-sharded like the rest), and
+    # every rank's rotary table (163,840 positions x 64 rotary dims x 2 B)
+    assert budget.weight_bytes == math.ceil(served.weight_bytes / 8 + 163_840 * 64 * 2)
     assert weight_bytes_per_gpu(served, 8) == pytest.approx(84.14e9, rel=1e-3)
     assert budget.bytes_per_block == 64 * 70_272
     assert budget.num_gpu_blocks == budget.available_bytes // (64 * 70_272)
     assert budget.num_gpu_blocks * 64 > 500_000  # tokens of latent cache per rank
     fp8_kv = kv_budget(served, h200, 8, gpu_memory_utilization=0.92, block_size=64,
-                       max_num_batched_tokens=8192, kv_dtype_bytes=1)
+                       max_num_batched_tokens=8192, max_num_seqs=1024, kv_dtype_bytes=1)
     assert fp8_kv.num_gpu_blocks in (2 * budget.num_gpu_blocks, 2 * budget.num_gpu_blocks + 1)
 
 

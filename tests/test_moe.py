@@ -10,9 +10,10 @@ import pytest
 from pydantic import ValidationError
 
 from clustersim.catalog import load_gpu, load_model
-from clustersim.cost.memory import activation_peak_bytes, cuda_graph_bytes, kv_budget
+from clustersim.cost.memory import cuda_graph_bytes, kv_budget
 from clustersim.cost.prices import experts_touched
 from clustersim.cost.roofline import BatchShape, CostModel, StepCost
+from clustersim.cost.vllm_profile import activation_peak_bytes, forward_peak_bytes, profile_rules
 from clustersim.errors import InputError
 from clustersim.scenario import parse_scenario
 from clustersim.sim import run_scenario
@@ -316,9 +317,10 @@ def test_dense_step_times_are_unchanged(tp, shape):
 # ------------------------------------------------------- memory and a run
 def test_moe_activation_peak_has_top_k_routed_rows():
     model = load_model("qwen3-30b-a3b")
-    # residual + normed input (2 x 2048) + 8 routed rows of gate_up (1536) and SiLU out (768)
-    assert activation_peak_bytes(model, 1, 100) == 100 * (2 * 2048 + 8 * (1536 + 768)) * 2
-    assert activation_peak_bytes(model, 2, 100) == 100 * (2 * 2048 + 8 * (768 + 384)) * 2
+    # residual, normed input and output (3 x 2048) + 8 routed rows of the fused MoE's
+    # workspace (the larger of gate_up 1536 and hidden 2048) and its SiLU out (768)
+    assert forward_peak_bytes(model, 1, 100) == 100 * (3 * 2048 + 8 * (2048 + 768)) * 2
+    assert forward_peak_bytes(model, 2, 100) == 100 * (3 * 2048 + 8 * (2048 + 384)) * 2
 
 
 def test_qwen3_moe_scenario_runs_with_all_expert_weights_resident():
@@ -341,11 +343,14 @@ def test_qwen3_moe_scenario_runs_with_all_expert_weights_resident():
         gpu_memory_utilization=0.9,
         block_size=16,
         max_num_batched_tokens=info.max_num_batched_tokens,
+        max_num_seqs=info.max_num_seqs,
         cuda_graph_bytes=graphs,
     )
-    assert budget.weight_bytes == 2 * 30_532_122_624  # all 128 experts, not the 3.35 B active
-    requested = math.ceil(80 * 2**30 * 0.9)
-    activation = info.max_num_batched_tokens * (2 * 2048 + 8 * (1536 + 768)) * 2
-    available = (requested - 2 * 30_532_122_624 - activation - gpu.non_torch_memory_bytes
-                 - graphs)
+    # all 128 experts, not the 3.35 B active, and the rotary table (40,960 x 128 x 2 B)
+    weights = 2 * 30_532_122_624 + 40_960 * 128 * 2
+    assert budget.weight_bytes == weights
+    requested = math.ceil(gpu.mem_capacity_bytes * 0.9)
+    activation = activation_peak_bytes(model, 1, info.max_num_batched_tokens,
+                                       info.max_num_seqs, profile_rules("0.33"), gpu)
+    available = requested - weights - activation - gpu.non_torch_memory_bytes - graphs
     assert info.num_gpu_blocks == budget.num_gpu_blocks == available // (16 * 98304)

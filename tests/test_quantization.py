@@ -152,15 +152,16 @@ def test_fp8_kv_capacity_follows_vllms_page_size():
     model, gpu = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
     fp8 = served_model(model, gpu, None, "fp8")
     assert fp8.kv_bytes_per_token() == 2 * 32 * 8 * 128 * 1 == 65_536
-    budget = kv_budget(fp8, gpu, 1, gpu_memory_utilization=0.9, block_size=16,
-                       max_num_batched_tokens=8192)
-    # the same memory split as the BF16 budget (test_memory), one-byte blocks
-    available = 77_309_411_328 - 16_060_522_496 - 8192 * 51200 * 2 - 1_500_000_000
+    args = dict(gpu_memory_utilization=0.9, block_size=16, max_num_batched_tokens=8192,
+                max_num_seqs=1024)
+    budget = kv_budget(fp8, gpu, 1, **args)
+    bf16 = kv_budget(model, gpu, 1, **args)
+    # the same memory split as the BF16 budget, one-byte blocks
+    assert budget.available_bytes == bf16.available_bytes
     assert budget.bytes_per_block == 16 * 65_536 == 1_048_576
-    assert budget.num_gpu_blocks == available // 1_048_576 == 56_180
-    bf16 = kv_budget(model, gpu, 1, gpu_memory_utilization=0.9, block_size=16,
-                     max_num_batched_tokens=8192)
-    assert budget.num_gpu_blocks == 2 * bf16.num_gpu_blocks  # 28,090 two-byte blocks
+    assert budget.num_gpu_blocks == bf16.available_bytes // 1_048_576 == 56_610
+    # 28,305 two-byte blocks: twice as many, less the last block's remainder
+    assert budget.num_gpu_blocks in (2 * bf16.num_gpu_blocks, 2 * bf16.num_gpu_blocks + 1)
 
 
 def test_quantized_weights_leave_more_kv_on_an_rtx4090():
@@ -172,7 +173,7 @@ def test_quantized_weights_leave_more_kv_on_an_rtx4090():
     # both budget the same activations and reserve; the freed bytes become 57,344 x 16 blocks
     assert awq.num_gpu_blocks - bf16.num_gpu_blocks == pytest.approx(
         freed / (57_344 * 16), abs=1)
-    assert (bf16.num_gpu_blocks, awq.num_gpu_blocks) == (6469, 16998)
+    assert (bf16.num_gpu_blocks, awq.num_gpu_blocks) == (7729, 18258)
 
 
 # --------------------------------------------------------------- resolution
@@ -508,7 +509,7 @@ def test_simulated_engines_name_their_quantization(tmp_path):
     (engine,) = json.loads((tmp_path / "summary.json").read_text())["engine"]
     assert (engine["quantization"], engine["kv_cache_dtype"]) == ("awq", "auto")
     assert engine["gemm_kernel"] == "dequant at 165.2 TFLOPS (fit-v2:rtx4090)"
-    assert engine["num_gpu_blocks"] == 16998
+    assert engine["num_gpu_blocks"] == 18258
 
 
 def test_a_plan_deploys_the_quantized_checkpoint():
@@ -568,3 +569,149 @@ def test_an_fp8_kv_cache_hands_over_half_the_bytes():
         moved[kv] = sum(t.bytes for t in result.transfers)
         assert moved[kv] == sum(r.handoff_bytes for r in result.requests)
     assert moved["fp8"] * 2 == moved["auto"]
+
+
+# ------------------------------------------------- modules a checkpoint leaves in 16 bits
+KIMI_K2_THINKING_QUANTIZATION = {
+    # moonshotai/Kimi-K2-Thinking config.json quantization_config
+    # (https://huggingface.co/moonshotai/Kimi-K2-Thinking/blob/main/config.json, as quoted in
+    # public copies in GitHub code): INT4 weight-only experts, group 32, and an ignore list
+    # that keeps attention, the shared experts, the dense first layer's MLP and the LM head
+    # in BF16
+    "config_groups": {"group_0": {
+        "input_activations": None, "output_activations": None, "targets": ["Linear"],
+        "weights": {"actorder": None, "block_structure": None, "dynamic": False,
+                    "group_size": 32, "num_bits": 4, "observer": "minmax",
+                    "observer_kwargs": {}, "strategy": "group", "symmetric": True,
+                    "type": "int"}}},
+    "format": "pack-quantized",
+    "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*",
+               "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"],
+    "kv_cache_scheme": None,
+    "quant_method": "compressed-tensors",
+    "quantization_status": "compressed",
+}
+
+
+def _with_quantization(model_id: str, config: dict):
+    spec = quantization_from_hf({"quantization_config": config}, "config.json")
+    return load_model(model_id).model_copy(update={"quantization": spec})
+
+
+def test_an_ignore_list_keeps_its_modules_in_sixteen_bits():
+    """Kimi-K2-Thinking's INT4 checkpoint on Kimi-K2's architecture (61 layers, the first
+    dense, 384 routed experts and one shared per MoE layer)."""
+    model = _with_quantization("kimi-k2-instruct-0905", KIMI_K2_THINKING_QUANTIZATION)
+    spec = model.quantization
+    assert spec.excludes("model.layers.3.self_attn.q_a_proj")
+    assert spec.excludes("model.layers.0.mlp.gate_proj")  # the dense layer's MLP
+    assert spec.excludes("model.layers.7.mlp.shared_experts.down_proj")
+    assert not spec.excludes("model.layers.7.mlp.experts.0.gate_proj")
+    counts = {layer.name: model.quantized_layers(layer.name) for layer in model.linear_layers()}
+    assert counts == {"fused_qkv_a_proj": 0, "q_b_proj": 0, "kv_b_proj": 0, "o_proj": 0,
+                      "gate_up_proj": 0, "down_proj": 0, "experts.gate_up_proj": 60,
+                      "experts.down_proj": 60, "shared_experts.gate_up_proj": 0,
+                      "shared_experts.down_proj": 0, "lm_head": 0}
+    # INT4 experts: 4 bits a weight plus one BF16 scale per 32; everything else BF16
+    experts = 60 * 384 * 3 * 7168 * 2048
+    assert model.weight_bytes == pytest.approx(
+        (model.num_params - experts) * 2 + experts * (0.5 + 2 / 32))
+    assert model.expert_weight_bytes == pytest.approx(experts * (0.5 + 2 / 32))
+    # priced as all-INT4 (the list not read), the attention and shared experts' bytes were 4x
+    # less
+    everything = model.model_copy(update={"quantization": spec.model_copy(
+        update={"excluded": (), "modules": "linear"})})
+    assert model.weight_bytes - everything.weight_bytes > 10e9
+
+
+def test_excluded_attention_runs_the_sixteen_bit_gemm():
+    """An FP8 checkpoint that keeps attention in BF16 (Fp8Config's ignored_layers / a
+    're:.*self_attn.*' entry): its attention GEMMs are priced as the BF16 model's, its MLP as
+    the all-FP8 one's."""
+    gpu = load_gpu("h100-sxm")
+    block = {"quant_method": "fp8", "activation_scheme": "dynamic",
+             "weight_block_size": [128, 128]}
+    kept = served_model(_with_quantization("qwen3-32b", {**block, "modules_to_not_convert": [
+        f"model.layers.{i}.self_attn.{p}_proj" for i in range(64) for p in "qkvo"]}), gpu)
+    fp8 = served_model(_with_quantization("qwen3-32b", block), gpu)
+    bf16 = load_model("qwen3-32b")
+    assert kept.quantized_layers("qkv_proj") == kept.quantized_layers("o_proj") == 0
+    assert kept.quantized_layers("gate_up_proj") == 64
+    kept_gemms, fp8_gemms, bf16_gemms = (CostModel(m, gpu, 1).prices.gemms
+                                         for m in (kept, fp8, bf16))
+    assert kept_gemms[:2] == bf16_gemms[:2]  # qkv_proj, o_proj
+    assert kept_gemms[2:] == fp8_gemms[2:]  # gate_up_proj, down_proj
+    # and its weights hold the attention in two bytes
+    attention = 64 * (5120 * (8192 + 2 * 1024) + 8192 * 5120)
+    assert kept.weight_bytes - fp8.weight_bytes == pytest.approx(
+        attention * 2 - sum(fp8.quantization.weight_bytes(k, n) * 64
+                            for k, n, _ in fp8.attention_projections()))
+
+
+def test_an_exclusion_may_name_some_layers_only():
+    """An FP8 (W8A8, per-channel) checkpoint that keeps its first layer in BF16."""
+    gpu = load_gpu("h100-sxm")
+    fp8 = {"quant_method": "compressed-tensors", "ignore": ["lm_head"],
+           "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+               "num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True},
+               "input_activations": {"num_bits": 8, "type": "float", "strategy": "token",
+                                     "dynamic": True}}}}
+    first_kept = _with_quantization("llama-3.1-8b", {
+        **fp8, "ignore": ["lm_head", "re:.*layers\\.0\\..*"]})
+    whole = _with_quantization("llama-3.1-8b", fp8)
+    assert first_kept.quantized_layers("qkv_proj") == 31
+    assert first_kept.quantized_layers("down_proj") == whole.quantized_layers("down_proj") - 1
+    # one layer's linear weights in two bytes instead of one (and its per-channel scales)
+    layer = sum(k * n for k, n, _ in whole.linear_shapes())  # each shape once per layer
+    scales = sum(n * 4 for _, n, _ in whole.linear_shapes())  # one float32 per channel
+    assert first_kept.weight_bytes - whole.weight_bytes == pytest.approx(layer - scales)
+
+    def read_s(model) -> float:  # the weight-read time of a step's GEMMs
+        return sum(g[1] for g in CostModel(served_model(model, gpu), gpu, 1).prices.gemms)
+
+    assert read_s(whole) < read_s(first_kept) < read_s(load_model("llama-3.1-8b"))
+
+
+def test_awq_and_modelopt_lists_match_as_vllm_matches_them():
+    # AutoAWQ's modules_to_not_convert: any entry inside the name (is_layer_skipped, substring)
+    awq = quantization_from_hf({"quantization_config": {
+        "quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True,
+        "modules_to_not_convert": ["self_attn"]}}, "config.json")
+    assert awq.excluded == ("*self_attn*",)
+    assert awq.excludes("model.layers.1.self_attn.k_proj")
+    assert not awq.excludes("model.layers.1.mlp.down_proj")
+    # ModelOpt: exclude_modules wildcards, and the KV cache dtype it declares
+    modelopt = quantization_from_hf({"quantization_config": {
+        "quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "FP8",
+        "exclude_modules": ["lm_head", "model.layers.*.self_attn*"]}}, "config.json")
+    assert modelopt.excludes("lm_head")
+    assert modelopt.excludes("model.layers.12.self_attn.o_proj")
+    assert not modelopt.excludes("model.layers.12.mlp.up_proj")
+    assert modelopt.kv_cache_dtype == "fp8"
+
+
+def test_a_modelopt_fp8_checkpoint_stores_its_kv_cache_in_fp8_from_vllm_0_14():
+    """vLLM resolves --kv-cache-dtype auto to the checkpoint's kv_cache_quant_algo
+    (resolve_kv_cache_dtype_string, from v0.14.0): twice the blocks of a BF16 cache."""
+    gpu = load_gpu("h200")
+    model = _with_quantization("llama-3.1-70b", {
+        "quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "FP8",
+        "exclude_modules": ["lm_head"]})
+    assert served_model(model, gpu, vllm_version="0.33").kv_cache_dtype == "fp8"
+    assert served_model(model, gpu, vllm_version="0.13").kv_cache_dtype == "auto"
+    assert served_model(model, gpu, None, "fp8_e5m2", vllm_version="0.33").kv_cache_dtype == (
+        "fp8_e5m2")
+    fp8_kv = resolve_engine(EngineSettings(max_model_len=16384), model, gpu, 1)
+    bf16_kv = resolve_engine(EngineSettings(max_model_len=16384, vllm_version="0.13"),
+                             model, gpu, 1)
+    assert fp8_kv.model.kv_bytes_per_token() * 2 == bf16_kv.model.kv_bytes_per_token()
+    assert fp8_kv.num_gpu_blocks > 1.9 * bf16_kv.num_gpu_blocks
+
+
+def test_a_bad_exclusion_list_is_a_path_error():
+    with pytest.raises(InputError, match="ignore must be a list"):
+        quantization_from_hf({"quantization_config": {
+            **KIMI_K2_THINKING_QUANTIZATION, "ignore": "lm_head"}}, "config.json")
+    with pytest.raises(InputError, match=r"ignore pattern 're:\(unclosed'"):
+        quantization_from_hf({"quantization_config": {
+            **KIMI_K2_THINKING_QUANTIZATION, "ignore": ["re:(unclosed"]}}, "config.json")

@@ -88,7 +88,7 @@ def test_the_scenario_reference_gives_types_defaults_and_limits():
         if line.startswith("| `"):
             rows.setdefault(line.split(" | ")[0].strip("| `"), line)
     assert "| integer | `1` | > 0, <= 72 |" in rows["tensor_parallel_size"]
-    assert "| number | `0.92` | > 0, <= 1 |" in rows["gpu_memory_utilization"]
+    assert "| number | `null` | > 0, <= 1 |" in rows["gpu_memory_utilization"]
     assert ("| text | required | at most 100 characters, matches `^[A-Za-z0-9_.-]+$` |"
             in rows["name"])
     assert "by `kind:` [`explicit`](#explicitworkload)" in rows["workload"]

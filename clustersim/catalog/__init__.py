@@ -77,6 +77,7 @@ PROFILE_FIELDS = (
     "reduce_scatter_latency_s",
     "reduce_scatter_link_efficiency",
     "non_torch_memory_bytes",
+    "tp_non_torch_memory_bytes",
     "fp8_gemm",
     "moe_gemm",
     "mxfp4_moe_gemm",

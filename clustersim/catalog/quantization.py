@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+from fnmatch import fnmatchcase
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -71,6 +72,22 @@ class QuantizationSpec(BaseModel):
     serialized: bool = Field(
         True, description="The checkpoint stores quantized weights; False: vLLM quantizes a "
         "16-bit checkpoint while loading (--quantization fp8 on a BF16 model).")
+    excluded: tuple[str, ...] = Field(
+        (), description="Modules the checkpoint leaves in the model's dtype (its "
+        "quantization_config's ignore / ignored_layers / modules_to_not_convert / "
+        "exclude_modules), as patterns over vLLM's module names: 're:' and a regular "
+        "expression matched from the name's start, else a shell-style glob (a bare name matches "
+        "itself; a name the format matches as a substring is stored as '*name*').")
+    kv_cache_dtype: Literal["fp8"] | None = Field(
+        None, description="The KV cache dtype the checkpoint declares (ModelOpt's "
+        "kv_cache_quant_algo FP8): vLLM stores the cache in it when --kv-cache-dtype is auto "
+        "(from v0.14).")
+
+    def excludes(self, name: str) -> bool:
+        """Whether the checkpoint leaves module ``name`` (e.g.
+        ``model.layers.3.self_attn.q_proj``) unquantized."""
+        return any(re.match(p[3:], name) if p.startswith("re:") else fnmatchcase(name, p)
+                   for p in self.excluded)
 
     @property
     def weight_only(self) -> bool:
@@ -157,7 +174,9 @@ def _awq(cfg: dict[str, Any], where: str) -> QuantizationSpec:
         method="awq", weight_bits=bits, weight_type="int",
         group_size=_group(_require(cfg, ("group_size", "q_group_size"), where), where),
         zero_point=bool(_require(cfg, ("zero_point",), where)), scale_bytes=2,
-        lm_head=bool(cfg.get("lm_head", False)))
+        lm_head=bool(cfg.get("lm_head", False)),
+        # AWQConfig skips a layer when any entry is a substring of its name
+        excluded=_excluded(cfg, ("modules_to_not_convert",), where, substring=True))
 
 
 def _gptq(cfg: dict[str, Any], where: str) -> QuantizationSpec:
@@ -179,7 +198,9 @@ def _fp8(cfg: dict[str, Any], where: str) -> QuantizationSpec:
     return QuantizationSpec(
         method="fp8", weight_bits=8, weight_type="float", group_size=0,
         weight_block_size=None if block is None else (int(block[0]), int(block[1])),
-        scale_bytes=4, activation_bits=8)
+        scale_bytes=4, activation_bits=8,
+        # Fp8Config: ignored_layers, else modules_to_not_convert; exact names
+        excluded=_excluded(cfg, ("ignored_layers", "modules_to_not_convert"), where))
 
 
 def _modelopt(cfg: dict[str, Any], where: str) -> QuantizationSpec:
@@ -187,14 +208,19 @@ def _modelopt(cfg: dict[str, Any], where: str) -> QuantizationSpec:
     # quant_algo; FP8 (per-tensor), NVFP4 (FP4 E2M1, one FP8 scale per 16 weights)
     inner = cfg.get("quantization") if isinstance(cfg.get("quantization"), dict) else cfg
     algo = str(inner.get("quant_algo") or "").upper()
+    # ModelOptQuantConfigBase.is_layer_excluded: an entry excludes the layers it names, is a
+    # substring of, or matches as a wildcard
+    excluded = _excluded(inner, ("exclude_modules", "ignore"), where, substring=True)
+    kv = _modelopt_kv_cache_dtype(inner, where)
     if "NVFP4" in algo or algo == "FP4":
         group = int(inner.get("group_size") or 16)
         return QuantizationSpec(method="modelopt_fp4", weight_bits=4, weight_type="float",
-                                group_size=group, scale_bytes=1, activation_bits=4)
+                                group_size=group, scale_bytes=1, activation_bits=4,
+                                excluded=excluded, kv_cache_dtype=kv)
     if "FP8" in algo:
         return QuantizationSpec(method="modelopt", weight_bits=8, weight_type="float",
                                 group_size=-1 if "PER_CHANNEL" in algo else 0, scale_bytes=4,
-                                activation_bits=8)
+                                activation_bits=8, excluded=excluded, kv_cache_dtype=kv)
     raise InputError(where, f"ModelOpt quant_algo {algo or None!r} is not priced "
                      "(FP8 and NVFP4 are)")
 
@@ -236,7 +262,9 @@ def _compressed_tensors(cfg: dict[str, Any], where: str) -> QuantizationSpec:
         zero_point=not bool(weights.get("symmetric", True)), activation_bits=a_bits,
         activation_type=a_type,
         modules="experts" if _ignores_all_but_routed_experts(cfg.get("ignore"), where)
-        else "linear")
+        else "linear",
+        # CompressedTensorsConfig.ignore: exact layer names and 're:' regular expressions
+        excluded=_excluded(cfg, ("ignore",), where))
 
 
 _NOT_ROUTED_EXPERTS = (
@@ -284,7 +312,50 @@ def _mxfp4(cfg: dict[str, Any], where: str) -> QuantizationSpec:
     lists attention, router, embeddings and LM head; vLLM's ``Mxfp4Config.get_quant_method``
     quantizes ``FusedMoE`` layers alone and leaves linear layers unquantized)."""
     return QuantizationSpec(method="mxfp4", weight_bits=4, weight_type="float",
-                            group_size=_MXFP4_BLOCK, scale_bytes=1, modules="experts")
+                            group_size=_MXFP4_BLOCK, scale_bytes=1, modules="experts",
+                            excluded=_excluded(cfg, ("modules_to_not_convert",), where,
+                                               substring=True))
+
+
+def _excluded(cfg: dict[str, Any], keys: tuple[str, ...], where: str,
+              substring: bool = False) -> tuple[str, ...]:
+    """The first of ``keys`` that ``cfg`` lists, as :attr:`QuantizationSpec.excluded`
+    patterns: 're:' expressions as they are (checked here), the rest as globs; ``substring``:
+    the format also matches an entry anywhere in a name (vLLM's ``is_layer_skipped`` in
+    substring mode), so a bare entry becomes ``*entry*``."""
+    for key in keys:
+        entries = cfg.get(key)
+        if entries is None:
+            continue
+        if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+            raise InputError(where, f"{key} must be a list of module names or patterns")
+        patterns = []
+        for entry in entries:
+            if entry.startswith("re:"):
+                try:
+                    re.compile(entry[3:])
+                except re.error as exc:
+                    raise InputError(where, f"{key} entry {entry!r}: {exc}") from None
+                patterns.append(entry)
+            else:
+                patterns.append(f"*{entry}*" if substring and "*" not in entry else entry)
+        return tuple(patterns)
+    return ()
+
+
+def _modelopt_kv_cache_dtype(cfg: dict[str, Any], where: str) -> Literal["fp8"] | None:
+    """The KV cache dtype a ModelOpt config declares: ``kv_cache_quant_algo`` "FP8", or a
+    ``kv_cache_scheme`` of static 8-bit floats (vllm/utils/torch_utils.py
+    ``get_kv_cache_quant_algo_string``); None for none. An NVFP4 KV cache is not priced."""
+    algo = cfg.get("kv_cache_scheme") or cfg.get("kv_cache_quant_algo")
+    if algo is None:
+        return None
+    if isinstance(algo, dict):
+        if (algo.get("num_bits"), algo.get("type"), algo.get("dynamic")) == (8, "float", False):
+            return "fp8"
+    elif str(algo).lower() == "fp8":
+        return "fp8"
+    raise InputError(where, f"kv_cache_quant_algo {algo!r} is not priced (FP8 is)")
 
 
 _MXFP4_BLOCK = 32

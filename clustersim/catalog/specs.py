@@ -9,7 +9,8 @@ catalog entry.
 from __future__ import annotations
 
 import itertools
-from typing import Annotated, Literal
+from functools import lru_cache
+from typing import Annotated, Literal, NamedTuple
 
 from pydantic import (
     Field,
@@ -156,7 +157,8 @@ class GpuSpec(_Spec):
         "each quantization method has a minimum. None: unknown, quantization refused.")
     sm_count: PositiveInt | None = Field(
         None, description="Streaming multiprocessors: what DeepEP's normal kernels take a share "
-        "of under two-batch overlap; None where not in the catalog.")
+        "of under two-batch overlap, and how many vocabulary rows vLLM's Triton top-k/top-p "
+        "buffer holds; None where not in the catalog.")
     mem_capacity_bytes: PositiveInt = Field(description="Device memory the framework can see.")
     mem_bw_gb_per_s: PositiveFloat
     link: LinkSpec = Field(description="The fastest intra-node path for TP collectives.")
@@ -226,9 +228,11 @@ class GpuSpec(_Spec):
         None, description="Reduce-scatter bus bandwidth / the link's theoretical; None: as an "
         "all-reduce.")
     non_torch_memory_bytes: NonNegativeInt = Field(
-        description="CUDA context, NCCL and cuBLAS buffers, CUDA graphs, sampler scratch: memory "
-        "vLLM holds outside weights and activations. An estimate, to be calibrated."
-    )
+        description="Memory outside PyTorch that grows during vLLM's start-up profile on one "
+        "GPU (kernels loaded on first use, library workspaces): its 'non-torch memory'.")
+    tp_non_torch_memory_bytes: NonNegativeInt = Field(
+        0, description="What each rank of a tensor-parallel group adds to it (NCCL's buffers, "
+        "vLLM's custom all-reduce).")
     calibration: str = Field(description="Provenance of the efficiencies: 'default' or a fit id.")
     source: str
 
@@ -241,9 +245,10 @@ class GpuSpec(_Spec):
 
     @model_validator(mode="after")
     def _memory_left(self) -> GpuSpec:
-        if self.non_torch_memory_bytes >= self.mem_capacity_bytes:
-            raise ValueError(f"non_torch_memory_bytes {self.non_torch_memory_bytes:,} leaves "
-                             f"nothing of the {self.mem_capacity_bytes:,} bytes of memory")
+        reserved = self.non_torch_memory_bytes + self.tp_non_torch_memory_bytes
+        if reserved >= self.mem_capacity_bytes:
+            raise ValueError(f"non_torch_memory_bytes + tp_non_torch_memory_bytes {reserved:,} "
+                             f"leave nothing of the {self.mem_capacity_bytes:,} bytes of memory")
         return self
 
     @property
@@ -732,31 +737,71 @@ class ModelSpec(_Spec):
             norms += 2 * self.head_dim
         return attention + mlp + norms
 
-    def linear_shapes(self) -> tuple[tuple[int, int, int], ...]:
-        """``(in, out, count)`` of every linear layer a quantization method quantizes, counted
-        over all layers: q/k/v and o projections, the MLP (every expert's, for MoE), and the LM
-        head when the checkpoint quantizes it; only the routed experts' where it quantizes
-        those alone (MXFP4). The router, embeddings, norms and biases stay in ``dtype``."""
+    def linear_layers(self) -> tuple[LinearLayer, ...]:
+        """Every kind of linear layer a quantization method may quantize, with the layers it
+        sits in and the checkpoint module names of one instance (``{i}``: its layer): q/k/v and
+        o projections (MLA's as ``attention_projections``), the dense MLPs, the routed experts
+        (``count`` per layer: every expert), the shared experts and the LM head. The router,
+        embeddings, norms and biases are never quantized (vLLM builds them as 16-bit
+        layers)."""
         h, layers = self.hidden_size, self.num_layers
         gate_up = self.mlp_matrices - 1
-        if self.quantization is not None and self.quantization.modules == "experts":
-            f, count = self.moe_intermediate_size, self.num_moe_layers * self.num_experts
-            return ((h, gate_up * f, count), (f, h, count)) if self.is_moe else ()
-        shapes = [(k, n, layers) for k, n, _ in self.attention_projections()]
-        if self.is_moe:
-            f, count = self.moe_intermediate_size, self.num_moe_layers * self.num_experts
+        up, down = ("gate_up_proj", "down_proj") if gate_up == 2 else ("fc1", "fc2")
+        up_names = ("gate_proj", "up_proj") if gate_up == 2 else ("fc1",)
+        down_name = "down_proj" if gate_up == 2 else "fc2"
+        every = tuple(range(layers))
+        attn = "model.layers.{i}.self_attn."
+        if self.is_mla:
+            names = ((("fused_qkv_a_proj", ("q_a_proj", "kv_a_proj_with_mqa")),
+                      ("q_b_proj", ("q_b_proj",))) if self.q_lora_rank is not None
+                     else (("kv_a_proj_with_mqa", ("kv_a_proj_with_mqa",)),
+                           ("q_proj", ("q_proj",))))
+            names += (("kv_b_proj", ("kv_b_proj",)), ("o_proj", ("o_proj",)))
         else:
-            f, count = self.intermediate_size, layers
-        shapes += [(h, gate_up * f, count), (f, h, count)]
-        if self.is_moe and self.num_dense_layers:
-            f, count = self.intermediate_size, self.num_dense_layers
-            shapes += [(h, gate_up * f, count), (f, h, count)]
-        if self.num_shared_experts:
-            f, count = self.shared_expert_width, self.num_moe_layers
-            shapes += [(h, gate_up * f, count), (f, h, count)]
-        if self.quantization is not None and self.quantization.lm_head:
-            shapes.append((h, self.vocab_size, 1))
-        return tuple(shapes)
+            names = (("qkv_proj", ("q_proj", "k_proj", "v_proj")), ("o_proj", ("o_proj",)))
+        result = [LinearLayer(name, k, n, every, tuple(attn + m for m in modules))
+                  for (name, modules), (k, n, _) in zip(names, self.attention_projections(),
+                                                        strict=True)]
+        mlp = "model.layers.{i}.mlp."
+        dense = tuple(range(self.num_dense_layers))
+        if dense:
+            f = self.intermediate_size
+            result += [LinearLayer(up, h, gate_up * f, dense, tuple(mlp + m for m in up_names)),
+                       LinearLayer(down, f, h, dense, (mlp + down_name,))]
+        if self.is_moe:
+            moe = tuple(range(self.num_dense_layers, layers))
+            f, expert = self.moe_intermediate_size, mlp + "experts.0."
+            result += [LinearLayer(f"experts.{up}", h, gate_up * f, moe,
+                                   tuple(expert + m for m in up_names), self.num_experts),
+                       LinearLayer(f"experts.{down}", f, h, moe, (expert + down_name,),
+                                   self.num_experts)]
+            if self.num_shared_experts:
+                f, shared = self.shared_expert_width, mlp + "shared_experts."
+                result += [LinearLayer(f"shared_experts.{up}", h, gate_up * f, moe,
+                                       tuple(shared + m for m in up_names)),
+                           LinearLayer(f"shared_experts.{down}", f, h, moe,
+                                       (shared + down_name,))]
+        result.append(LinearLayer("lm_head", h, self.vocab_size, (0,), ("lm_head",)))
+        return tuple(result)
+
+    def quantized_layers(self, name: str) -> int:
+        """In how many layers the checkpoint quantizes linear layer ``name`` (one of
+        :meth:`linear_layers`'): none for the layers its exclusion list names (every module
+        of a fused layer), the LM head only where the format quantizes it, only the routed
+        experts where it quantizes those alone (MXFP4); 0 without quantization."""
+        return _quantized_layers(self).get(name, 0)
+
+    def linear_shapes(self) -> tuple[tuple[int, int, int], ...]:
+        """``(in, out, count)`` of every linear layer the checkpoint quantizes, counted over
+        the layers (and experts) it quantizes them in (:meth:`quantized_layers`); without
+        quantization, of every layer a method would quantize (the LM head aside)."""
+        if self.quantization is None:
+            return tuple((layer.in_features, layer.out_features,
+                          len(layer.layers) * layer.per_layer)
+                         for layer in self.linear_layers() if layer.name != "lm_head")
+        return tuple((layer.in_features, layer.out_features,
+                      self.quantized_layers(layer.name) * layer.per_layer)
+                     for layer in self.linear_layers() if self.quantized_layers(layer.name))
 
     @property
     def weight_bytes(self) -> float:
@@ -774,9 +819,10 @@ class ModelSpec(_Spec):
             return self.num_moe_layers * self.num_experts * self.expert_params * self.dtype_bytes
         if not self.is_moe:
             return 0
-        f, h = self.moe_intermediate_size, self.hidden_size
+        shapes = tuple((layer.in_features, layer.out_features,
+                        self.quantized_layers(layer.name) * layer.per_layer)
+                       for layer in self.linear_layers() if layer.name.startswith("experts."))
         count = self.num_moe_layers * self.num_experts
-        shapes = ((h, (self.mlp_matrices - 1) * f, count), (f, h, count))
         return self._stored_bytes(count * self.expert_params, shapes)
 
     def _stored_bytes(self, num_params: int, quantized: tuple[tuple[int, int, int], ...]) -> float:
@@ -795,3 +841,38 @@ class ModelSpec(_Spec):
                 "tensor_parallel_size",
                 f"{tp} does not divide the {self.num_attention_heads} attention heads of {self.id}",
             )
+
+
+class LinearLayer(NamedTuple):
+    """One kind of linear layer of a decoder (:meth:`ModelSpec.linear_layers`)."""
+
+    name: str
+    """vLLM's name for it (``qkv_proj``, ``experts.gate_up_proj``, ``lm_head``, ...)."""
+    in_features: int
+    out_features: int
+    layers: tuple[int, ...]
+    """The decoder layers it sits in (the LM head: one)."""
+    modules: tuple[str, ...]
+    """The checkpoint's module names of one instance, ``{i}`` for its layer: the shards vLLM
+    fuses into it (``q_proj``, ``k_proj``, ``v_proj``), one expert's for the routed experts."""
+    per_layer: int = 1
+    """Instances in each layer (a MoE layer's routed experts)."""
+
+
+@lru_cache(maxsize=512)
+def _quantized_layers(model: ModelSpec) -> dict[str, int]:
+    """:meth:`ModelSpec.quantized_layers` for every kind of linear layer (cached: the
+    exclusion patterns are matched once per model)."""
+    q = model.quantization
+    if q is None:
+        return {}
+    counts: dict[str, int] = {}
+    for layer in model.linear_layers():
+        if q.modules == "experts" and not layer.name.startswith("experts."):
+            continue
+        if layer.name == "lm_head" and not q.lm_head:
+            continue
+        counts[layer.name] = sum(
+            1 for i in layer.layers
+            if not all(q.excludes(module.format(i=i)) for module in layer.modules))
+    return counts

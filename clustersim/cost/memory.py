@@ -1,34 +1,35 @@
 """KV-cache capacity the way vLLM sizes it at start-up (vllm_scheduler_spec.md section 6).
 
-Per GPU::
+Per GPU, for vLLM up to 0.33 (``Worker.determine_available_memory``)::
 
-    requested  = ceil(mem_capacity x gpu_memory_utilization)
-    available  = requested - weights / tp - activation peak - non-torch reserve
-                 - CUDA-graph estimate                      (vLLM 0.21 and later)
+    requested  = ceil(total x gpu_memory_utilization)      total: what PyTorch reports
+    available  = requested - weights - activation peak - non-torch increase
+                 - CUDA-graph estimate                      (vLLM 0.20 and later)
     num_blocks = available // bytes_per_block
 
-Weights count as stored (4-bit AWQ codes plus their scales, FP8 bytes, ...; see
-``ModelSpec.weight_bytes``), and a block holds ``block_size`` tokens' K and V in the engine's
-``kv_cache_dtype``: vllm/v1/kv_cache_interface.py ``AttentionSpec.real_page_size_bytes`` is
-2 x block_size x heads x head_dim x the cache dtype's size per layer, so fp8 (one byte per
-element) halves a BF16 block and doubles the blocks that fit. Under multi-head latent attention
-(DeepSeek-V2/V3) a block holds one ``kv_lora_rank + qk_rope_head_dim`` vector per token and
-layer (``MLAAttentionSpec``: one head of that size, no separate K and V), and every TP rank
-holds all of it (``ModelSpec.kv_bytes_per_token``): TP shrinks each rank's weights but not its
-bytes per cached token.
+and for vLLM 0.34's extensible KV cache, sized after warm-up from the memory actually free
+(``measure_kv_cache_bytes``, vllm/v1/worker/extensible_kv_cache.py)::
 
-vLLM measures the activation peak and the non-torch memory by profiling a dummy forward of
-``max_num_batched_tokens`` tokens; here the first is estimated from the layer shapes and the
-second is a per-GPU catalog constant (``non_torch_memory_bytes``, to be calibrated).
+    used       = weights + non-torch + CUDA graphs
+    available  = min(requested - used, total - startup - used - margin) - activation peak
+    margin     = max(1 GiB, 0.75 x activation peak)
 
-CUDA graphs are captured after the KV cache is allocated. Up to vLLM 0.20 the profile leaves
-them out (they take part of the memory ``gpu_memory_utilization`` leaves over); PR #30515 added
-an estimate behind ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``, on by default since v0.21.0
-(its log line: "CUDA graph memory profiling is enabled (default since v0.21.0)"), which is
-subtracted from the KV budget. vLLM captures one piecewise graph per capture size and, with
-``FULL_AND_PIECEWISE`` (the default mode), one full graph per size up to ``max_num_seqs``
-(uniform decode batches); :func:`cuda_graph_bytes` prices each graph per decoder layer, with
-the one published estimate we have (:data:`CUDA_GRAPH_BYTES_PER_GRAPH_LAYER`).
+``total`` is the device memory PyTorch reports (``GpuSpec.mem_capacity_bytes``), ``weights``
+what loading the model allocates (:func:`loaded_weight_bytes`: the weights as stored, the
+rotary table, MXFP4 experts in the layout their kernel needs), the activation peak and the
+release's rules are in :mod:`clustersim.cost.vllm_profile`, and the non-torch increase is a
+per-GPU catalog constant (``non_torch_memory_bytes``, plus ``tp_non_torch_memory_bytes`` on
+every rank of a tensor-parallel group).
+
+A block holds ``block_size`` tokens' K and V in the engine's ``kv_cache_dtype``:
+vllm/v1/kv_cache_interface.py ``AttentionSpec.real_page_size_bytes`` is 2 x block_size x heads
+x head_dim x the cache dtype's size per layer, so fp8 (one byte per element) halves a BF16
+block and doubles the blocks that fit. Under multi-head latent attention (DeepSeek-V2/V3) a
+block holds one ``kv_lora_rank + qk_rope_head_dim`` vector per token and layer
+(``MLAAttentionSpec``: one head of that size, no separate K and V), and every TP rank holds all
+of it (``ModelSpec.kv_bytes_per_token``): TP shrinks each rank's weights but not its bytes per
+cached token. Sliding-window layers split the cache into groups of layers that share the
+blocks (``ModelSpec.kv_bytes_per_page``).
 """
 
 from __future__ import annotations
@@ -37,51 +38,40 @@ import math
 from dataclasses import dataclass
 
 from clustersim.catalog.specs import GIGA, GpuSpec, ModelSpec
+from clustersim.cost.vllm_profile import (
+    CUDA_GRAPH_BYTES_PER_GRAPH_LAYER,
+    EXTENSIBLE_MARGIN_FLOOR_BYTES,
+    EXTENSIBLE_MARGIN_FRACTION,
+    STARTUP_RESERVED_BYTES,
+    STARTUP_RESERVED_TP_BYTES,
+    activation_peak_bytes,
+    cuda_graph_bytes,
+    cudagraph_capture_sizes,
+    parse_vllm_version,
+    profile_rules,
+    profiles_cuda_graphs,
+)
 from clustersim.errors import ConfigError
 
-# Hidden-size tensors alive at the MLP's peak: the residual stream and the normed input.
-_HIDDEN_TENSORS_AT_PEAK = 2
+__all__ = [
+    "CUDA_GRAPH_BYTES_PER_GRAPH_LAYER",
+    "KvBudget",
+    "activation_peak_bytes",
+    "cuda_graph_bytes",
+    "cudagraph_capture_sizes",
+    "draft_weight_bytes_per_gpu",
+    "kv_budget",
+    "kv_bytes_per_block",
+    "loaded_weight_bytes",
+    "num_gpu_blocks",
+    "parse_vllm_version",
+    "profile_rules",
+    "profiles_cuda_graphs",
+    "weight_bytes_per_gpu",
+]
 
-CUDA_GRAPH_PROFILE_SINCE = (0, 21)
-"""The first vLLM release whose start-up profile subtracts CUDA-graph memory by default."""
-
-CUDA_GRAPH_BYTES_PER_GRAPH_LAYER = 180_000
-"""CUDA-graph memory vLLM's profiler estimates per captured graph and decoder layer. From the
-one published estimate with its graph counts: vLLM 0.21.0 serving Qwen3-8B (36 layers) on an
-RTX A5000 logged "Profiling CUDA graph memory: PIECEWISE=51 (largest=512), FULL=35
-(largest=256)" and "Estimated CUDA graph memory: 0.52 GiB total" (LMCache issue #3430):
-0.52 GiB / (86 graphs x 36 layers) = 180 kB."""
-
-_MAX_CUDAGRAPH_CAPTURE_SIZE = 512
-
-
-def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> list[int]:
-    """vLLM's default ``cudagraph_capture_sizes``: 1, 2, 4, then every 8 up to 256, then every
-    16, up to ``min(2 x max_num_seqs, 512, max_num_batched_tokens)`` (the RTX 4090 run's
-    resolved config lists 51 sizes, 1 to 512, at max_num_seqs 256)."""
-    largest = min(2 * max_num_seqs, _MAX_CUDAGRAPH_CAPTURE_SIZE, max_num_batched_tokens)
-    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, _MAX_CUDAGRAPH_CAPTURE_SIZE + 1, 16)]
-    return [size for size in sizes if size <= largest]
-
-
-def cuda_graph_bytes(model: ModelSpec, max_num_seqs: int, max_num_batched_tokens: int) -> int:
-    """vLLM's start-up estimate of its CUDA graphs on one rank (0.21 and later): piecewise
-    graphs at every capture size and full graphs at those up to ``max_num_seqs``, each
-    :data:`CUDA_GRAPH_BYTES_PER_GRAPH_LAYER` per decoder layer."""
-    sizes = cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens)
-    graphs = len(sizes) + sum(1 for size in sizes if size <= max_num_seqs)
-    return graphs * model.num_layers * CUDA_GRAPH_BYTES_PER_GRAPH_LAYER
-
-
-def parse_vllm_version(version: str) -> tuple[int, int]:
-    """``"0.19"`` or ``"0.19.1"`` as ``(0, 19)``."""
-    major, minor = version.split(".")[:2]
-    return int(major), int(minor)
-
-
-def profiles_cuda_graphs(vllm_version: str) -> bool:
-    """Whether this vLLM release subtracts its CUDA-graph estimate from the KV budget."""
-    return parse_vllm_version(vllm_version) >= CUDA_GRAPH_PROFILE_SINCE
+DEFAULT_VLLM_VERSION = "0.33"
+"""The release whose profile :func:`kv_budget` follows when none is given (the scheduler's)."""
 
 
 def kv_bytes_per_block(
@@ -93,33 +83,6 @@ def kv_bytes_per_block(
     return block_size * model.kv_bytes_per_page(tp, kv_dtype_bytes)
 
 
-def activation_peak_bytes(model: ModelSpec, tp: int, num_tokens: int) -> int:
-    """Estimated peak activation memory of one forward over ``num_tokens`` tokens on one rank.
-
-    The largest live set is inside the MLP: the residual stream and normed input (hidden wide),
-    the up-projection output (2f/tp for gate+up, f/tp for fc1) and the activation output
-    (f/tp). Attention scratch is smaller with FlashAttention and is left out; the sampler's
-    logits are part of the non-torch reserve. In a mixture-of-experts layer every token has
-    ``num_experts_per_tok`` routed rows of expert width (vLLM's fused-MoE caches are
-    tokens x top-k wide); the router logits are small and left out. Weights (``kv_budget``)
-    count every expert. A MoE model with leading dense layers (DeepSeek's
-    ``first_k_dense_replace``) peaks in whichever MLP is wider.
-    """
-    hidden = _HIDDEN_TENSORS_AT_PEAK * model.hidden_size
-    if model.is_moe:
-        f_shard = model.moe_intermediate_size / tp
-        up_out = (model.mlp_matrices - 1) * f_shard
-        width = hidden + model.num_experts_per_tok * (up_out + f_shard)
-        if model.num_dense_layers:
-            f_shard = model.intermediate_size / tp
-            width = max(width, hidden + (model.mlp_matrices - 1) * f_shard + f_shard)
-    else:
-        f_shard = model.intermediate_size / tp
-        up_out = (model.mlp_matrices - 1) * f_shard
-        width = hidden + up_out + f_shard
-    return math.ceil(num_tokens * width * model.dtype_bytes)
-
-
 @dataclass(frozen=True, slots=True)
 class KvBudget:
     """How one GPU's memory splits at start-up, in bytes, and the KV blocks that fit."""
@@ -129,6 +92,9 @@ class KvBudget:
     activation_bytes: int
     non_torch_bytes: int
     cuda_graph_bytes: int
+    reserved_bytes: int
+    """What vLLM 0.34's extensible KV cache keeps free besides (the startup memory and its
+    margin, where they bind rather than ``requested``); 0 before 0.34."""
     available_bytes: int
     bytes_per_block: int
     num_gpu_blocks: int
@@ -139,41 +105,58 @@ def kv_budget(
     gpu: GpuSpec,
     tp: int,
     *,
-    gpu_memory_utilization: float,
+    gpu_memory_utilization: float | None = None,
     block_size: int,
     max_num_batched_tokens: int,
+    max_num_seqs: int,
+    vllm_version: str = DEFAULT_VLLM_VERSION,
     kv_dtype_bytes: int | None = None,
     dp: int = 1,
     cuda_graph_bytes: int = 0,
     draft_weight_bytes: int = 0,
 ) -> KvBudget:
-    """Split one GPU's memory as vLLM does; raise ``ConfigError`` if no KV block fits.
+    """Split one GPU's memory as vLLM ``vllm_version`` does; raise ``ConfigError`` if no KV
+    block fits. ``gpu_memory_utilization``: None for the release's default.
+    ``max_num_seqs``: bounds the rows of the profile's dummy sampler run.
     ``dp``: data-parallel ranks sharing a MoE model's experts (spread over ``dp x tp`` GPUs).
-    ``cuda_graph_bytes``: the CUDA-graph estimate the profile subtracts (0: vLLM before 0.21,
-    or no graphs). ``draft_weight_bytes``: a speculative draft's own weights on this GPU
+    ``cuda_graph_bytes``: the CUDA-graph estimate (:func:`cuda_graph_bytes`), subtracted where
+    the release does. ``draft_weight_bytes``: a speculative draft's own weights on this GPU
     (:func:`draft_weight_bytes_per_gpu`), loaded beside the model's before the profile."""
-    if not 0.0 < gpu_memory_utilization <= 1.0:
-        raise ConfigError(
-            "engine.gpu_memory_utilization", f"must be in (0, 1], got {gpu_memory_utilization}"
-        )
+    rules = profile_rules(vllm_version)
+    util = (rules.default_gpu_memory_utilization if gpu_memory_utilization is None
+            else gpu_memory_utilization)
+    if not 0.0 < util <= 1.0:
+        raise ConfigError("engine.gpu_memory_utilization", f"must be in (0, 1], got {util}")
     model.check_tp(tp)
-    requested = math.ceil(gpu.mem_capacity_bytes * gpu_memory_utilization)
-    weights = math.ceil(weight_bytes_per_gpu(model, tp, dp)) + draft_weight_bytes
-    activation = activation_peak_bytes(model, tp, max_num_batched_tokens)
-    non_torch = gpu.non_torch_memory_bytes
-    available = requested - weights - activation - non_torch - cuda_graph_bytes
+    total = gpu.mem_capacity_bytes
+    requested = math.ceil(total * util)
+    weights = math.ceil(loaded_weight_bytes(model, gpu, tp, dp)) + draft_weight_bytes
+    num_reqs = min(max_num_seqs, max_num_batched_tokens)
+    activation = activation_peak_bytes(model, tp, max_num_batched_tokens, num_reqs, rules, gpu)
+    non_torch = gpu.non_torch_memory_bytes + (gpu.tp_non_torch_memory_bytes if tp > 1 else 0)
+    graphs = cuda_graph_bytes if rules.subtracts_cuda_graphs else 0
+    used = weights + non_torch + graphs
+    available = requested - used - activation
+    reserved = 0
+    if rules.extensible_kv_cache:
+        reserved = (STARTUP_RESERVED_BYTES + (STARTUP_RESERVED_TP_BYTES if tp > 1 else 0)
+                    + max(EXTENSIBLE_MARGIN_FLOOR_BYTES,
+                          int(EXTENSIBLE_MARGIN_FRACTION * activation)))
+        available = min(available, total - reserved - used - activation)
+        reserved = max(0, requested - used - activation - available)
     bytes_per_block = kv_bytes_per_block(model, tp, block_size, kv_dtype_bytes)
     num_blocks = max(0, available) // bytes_per_block
     if num_blocks < 1:
         raise ConfigError(
             "engine",
             f"{model.id} does not fit on {gpu.id} at tensor_parallel_size {tp}: "
-            f"{gpu_memory_utilization:g} x {gpu.mem_capacity_bytes / GIGA:.2f} GB = "
+            f"{util:g} x {total / GIGA:.2f} GB = "
             f"{requested / GIGA:.2f} GB requested, weights {weights / GIGA:.2f} GB"
             + (f" (the draft's {draft_weight_bytes / GIGA:.2f} GB included)"
                if draft_weight_bytes else "")
             + f" + activations {activation / GIGA:.2f} GB + non-torch {non_torch / GIGA:.2f} GB"
-            + (f" + CUDA graphs {cuda_graph_bytes / GIGA:.2f} GB" if cuda_graph_bytes else "")
+            + (f" + CUDA graphs {graphs / GIGA:.2f} GB" if graphs else "")
+            + (f" + {reserved / GIGA:.2f} GB kept free" if reserved else "")
             + " leave "
             f"{available / GIGA:.2f} GB, less than one {bytes_per_block}-byte KV block",
         )
@@ -182,11 +165,58 @@ def kv_budget(
         weight_bytes=weights,
         activation_bytes=activation,
         non_torch_bytes=non_torch,
-        cuda_graph_bytes=cuda_graph_bytes,
+        cuda_graph_bytes=graphs,
+        reserved_bytes=reserved,
         available_bytes=available,
         bytes_per_block=bytes_per_block,
         num_gpu_blocks=num_blocks,
     )
+
+
+def loaded_weight_bytes(model: ModelSpec, gpu: GpuSpec, tp: int, dp: int = 1) -> float:
+    """What loading the model allocates on one GPU (vLLM's "Model loading took N GiB"): the
+    weights as stored (:func:`weight_bytes_per_gpu`), MXFP4 experts in the layout their kernel
+    takes (:func:`mxfp4_expert_padding`), and the rotary embedding's cos/sin table, one row
+    per position in the model's dtype on every rank (``RotaryEmbedding.cos_sin_cache``:
+    Llama-3.1-8B 14.96 GiB of weights + 0.03 GiB of table, "Model loading took 14.99 GiB")."""
+    weights = weight_bytes_per_gpu(model, tp, dp)
+    pad = mxfp4_expert_padding(model, gpu)
+    if pad != 1.0:
+        weights += (pad - 1.0) * model.expert_weight_bytes / (tp * dp)
+    rotary_dim = model.qk_rope_head_dim if model.is_mla else model.head_dim
+    return weights + model.max_position_embeddings * rotary_dim * model.dtype_bytes
+
+
+_MXFP4_HOPPER_ALIGN = 256
+_MARLIN_N_ALIGN, _MARLIN_K_ALIGN = 256, 128
+_FLASHINFER_ALIGN = 256
+
+
+def mxfp4_expert_padding(model: ModelSpec, gpu: GpuSpec) -> float:
+    """How much larger than stored MXFP4 experts are once loaded for their kernel
+    (``Mxfp4MoEMethod.create_weights``, vllm/model_executor/layers/quantization/mxfp4.py):
+    Marlin (compute capability below 9.0) rounds the hidden size up to 256 and the expert
+    width to 128; FlashInfer (10.x) both to 256; Hopper's Triton kernels swizzle them into a
+    layout of 256-wide tiles. gpt-oss's 2880 becomes 3072 on an H100, the 16/15 by which
+    llm-d's vLLM 0.11.0 logs exceed the stored bytes ("Model loading took 13.47 GiB" for
+    gpt-oss-20b, 64.38 GiB for gpt-oss-120b: 12.83 and 60.79 GiB stored). 1.0 for other
+    formats."""
+    q = model.quantization
+    if q is None or q.method != "mxfp4" or not model.is_moe:
+        return 1.0
+    capability = gpu.capability or 0
+    h, f = model.hidden_size, model.moe_intermediate_size
+    if capability < 90:
+        h_pad, f_pad = _round_up(h, _MARLIN_N_ALIGN), _round_up(f, _MARLIN_K_ALIGN)
+    elif capability < 100:
+        h_pad, f_pad = _round_up(h, _MXFP4_HOPPER_ALIGN), f
+    else:
+        h_pad, f_pad = _round_up(h, _FLASHINFER_ALIGN), _round_up(f, _FLASHINFER_ALIGN)
+    return h_pad * f_pad / (h * f)
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
 
 
 def weight_bytes_per_gpu(model: ModelSpec, tp: int, dp: int = 1) -> float:
@@ -231,29 +261,6 @@ def draft_weight_bytes_per_gpu(model: ModelSpec, method: str, draft_layers: floa
     return draft_layers * (rest / tp + experts / (tp * dp)) + join
 
 
-def num_gpu_blocks(
-    model: ModelSpec,
-    gpu: GpuSpec,
-    tp: int,
-    *,
-    gpu_memory_utilization: float,
-    block_size: int,
-    max_num_batched_tokens: int,
-    kv_dtype_bytes: int | None = None,
-    dp: int = 1,
-    cuda_graph_bytes: int = 0,
-    draft_weight_bytes: int = 0,
-) -> int:
+def num_gpu_blocks(model: ModelSpec, gpu: GpuSpec, tp: int, **settings) -> int:
     """KV blocks per GPU (vLLM's ``num_gpu_blocks``, block 0 included); see :func:`kv_budget`."""
-    return kv_budget(
-        model,
-        gpu,
-        tp,
-        gpu_memory_utilization=gpu_memory_utilization,
-        block_size=block_size,
-        max_num_batched_tokens=max_num_batched_tokens,
-        kv_dtype_bytes=kv_dtype_bytes,
-        dp=dp,
-        cuda_graph_bytes=cuda_graph_bytes,
-        draft_weight_bytes=draft_weight_bytes,
-    ).num_gpu_blocks
+    return kv_budget(model, gpu, tp, **settings).num_gpu_blocks

@@ -250,13 +250,20 @@ class CostModel:
         f_shard = f / tp
         up_out = (model.mlp_matrices - 1) * f_shard  # gate+up (gated) or fc1 (plain)
         # the kernel every quantized linear layer runs (clustersim.cost.kernels); the MoE
-        # router and, unless the checkpoint quantizes it, the LM head stay 16-bit, and so
-        # does everything but the routed experts of a checkpoint that quantizes those alone
+        # router stays 16-bit, and so does every layer the checkpoint does not quantize (its
+        # exclusion list, the LM head unless it says otherwise, everything but the routed
+        # experts of a checkpoint that quantizes those alone: ModelSpec.quantized_layers)
         quantized = gemm_kernel(model.quantization, gpu)
         sixteen = quantized if model.quantization is None else gemm_kernel(None, gpu)
-        experts_only = (model.quantization is not None
-                        and model.quantization.modules == "experts")
-        self.kernel = kernel = sixteen if experts_only else quantized
+
+        def quantized_in(name: str, count: int) -> int:
+            return count if model.quantization is None else model.quantized_layers(name)
+
+        dense_names = [layer.name for layer in model.linear_layers()
+                       if layer.name != "lm_head" and not layer.name.startswith("experts.")]
+        self.kernel = kernel = (quantized if any(model.quantization is None
+                                                 or model.quantized_layers(name)
+                                                 for name in dense_names) else sixteen)
         """The kernel of the quantized dense layers (attention projections, dense MLPs)."""
         self.expert_kernel = quantized
         """The kernel of the routed experts."""
@@ -314,18 +321,30 @@ class CostModel:
         p.expert_gemm_names = (f"experts.{up}", f"experts.{down}") if expert_shapes else ()
         # per GEMM, summed over layers: (compute s per token, weight-read s, activation s per
         # token, half-saturation tokens, floor s)
-        partial_gemms = tuple(g for k, n, count in partial
-                              for g in _layer_gemms(((k, n),), count, e, kernel, gpu))
-        p.gemms = (*_layer_gemms(shapes, layers, e, kernel, gpu),
-                       *_layer_gemms(router, moe_layers, e, sixteen, gpu), *partial_gemms)
+        gemm_names = (*attention_names, *((up, down) if mlp_shapes else ()))
+        partial_gemms = tuple(_split_gemm((k, n), count, quantized_in(name, count), e, kernel,
+                                          sixteen, gpu)
+                              for (k, n, count), name in zip(partial, _partial_layer_names(
+                                  model, up, down), strict=True))
+        p.gemms = (*(_split_gemm(shape, layers, quantized_in(name, layers), e, kernel, sixteen,
+                                 gpu) for shape, name in zip(shapes, gemm_names, strict=True)),
+                   *_layer_gemms(router, moe_layers, e, sixteen, gpu), *partial_gemms)
         # the same per expert: (compute s per routed row, weight-read s per expert touched,
         # activation s per routed row, half-saturation rows, floor s of the fused call)
         # vLLM's fused MoE: one call per layer for both projections, with its own fit where
         # measured (16-bit experts): its floor once per layer, on the first projection
         expert_kernel = quantized
-        if model.quantization is None and gpu.moe_gemm is not None:
-            expert_kernel = GemmKernel("fused_moe", gpu.peak_flops, gpu.moe_gemm, 1.0, None, None)
-        expert_gemms = _layer_gemms(expert_shapes, moe_layers, e, expert_kernel, gpu)
+        sixteen_experts = sixteen
+        if gpu.moe_gemm is not None:
+            sixteen_experts = GemmKernel("fused_moe", gpu.peak_flops, gpu.moe_gemm, 1.0, None,
+                                         None)
+            if model.quantization is None:
+                expert_kernel = sixteen_experts
+        expert_gemms = tuple(
+            _split_gemm(shape, moe_layers, quantized_in(name, moe_layers), e, expert_kernel,
+                        sixteen_experts, gpu)
+            for shape, name in zip(expert_shapes, (f"experts.{up}", f"experts.{down}"),
+                                   strict=False))
         p.expert_gemms = tuple((*g[:4], g[4] if i == 0 else 0.0)
                                    for i, g in enumerate(expert_gemms))
         # kernels that dequantize the whole weight from dequant_rows tokens on, then run a
@@ -338,12 +357,15 @@ class CostModel:
                                  *_layer_gemms(router, moe_layers, e, sixteen, gpu),
                                  *(g for k, n, count in partial
                                    for g in _layer_gemms(((k, n),), count, e, sixteen, gpu)))
-            dequant_bytes = sum(kernel.weight.weight_bytes(k, n) + k * n * e for k, n in shapes)
-            p.dequant_s = layers * dequant_bytes / (kernel.fit.memory_efficiency
-                                                        * gpu.mem_bytes_per_s)
+            dequant_bytes = sum(quantized_in(name, layers) * (kernel.weight.weight_bytes(k, n)
+                                                               + k * n * e)
+                                for (k, n), name in zip(shapes, gemm_names, strict=True))
+            p.dequant_s = dequant_bytes / (kernel.fit.memory_efficiency * gpu.mem_bytes_per_s)
             if partial:
-                p.dequant_s += sum(count * (kernel.weight.weight_bytes(k, n) + k * n * e)
-                                   for k, n, count in partial) / (
+                p.dequant_s += sum(
+                    quantized_in(name, count) * (kernel.weight.weight_bytes(k, n) + k * n * e)
+                    for (k, n, count), name in zip(partial, _partial_layer_names(model, up, down),
+                                                   strict=True)) / (
                     kernel.fit.memory_efficiency * gpu.mem_bytes_per_s)
         else:
             p.gemms_large = p.gemms
@@ -389,7 +411,8 @@ class CostModel:
         else:
             p.gather_fixed_s = p.gather_s_per_token = 0.0
         vocab_shard = model.vocab_size / tp
-        lm_head_kernel = kernel if model.quantization and model.quantization.lm_head else sixteen
+        lm_head_kernel = (quantized if model.quantization is not None
+                          and model.quantized_layers("lm_head") else sixteen)
         ((p.lm_head_s_per_row, p.lm_head_weight_s, p.lm_head_act_s_per_row,
           p.lm_head_half, p.lm_head_floor_s),) = _layer_gemms(
             ((h, vocab_shard),), 1, e, lm_head_kernel, gpu)
@@ -529,6 +552,40 @@ class CostModel:
         floors = p.attn_floor_s + sum(g[4] for g in gemms)
         floors += sum(g[4] for g in p.expert_gemms)
         return floors + (p.lm_head_floor_s if batch.num_sampled else 0.0)
+
+
+def _split_gemm(
+    shape: tuple[float, float],
+    layers: int,
+    quantized_layers: int,
+    dtype_bytes: int,
+    kernel: GemmKernel,
+    sixteen: GemmKernel,
+    gpu: GpuSpec,
+) -> tuple[float, float, float, float, float]:
+    """One GEMM summed over ``layers``, ``quantized_layers`` of them on ``kernel`` and the rest
+    on ``sixteen`` (a checkpoint that leaves some layers in 16 bits): the times add up; the
+    half-saturation point is the kernels' weighted by their compute time."""
+    (quant,) = _layer_gemms((shape,), quantized_layers, dtype_bytes, kernel, gpu)
+    if quantized_layers == layers:
+        return quant
+    (plain,) = _layer_gemms((shape,), layers - quantized_layers, dtype_bytes, sixteen, gpu)
+    if not quantized_layers:
+        return plain
+    compute = quant[0] + plain[0]
+    half = (quant[0] * quant[3] + plain[0] * plain[3]) / compute
+    return (compute, quant[1] + plain[1], quant[2] + plain[2], half, quant[4] + plain[4])
+
+
+def _partial_layer_names(model: ModelSpec, up: str, down: str) -> list[str]:
+    """``ModelSpec.linear_layers`` names of the GEMMs of some layers only, in the order the
+    step prices them: a MoE model's leading dense MLPs, then its shared experts."""
+    names = []
+    if model.is_moe and model.num_dense_layers:
+        names += [up, down]
+    if model.is_moe and model.shared_expert_width:
+        names += [f"shared_experts.{up}", f"shared_experts.{down}"]
+    return names
 
 
 def _layer_gemms(

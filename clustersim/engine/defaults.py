@@ -18,7 +18,6 @@ from clustersim.cost.memory import (
     draft_weight_bytes_per_gpu,
     kv_bytes_per_block,
     num_gpu_blocks,
-    profiles_cuda_graphs,
 )
 from clustersim.engine.config import SchedulerConfig, SpecDecodeConfig
 from clustersim.engine.kv_manager import cdiv
@@ -71,7 +70,8 @@ def resolve_engine(
     """Fill vLLM's defaults, run its start-up checks, and size the KV cache (per rank of a
     ``dp``-way data-parallel group: a MoE model's experts are shared across the group; with
     ``pp`` pipeline stages, on the GPUs of the largest stage: its layers' weights and KV)."""
-    model = served_model(model, gpu, settings.quantization, settings.kv_cache_dtype)
+    model = served_model(model, gpu, settings.quantization, settings.kv_cache_dtype,
+                         vllm_version=settings.vllm_version)
     if pp > 1:
         check_pipeline(settings, model, pp)
     stage = stage_model(model, pp)  # what one GPU holds (the model itself without PP)
@@ -148,12 +148,13 @@ def resolve_engine(
             stage,
             gpu,
             tp,
-            gpu_memory_utilization=settings.gpu_memory_utilization,
+            gpu_memory_utilization=settings.resolved_gpu_memory_utilization,
             block_size=settings.block_size,
             max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            vllm_version=settings.vllm_version,
             dp=dp if model.is_moe else 1,
-            cuda_graph_bytes=(cuda_graph_bytes(stage, max_num_seqs, max_num_batched_tokens)
-                              if profiles_cuda_graphs(settings.vllm_version) else 0),
+            cuda_graph_bytes=cuda_graph_bytes(stage, max_num_seqs, max_num_batched_tokens),
             draft_weight_bytes=0 if speculative is None else math.ceil(
                 draft_weight_bytes_per_gpu(model, speculative.method,
                                            speculative.draft_layers, tp, dp)),

@@ -16,7 +16,9 @@ vLLM decides at start-up, and so does :func:`served_model`, in vLLM's order:
    the method takes (``VllmConfig._get_quantization_config``, vllm/config/vllm.py;
    ``get_min_capability`` and ``get_supported_act_dtypes`` of each method's config class);
 5. ``--kv-cache-dtype`` fp8 stores one byte per cached element (vllm/config/cache.py
-   ``CacheDType``: "CUDA 11.8+ supports fp8 (=fp8_e4m3) and fp8_e5m2").
+   ``CacheDType``: "CUDA 11.8+ supports fp8 (=fp8_e4m3) and fp8_e5m2"); left at auto, it is
+   what a ModelOpt checkpoint's ``kv_cache_quant_algo`` declares, from vLLM 0.14
+   (``resolve_kv_cache_dtype_string``, vllm/utils/torch_utils.py), else the model's dtype.
 
 Which kernel then runs each GEMM (native FP8 or vLLM's Marlin weight-only fallback below
 compute capability 8.9, ...) is the cost model's business (``clustersim.cost.kernels``).
@@ -26,7 +28,12 @@ from __future__ import annotations
 
 from clustersim.catalog.quantization import QuantizationSpec, online_fp8
 from clustersim.catalog.specs import GpuSpec, ModelSpec
+from clustersim.cost.vllm_profile import parse_vllm_version
 from clustersim.errors import ConfigError
+
+CHECKPOINT_KV_DTYPE_SINCE = (0, 14)
+"""The first vLLM release that stores the KV cache in the dtype a ModelOpt checkpoint declares
+when ``--kv-cache-dtype`` is auto (absent from v0.13.0's wheel, present in v0.14.0's)."""
 
 MIN_CAPABILITY: dict[str, int] = {
     "fp8": 80,  # Fp8Config: Marlin W8A16 below 89, native W8A8 from 89
@@ -65,14 +72,20 @@ supported``) and Marlin weight-only FP4 elsewhere."""
 def served_model(
     model: ModelSpec, gpu: GpuSpec, quantization: str | None = None,
     kv_cache_dtype: str = "auto", *, where: str = "engine.quantization",
+    vllm_version: str | None = None,
 ) -> ModelSpec:
     """``model`` as an engine on ``gpu`` with ``--quantization quantization`` and
     ``--kv-cache-dtype kv_cache_dtype`` serves it: its ``quantization`` the method vLLM picks
-    (module docstring), its ``kv_cache_dtype`` the engine's. ``ConfigError`` at ``where``
-    where vLLM refuses. The model comes back unchanged when nothing is quantized."""
+    (module docstring), its ``kv_cache_dtype`` the engine's (for auto, the checkpoint's
+    declared one where vLLM ``vllm_version`` reads it; None: the latest). ``ConfigError`` at
+    ``where`` where vLLM refuses. The model comes back unchanged when nothing is quantized."""
     spec = _resolve_method(model, gpu, quantization, where)
     if spec is not None:
         _check_platform(spec, model, gpu, where)
+        if (kv_cache_dtype == "auto" and spec.kv_cache_dtype is not None
+                and (vllm_version is None
+                     or parse_vllm_version(vllm_version) >= CHECKPOINT_KV_DTYPE_SINCE)):
+            kv_cache_dtype = spec.kv_cache_dtype
     if spec == model.quantization and kv_cache_dtype == model.kv_cache_dtype:
         return model
     return model.model_copy(update={"quantization": spec, "kv_cache_dtype": kv_cache_dtype})

@@ -147,9 +147,10 @@ class EngineSettings(Strict):
     )
     enable_prefix_caching: bool = Field(True, description="Reuse cached prompt blocks.")
     block_size: Literal[1, 8, 16, 32, 64, 128] = Field(16, description="Tokens per KV block.")
-    gpu_memory_utilization: float = Field(
-        0.92, gt=0.0, le=1.0, description="Share of GPU memory vLLM may use (v0.33: 0.92)."
-    )
+    gpu_memory_utilization: float | None = Field(
+        None, gt=0.0, le=1.0, description="Share of GPU memory vLLM may use; default the "
+        "vllm_version's: 0.9 before 0.20, 0.92 from 0.20, 1.0 from 0.34 (its extensible KV "
+        "cache).")
     num_gpu_blocks_override: Annotated[int, Within(
         low=2, high=MAX_COUNT, reason="block 0 is reserved, and vLLM counts blocks in int32; "
         "the blocks must also fit the GPU's memory")] | None = Field(
@@ -212,7 +213,16 @@ class EngineSettings(Strict):
     vllm_version: VllmVersion = Field(
         "0.33",
         description="The vLLM release whose start-up memory profile sizes the KV cache "
-        "(major.minor, e.g. 0.19): from 0.21 on it also subtracts its CUDA-graph estimate "
-        "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, on by default since v0.21.0); earlier ones "
-        "do not. Default 0.33, the release the scheduler follows. It switches nothing else: "
-        "gpu_memory_utilization keeps its default of 0.92 (0.9 before v0.25: set it).")
+        "(major.minor, e.g. 0.19): its default gpu_memory_utilization, what its dummy sampler "
+        "run holds, whether it subtracts its CUDA-graph estimate (from 0.20), and from 0.34 "
+        "its extensible KV cache (docs/how-it-works.md, KV capacity). Default 0.33, the "
+        "release the scheduler follows; it switches nothing in the scheduler.")
+
+    @property
+    def resolved_gpu_memory_utilization(self) -> float:
+        """``gpu_memory_utilization``, or the default of ``vllm_version``."""
+        if self.gpu_memory_utilization is not None:
+            return self.gpu_memory_utilization
+        from clustersim.cost.vllm_profile import profile_rules
+
+        return profile_rules(self.vllm_version).default_gpu_memory_utilization

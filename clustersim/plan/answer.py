@@ -471,7 +471,7 @@ def _vllm_args(pool: PoolChoice, info: InstanceInfo, candidate: Candidate, model
             f"--max-num-batched-tokens {info.max_num_batched_tokens}",
             f"--max-num-seqs {info.max_num_seqs}",
             f"--max-model-len {info.max_model_len}",
-            f"--gpu-memory-utilization {settings.gpu_memory_utilization:g}"]
+            f"--gpu-memory-utilization {settings.resolved_gpu_memory_utilization:g}"]
     if candidate.quantization is not None:
         args.append(f"--quantization {candidate.quantization}")
     if candidate.kv_cache_dtype != "auto":
@@ -529,7 +529,7 @@ def _sglang_args(pool: PoolChoice, info: InstanceInfo, candidate: Candidate,
     args += [f"--chunked-prefill-size {chunk}",  # (-1: SGLang's "no chunking")
              f"--max-running-requests {info.max_num_seqs}",
              f"--context-length {info.max_model_len}",
-             f"--mem-fraction-static {settings.gpu_memory_utilization:g}",
+             f"--mem-fraction-static {settings.resolved_gpu_memory_utilization:g}",
              f"--page-size {settings.block_size}"]
     if candidate.quantization is not None:
         args.append(f"--quantization {candidate.quantization}")
