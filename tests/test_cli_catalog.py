@@ -19,7 +19,7 @@ def test_catalog_lists_every_model_gpu_and_topology():
     # params, active params of a MoE model, layers; memory, bandwidth, TFLOPS, link, price
     assert rows["llama-3.1-8b"][1:4] == ["8.0B", "32", "4096"]
     assert rows["mixtral-8x7b"][1:3] == ["46.7B", "12.9B"]
-    assert rows["h100-sxm"][1:8] == ["80.0", "3,350", "989", "1,979", "nvlink", "450", "2.69"]
+    assert rows["h100-sxm"][1:8] == ["79.2", "3,350", "989", "1,979", "nvlink", "450", "2.69"]
     assert rows["dgx-h100-x2"][1:] == ["2", "16", "x", "h100-sxm"]
 
 

@@ -117,6 +117,19 @@ def test_mean_interval_is_students_t():
     assert low == high == 10.0
 
 
+def test_draws_that_end_on_one_probe_keep_their_brackets_spread():
+    """Two searches that pass at 10 and fail at 11 know their goodputs only to within that
+    bracket: the interval is as wide as two uniforms on it make it, not zero."""
+    mean, low, high = mean_interval([10.0, 10.0], widths=[1.0, 1.0])
+    half = 12.706 * math.sqrt(1 / 12 / 2)
+    assert mean == 10.0 and low == pytest.approx(10 - half) and high == pytest.approx(10 + half)
+    search = RateSearch(start_rate=10.0, tolerance=0.2)
+    assert search.bracket_width == 0.0
+    search.record(10.0, True)
+    search.record(11.0, False)
+    assert search.bracket_width == pytest.approx(1.0)
+
+
 # ---------------------------------------------------------------- screen
 def test_erlang_c_and_allen_cunneen_against_known_queues():
     # M/M/1 at load 0.5 with mean service 1 s: waits with probability 0.5, mean wait 1 s

@@ -22,7 +22,7 @@ moves the answer inside the bracket. A search that fails even at ``min_rate`` (a
 ends with goodput 0: the SLO cannot be met at any load.
 
 The seeds of one configuration give independent goodputs; :func:`mean_interval` is their mean
-with a 95 % Student-t interval.
+with a 95 % Student-t interval, each seed's bracket counted in the spread.
 """
 
 from __future__ import annotations
@@ -78,6 +78,13 @@ class RateSearch:
     def hi(self) -> float | None:
         """The lowest rate that failed it."""
         return min((r for r, _ in self.failed), default=None)
+
+    @property
+    def bracket_width(self) -> float:
+        """How far the goodput may lie above :attr:`goodput`: the lowest failing rate less the
+        highest passing one (0 before both are known)."""
+        lo, hi = self.lo, self.hi
+        return hi - lo if lo is not None and hi is not None else 0.0
 
     @property
     def num_probes(self) -> int:
@@ -149,9 +156,15 @@ class RateSearch:
         return None
 
 
-def mean_interval(values: list[float], clip: bool = True) -> tuple[float, float, float]:
+def mean_interval(values: list[float], clip: bool = True,
+                  widths: list[float] | None = None) -> tuple[float, float, float]:
     """(mean, low, high): the mean and its two-sided 95 % Student-t interval (one value: the
-    value itself, no spread to estimate); ``clip``: the low end no lower than 0 (a rate)."""
+    value itself, no spread to estimate); ``clip``: the low end no lower than 0 (a rate).
+
+    ``widths``: each value's bracket, where a value is only known to lie in ``[v, v + w)`` (a
+    bisection's last pass and first fail). The bracket counts in the spread as a uniform's
+    variance, ``w^2 / 12``: draws whose searches end on the same probe rate would otherwise
+    claim a zero-width interval however far apart their true goodputs lie inside it."""
     n = len(values)
     if n == 0:
         raise ValueError("no values")
@@ -159,6 +172,8 @@ def mean_interval(values: list[float], clip: bool = True) -> tuple[float, float,
     if n == 1:
         return mean, mean, mean
     var = sum((v - mean) ** 2 for v in values) / (n - 1)
+    if widths:
+        var += sum(w * w for w in widths) / (12 * len(widths))
     t = _T95[n - 2] if n - 1 <= len(_T95) else 1.959963984540054
     half = t * math.sqrt(var / n)
     return mean, max(0.0, mean - half) if clip else mean - half, mean + half

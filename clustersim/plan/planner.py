@@ -520,7 +520,7 @@ class Planner:
 
     def _result(self, c: Candidate, s: Screened, runs: list[RateSearch]) -> CandidateResult:
         values = [r.goodput for r in runs]
-        mean, low, high = mean_interval(values)
+        mean, low, high = mean_interval(values, widths=[r.bracket_width for r in runs])
         goodput = Goodput(
             per_seed_per_s=tuple(values), mean_per_s=mean, low_per_s=low, high_per_s=high,
             probes=sum(r.num_probes for r in runs),

@@ -138,8 +138,9 @@ def link_readings(job: Job, run_jobs: RunJobs, goodputs: list[float],
                              outcome.slo.margin)
     out = []
     for scale in LINK_SCALES:
-        values = [runs[scale, k].goodput for k in range(len(goodputs))]
-        mean, low, high = mean_interval(values)
+        searches = [runs[scale, k] for k in range(len(goodputs))]
+        values = [r.goodput for r in searches]
+        mean, low, high = mean_interval(values, widths=[r.bracket_width for r in searches])
         out.append(LinkReading(scale, mean, low, high, tuple(values)))
     return tuple(out)
 
