@@ -28,6 +28,7 @@ from clustersim.calibration.sweeps import (
     sweep_rows,
     topology,
 )
+from clustersim.engine.defaults import ASYNC_SCHEDULING_SINCE
 
 ROWS_FILE = SWEEP_DIR / SWEEP_FILES[0]
 WARMUPS_PER_CLIENT = 2
@@ -98,8 +99,9 @@ def _engine(dep: Deployment, isl: int, osl: int) -> dict:
         engine["vllm_version"] = ".".join(map(str, release))
         if release < (0, 25):
             engine["gpu_memory_utilization"] = GPU_MEMORY_UTILIZATION_BEFORE_0_25
-        # async scheduling: the release's default (on from 0.14; data-parallel MoE ranks
-        # step together, synchronously: clustersim.engine.defaults.async_scheduling)
+        # the release's async scheduling default, stated (data-parallel MoE ranks step
+        # together, modelled with sync scheduling only)
+        engine["async_scheduling"] = release >= ASYNC_SCHEDULING_SINCE and dep.dp == 1
     return engine
 
 
