@@ -57,8 +57,8 @@ from clustersim.calibration.sweeps import SWEEP_FILES, all_rows, deployment
 
 SWEEPS = {name.removeprefix("silicon_vllm_").removesuffix(".csv"): name for name in SWEEP_FILES}
 """--sweep names: ``llama31_70b_fp8_h100``, ``minimax_m25_fp8_h200_v0180``, ..."""
-PER_LAYER_US = (12, 15, 18, 21, 24, 32.1)
-PER_REQUEST_US = (4.4, 15, 20, 25, 30, 35)
+PER_LAYER_US = (0, 3, 4.5, 6, 9, 12, 18)
+PER_REQUEST_US = (20, 25)
 NEAR_BEST = 0.001
 """Grid points whose TPOT MAPE is this close to the best's are listed with it: the rows'
 own scatter (a few percent a row) cannot order them."""

@@ -51,3 +51,29 @@ def test_an_async_engine_decodes_faster_by_its_hidden_host_time():
     sync, overlapped = _tpot(False), _tpot(True)
     assert overlapped < sync
     assert overlapped > 0.8 * sync
+
+
+def _async(engine: dict, model: str = "llama-3.1-8b", **parallel) -> bool:
+    from clustersim.engine.defaults import resolve_engine
+    from clustersim.engine.settings import EngineSettings
+
+    settings = EngineSettings(max_model_len=4096, **engine)
+    return resolve_engine(settings, load_model(model), load_gpu("h100-sxm"),
+                          parallel.get("tp", 1), parallel.get("dp", 1),
+                          parallel.get("pp", 1)).scheduler.async_scheduling
+
+
+def test_async_scheduling_is_on_by_default_from_vllm_0_14():
+    assert not _async({"vllm_version": "0.13"})
+    assert _async({"vllm_version": "0.14"})
+    assert _async({})  # the default release, 0.33
+    assert not _async({"vllm_version": "0.33", "async_scheduling": False})
+
+
+def test_async_scheduling_by_default_stays_off_where_it_is_not_modelled():
+    # pipeline parallelism, speculative decoding and data-parallel MoE ranks run synchronously
+    assert not _async({}, "llama-3.1-70b", tp=4, pp=2)
+    spec = {"method": "ngram", "num_speculative_tokens": 2, "acceptance_rate": 0.5}
+    assert not _async({"speculative": spec})
+    assert not _async({}, "qwen3-30b-a3b", dp=2)
+    assert _async({}, "qwen3-30b-a3b")

@@ -236,6 +236,12 @@ SCENARIOS = {
 }
 
 
+for _data in SCENARIOS.values():
+    # coalesced runs are synchronous scheduling's; the scenarios run vLLM's sync loop (the
+    # default before v0.14) unless they are about async scheduling
+    _data["engine"] = {"async_scheduling": False, **(_data.get("engine") or {})}
+
+
 def _run(name: str, **kw) -> RunResult:
     return run_scenario(parse_scenario(SCENARIOS[name]), **kw)
 

@@ -12,9 +12,18 @@ from clustersim.errors import ClusterSimError
 from clustersim.metrics import request_metrics, summarize_run
 from clustersim.scenario import parse_scenario
 from clustersim.sim import RunResult, run_scenario
-from tests.helpers import explicit, run_cli, scenario, write_scenario
+from tests.helpers import explicit, run_cli, write_scenario
+from tests.helpers import scenario as any_scenario
 
 FIXED = {"kind": "fixed", "step_time_s": 0.1}
+
+
+def scenario(**overrides) -> dict:
+    """A test scenario on vLLM's sync loop: these examples' step ends are synchronous
+    scheduling's (vLLM's default before v0.14)."""
+    data = any_scenario(**overrides)
+    data["engine"] = {"async_scheduling": False, **data["engine"]}
+    return data
 
 
 def run(data: dict, **kw) -> RunResult:

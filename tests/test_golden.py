@@ -23,6 +23,8 @@ def decodes(n: int, output_tokens: int = 50, start: int = 1) -> list[tuple[str, 
 
 
 def run(tmp_path: Path, requests, engine, **extra) -> dict:
+    # the worked examples are synchronous scheduling's (vLLM's default before v0.14)
+    engine = {"async_scheduling": False, **engine}
     data = scenario(engine=engine, workload=explicit(*requests, **extra.pop("fields", {})),
                     cost=FIXED, **extra)
     return simulate(tmp_path, data)

@@ -13,12 +13,19 @@ from clustersim.catalog import load_gpu, load_model
 from clustersim.cost.memory import cuda_graph_bytes, kv_budget
 from clustersim.cost.prices import experts_touched
 from clustersim.cost.roofline import BatchShape, CostModel, StepCost
+from clustersim.cost.small_kernels import sampler_bytes_per_row, small_kernel_prices
 from clustersim.cost.vllm_profile import activation_peak_bytes, forward_peak_bytes, profile_rules
 from clustersim.errors import InputError
 from clustersim.scenario import parse_scenario
 from clustersim.sim import run_scenario
 from tests.helpers import explicit, scenario
-from tests.test_cost import decode_batch, make_gpu, make_model
+from tests.test_cost import (
+    SAMPLER_BYTES,
+    SMALL_KERNEL_BYTES,
+    decode_batch,
+    make_gpu,
+    make_model,
+)
 
 QWEN3_MOE_CONFIG = {
     "architectures": ["Qwen3MoeForCausalLM"],
@@ -191,7 +198,10 @@ def test_moe_decode_by_hand():
     gemm_bytes = 2 * (16768 + 8448 + 648 + 16896 + 8576)
     lm_head_bytes = 64 * 256 * 2 + (64 + 256) * 2
     kv_bytes = (10 + 1) * 256
-    memory = (gemm_bytes + lm_head_bytes + kv_bytes) / 1e11
+    # the dense toy's small kernels without its activation (inside the fused experts), plus
+    # each layer's router top-k: 4 logits in, 2 weights and ids out
+    small_bytes = SMALL_KERNEL_BYTES - 2 * 3 * 128 * 2 + 2 * (4 * 2 + 2 * 8)
+    memory = (gemm_bytes + lm_head_bytes + kv_bytes + small_bytes + SAMPLER_BYTES) / 1e11
     overhead = 1e-3 + 2 * 1e-4 + 1 * 1e-5
     assert cost == StepCost(
         time_s=pytest.approx(memory + overhead, rel=1e-12),
@@ -222,7 +232,7 @@ def test_moe_prefill_compute_by_hand_pays_efficiency_per_expert():
     compute = flops / 1e12 + attention_flops / 5e11
     assert flops == 1_830_912
     assert cost.compute_s == pytest.approx(compute, rel=1e-12)
-    assert cost.memory_s == 0.0
+    assert cost.memory_s == pytest.approx(0.0, abs=1e-12)  # the small kernels' bytes
 
 
 # ---------------------------------------------------------- real models
@@ -244,8 +254,12 @@ def test_qwen3_moe_decode_reads_only_the_routed_experts():
     bytes_read = 48 * per_layer + lm_head + kv
     assert bytes_read == 6_190_883_584
     bytes_per_s = gpu.memory_efficiency * gpu.mem_bytes_per_s
+    # fit-v1 has no small-kernel floor: their bytes (one token's) and the sampler's at the
+    # same efficiency
+    small = small_kernel_prices(model, gpu)
+    small_bytes = small.row_bytes + sampler_bytes_per_row(model)
     assert cost.compute_s == 0.0
-    assert cost.memory_s == pytest.approx(bytes_read / bytes_per_s, rel=1e-12)
+    assert cost.memory_s == pytest.approx((bytes_read + small_bytes) / bytes_per_s, rel=1e-12)
     # far below a dense 30 B model's weight read, above the 3.35 B active-weight read at peak
     dense_bound_s = model.weight_bytes / gpu.mem_bytes_per_s  # 61.06 GB / 3.35 TB/s = 18.2 ms
     active_bound_s = model.active_params * 2 / gpu.mem_bytes_per_s  # 6.71 GB: 2.0 ms
@@ -278,12 +292,14 @@ def test_moe_step_time_grows_with_batch(model_id):
 def test_moe_tp_shards_every_expert():
     model, gpu = load_model("mixtral-8x7b"), load_gpu("h100-sxm")
     one, two = (CostModel(model, gpu, tp).step_time(decode_batch(1, 512)) for tp in (1, 2))
-    assert two.memory_s < 0.6 * one.memory_s
+    # (the small kernels' floors and the hidden-size norms are not split)
+    assert two.memory_s < 0.62 * one.memory_s
     assert two.communication_s > 0.0
 
 
 # Computed with the dense-only cost model before MoE support (h100-sxm on fit-v1, then shipped):
-# (tp, chunks) -> (time_s, compute_s, memory_s); MoE support must not move them by a bit.
+# (tp, chunks) -> (time_s, compute_s, memory_s); MoE support must not move them by a bit (the
+# small kernels, priced since, add their bytes and the sampler's to the memory-bound time).
 DENSE_BEFORE_MOE = {
     (1, "decode1"): (0.008335291489220563, 0.0, 0.007177691489220563),
     (1, "decode64"): (0.012767745936981758, 0.0, 0.011332945936981758),
@@ -305,13 +321,18 @@ DENSE_SHAPES = {
 @pytest.mark.parametrize(("tp", "shape"), list(DENSE_BEFORE_MOE))
 def test_dense_step_times_are_unchanged(tp, shape):
     cost_model = CostModel(load_model("llama-3.1-8b"), load_gpu("h100-sxm", profile="vidur"), tp)
-    cost = cost_model.step_time(BatchShape.from_chunks(DENSE_SHAPES[shape]))
+    batch = BatchShape.from_chunks(DENSE_SHAPES[shape])
+    cost = cost_model.step_time(batch)
     before_time, compute, memory = DENSE_BEFORE_MOE[tp, shape]
-    assert (cost.compute_s, cost.memory_s) == (compute, memory)
+    small = small_kernel_prices(cost_model.model, cost_model.gpu, tp)
+    added = (small.step_s(batch.num_prefill_tokens + batch.num_decode_tokens)
+             + batch.num_sampled * small.sampler_s_per_row)
+    assert cost.compute_s == compute
+    assert cost.memory_s == pytest.approx(memory + added, rel=1e-12)
     if tp == 1:
-        assert cost.time_s == before_time
+        assert cost.time_s == pytest.approx(before_time + added, rel=1e-12)
     else:  # TP communication since gained the embedding all-reduce and the logits all-gather
-        assert cost.time_s > before_time
+        assert cost.time_s > before_time + added
 
 
 # ------------------------------------------------------- memory and a run

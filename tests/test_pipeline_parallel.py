@@ -152,7 +152,8 @@ def test_single_prompt_ttft_is_the_sum_of_its_stages_and_the_send(tmp_path):
     prompt = 2048
     runs = {pp: simulate(tmp_path / str(pp), scenario(
         model=LLAMA70, tensor_parallel_size=8, pipeline_parallel_size=pp,
-        engine={"max_model_len": 8192}, workload=explicit(("A", 0.0, prompt, 8))))
+        engine={"max_model_len": 8192, "async_scheduling": False},  # PP=2's loop
+        workload=explicit(("A", 0.0, prompt, 8))))
         for pp in (1, 2)}
     model, gpu = load_model(LLAMA70), load_gpu("h100-sxm")
     stage = CostModel(stage_model(model, 2), gpu, 8)
@@ -181,7 +182,8 @@ def test_two_lanes_decode_at_the_pp1_step_time_of_their_batch_size(tmp_path):
         return simulate(tmp_path / name, scenario(
             model=LLAMA70, tensor_parallel_size=8, pipeline_parallel_size=pp,
             topology="dgx-h100-x2",
-            engine={"max_model_len": 4096, "max_num_batched_tokens": 1024, "max_num_seqs": 256},
+            engine={"max_model_len": 4096, "max_num_batched_tokens": 1024, "max_num_seqs": 256,
+                    "async_scheduling": False},  # PP=2 schedules synchronously: so does PP=1
             workload=explicit(*[(f"r{i}", 0.0, 64, 200) for i in range(count)])))
 
     pp2, pp1_half, pp1_all = run(2, 32, "pp2"), run(1, 16, "half"), run(1, 32, "all")

@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from clustersim.calibration import small_kernels
 from clustersim.calibration.fit import (
     _LINK_FIELDS,
     _MIN_ATTN_CHUNK,
@@ -481,6 +482,7 @@ def calibrate_v2(read: Reader = pd.read_csv) -> dict[str, dict]:
         # keep the calibration label and provenance last, as every profile writes them
         profile["calibration"] = profile.pop("calibration")
         profile["provenance"] = profile.pop("provenance")
+    small_kernels.apply(out, FIT_ID, read)
     return out
 
 

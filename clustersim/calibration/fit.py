@@ -65,19 +65,20 @@ BLIS_SOURCE = (
 )
 HOST_OVERHEADS = {
     "per_step_overhead_s": 126e-6,
-    "per_layer_overhead_s": 18e-6,
+    "per_layer_overhead_s": 3e-6,
     "per_request_overhead_s": 25e-6,
 }
 """fit-v2's time outside the kernels: the step's host time and launches."""
 HOST_SOURCE = (
     "per layer and per request fitted on the 45 measured vLLM serving runs of the calibration "
     "set (aiconfigurator silicon rows: Llama-3.1-70B FP8, H100 SXM, TP 2-8, 4-64 clients), the "
-    "grid of `python benchmarks/silicon_calibration.py --fit-host` (mean TPOT error 3.51 %, "
-    "bias +0.67 %, in the grid's flat valley: its best, 15 us/layer and 30 us/request, is "
-    "3.38 %, and 15/35, 15/25 and 18/20 lie between): 18 us/layer "
-    "(launches a CUDA-graph replay leaves), 25 us/request (the host's "
-    "schedule, input preparation and output processing of each running request); 126 us/step "
-    "kept from the BLIS fit"
+    "grid of `python benchmarks/silicon_calibration.py --fit-host` with the small kernels "
+    "priced per architecture (clustersim.cost.small_kernels; mean TPOT error 3.18 %, bias "
+    "+0.51 %, the grid's best; 3/20 and 4.5/20 us lie within 0.02 point, 0/25 and 4.5/25 "
+    "within 0.15, 18/25 (the per-layer time before the small kernels were priced) at 7.94 %): "
+    "3 us/layer (what a CUDA-graph replay leaves beside the kernels' own GPU time), "
+    "25 us/request (the host's schedule, input preparation and output processing of each "
+    "running request); 126 us/step kept from the BLIS fit"
 )
 
 _BF16_BYTES = 2

@@ -407,8 +407,10 @@ Server Edition; H200, B200 and H100 PCIe from the H100 SXM; the other A100s from
 80GB; the MI300X keeps the uncalibrated defaults, there being no AMD data). Any scenario can
 name a set: `gpu: h100-sxm@vidur`. The per-step, per-layer and per-request CPU overheads are in
 no kernel profile: {v1} keeps BLIS's public fit on H100 vLLM (126 µs/step, 32.1 µs/layer,
-4.4 µs/request); {v2} fits the per-layer and per-request host time on measured serving runs
-(126 µs/step, 18 µs/layer, 25 µs/request; see "The calibration rows" below). Every value's
+4.4 µs/request); {v2} prices the small kernels between the measured ones (norms, Qwen3's
+QK-norm, rotary embedding, activation) per architecture on a measured element-wise kernel, and
+fits what is left per layer and per request on measured serving runs (126 µs/step, 3 µs/layer,
+25 µs/request; see "The calibration rows" below). Every value's
 provenance is in the profile files. Reproduce: `clustersim
 calibrate --out clustersim/catalog/calibrated.yaml` rewrites the shipped profile (`--fit-set
 vidur` / `--fit-set aiconfigurator` with `--out` at `calibrated_vidur.yaml` /
@@ -446,7 +448,13 @@ between the measured sizes around the message), else `α + 2(n-1)/n x bytes / (e
 link bandwidth)`, on vLLM's custom all-reduce fit below its size limit and on NCCL's above
 (`clustersim/cost/collectives.py`), an all-gather
 (reduce-scatter) `α + (n-1) x bytes per rank / (efficiency x link bandwidth)`; a fused-MoE layer
-prices its experts on its own fit, its floor once per layer.
+prices its experts on its own fit, its floor once per layer; each small kernel of the
+architecture (norms, Qwen3's QK-norm, rotary embedding, activation, embedding gather:
+`clustersim/cost/small_kernels.py`) `floor + bytes per token x max(cta, tokens / (eff x
+bandwidth))` per call, fitted on vLLM's element-wise FP8 quantization kernel as aiconfigurator
+measured it on the H100 and H200 (CUDA graphs) and on the RTX 4090's and RTX PRO 6000's layer
+profiles (their GEMM fit's `eff_m`), and the sampler 2.7 float32 passes over each sampled row's
+logits at the same efficiency.
 
 ## What changed, and why
 
@@ -673,8 +681,9 @@ same swaps on the A100 and H100 (mean MAPE over their groups):
   {z_pro_llama_ttft_v2} % on TTFT (fit-v1: {z_pro_llama_tpot_v1} % and
   {z_pro_llama_ttft_v1} %), and the Qwen3-32B TP2 run {z_qwen_tpot_v2} % optimistic on TPOT
   (fit-v1: {z_qwen_tpot_v1} %). The profiles are eager single-op timings; the serving steps add
-  elementwise kernels the model leaves out (norms, rotary, SiLU: {f_elementwise} ms a step in the
-  cross-check), and, at TP2, the two workers' per-step synchronisation. fit-v1's lower bandwidth
+  the two workers' per-step synchronisation at TP2, which no profile holds (the elementwise
+  kernels, norms, rotary and SiLU, {f_elementwise} ms a step in the cross-check, are priced per
+  architecture in both fits). fit-v1's lower bandwidth
   efficiency happened to absorb part of that on this card; fit-v2 ships there all the same
   (see "Which fit ships"), and this is its largest regression.
   The RTX 4090 run is within {z_4090_v1} % on every statistic on fit-v1 ({z_4090_v2} % on
@@ -699,11 +708,10 @@ same swaps on the A100 and H100 (mean MAPE over their groups):
   Zero-shot prefill MAPE is {zero_prefill_v1} (fit-v1) and
   {zero_prefill_v2} (fit-v2), optimistic in every group: kernel tables leave out the old stack's
   per-layer host overhead, which grows with TP degree. fit-v2's host time is fitted on vLLM
-  V1 serving runs (18 us a layer, where CUDA graphs replay the decode step's launches, and 25
-  us a running request; `python benchmarks/silicon_calibration.py --fit-host`), so on this
-  eager 2023 stack its zero-shot rows are 0.5-3.3 points further off than with the BLIS
-  overheads it had before (32.1 us a layer, 4.4 us a request); the few-shot rows, which
-  refit the step, do not move, and the vLLM runs above move closer. The all-reduce's measured
+  V1 serving runs (3 us a layer beside the small kernels' own GPU time, where CUDA graphs
+  replay the decode step's launches, and 25 us a running request; `python
+  benchmarks/silicon_calibration.py --fit-host`), so this eager 2023 stack's per-layer launches
+  are in neither fit-v2's host time nor its kernels. The all-reduce's measured
   curve takes these groups up to about 3 points further off (most in the A100 TP8 few-shot
   prefill): it prices large messages at what vLLM and nccl-tests measure (8 A100s, 128 MiB:
   {f_a100_128_vllm} ms), where NCCL's one fit over 2, 4 and 8 GPUs said {f_a100_128_fit} ms, so
@@ -727,8 +735,10 @@ same swaps on the A100 and H100 (mean MAPE over their groups):
   do not have this problem; the rule was fixed before the runs were scored and is left as it
   is, not tuned to them.
 - **What the serving replay does not model:** API-server time (tokenisation, detokenisation,
-  HTTP), which vLLM's timestamps partly include; elementwise kernels (norms, rotary,
-  activations); CUDA-graph padding of decode batches (except across data-parallel ranks); vLLM's
+  HTTP), which vLLM's timestamps partly include; the L2 cache, which serves an element-wise
+  kernel's input when it fits (the small kernels are priced at DRAM bandwidth: up to about 1.5x
+  slow between 8 and 32 MB on the H100's table); CUDA-graph padding of decode batches (except
+  across data-parallel ranks); vLLM's
   symmetric-memory all-reduce range where no curve was measured (priced as NCCL); the RTX PRO
   6000 KV size, which vLLM did
   not log and clustersim's memory model estimates.

@@ -59,6 +59,8 @@ AIC_MXFP4_MOE_GPUS = ("h100_sxm",)
 """The systems with gpt-oss's MXFP4 MoE kernel measured."""
 AIC_MOE_PARALLEL = (1, 2, 4, 8)
 """moe_tp_size and moe_ep_size kept (one node)."""
+AIC_QUANT_GPUS = {"h100_sxm": "h100_sxm", "h200_sxm": "h200_sxm"}
+"""The systems whose element-wise FP8 quantization kernel is measured (the small-kernel fit)."""
 _LLMSS_RUNS = (
     "RTX4090_Llama-3.1-8B",
     "RTXPRO6000_Llama-3.1-8B",
@@ -134,6 +136,9 @@ def ship_aiconfigurator(source: Path, out: Path) -> None:
     - ``moe_mxfp4_<gpu>.csv``: vLLM's gpt-oss MXFP4 MoE (w4a16_mxfp4, OpenAI's Triton
       kernels) with balanced routing at ``AIC_MOE_PARALLEL`` TP and EP sizes and every token
       count measured, the same columns.
+    - ``quant_<gpu>.csv``: vLLM's ``static_scaled_fp8_quant`` (one 16-bit read and one
+      8-bit write per element, one thread block per row), every ``m`` and ``k`` measured,
+      columns ``m, k, latency`` (``clustersim.calibration.small_kernels`` fits on it).
     - ``silicon_vllm_<model>_<gpu>[_<version>].csv``: the measured serving sweeps of
       ``silicon_calibration/``, verbatim (``clustersim.calibration.sweeps`` reads them).
     """
@@ -187,10 +192,19 @@ def ship_aiconfigurator(source: Path, out: Path) -> None:
                    "moe_ep_size", "num_tokens", "latency"]
         frame = frame.loc[keep, columns].sort_values(columns[:-1])
         _write_csv(frame, out / f"moe_mxfp4_{_AIC_GPUS[folder]}.csv")
+    ship_quant(data, out)
     for sweep in sorted((source / "silicon_calibration").glob("vllm_*.csv")):
         shutil.copy(sweep, out / f"silicon_{sweep.name}")
     license_file = out / "LICENSE.aiconfigurator-Apache-2.0.txt"
     license_file.write_bytes((source / license_file.name).read_bytes())
+
+
+def ship_quant(data: Path, out: Path) -> None:
+    """``quant_<gpu>.csv`` of :func:`ship_aiconfigurator`, from ``systems/data``."""
+    for folder, stem in AIC_QUANT_GPUS.items():
+        frame = _parquet(data / folder / "quantize" / "vllm", "scale_matrix_perf.parquet")
+        frame = frame.loc[frame.kernel_source == "static_scaled_fp8_quant", ["m", "k", "latency"]]
+        _write_csv(frame.sort_values(["k", "m"]), out / f"quant_{stem}.csv")
 
 
 def _parquet(folder: Path, name: str) -> pd.DataFrame:

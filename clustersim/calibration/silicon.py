@@ -28,14 +28,12 @@ from clustersim.calibration.sweeps import (
     sweep_rows,
     topology,
 )
+from clustersim.engine.defaults import ASYNC_SCHEDULING_SINCE
 
 ROWS_FILE = SWEEP_DIR / SWEEP_FILES[0]
 WARMUPS_PER_CLIENT = 2
 MEASURED_PER_CLIENT = 10
 """NVIDIA's aiperf recipes: about 2 x concurrency warm-ups, 10 x concurrency measured."""
-ASYNC_SCHEDULING_SINCE = (0, 14)
-"""vLLM v0.14.0 turned async scheduling on by default (release notes: "Async scheduling is
-now enabled by default", PR #27614); the rows that name a release ran 0.16 or 0.18."""
 GPU_MEMORY_UTILIZATION_BEFORE_0_25 = 0.9
 """vLLM's --gpu-memory-utilization default before v0.25 (0.92 from then on, clustersim's
 default; engine.vllm_version's description)."""
@@ -89,16 +87,20 @@ def _version(text: str) -> tuple[int, int]:
 
 def _engine(dep: Deployment, isl: int, osl: int) -> dict:
     """The engine arguments of a row's server: its quantization, room for its requests, and
-    the defaults of the vLLM release it names (none named: clustersim's defaults, as the
-    host time was fitted)."""
+    the defaults of the vLLM release it names (none named: clustersim's defaults with
+    synchronous scheduling, as the host time was fitted)."""
     engine: dict = {} if dep.quantization is None else {"quantization": dep.quantization}
     engine["max_model_len"] = isl + osl + 256
-    if dep.vllm_version is not None:
+    if dep.vllm_version is None:
+        # measured 2025-10-29, on the 0.11 line: before async scheduling was vLLM's default
+        engine["async_scheduling"] = False
+    else:
         release = _version(dep.vllm_version)
         engine["vllm_version"] = ".".join(map(str, release))
         if release < (0, 25):
             engine["gpu_memory_utilization"] = GPU_MEMORY_UTILIZATION_BEFORE_0_25
-        # data-parallel MoE ranks step together, modelled with sync scheduling only
+        # the release's async scheduling default, stated (data-parallel MoE ranks step
+        # together, modelled with sync scheduling only)
         engine["async_scheduling"] = release >= ASYNC_SCHEDULING_SINCE and dep.dp == 1
     return engine
 

@@ -106,7 +106,8 @@ PARAM_HEADER = ["GPU", "fit", "eff_c", "t_half", "eff_m", "GEMM floor (µs)", "e
                 "K_half (keys)", "attn floor (µs)", "decode eff_kv / c_half",
                 "NCCL all-reduce α (µs) / eff", "custom all-reduce α (µs) / eff",
                 "all-gather α (µs) / eff", "reduce-scatter α (µs) / eff",
-                "fused MoE eff_c / t_half / eff_m / floor (µs)", "calibration"]
+                "fused MoE eff_c / t_half / eff_m / floor (µs)",
+                "small kernels floor (µs) / cta (ps/B) / eff", "calibration"]
 
 
 def param_row(gpu_id: str, p: dict, fit: str) -> list[str]:
@@ -123,6 +124,10 @@ def param_row(gpu_id: str, p: dict, fit: str) -> list[str]:
     moe_cell = ("-" if moe is None else
                 f"{moe['compute_efficiency']:.2f} / {moe['compute_half_tokens']:.0f} / "
                 f"{moe['memory_efficiency']:.2f} / {moe.get('floor_s', 0) * 1e6:.0f}")
+    small = ("-" if p.get("small_kernel_floor_s") is None else
+             f"{p['small_kernel_floor_s'] * 1e6:.2f} / "
+             f"{p['small_kernel_cta_s_per_byte'] * 1e12:.1f} / "
+             f"{p['small_kernel_memory_efficiency']:.2f}")
     return [
         gpu_id, fit, f"{p['compute_efficiency']:.2f}", f"{p['compute_half_tokens']:.0f}",
         f"{p['memory_efficiency']:.2f}", f"{p.get('gemm_floor_s', 0.0) * 1e6:.2f}",
@@ -132,7 +137,7 @@ def param_row(gpu_id: str, p: dict, fit: str) -> list[str]:
         pair("custom_allreduce_latency_s", "custom_allreduce_link_efficiency"),
         pair("allgather_latency_s", "allgather_link_efficiency"),
         pair("reduce_scatter_latency_s", "reduce_scatter_link_efficiency"),
-        moe_cell, p["calibration"],
+        moe_cell, small, p["calibration"],
     ]
 
 
@@ -165,6 +170,10 @@ def form_rows() -> list[list[str]]:
     rows = []
     for gpu_id, p in load_profiles("aiconfigurator").items():
         prov = p["provenance"]
+        small = prov.get("small_kernels")
+        if small is not None and "->" not in small["calibration"]:
+            rows.append([gpu_id, "small kernels", "floor + bytes at one block or the bandwidth",
+                         f"{small['rms_log_error']:.3f}", "-", f"{small['num_rows']:,}"])
         if "gemm" not in prov:
             continue  # borrowed
         gemm = prov["gemm"]

@@ -202,8 +202,20 @@ class GpuSpec(_Spec):
         1.0, description="Throughput of a weight-only (W4A16, W8A16) Marlin GEMM where it is "
         "compute-bound, relative to the 16-bit GEMM: the cost of dequantizing in registers.")
     memory_efficiency: Fraction = Field(description="Achieved / peak HBM bandwidth.")
+    small_kernel_floor_s: Overhead = Field(
+        0.0, description="Per call of a small memory-bound kernel (a norm, the rotary "
+        "embedding, an activation; clustersim.cost.small_kernels): GPU time it takes whatever "
+        "its size; 0: none (a profile whose per-layer overhead holds them).")
+    small_kernel_cta_s_per_byte: NonNegativeFloat = Field(
+        0.0, description="Seconds per byte of one token's row through one thread block of a "
+        "small kernel: what a batch smaller than the GPU's blocks takes beyond the floor.")
+    small_kernel_memory_efficiency: Fraction | None = Field(
+        None, description="Achieved / peak bandwidth of the small kernels and the sampler "
+        "on large batches; None: ``memory_efficiency``.")
     per_step_overhead_s: Overhead = Field(description="Scheduler + launch cost per step.")
-    per_layer_overhead_s: Overhead = Field(description="Kernel launches per layer.")
+    per_layer_overhead_s: Overhead = Field(
+        description="Per layer, beyond its kernels' GPU time: launches and gaps a CUDA-graph "
+        "replay leaves.")
     per_request_overhead_s: Overhead = Field(description="Input prep per request.")
     allreduce_latency_s: Overhead = Field(description="Fixed cost of one all-reduce.")
     custom_allreduce_latency_s: Overhead | None = Field(

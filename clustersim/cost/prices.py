@@ -138,6 +138,17 @@ class StepPrices:
         self.lm_head_weight_s: float = 0.0
         self.lm_head_act_s_per_row: float = 0.0
         self.lm_head_floor_s: float = 0.0
+        self.sampler_s_per_row: float = 0.0
+        """The sampler's passes over one sampled row's logits (GPU time)."""
+        self.small_fixed_s: float = 0.0
+        """The small kernels' floors, every call of a step (``clustersim.cost.small_kernels``:
+        norms, rotary embedding, activations, the embedding gather)."""
+        self.small_row_bytes: float = 0.0
+        """Bytes one token reads and writes over the step's small kernels."""
+        self.small_cta_s_per_byte: float = 0.0
+        """Seconds per byte of one token's row through one thread block."""
+        self.small_s_per_byte: float = 0.0
+        """Seconds per byte of the small kernels at their share of the bandwidth."""
         self.attn_half_keys: float = 0.0
         self.attn_s_per_pair: float = 0.0
         self.decode_attn_s_per_pair: float = 0.0
@@ -311,11 +322,11 @@ class StepPrices:
         return keys * (1.0 - share) + min(keys, num_queries * self.window_tokens) * share
 
     def _lm_head_s(self, rows: float) -> float:
-        """The LM head (and its logits all-gather) on ``rows`` rows."""
+        """The LM head (its logits all-gather, the sampler) on ``rows`` rows."""
         t_compute = (rows + self.lm_head_half) * self.lm_head_s_per_row
         t_memory = self.lm_head_weight_s + rows * self.lm_head_act_s_per_row
         return (self.logits_fixed_s + rows * self.logits_s_per_row + max(t_compute, t_memory)
-                + self.lm_head_floor_s)
+                + self.lm_head_floor_s + rows * self.sampler_s_per_row)
 
     def decode_run_s(
         self, num_decodes: int, decode_kv_tokens: int, num_steps: int,
@@ -429,6 +440,15 @@ class StepPrices:
         memory += self.attn_floor_s
         if ops is not None:
             ops.append(("attention kernel floor", 0.0, self.attn_floor_s, 0.0, 0.0))
+        if self.small_row_bytes:
+            # norms, rotary, activations: a floor per call, then one token's row through one
+            # block or the batch's bytes at the bandwidth, whichever is longer
+            per_byte = tokens * self.small_s_per_byte
+            small = self.small_fixed_s + self.small_row_bytes * (
+                per_byte if per_byte > self.small_cta_s_per_byte else self.small_cta_s_per_byte)
+            memory += small
+            if ops is not None:
+                ops.append(("norms, rotary, activation (small kernels)", 0.0, small, 0.0, 0.0))
         for index, (flop_s, weight_s, act_s, half, floor) in enumerate(gemms):
             # GEMM efficiency saturates with M: eff x M / (M + half), so compute time is
             # (M + half) x FLOPs per row / (eff x peak) -- a fixed M-independent part per GEMM
@@ -497,6 +517,11 @@ class StepPrices:
             memory += self.lm_head_floor_s
             if ops is not None and gather_s:
                 ops.append(("logits all-gather", 0.0, 0.0, gather_s, 0.0))
+            if self.sampler_s_per_row:
+                sampler = rows * self.sampler_s_per_row
+                memory += sampler
+                if ops is not None:
+                    ops.append(("sampler", 0.0, sampler, 0.0, 0.0))
         return compute, memory, communication, a2a
 
     def parts(

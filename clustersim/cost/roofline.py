@@ -71,8 +71,10 @@ weight-only kernels streaming 4- or 8-bit weights into 16-bit math); the router 
 stay 16-bit unless the checkpoint quantizes the LM head. Attention reads the KV its tokens
 attend to and writes the new tokens' KV (in the engine's ``kv_cache_dtype``),
 ``max(1, n_kv // tp)`` heads per rank: GQA enters only there and in the K/V projections.
-Elementwise ops (norms, rotary, SiLU) and the embedding gather are left out: they are small
-next to the GEMMs and partly fused in vLLM.
+The small memory-bound kernels between them (norms, Qwen3's QK-norm, the rotary embedding,
+the activation, the embedding gather; ``clustersim.cost.small_kernels`` counts them per
+architecture) cost a floor per call plus their bytes, and the sampler its passes over each
+sampled row's logits.
 
 ``CostModel`` folds all of this into a handful of per-(model, GPU, TP) constants, so pricing a
 step is a few float multiply-adds: the simulator calls it once per step. The same arithmetic
@@ -90,6 +92,7 @@ from clustersim.catalog.specs import GpuSpec, ModelSpec
 from clustersim.cost.collectives import DEEPEP_NORMAL_SMS, AllToAll, allreduce_segments
 from clustersim.cost.kernels import GemmKernel, gemm_kernel
 from clustersim.cost.prices import StepPrices
+from clustersim.cost.small_kernels import small_kernel_prices
 
 # FLOPs per multiply-accumulate.
 _FLOPS_PER_MAC = 2
@@ -476,6 +479,10 @@ class CostModel:
             p.logits_s_per_row = (tp - 1) * vocab_shard * e / (tp_link_bytes_per_s * ag_speed)
         else:
             p.logits_fixed_s = p.logits_s_per_row = 0.0
+        small = small_kernel_prices(model, gpu, tp)
+        p.small_fixed_s, p.small_row_bytes = small.fixed_s, small.row_bytes
+        p.small_cta_s_per_byte, p.small_s_per_byte = small.cta_s_per_byte, small.s_per_byte
+        p.sampler_s_per_row = small.sampler_s_per_row
         p.fixed_overhead_s = gpu.per_step_overhead_s + layers * gpu.per_layer_overhead_s
         p.request_overhead_s = gpu.per_request_overhead_s
         p.step_host_s = gpu.per_step_overhead_s
@@ -542,14 +549,15 @@ class CostModel:
         return self.prices.decode_run_s(num_decodes, decode_kv_tokens, num_steps, moe_tokens)
 
     def kernel_floors_s(self, batch: BatchShape) -> float:
-        """The kernel floors (attention, GEMMs, fused MoE, LM head) in ``step_time(batch)``'s
-        memory-bound seconds: GPU time no efficiency scales (few-shot fits leave them fixed)."""
+        """The kernel floors (attention, GEMMs, fused MoE, small kernels, LM head) in
+        ``step_time(batch)``'s memory-bound seconds: GPU time no efficiency scales (few-shot
+        fits leave them fixed)."""
         p = self.prices
         tokens = batch.num_prefill_tokens + batch.num_decode_tokens
         if not tokens:
             return 0.0
         gemms = p.gemms_large if tokens >= p.dequant_rows else p.gemms
-        floors = p.attn_floor_s + sum(g[4] for g in gemms)
+        floors = p.attn_floor_s + p.small_fixed_s + sum(g[4] for g in gemms)
         floors += sum(g[4] for g in p.expert_gemms)
         return floors + (p.lm_head_floor_s if batch.num_sampled else 0.0)
 

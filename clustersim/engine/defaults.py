@@ -18,6 +18,7 @@ from clustersim.cost.memory import (
     draft_weight_bytes_per_gpu,
     kv_bytes_per_block,
     num_gpu_blocks,
+    parse_vllm_version,
 )
 from clustersim.engine.config import SchedulerConfig, SpecDecodeConfig
 from clustersim.engine.kv_manager import cdiv
@@ -41,6 +42,22 @@ _SERVE_BATCH_DEFAULTS = (
     (70, ("a100",), 8192, 1024),
     (0, (), 2048, 256),
 )
+
+
+ASYNC_SCHEDULING_SINCE = (0, 14)
+"""vLLM v0.14.0 turned async scheduling on by default (release notes: "Async scheduling is
+now enabled by default", PR #27614)."""
+
+
+def async_scheduling(settings: EngineSettings, model: ModelSpec, dp: int = 1,
+                     pp: int = 1) -> bool:
+    """``engine.async_scheduling`` as given, or unset vLLM's default for ``vllm_version``
+    where clustersim models it: not under pipeline parallelism, speculative decoding or a
+    data-parallel MoE group's lockstep (those run synchronously, as given ``false``)."""
+    if settings.async_scheduling is not None:
+        return settings.async_scheduling
+    return (parse_vllm_version(settings.vllm_version) >= ASYNC_SCHEDULING_SINCE
+            and pp == 1 and settings.speculative is None and not (dp > 1 and model.is_moe))
 
 
 def batch_defaults(gpu: GpuSpec) -> tuple[int, int]:
@@ -175,12 +192,14 @@ def resolve_engine(
             "tensor_parallel_size",
         )
 
+    fields = {name: getattr(settings, name) for name in SETTINGS_FIELDS}
+    fields["async_scheduling"] = async_scheduling(settings, model, dp, pp)
     scheduler = SchedulerConfig(
         max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs,
         max_model_len=max_model_len,
         speculative=speculative,
-        **{name: getattr(settings, name) for name in SETTINGS_FIELDS},
+        **fields,
     )
     return EngineSetup(scheduler=scheduler, num_gpu_blocks=blocks, model=model)
 

@@ -157,10 +157,13 @@ class EngineSettings(Strict):
         None, description="Use exactly this many KV blocks (block 0 is reserved); they must "
         "fit the GPU's memory."
     )
-    async_scheduling: bool = Field(
-        False, description="Schedule step N+1 while step N runs (vLLM v0.33 default on); "
-        "the step's per-step and per-request host time then overlaps the GPU's work and "
-        "counts only where it outlasts it."
+    async_scheduling: bool | None = Field(
+        None, description="Schedule step N+1 while step N runs; the step's per-step and "
+        "per-request host time then overlaps the GPU's work and counts only where it "
+        "outlasts it. Default: vLLM's for vllm_version, on from 0.14 (vLLM PR #27614, "
+        "v0.14.0 release notes), where clustersim models it (not with pipeline parallelism, "
+        "speculative decoding or data-parallel MoE ranks, which then run synchronously); "
+        "true there is refused."
     )
     step_policy: StepPolicy = Field(
         "decode_first",
@@ -215,8 +218,9 @@ class EngineSettings(Strict):
         description="The vLLM release whose start-up memory profile sizes the KV cache "
         "(major.minor, e.g. 0.19): its default gpu_memory_utilization, what its dummy sampler "
         "run holds, whether it subtracts its CUDA-graph estimate (from 0.20), and from 0.34 "
-        "its extensible KV cache (docs/how-it-works.md, KV capacity). Default 0.33, the "
-        "release the scheduler follows; it switches nothing in the scheduler.")
+        "its extensible KV cache (docs/how-it-works.md, KV capacity). It also sets "
+        "async_scheduling's default (on from 0.14) and the api_server section's per-request "
+        "defaults. Default 0.33, the release the scheduler follows.")
 
     @property
     def resolved_gpu_memory_utilization(self) -> float:
