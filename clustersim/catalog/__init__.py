@@ -80,7 +80,7 @@ PROFILE_FIELDS = (
     "tp_non_torch_memory_bytes",
     "fp8_gemm",
     "moe_gemm",
-    "mxfp4_moe_gemm",
+    "moe_kernels",
     "weight_only_compute_ratio",
     "calibration",
 )
