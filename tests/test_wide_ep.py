@@ -16,7 +16,12 @@ from clustersim.cluster.build import EXPERT_IMBALANCE_EPLB, EXPERT_IMBALANCE_NO_
 from clustersim.cluster.system import Cluster
 from clustersim.cluster.topology import Topology, load_spec
 from clustersim.cluster.topology_spec import replicate_node
-from clustersim.cost.collectives import FP8_DISPATCH_BYTES, AllToAll, nodes_reached
+from clustersim.cost.collectives import (
+    FP8_DISPATCH_BYTES,
+    AllToAll,
+    deepep_call_s,
+    nodes_reached,
+)
 from clustersim.cost.roofline import BatchShape, CostModel
 from clustersim.engine.clock import Clock
 from clustersim.scenario import parse_scenario
@@ -138,8 +143,21 @@ def test_all_to_all_follows_the_topologys_nic(tmp_path: Path) -> None:
     # per-call latencies stay
     assert slow.a2a_s_per_token == pytest.approx(2 * fast.a2a_s_per_token, rel=1e-12)
     assert slow.a2a_fixed_s == fast.a2a_fixed_s
-    # DeepEP's low-latency kernels on the decode side: their fixed cost per call, per MoE layer
-    assert fast.a2a_fixed_s == pytest.approx(48 * (45e-6 + 50e-6))  # 48 MoE layers
+    # DeepEP's low-latency kernels on the decode side: their fixed cost per call as the H100's
+    # moe_a2a table measures it (66.1 + 53.0 us), per MoE layer
+    calls = load_gpu("h100-sxm").deepep_calls
+    assert calls.low_latency_dispatch_s == pytest.approx(66.12e-6)
+    assert fast.a2a_fixed_s == pytest.approx(
+        48 * (calls.low_latency_dispatch_s + calls.low_latency_combine_s))  # 48 MoE layers
+    # without the table: the cited constants (DeepEP's README, H800 across nodes)
+    bare = load_gpu("h100-sxm").model_copy(update={"deepep_calls": None})
+    a2a = AllToAll(16, 8, 369e9, 42.5e9, dispatch_bytes=FP8_DISPATCH_BYTES, combine_bytes=2,
+                   mode="low_latency")
+    assert deepep_call_s(a2a, bare) == (45e-6, 50e-6)
+    normal = AllToAll(16, 8, 369e9, 42.5e9, dispatch_bytes=FP8_DISPATCH_BYTES,
+                      combine_bytes=2, mode="normal", call_latency_s=3e-6)
+    assert deepep_call_s(normal, load_gpu("h200")) == pytest.approx((257.24e-6 + 3e-6,
+                                                                      81.56e-6 + 3e-6))
 
 
 def test_imbalance_scales_the_expert_part() -> None:

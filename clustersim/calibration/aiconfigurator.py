@@ -319,6 +319,29 @@ def moe_curves(frame: pd.DataFrame) -> list[dict]:
     return curves
 
 
+DEEPEP_FEWEST_TOKENS = {"deepep_ll": 8, "deepep_ht": 16}
+"""Rows whose median is a DeepEP call's fixed time: the low-latency kernels at up to 8 tokens
+(flat there: 44-67 us a call on the H100 and H200), the normal ones at the fewest measured
+(16: their dispatch stays near 250-330 us up to 512 tokens, the notify and the host's wait for
+the receive counts)."""
+
+
+def deepep_calls(frame: pd.DataFrame, stem: str) -> dict:
+    """``DeepEpCalls`` from a ``moe_a2a`` cut: each kernel's and phase's median call over the
+    hidden sizes, top-k and expert counts at its fewest tokens (``DEEPEP_FEWEST_TOKENS``)."""
+    def call_s(backend: str, phase: str) -> float:
+        rows = frame[(frame.comm_backend == backend) & (frame.phase == phase)
+                     & (frame.num_tokens <= DEEPEP_FEWEST_TOKENS[backend])]
+        return round(float(np.median(rows.latency_us.to_numpy())) * 1e-6, 8)
+
+    return {"low_latency_dispatch_s": call_s("deepep_ll", "dispatch"),
+            "low_latency_combine_s": call_s("deepep_ll", "combine"),
+            "normal_dispatch_s": call_s("deepep_ht", "dispatch"),
+            "normal_combine_s": call_s("deepep_ht", "combine"),
+            "table": f"aiconfigurator vLLM {MOE_VLLM_VERSION} {stem} moe_a2a_perf, EP 8 in one "
+                     f"node (moe_a2a_{stem}.csv)"}
+
+
 def calibrate_moe(gpu_id: str, read: Reader) -> dict:
     """Every fused-MoE kernel of ``gpu_id``'s own table (``MOE_TABLES``), one entry per format
     and kernel: its fit over the table's rows and the measured curve of every shape and split;
@@ -347,7 +370,9 @@ def calibrate_moe(gpu_id: str, read: Reader) -> dict:
             "fit_rows": fit["num_rows"],
             "curves": moe_curves(rows),
         })
-    out: dict = {"moe_kernels": kernels, "sources": [moe_file]}
+    a2a_file = AIC_DIR / f"moe_a2a_{stem}.csv"
+    out: dict = {"moe_kernels": kernels, "sources": [moe_file, a2a_file],
+                 "deepep_calls": deepep_calls(read(a2a_file), stem)}
     for entry in kernels:
         if entry["dtype"] == "bfloat16":
             out["moe_gemm"] = {**entry["fit"], "rms_log_error": entry["fit_rms_log_error"],
@@ -529,6 +554,8 @@ def moe_values(fit: dict, gpu_id: str) -> dict:
         values["moe_gemm"]["calibration"] = label
     if "moe_kernels" in fit:
         values["moe_kernels"] = moe_kernel_values(fit, label)
+    if "deepep_calls" in fit:
+        values["deepep_calls"] = fit["deepep_calls"]
     return values
 
 
@@ -560,6 +587,8 @@ def calibrate_v2(read: Reader = pd.read_csv) -> dict[str, dict]:
                 values[key]["calibration"] = f"{FIT_ID}:{gpu_id}"
         if "moe_kernels" in fit:
             values["moe_kernels"] = moe_kernel_values(fit, f"{FIT_ID}:{gpu_id}")
+        if "deepep_calls" in fit:
+            values["deepep_calls"] = fit["deepep_calls"]
         out[gpu_id] = {**values, "calibration": f"{FIT_ID}:{gpu_id}",
                        "provenance": provenance(fit)}
     for gpu_id, donor in TRANSFERS.items():
@@ -595,7 +624,7 @@ def calibrate_v2(read: Reader = pd.read_csv) -> dict[str, dict]:
 
 
 LINK_FIELDS = (*_LINK_FIELDS, "custom_allreduce_latency_s", "custom_allreduce_link_efficiency",
-               "allreduce_curves")
+               "allreduce_curves", "deepep_calls")
 """Fields measured on the donor's link: a transfer to another link keeps the catalog's."""
 
 

@@ -88,6 +88,10 @@ AIC_MOE_TP = (1, 2, 4, 8)
 """moe_tp_size kept (one node)."""
 AIC_MOE_EP = (1, 2, 4, 8, 16, 32, 64)
 """moe_ep_size kept: one node, and expert-parallel groups of up to 8 nodes."""
+AIC_A2A_BACKENDS = (("deepep_ht", 20), ("deepep_ll", 0))
+"""(comm_backend, sms) of the expert all-to-all rows kept: DeepEP's normal (high-throughput)
+kernels on their default 20 SMs and its low-latency ones, as vLLM's ``deepep_high_throughput``
+and ``deepep_low_latency`` all2all backends run them."""
 AIC_MOE_DISTRIBUTION = "power_law_1.01"
 """The routing of the rows kept (clustersim.calibration.aiconfigurator.MOE_DISTRIBUTION says
 why)."""
@@ -160,6 +164,10 @@ def ship_aiconfigurator(source: Path, out: Path) -> None:
     - ``allreduce_<gpu>.csv``: vLLM's all-reduce under CUDA graphs (``vllm_graph``) and
       nccl-tests' half-precision all_reduce, all_gather and reduce_scatter, columns
       ``source, op, num_gpus, message_size, latency`` (message_size in elements);
+    - ``moe_a2a_<gpu>.csv``: DeepEP's dispatch and combine in one node (``AIC_A2A_BACKENDS``),
+      every row; columns ``comm_backend, phase, ep_size, hidden_size, topk, num_experts,
+      num_tokens, latency_us`` (the table's ``latency``, which is in microseconds: it equals
+      its ``transmit_us``).
     - ``moe_<gpu>.csv``: vLLM's fused MoE as its MoE methods run it on Hopper, every format
       (``moe_dtype``) of ``AIC_MOE_KERNELS``, at the catalog's expert shapes
       (``AIC_MOE_SHAPES``), ``AIC_MOE_TP`` x ``AIC_MOE_EP`` splits, every token count
@@ -215,6 +223,16 @@ def ship_aiconfigurator(source: Path, out: Path) -> None:
                    "num_experts", "moe_tp_size", "moe_ep_size", "num_tokens", "latency"]
         frame = frame[columns].sort_values(columns[:-1])
         _write_csv(frame, out / f"moe_{_AIC_MOE_STEMS[folder]}.csv")
+    for folder, version in AIC_MOE_GPUS.items():
+        frame = pd.read_parquet(data / folder / "comm" / "vllm" / version
+                                / "moe_a2a_perf.parquet")
+        keep = pd.Series(list(zip(frame.comm_backend, frame.sms, strict=True)),
+                         index=frame.index).isin(AIC_A2A_BACKENDS)
+        frame = frame[keep].rename(columns={"latency": "latency_us"})
+        columns = ["comm_backend", "phase", "ep_size", "hidden_size", "topk", "num_experts",
+                   "num_tokens", "latency_us"]
+        frame = frame[columns].sort_values(columns[:-1])
+        _write_csv(frame, out / f"moe_a2a_{_AIC_MOE_STEMS[folder]}.csv")
     for sweep in sorted((source / "silicon_calibration").glob("vllm_*.csv")):
         shutil.copy(sweep, out / f"silicon_{sweep.name}")
     license_file = out / "LICENSE.aiconfigurator-Apache-2.0.txt"

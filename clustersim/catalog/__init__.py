@@ -81,6 +81,7 @@ PROFILE_FIELDS = (
     "fp8_gemm",
     "moe_gemm",
     "moe_kernels",
+    "deepep_calls",
     "weight_only_compute_ratio",
     "calibration",
 )

@@ -206,6 +206,19 @@ class MoeKernelSpec(_Spec):
         return None
 
 
+class DeepEpCalls(_Spec):
+    """DeepEP's dispatch and combine measured on this GPU's NVLink (one node): each call's
+    fixed time, at the fewest tokens measured, which a group across nodes pays besides its
+    bytes and its NIC path's latency (clustersim.cost.collectives.AllToAll)."""
+
+    low_latency_dispatch_s: Overhead
+    low_latency_combine_s: Overhead
+    normal_dispatch_s: Overhead
+    normal_combine_s: Overhead
+    table: str = Field(min_length=1, max_length=200,
+                       description="Where the measurements come from.")
+
+
 class GpuSpec(_Spec):
     """One accelerator: datasheet peaks, links, and the default efficiencies that price work."""
 
@@ -269,6 +282,9 @@ class GpuSpec(_Spec):
         (), description="vLLM's fused-MoE kernels measured on this GPU, one per expert format "
         "and kernel (clustersim.cost.moe picks the one vLLM runs); a format without one is "
         "priced as its dense GEMMs are.")
+    deepep_calls: DeepEpCalls | None = Field(
+        None, description="DeepEP's per-call dispatch and combine times measured on ``link``; "
+        "None: the cited defaults (clustersim.cost.collectives).")
     weight_only_compute_ratio: Fraction = Field(
         1.0, description="Throughput of a weight-only (W4A16, W8A16) Marlin GEMM where it is "
         "compute-bound, relative to the 16-bit GEMM: the cost of dequantizing in registers.")

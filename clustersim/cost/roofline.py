@@ -87,7 +87,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from clustersim.catalog.specs import GpuSpec, ModelSpec
-from clustersim.cost.collectives import DEEPEP_NORMAL_SMS, AllToAll, allreduce_segments
+from clustersim.cost.collectives import (
+    DEEPEP_NORMAL_SMS,
+    AllToAll,
+    allreduce_segments,
+    deepep_call_s,
+)
 from clustersim.cost.kernels import GemmKernel, fused_moe_kernel, gemm_kernel
 from clustersim.cost.moe import ExpertPricing, curve_segments, expert_pricing
 from clustersim.cost.prices import StepPrices
@@ -416,7 +421,8 @@ class CostModel:
                                          f"{gpu.id} (DeepEP's normal kernels hold "
                                          f"{DEEPEP_NORMAL_SMS} of them)")
                     p.overlap_compute_share = 1.0 - DEEPEP_NORMAL_SMS / gpu.sm_count
-            p.a2a_fixed_s = moe_layers * (all_to_all.dispatch_s + all_to_all.combine_s)
+            dispatch_s, combine_s = deepep_call_s(all_to_all, gpu)
+            p.a2a_fixed_s = moe_layers * (dispatch_s + combine_s)
             p.a2a_s_per_token = (moe_layers * expert_imbalance * h
                                  * (all_to_all.dispatch_bytes + all_to_all.combine_bytes)
                                  * all_to_all.s_per_token_byte(model.num_experts_per_tok))
