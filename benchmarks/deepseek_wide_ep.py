@@ -75,7 +75,7 @@ def _prefill_rate(cost_model: Any, tokens: int, moe_tokens: int | None = None) -
 def _a2a_share(prices: Any, tokens: int, prompts: bool) -> tuple[float, float]:
     """(step s, of it the experts' all-to-all s) of one rank's step: ``tokens`` prompt tokens
     in 2,000-token prompts (``prompts``) or a decode of ``tokens`` requests at 2,000 tokens of
-    context, its MoE layers seeing every rank's as many (priced alone for its group)."""
+    context, its MoE layers seeing every rank's as many (the group's lockstep step)."""
     ops: list[Any] = []
     if prompts:
         chunks = tokens // PROMPT
@@ -83,7 +83,7 @@ def _a2a_share(prices: Any, tokens: int, prompts: bool) -> tuple[float, float]:
                 chunks, chunks)
     else:
         args = (0, 0.0, 0, tokens, tokens * (PROMPT + 1), tokens, tokens)
-    parts = prices.parts(*args, None, ops)
+    parts = prices.parts(*args, prices.dp * tokens, ops)
     a2a = sum(op[3] for op in ops if "all-to-all" in op[0])
     return sum(parts), a2a
 
@@ -166,7 +166,9 @@ def main() -> None:
                                           16_000, True),
                                          (f"decode rank, {BATCH} requests", "decode", BATCH,
                                           False)):
-        step, a2a = _a2a_share(cluster.instances[pool][0].price_step.prices, tokens, prompts)
+        group = next(g for g in cluster.rank_groups if g.role == pool)
+        assert group.lockstep is not None
+        step, a2a = _a2a_share(group.lockstep.price_steps.cost_model.prices, tokens, prompts)
         print(f"{label}: {step * 1e3:,.1f} ms, of which the experts' all-to-all "
               f"{a2a * 1e3:,.1f} ms")
     if base_decode:

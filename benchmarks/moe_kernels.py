@@ -28,8 +28,6 @@ from clustersim.engine.quantization import served_model
 
 MODELOPT_FP8 = QuantizationSpec(method="modelopt", weight_bits=8, weight_type="float",
                                 group_size=0, scale_bytes=4, activation_bits=8)
-INT4_EXPERTS = QuantizationSpec(method="compressed-tensors", weight_bits=4, weight_type="int",
-                                group_size=128, scale_bytes=2, modules="experts")
 CASES: tuple[tuple[str, QuantizationSpec | None, int, bool], ...] = (
     # (model, quantization it is served with (None: its checkpoint's), TP, expert parallel)
     ("qwen3-30b-a3b", None, 1, False),
@@ -37,7 +35,9 @@ CASES: tuple[tuple[str, QuantizationSpec | None, int, bool], ...] = (
     ("mixtral-8x7b", None, 2, False),
     ("deepseek-v3", None, 8, False),
     ("deepseek-v3", None, 8, True),
-    ("kimi-k2-instruct-0905", INT4_EXPERTS, 8, False),
+    ("kimi-k2.5", None, 8, False),
+    ("minimax-m2.5", None, 4, False),
+    ("minimax-m2.5", None, 8, True),  # TP8 slices break the 128-wide FP8 blocks: vLLM needs EP
     ("gpt-oss-120b", None, 1, False),
     ("gpt-oss-20b", None, 1, False),
 )

@@ -67,7 +67,8 @@ PRICED = {
     "fp8": ("qwen3-235b-a22b", MODELOPT_FP8, 4, False),
     "fp8_block": ("deepseek-v3", None, 8, False),
     "fp8_block EP": ("deepseek-v3", None, 8, True),
-    "int4_wo": ("kimi-k2-instruct-0905", INT4_EXPERTS, 8, False),
+    "int4_wo": ("kimi-k2.5", None, 8, False),
+    "fp8_block MiniMax": ("minimax-m2.5", None, 4, False),
     "w4a16_mxfp4": ("gpt-oss-120b", None, 2, False),
 }
 
@@ -151,7 +152,9 @@ _SHAPES: dict[tuple[str, int, int, int, int], tuple[str, QuantizationSpec | None
     ("bfloat16", 4096, 14336, 2, 8): ("mixtral-8x7b", None),
     ("fp8_block", 7168, 2048, 8, 256): ("deepseek-v3", None),
     ("fp8_block", 4096, 1536, 8, 128): ("qwen3-235b-a22b", BLOCK_FP8),
-    ("int4_wo", 7168, 2048, 8, 384): ("kimi-k2-instruct-0905", INT4_EXPERTS),
+    ("int4_wo", 7168, 2048, 8, 384): ("kimi-k2.5", None),
+    ("fp8_block", 3072, 1536, 8, 256): ("minimax-m2.5", None),
+    ("fp8_block", 7168, 2048, 8, 384): ("kimi-k2-instruct-0905", None),
     ("w4a16_mxfp4", 2880, 2880, 4, 128): ("gpt-oss-120b", None),
     ("w4a16_mxfp4", 2880, 2880, 4, 32): ("gpt-oss-20b", None),
 }
@@ -234,3 +237,24 @@ def test_step_time_names_each_moe_operators_table_format_and_kernel():
     code, text = run_cli("step-time", "--model", "deepseek-v3", "--gpu", "h200", "--tp", "8",
                          "--expert-parallel", "--decode-batch", "8", "--context", "2000")
     assert "kernel flashinfer_cutlass" in text and "moe_tp 1, moe_ep 8" in text
+
+
+def test_a_few_shot_fit_moves_the_experts_through_their_fits():
+    """Three measurements of one's own deployment rescale the fused-MoE kernels' fits as they
+    rescale the dense GEMMs'; the measured curves, a time no efficiency moves, are left out of
+    the tuned profile."""
+    from clustersim.calibration.fewshot import fit_errors, fit_few_shot
+
+    gpu, model = load_gpu("h200"), load_model("deepseek-v3")
+    cost = CostModel(model, _without_curves(gpu), 8)  # the form the three points rescale
+    shapes = [BatchShape.from_chunks([(1, 2000, True)] * 8),
+              BatchShape.from_chunks([(1, 2000, True)] * 64),
+              BatchShape.from_chunks([(4096, 0, True)])]
+    slower = [(shape, 1.4 * cost.step_time(shape).time_s) for shape in shapes]
+    tuned = fit_few_shot(model, gpu, 8, slower)
+    assert tuned.moe_kernels and all(not k.curves for k in tuned.moe_kernels)
+    compute = tuned.compute_efficiency / gpu.compute_efficiency
+    for before, after in zip(gpu.moe_kernels, tuned.moe_kernels, strict=True):
+        assert after.fit.compute_efficiency == pytest.approx(
+            min(1.0, before.fit.compute_efficiency * compute))
+    assert max(abs(e) for e in fit_errors(model, tuned, 8, slower)) < 0.1
