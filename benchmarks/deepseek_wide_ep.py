@@ -72,6 +72,22 @@ def _prefill_rate(cost_model: Any, tokens: int, moe_tokens: int | None = None) -
     return shape.num_prefill_tokens / cost_model.step_time(shape, moe_tokens).time_s
 
 
+def _a2a_share(prices: Any, tokens: int, prompts: bool) -> tuple[float, float]:
+    """(step s, of it the experts' all-to-all s) of one rank's step: ``tokens`` prompt tokens
+    in 2,000-token prompts (``prompts``) or a decode of ``tokens`` requests at 2,000 tokens of
+    context, its MoE layers seeing every rank's as many (the group's lockstep step)."""
+    ops: list[Any] = []
+    if prompts:
+        chunks = tokens // PROMPT
+        args = (chunks * PROMPT, chunks * PROMPT * (PROMPT + 1) / 2, chunks * PROMPT, 0, 0,
+                chunks, chunks)
+    else:
+        args = (0, 0.0, 0, tokens, tokens * (PROMPT + 1), tokens, tokens)
+    parts = prices.parts(*args, prices.dp * tokens, ops)
+    a2a = sum(op[3] for op in ops if "all-to-all" in op[0])
+    return sum(parts), a2a
+
+
 def _rates(scenario: Any) -> tuple[float, float, float, float]:
     """(prefill input tok/s per node over the run, decode output tok/s per node over the run,
     the run's mean decode batch per GPU, decode output tok/s per node at the blog's point)."""
@@ -145,6 +161,16 @@ def main() -> None:
           f"{base_batch}/GPU fits its KV")
     print(f"{'  decode output tok/s per node':44s} {base_decode:11,.0f}")
     print(f"{'  prefill input tok/s per node':44s} {base_prefill:11,.0f}")
+    cluster = _cluster(scenario)
+    for label, pool, tokens, prompts in (("prefill rank, a 16,000-token step", "prefill",
+                                          16_000, True),
+                                         (f"decode rank, {BATCH} requests", "decode", BATCH,
+                                          False)):
+        group = next(g for g in cluster.rank_groups if g.role == pool)
+        assert group.lockstep is not None
+        step, a2a = _a2a_share(group.lockstep.price_steps.cost_model.prices, tokens, prompts)
+        print(f"{label}: {step * 1e3:,.1f} ms, of which the experts' all-to-all "
+              f"{a2a * 1e3:,.1f} ms")
     if base_decode:
         print(f"wide EP over baseline: decode {op_decode / base_decode:.1f}x "
               f"(published {PUBLISHED_DECODE_RATIO}x), prefill {run_prefill / base_prefill:.1f}x "

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from clustersim.calibration.aiconfigurator import AIC_DIR, MXFP4_FIT_EXPERTS
+from clustersim.calibration.aiconfigurator import AIC_DIR
 from clustersim.catalog import load_gpu, load_model
 from clustersim.catalog.hf_config import model_from_hf_config
 from clustersim.cost.memory import kv_budget, kv_bytes_per_block
-from clustersim.cost.prices import experts_touched
 from clustersim.cost.roofline import BatchShape, CostModel
 from clustersim.engine.kv_manager import KVCacheManager, cdiv
 from clustersim.engine.quantization import served_model
@@ -152,31 +151,38 @@ def test_sliding_window_layers_attend_to_the_window_only():
 def test_the_experts_run_the_measured_mxfp4_kernel_and_the_rest_stays_16_bit():
     h100 = load_gpu("h100-sxm")
     cost = CostModel(served_model(load_model("gpt-oss-120b"), h100), h100, 1)
-    assert cost.kernel.name == "w16a16" and cost.expert_kernel.name == "mxfp4"
-    assert cost.expert_kernel.fit is h100.mxfp4_moe_gemm
+    assert cost.kernel.name == "w16a16"
+    assert cost.expert_kernel.name == "fused_moe_w4a16_mxfp4_triton_mxfp4"
+    assert cost.experts is not None and cost.experts.curve is not None
+    assert cost.expert_kernel.fit is h100.moe_kernel("w4a16_mxfp4", "triton_mxfp4").fit
     a100 = load_gpu("a100-80gb-sxm")  # not measured: the 16-bit fit over the MXFP4 bytes
     cost = CostModel(served_model(load_model("gpt-oss-120b"), a100), a100, 1)
+    assert cost.experts is None
     assert cost.expert_kernel.name == "mxfp4" and cost.expert_kernel.fit.calibration == (
         a100.calibration)
 
 
-def test_the_mxfp4_expert_price_follows_the_measured_kernel():
-    """Every 120b-shaped row of aiconfigurator's H100 table (TP1, EP1) within 0.7-1.4x."""
-    gpu = load_gpu("h100-sxm")
-    model = served_model(load_model("gpt-oss-120b"), gpu)
-    p = CostModel(model, gpu, 1).prices
-    with (AIC_DIR / "moe_mxfp4_h100_sxm.csv").open() as f:
-        rows = [r for r in csv.DictReader(f) if int(r["num_experts"]) == MXFP4_FIT_EXPERTS
+@pytest.mark.parametrize(("gpu_id", "stem"), [("h100-sxm", "h100_sxm"), ("h200", "h200_sxm")])
+@pytest.mark.parametrize("model_id", ["gpt-oss-120b", "gpt-oss-20b"])
+def test_the_mxfp4_expert_price_is_the_gpus_own_measured_kernel(gpu_id, stem, model_id):
+    """Every TP1 row of the GPU's own table for the model's shape, to the table's 4 digits (a
+    row slower than a larger token count's is priced at that count's time)."""
+    gpu = load_gpu(gpu_id)
+    model = served_model(load_model(model_id), gpu)
+    cost = CostModel(model, gpu, 1)
+    with (AIC_DIR / f"moe_{stem}.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if r["moe_dtype"] == "w4a16_mxfp4"
+                and int(r["num_experts"]) == model.num_experts
                 and r["moe_tp_size"] == r["moe_ep_size"] == "1"]
-    assert len(rows) >= 20
-    for row in rows:
-        tokens = float(row["num_tokens"])
-        routed = tokens * p.top_k
-        touched = experts_touched(p.num_experts, p.top_k, tokens)
-        seconds = sum(max((routed + touched * half) * flop_s, touched * weight_s + routed * act_s)
-                      + floor for flop_s, weight_s, act_s, half, floor in p.expert_gemms)
-        ratio = seconds / model.num_moe_layers / (float(row["latency"]) * 1e-3)
-        assert 0.7 <= ratio <= 1.4, (row["num_tokens"], ratio)
+    assert len(rows) == 27
+    times = [float(r["latency"]) * 1e-3 for r in rows]
+    envelope = [min(times[i:]) for i in range(len(times))]
+    for row, expected in zip(rows, envelope, strict=True):
+        tokens = int(row["num_tokens"])
+        batch = BatchShape(num_prefill_tokens=tokens, prefill_attn_pairs=float(tokens),
+                           prefill_kv_tokens=tokens, num_sampled=1, num_seqs=1)
+        (op,) = [op for op in cost.operators(batch) if op.name.startswith("experts:")]
+        assert op.time_s / model.num_moe_layers == pytest.approx(expected, rel=6e-4), tokens
 
 
 def test_mxfp4_needs_bfloat16_and_an_ampere_gpu():

@@ -16,8 +16,13 @@ from clustersim.cluster.build import EXPERT_IMBALANCE_EPLB, EXPERT_IMBALANCE_NO_
 from clustersim.cluster.system import Cluster
 from clustersim.cluster.topology import Topology, load_spec
 from clustersim.cluster.topology_spec import replicate_node
-from clustersim.cost.collectives import FP8_DISPATCH_BYTES, AllToAll, nodes_reached
-from clustersim.cost.roofline import CostModel
+from clustersim.cost.collectives import (
+    FP8_DISPATCH_BYTES,
+    AllToAll,
+    deepep_call_s,
+    nodes_reached,
+)
+from clustersim.cost.roofline import BatchShape, CostModel
 from clustersim.engine.clock import Clock
 from clustersim.scenario import parse_scenario
 from tests.helpers import run_cli, write_scenario
@@ -138,12 +143,28 @@ def test_all_to_all_follows_the_topologys_nic(tmp_path: Path) -> None:
     # per-call latencies stay
     assert slow.a2a_s_per_token == pytest.approx(2 * fast.a2a_s_per_token, rel=1e-12)
     assert slow.a2a_fixed_s == fast.a2a_fixed_s
-    # DeepEP's low-latency kernels on the decode side: their fixed cost per call, per MoE layer
-    assert fast.a2a_fixed_s == pytest.approx(48 * (45e-6 + 50e-6))  # 48 MoE layers
+    # DeepEP's low-latency kernels on the decode side: their fixed cost per call as the H100's
+    # moe_a2a table measures it (66.1 + 53.0 us), per MoE layer
+    calls = load_gpu("h100-sxm").deepep_calls
+    assert calls.low_latency_dispatch_s == pytest.approx(66.12e-6)
+    assert fast.a2a_fixed_s == pytest.approx(
+        48 * (calls.low_latency_dispatch_s + calls.low_latency_combine_s))  # 48 MoE layers
+    # without the table: the cited constants (DeepEP's README, H800 across nodes)
+    bare = load_gpu("h100-sxm").model_copy(update={"deepep_calls": None})
+    a2a = AllToAll(16, 8, 369e9, 42.5e9, dispatch_bytes=FP8_DISPATCH_BYTES, combine_bytes=2,
+                   mode="low_latency")
+    assert deepep_call_s(a2a, bare) == (45e-6, 50e-6)
+    normal = AllToAll(16, 8, 369e9, 42.5e9, dispatch_bytes=FP8_DISPATCH_BYTES,
+                      combine_bytes=2, mode="normal", call_latency_s=3e-6)
+    assert deepep_call_s(normal, load_gpu("h200")) == pytest.approx((257.24e-6 + 3e-6,
+                                                                      81.56e-6 + 3e-6))
 
 
 def test_imbalance_scales_the_expert_part() -> None:
-    model, gpu = load_model("deepseek-r1"), load_gpu("h100-sxm")
+    # priced by the fit (the table's curves dropped): the busiest rank's rows scale
+    h100 = load_gpu("h100-sxm")
+    model, gpu = load_model("deepseek-r1"), h100.model_copy(update={"moe_kernels": tuple(
+        k.model_copy(update={"curves": ()}) for k in h100.moe_kernels)})
     a2a = AllToAll(16, 8, 369e9, 42.5e9, dispatch_bytes=FP8_DISPATCH_BYTES, combine_bytes=2,
                    mode="normal")
 
@@ -163,6 +184,23 @@ def test_imbalance_scales_the_expert_part() -> None:
     assert skewed_experts == pytest.approx(1.5 * even_experts, rel=0.02)
     with pytest.raises(ValueError, match="expert_imbalance"):
         cost(0.9)
+
+
+def test_a_measured_curve_holds_the_busiest_rank_already() -> None:
+    """The table's power-law rows time the busiest expert-parallel rank: the imbalance scales
+    the all-to-all's bytes only."""
+    model, gpu = load_model("deepseek-r1"), load_gpu("h100-sxm")
+    a2a = AllToAll(16, 8, 369e9, 42.5e9, dispatch_bytes=FP8_DISPATCH_BYTES, combine_bytes=2,
+                   mode="normal")
+    even, skewed = (CostModel(model, gpu, 1, dp=16, expert_parallel=True, all_to_all=a2a,
+                              expert_imbalance=imbalance) for imbalance in (1.0, 1.5))
+    assert even.experts is not None and even.experts.curve is not None
+    assert (even.experts.moe_tp, even.experts.moe_ep) == (1, 16)
+    batch = BatchShape.from_chunks([(4096, 0, True)])
+    experts = [[op.time_s for op in c.operators(batch, 16 * 4096)
+                if op.name.startswith("experts: fused MoE")] for c in (even, skewed)]
+    assert experts[0] == experts[1] and len(experts[0]) == 1
+    assert skewed.prices.a2a_s_per_token == pytest.approx(1.5 * even.prices.a2a_s_per_token)
 
 
 def test_imbalance_defaults_eplb_and_override() -> None:

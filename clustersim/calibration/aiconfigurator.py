@@ -81,22 +81,40 @@ TABLES = {"h100-sxm": "h100_sxm", "a100-80gb-sxm": "a100_sxm", "l40s": "l40s"}
 """GPU -> the stem of its aiconfigurator tables."""
 COMM_TABLES = {"h100-sxm": "h100_sxm", "a100-80gb-sxm": "a100_sxm"}
 """GPUs whose collectives aiconfigurator measured (8-GPU NVLink nodes; the L40S has none)."""
-MOE_TABLES = {"h100-sxm": "h100_sxm"}
-"""GPUs whose fused MoE aiconfigurator measured."""
-MXFP4_MOE_TABLES = {"h100-sxm": "h100_sxm"}
-"""GPUs whose MXFP4 MoE (gpt-oss) aiconfigurator measured."""
-MXFP4_FIT_EXPERTS = 128
-"""The MXFP4 MoE fit reads the rows of gpt-oss-120b's shape (128 experts): the table's
-32-expert rows (gpt-oss-20b) run the kernel at a lower efficiency, and one fit over both
-prices the 120b's large batches 1.6x slow (compute efficiency 0.38 against 0.61, rms log
-error 0.28 against 0.18)."""
-MXFP4_BYTES = 0.5 + 1 / 32
-"""Bytes per MXFP4 weight: an E2M1 code and a 32nd of its block's E8M0 scale."""
+MOE_TABLES = {"h100-sxm": "h100_sxm", "h200": "h200_sxm"}
+"""GPUs whose fused MoE aiconfigurator measured -> the stem of the cut (``moe_<stem>.csv``): the
+H200's own table, where its GEMMs, attention and collectives still borrow the H100's fits."""
+MOE_VLLM_VERSION = "0.24.0"
+"""The vLLM release of the fused-MoE tables cut (shipdata.AIC_MOE_GPUS)."""
+MOE_DISTRIBUTION = "power_law_1.01"
+"""The routing of the rows read: aiconfigurator's power law (α 1.01), not its balanced rows.
+Its collector draws each expert's share of the ``tokens x topk`` routed rows from a power law
+and, with expert parallelism, puts the busiest rank's experts on the GPU it times
+(``power_law_logits_v3``, collector/helper.py); the balanced rows give every token's k experts
+the widest spread (``balanced_logits``: ``min(tokens x k, E)`` experts touched). A real router's
+picks collide and its load is skewed, so a decode batch touches fewer experts than the
+balanced rows read, and the step waits for the busiest rank: aiconfigurator predicts with the
+power-law rows by default (sdk/config.py ``workload_distribution = "power_law"``, α 1.01 for the
+DeepSeek family and 1.2 for the other MoE models: sdk/models/deepseek.py, moe.py). α 1.01
+throughout: the two differ by under 4 points of TPOT on the MoE calibration sweeps, where the
+balanced rows are 10-17 points further off (docs/benchmarks.md)."""
+MOE_WEIGHT_BYTES = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0 + 4.0 / (128 * 128),
+                    "int4_wo": 0.5 + 2.0 / 128, "w4a16_mxfp4": 0.5 + 1.0 / 32}
+"""Bytes per expert weight as each format of the table stores it: FP8 with one fp32 scale per
+tensor or per 128 x 128 block, INT4 with one 16-bit scale per 128 (the collector's group size),
+MXFP4 with one E8M0 scale per 32."""
+MOE_FIT_MAX_GPUS = 8
+"""The fits read the splits over one node's GPUs; wider expert-parallel splits have curves."""
+MOE_FP8_FORMATS = ("fp8", "fp8_block")
+"""Formats whose experts run W8A8 at the FP8 peak, reading FP8 activations."""
 GEMM_FLOORS = tuple(float(x) * 1e-6 for x in np.arange(0.0, 10.25, 0.25))
 """Per-call floors (s) the GEMM fit searches: 0-10 us."""
 MOE_FLOORS = tuple(float(x) * 1e-6 for x in np.arange(0.0, 81.0, 2.0))
 """Per-layer floors (s) the fused-MoE fit searches: 0-80 us (routing, permutation and two
 grouped GEMMs in one call)."""
+MOE_LOWEST_EFFICIENCY = 0.05
+"""The fused-MoE fits search efficiencies from here (FlashInfer's CUTLASS FP8 MoE on the H100
+runs below 0.30 of the FP8 peak and of the bandwidth, where the dense GEMMs' search stops)."""
 GEMM_HALVES = (0.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0)
 _FP8_BYTES, _BF16_BYTES = 1, 2
 _HEAD_DIM = 128
@@ -247,34 +265,120 @@ def allreduce_curves(frame: pd.DataFrame) -> list[dict]:
 
 # ------------------------------------------------------------------ fused MoE
 def moe_rows(hidden: np.ndarray, inter: np.ndarray, routed: np.ndarray, touched: np.ndarray,
-             time_s: np.ndarray, weight_bytes: float = _BF16_BYTES) -> GemmRows:
+             time_s: np.ndarray, weight_bytes: float = _BF16_BYTES,
+             input_bytes: float = _BF16_BYTES) -> GemmRows:
     """Fused-MoE calls as the cost model prices a layer's experts: ``touched`` experts of
     ``routed / touched`` rows each, both projections (gate_up ``h x 2f``, down ``f x h``)
     together; ``tokens`` are rows per expert, ``flops_per_token`` the touched experts' FLOPs
-    per such row. ``weight_bytes``: per expert weight as stored (activations are 16-bit)."""
+    per such row. ``weight_bytes``: per expert weight as stored; ``input_bytes``: per element
+    each projection reads (FP8 W8A8 kernels quantize their inputs; outputs are 16-bit)."""
     weights = 3.0 * hidden * inter  # gate, up and down, per expert
-    act = (hidden + 2 * inter) + (inter + hidden)  # each projection reads its input, writes out
+    # each projection reads its input and writes its output
+    act = (hidden + inter) * input_bytes + (2 * inter + hidden) * _BF16_BYTES
     return GemmRows(tokens=routed / touched, flops_per_token=2.0 * weights * touched,
-                    bytes=weights * touched * weight_bytes + act * routed * _BF16_BYTES,
+                    bytes=weights * touched * weight_bytes + act * routed,
                     time_s=time_s)
 
 
 def fit_moe(rows: GemmRows, peak_flops: float, bytes_per_s: float) -> dict[str, float]:
     """The floored saturating roofline on fused-MoE rows (``moe_rows``)."""
-    return fit_gemm(rows, peak_flops, bytes_per_s, GEMM_HALVES, MOE_FLOORS, log_spaced=False)
+    return fit_gemm(rows, peak_flops, bytes_per_s, GEMM_HALVES, MOE_FLOORS, log_spaced=False,
+                    lowest=MOE_LOWEST_EFFICIENCY)
 
 
-def aic_moe_rows(frame: pd.DataFrame, weight_bytes: float = _BF16_BYTES) -> GemmRows:
-    """aiconfigurator's balanced fused-MoE rows: each GPU holds ``num_experts / ep`` experts of
-    ``inter / tp`` width and gets ``tokens x topk / ep`` rows, spread over as many of its
-    experts as they reach (balanced routing)."""
+def aic_moe_rows(frame: pd.DataFrame, weight_bytes: float = _BF16_BYTES,
+                 input_bytes: float = _BF16_BYTES) -> GemmRows:
+    """aiconfigurator's fused-MoE rows as the cost model prices a fit's experts: each GPU
+    holds ``num_experts / ep`` experts of ``inter / tp`` width and gets ``tokens x topk / ep``
+    rows, over as many of its experts as uniform routing touches on average
+    (``clustersim.cost.prices.experts_touched``)."""
     ep = frame.moe_ep_size.to_numpy(dtype=float)
-    routed = frame.num_tokens.to_numpy(dtype=float) * frame.topk.to_numpy(dtype=float) / ep
-    local = frame.num_experts.to_numpy(dtype=float) / ep
+    tokens = frame.num_tokens.to_numpy(dtype=float)
+    topk, experts = frame.topk.to_numpy(dtype=float), frame.num_experts.to_numpy(dtype=float)
+    routed = tokens * topk / ep
+    # experts_touched's formula over arrays (the compiled function takes floats)
+    touched = experts * (1.0 - (1.0 - topk / experts) ** tokens) / ep
     return moe_rows(frame.hidden_size.to_numpy(dtype=float),
                     frame.inter_size.to_numpy(dtype=float) / frame.moe_tp_size.to_numpy(),
-                    routed, np.minimum(local, np.maximum(routed, 1.0)),
-                    frame.latency.to_numpy() * 1e-3, weight_bytes)
+                    routed, touched, frame.latency.to_numpy() * 1e-3, weight_bytes, input_bytes)
+
+
+def moe_curves(frame: pd.DataFrame) -> list[dict]:
+    """Each (shape, split) of one kernel's rows as ``MoeCurve`` holds it: ``[tokens, seconds]``
+    per measured token count (the median of repeats), each no slower than any larger count
+    after it (a timing's noise is delay, as ``allreduce_curves`` reads it)."""
+    keys = ["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"]
+    curves: list[dict] = []
+    for key, group in frame.groupby(keys):
+        median = group.groupby("num_tokens").latency.median().sort_index()
+        envelope = np.minimum.accumulate(median.to_numpy()[::-1] * 1e-3)[::-1]
+        hidden, inter, topk, experts, tp, ep = (int(v) for v in key)
+        curves.append({"hidden_size": hidden, "inter_size": inter, "topk": topk,
+                       "num_experts": experts, "moe_tp": tp, "moe_ep": ep, "points": [
+                           [int(n), float(f"{t:.4g}")]
+                           for n, t in zip(median.index, envelope, strict=True)]})
+    return curves
+
+
+DEEPEP_FEWEST_TOKENS = {"deepep_ll": 8, "deepep_ht": 16}
+"""Rows whose median is a DeepEP call's fixed time: the low-latency kernels at up to 8 tokens
+(flat there: 44-67 us a call on the H100 and H200), the normal ones at the fewest measured
+(16: their dispatch stays near 250-330 us up to 512 tokens, the notify and the host's wait for
+the receive counts)."""
+
+
+def deepep_calls(frame: pd.DataFrame, stem: str) -> dict:
+    """``DeepEpCalls`` from a ``moe_a2a`` cut: each kernel's and phase's median call over the
+    hidden sizes, top-k and expert counts at its fewest tokens (``DEEPEP_FEWEST_TOKENS``)."""
+    def call_s(backend: str, phase: str) -> float:
+        rows = frame[(frame.comm_backend == backend) & (frame.phase == phase)
+                     & (frame.num_tokens <= DEEPEP_FEWEST_TOKENS[backend])]
+        return round(float(np.median(rows.latency_us.to_numpy())) * 1e-6, 8)
+
+    return {"low_latency_dispatch_s": call_s("deepep_ll", "dispatch"),
+            "low_latency_combine_s": call_s("deepep_ll", "combine"),
+            "normal_dispatch_s": call_s("deepep_ht", "dispatch"),
+            "normal_combine_s": call_s("deepep_ht", "combine"),
+            "table": f"aiconfigurator vLLM {MOE_VLLM_VERSION} {stem} moe_a2a_perf, EP 8 in one "
+                     f"node (moe_a2a_{stem}.csv)"}
+
+
+def calibrate_moe(gpu_id: str, read: Reader) -> dict:
+    """Every fused-MoE kernel of ``gpu_id``'s own table (``MOE_TABLES``), one entry per format
+    and kernel: its fit over the table's rows and the measured curve of every shape and split;
+    ``moe_gemm`` the 16-bit entry's fit."""
+    gpu = load_gpu(gpu_id, profile="default")
+    stem = MOE_TABLES[gpu_id]
+    moe_file = AIC_DIR / f"moe_{stem}.csv"
+    frame = read(moe_file)
+    frame = frame[frame.distribution == MOE_DISTRIBUTION]
+    kernels: list[dict] = []
+    for (fmt, kernel), rows in frame.groupby(["moe_dtype", "kernel"]):
+        fp8 = fmt in MOE_FP8_FORMATS
+        if fp8 and gpu.fp8_dense_tflops is None:
+            continue
+        peak = gpu.fp8_dense_tflops * 1e12 if fp8 else gpu.peak_flops
+        node = rows[rows.moe_tp_size * rows.moe_ep_size <= MOE_FIT_MAX_GPUS]
+        fit = fit_moe(aic_moe_rows(node, MOE_WEIGHT_BYTES[fmt], _FP8_BYTES if fp8 else _BF16_BYTES),
+                      peak, gpu.mem_bytes_per_s)
+        kernels.append({
+            "dtype": fmt, "kernel": kernel,
+            "table": f"aiconfigurator vLLM {MOE_VLLM_VERSION} {stem} moe_perf, "
+                     f"{MOE_DISTRIBUTION} routing (moe_{stem}.csv)",
+            "fit": {k: fit[k] for k in ("compute_efficiency", "compute_half_tokens",
+                                        "memory_efficiency", "floor_s")},
+            "fit_rms_log_error": fit["rms_log_error"],
+            "fit_rows": fit["num_rows"],
+            "curves": moe_curves(rows),
+        })
+    a2a_file = AIC_DIR / f"moe_a2a_{stem}.csv"
+    out: dict = {"moe_kernels": kernels, "sources": [moe_file, a2a_file],
+                 "deepep_calls": deepep_calls(read(a2a_file), stem)}
+    for entry in kernels:
+        if entry["dtype"] == "bfloat16":
+            out["moe_gemm"] = {**entry["fit"], "rms_log_error": entry["fit_rms_log_error"],
+                               "num_rows": entry["fit_rows"]}
+    return out
 
 
 def profile_moe_rows(frame: pd.DataFrame, model_id: str) -> GemmRows:
@@ -314,17 +418,9 @@ def calibrate_gpu(gpu_id: str, read: Reader = pd.read_csv) -> dict:
         fit.update(fit_collectives(read(comm_file), gpu))
         fit["sources"].append(comm_file)
     if gpu_id in MOE_TABLES:
-        moe_file = AIC_DIR / f"moe_{MOE_TABLES[gpu_id]}.csv"
-        fit["moe_gemm"] = fit_moe(aic_moe_rows(read(moe_file)), gpu.peak_flops,
-                                  gpu.mem_bytes_per_s)
-        fit["sources"].append(moe_file)
-    if gpu_id in MXFP4_MOE_TABLES:
-        mxfp4_file = AIC_DIR / f"moe_mxfp4_{MXFP4_MOE_TABLES[gpu_id]}.csv"
-        frame = read(mxfp4_file)
-        frame = frame[frame.num_experts == MXFP4_FIT_EXPERTS]
-        fit["mxfp4_moe_gemm"] = fit_moe(aic_moe_rows(frame, MXFP4_BYTES),
-                                        gpu.peak_flops, gpu.mem_bytes_per_s)
-        fit["sources"].append(mxfp4_file)
+        moe = calibrate_moe(gpu_id, read)
+        fit.update({k: v for k, v in moe.items() if k != "sources"})
+        fit["sources"] += moe["sources"]
     return fit
 
 
@@ -399,8 +495,24 @@ def _fit_chunk_attention(s: np.ndarray, c: np.ndarray, time_s: np.ndarray, q_siz
             "rms_log_error": round(best[0] ** 0.5, 4), "num_rows": int(log_t.size)}
 
 
-MOE_FITS = ("moe_gemm", "mxfp4_moe_gemm")
-"""The fused-MoE kernel fits a profile may carry (16-bit experts, MXFP4 experts)."""
+MOE_FITS = ("moe_gemm",)
+"""The fused-MoE fits a profile may carry outside ``moe_kernels`` (16-bit experts)."""
+
+
+def moe_kernel_values(fit: dict, label: str) -> list[dict]:
+    """The profile's ``moe_kernels``: each kernel's format, name, table, fit (labelled) and
+    curves."""
+    return [{"dtype": k["dtype"], "kernel": k["kernel"], "table": k["table"],
+             "fit": {**k["fit"], "calibration": label},
+             "fit_rms_log_error": k["fit_rms_log_error"], "curves": k["curves"]}
+            for k in fit.get("moe_kernels", ())]
+
+
+def moe_provenance(fit: dict) -> list[dict]:
+    """What each fused-MoE kernel entry was fitted on, without its curves."""
+    return [{"dtype": k["dtype"], "kernel": k["kernel"], "rms_log_error": k["fit_rms_log_error"],
+             "num_rows": k["fit_rows"], "curves": len(k["curves"])}
+            for k in fit.get("moe_kernels", ())]
 
 
 def profile_values(fit: dict) -> dict:
@@ -433,12 +545,28 @@ def profile_values(fit: dict) -> dict:
     return values
 
 
+def moe_values(fit: dict, gpu_id: str) -> dict:
+    """The fused-MoE fields of a GPU's own MoE table: ``moe_gemm`` and ``moe_kernels``."""
+    label = f"{FIT_ID}:{gpu_id}"
+    values: dict = {}
+    if "moe_gemm" in fit:
+        values["moe_gemm"] = {k: fit["moe_gemm"][k] for k in (
+            "compute_efficiency", "compute_half_tokens", "memory_efficiency", "floor_s")}
+        values["moe_gemm"]["calibration"] = label
+    if "moe_kernels" in fit:
+        values["moe_kernels"] = moe_kernel_values(fit, label)
+    if "deepep_calls" in fit:
+        values["deepep_calls"] = fit["deepep_calls"]
+    return values
+
+
 def provenance(fit: dict) -> dict:
     """What each value was fitted on, as the profile records it."""
     parts = ("gemm", "fp8_gemm", "attention", "decode_attention", *MOE_FITS, "allreduce",
              "custom_allreduce", "all_gather", "reduce_scatter")
     return {
         **{k: fit[k] for k in parts if k in fit},
+        **({"moe_kernels": moe_provenance(fit)} if "moe_kernels" in fit else {}),
         "overheads": HOST_SOURCE,
         "sources": [str(Path(p).relative_to(FIT_DIR)) for p in fit["sources"]],
     }
@@ -458,12 +586,23 @@ def calibrate_v2(read: Reader = pd.read_csv) -> dict[str, dict]:
         for key in MOE_FITS:
             if key in values:
                 values[key]["calibration"] = f"{FIT_ID}:{gpu_id}"
+        if "moe_kernels" in fit:
+            values["moe_kernels"] = moe_kernel_values(fit, f"{FIT_ID}:{gpu_id}")
+        if "deepep_calls" in fit:
+            values["deepep_calls"] = fit["deepep_calls"]
         out[gpu_id] = {**values, "calibration": f"{FIT_ID}:{gpu_id}",
                        "provenance": provenance(fit)}
     for gpu_id, donor in TRANSFERS.items():
         if gpu_id in fits:
             continue
         out[gpu_id] = transferred(out[donor], donor, gpu_id)
+        if gpu_id in MOE_TABLES:  # its own fused-MoE table, the rest borrowed
+            moe = calibrate_moe(gpu_id, read)
+            out[gpu_id].update(moe_values(moe, gpu_id))
+            out[gpu_id]["provenance"] = {
+                **out[gpu_id]["provenance"],
+                "moe_gemm": moe["moe_gemm"], "moe_kernels": moe_provenance(moe),
+                "moe_sources": [str(Path(p).relative_to(FIT_DIR)) for p in moe["sources"]]}
     for gpu_id, profile in out.items():
         donor = gpu_id if "fp8_gemm" in fits.get(gpu_id, {}) else FP8_TRANSFERS.get(gpu_id)
         if donor is None:
@@ -487,7 +626,7 @@ def calibrate_v2(read: Reader = pd.read_csv) -> dict[str, dict]:
 
 
 LINK_FIELDS = (*_LINK_FIELDS, "custom_allreduce_latency_s", "custom_allreduce_link_efficiency",
-               "allreduce_curves")
+               "allreduce_curves", "deepep_calls")
 """Fields measured on the donor's link: a transfer to another link keeps the catalog's."""
 
 
@@ -498,6 +637,9 @@ def transferred(profile: dict, donor: str, gpu_id: str) -> dict:
     for key in MOE_FITS:
         if key in values:  # its own copy, labelled as borrowed
             values[key] = {**values[key], "calibration": label}
+    if "moe_kernels" in values:  # the fits, which scale with the GPU's peaks; no timings
+        values["moe_kernels"] = [{**k, "fit": {**k["fit"], "calibration": label}, "curves": []}
+                                 for k in values["moe_kernels"]]
     for key in () if same_link(gpu_id, donor) else LINK_FIELDS:
         values.pop(key, None)
     return {**values, "calibration": label, "provenance": {"transferred_from": donor}}

@@ -62,6 +62,10 @@ def fit_few_shot(
         raise InputError("measurements", "measured times must be > 0")
     measured = np.array([t for _, t in points])
     calibration = f"{gpu.calibration}+{label}"
+    # the fused-MoE kernels' measured curves are a time no efficiency moves: the fit prices
+    # the experts instead, so that the measurements rescale them with the rest
+    gpu = gpu.model_copy(update={"moe_kernels": tuple(
+        k.model_copy(update={"curves": ()}) for k in gpu.moe_kernels)})
     step_lists = [[s] if isinstance(s, BatchShape) else list(s) for s, _ in points]
     num_steps = np.array([len(steps) for steps in step_lists], dtype=float)
     seqs = np.array([sum(b.num_seqs for b in steps) for steps in step_lists], dtype=float)
@@ -78,12 +82,13 @@ def fit_few_shot(
         mem = np.array([sum(c.memory_s for c in cs) for cs in costs]) - floors
         total = np.array([sum(c.time_s for c in cs) for cs in costs])
         fixed = num_steps * gpu.per_step_overhead_s + seqs * gpu.per_request_overhead_s
-        moe = gpu.moe_gemm
+        moe = [gpu.moe_gemm] if gpu.moe_gemm is not None else []
+        moe += [k.fit for k in gpu.moe_kernels]
         bounds = _Bounds(
             b_min=max(gpu.compute_efficiency, gpu.attention_efficiency,
-                      moe.compute_efficiency if moe else 0.0),
+                      *(fit.compute_efficiency for fit in moe)),
             m_min=max(gpu.memory_efficiency, gpu.decode_attention_memory_efficiency or 0.0,
-                      moe.memory_efficiency if moe else 0.0),
+                      *(fit.memory_efficiency for fit in moe)),
             m_max=gpu.memory_efficiency / shipped_m, prior_r=shipped_r)
         o, b, r, m, chose_memory = _solve(measured - (total - comp - mem - fixed), comp, mem,
                                           num_steps, seqs, weight, use_memory, bounds)
@@ -125,7 +130,7 @@ def fit_errors(
 
 def _scaled_parts(gpu: GpuSpec, b: float, m: float) -> dict:
     """The fits beside the 16-bit GEMM's that the same compute (``b``) and memory (``m``)
-    scales move: decode attention's KV reads and the fused-MoE experts, where fitted."""
+    scales move: decode attention's KV reads and the fused-MoE experts' fits, where fitted."""
     out: dict = {}
     if gpu.decode_attention_memory_efficiency is not None:
         out["decode_attention_memory_efficiency"] = _clamp(
@@ -134,6 +139,11 @@ def _scaled_parts(gpu: GpuSpec, b: float, m: float) -> dict:
         out["moe_gemm"] = gpu.moe_gemm.model_copy(update={
             "compute_efficiency": _clamp(gpu.moe_gemm.compute_efficiency / b),
             "memory_efficiency": _clamp(gpu.moe_gemm.memory_efficiency / m)})
+    if gpu.moe_kernels:
+        out["moe_kernels"] = tuple(k.model_copy(update={"fit": k.fit.model_copy(update={
+            "compute_efficiency": _clamp(k.fit.compute_efficiency / b),
+            "memory_efficiency": _clamp(k.fit.memory_efficiency / m)})})
+            for k in gpu.moe_kernels)
     return out
 
 

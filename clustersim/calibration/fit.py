@@ -144,7 +144,7 @@ class GemmRows:
 def fit_gemm(rows: GemmRows, peak_flops: float, bytes_per_s: float,
              halves: tuple[float, ...] = (0.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0),
              floors: tuple[float, ...] | None = None, log_spaced: bool = True,
-             ) -> dict[str, float]:
+             lowest: float = 0.30) -> dict[str, float]:
     """Grid-search ``(eff_c, eff_m, t_half)`` minimising the squared log error of the roofline
     over ``halves`` (the FP8 tables saturate later than the 16-bit ones: a longer grid).
 
@@ -152,15 +152,16 @@ def fit_gemm(rows: GemmRows, peak_flops: float, bytes_per_s: float,
     result's ``floor_s``: every ``(t_half, floor)`` pair on a coarse efficiency grid, then the
     fine grid around the best pair. None: the plain roofline, on the fine grid throughout.
     ``log_spaced``: keep only the rows at 1, 2, 3, 4, 6, 8, 12, ... tokens (every regime, few
-    rows); False for rows whose ``tokens`` are not whole (rows per expert)."""
+    rows); False for rows whose ``tokens`` are not whole (rows per expert). ``lowest``: the
+    lowest efficiency searched (a fused-MoE kernel may run far below a dense GEMM's)."""
     if log_spaced:
         keep = _log_spaced(rows.tokens)
         rows = GemmRows(*(getattr(rows, f)[keep] for f in GemmRows.__annotations__))
-    fine = np.linspace(0.30, 1.0, 71)
+    fine = np.linspace(lowest, 1.0, round((1.0 - lowest) * 100) + 1)
     if floors is None:
         best = min(_gemm_grid(rows, peak_flops, bytes_per_s, half, 0.0, fine) for half in halves)
     else:
-        coarse = np.linspace(0.30, 1.0, 15)
+        coarse = np.linspace(lowest, 1.0, 15)
         _, _, _, half, floor = min(_gemm_grid(rows, peak_flops, bytes_per_s, h, f, coarse)
                                    for h in halves for f in floors)
         near_h = _neighbours(halves, half)

@@ -26,6 +26,7 @@ from clustersim.calibration.tables import (
     FORM_HEADER,
     FP8_CROSSCHECK_HEADER,
     FP8_HEADER,
+    MOE_KERNEL_HEADER,
     PARAM_HEADER,
     PARTS_HEADER,
     SHIP_HEADER,
@@ -38,6 +39,7 @@ from clustersim.calibration.tables import (
     fp8_crosscheck_rows,
     fp8_rows,
     markdown_table,
+    moe_kernel_rows,
     parts_rows,
     ship_rows,
     shipped_param_rows,
@@ -362,6 +364,7 @@ def render_markdown(validation: Validation) -> str:
         forms=markdown_table(FORM_HEADER, form_rows()),
         fp8=markdown_table(FP8_HEADER, fp8_rows()),
         fp8_check=markdown_table(FP8_CROSSCHECK_HEADER, fp8_crosscheck_rows()),
+        moe_kernels=markdown_table(MOE_KERNEL_HEADER, moe_kernel_rows()),
         parts=markdown_table(PARTS_HEADER, parts_rows(v.parts)),
         rule=FEW_SHOT_RULE,
         zero=markdown_table(SPLITWISE_HEADER, splitwise_rows(v.splitwise, "zero-shot")),
@@ -512,8 +515,9 @@ Each new term was kept because the table it was fitted on says so: the rms log e
   {f_moe_h100_floor} µs floor per layer, and on the RTX PRO 6000's own Qwen3-30B-A3B table at
   {f_moe_pro} (its dense GEMMs' {f_dense_pro}) with {f_moe_pro_floor} µs; its weight streaming is
   near the dense GEMMs' (on the RTX PRO 6000 the fit puts it at its bound, {f_moe_pro_eff_m}
-  of the bandwidth). MoE layers
-  now price their experts on that fit where it exists.
+  of the bandwidth). On the H100 SXM and H200 every format's fused-MoE kernel is measured
+  (below, "Fused-MoE kernels by format"), and a MoE layer is priced on the measured curve of
+  its shape and split; the fit prices the rest.
 
 ## Which fit ships
 
@@ -549,7 +553,19 @@ FP8 prefill step clustersim prices for the same prompt (vLLM's kernels, not Tens
 
 {fp8_check}
 
-The 4-bit (AWQ, GPTQ) and FP8-on-Ampere kernels have no measured table here at all: they are
+### Fused-MoE kernels by format
+
+A MoE layer's routed experts run the fused-MoE kernel vLLM picks for their format and split
+(clustersim/cost/moe.py, docs/how-it-works.md "MoE experts"), measured on the H100 SXM and H200
+by NVIDIA aiconfigurator (vLLM 0.24.0, power-law routing). Each kernel keeps the measured curve
+of every catalog expert shape and split (27 token counts each, 1 to 16,384), which prices those
+layers as measured, and a fit over its one-node rows, which prices the shapes and splits the
+table lacks (the rms log error is that fit's over those rows; the H100 PCIe and B200 borrow
+the H100 SXM's fits without its curves):
+
+{moe_kernels}
+
+The dense 4-bit (AWQ, GPTQ) and FP8-on-Ampere kernels have no measured table here at all: they are
 the roofline of the bytes they stream (codes, scales, zero points) at the 16-bit fit's memory
 efficiency, with their compute at the 16-bit peak slowed by one cited ratio,
 `weight_only_compute_ratio` = 0.82 (gpus.yaml, published values 0.60-0.90); INT8 W8A8 borrows

@@ -35,6 +35,7 @@ _VIDUR_MODELS = {
 }
 _AIC_GPUS = {"h100_sxm": "h100_sxm", "a100_sxm": "a100_sxm", "l40s": "l40s"}
 """aiconfigurator system folder -> shipped file stem."""
+_AIC_MOE_STEMS = {"h100_sxm": "h100_sxm", "h200_sxm": "h200_sxm"}
 AIC_DTYPES = ("bfloat16", "fp8")
 AIC_WIDTHS = (1024, 2048, 3584, 4096, 7168, 8192, 16384)
 """n and k kept from aiconfigurator's GEMM grid: the TP shards of 7B-70B models' layers (the
@@ -50,15 +51,50 @@ AIC_ATTENTION_KERNELS = {"h100_sxm": "vllm_flash_attn_fa3", "a100_sxm": "vllm_fl
 AIC_HEADS = ((8, 1), (16, 2), (32, 4), (64, 8), (32, 8), (16, 16), (32, 32))
 """(query heads, KV heads) per GPU kept: grouped-query shards of Llama-3/Qwen3-class models at
 TP 1-8 and two multi-head ones."""
-AIC_COMM_GPUS = ("h100_sxm", "a100_sxm")
-"""The systems with collective tables (8-GPU NVLink nodes)."""
+AIC_COMM_GPUS = {"h100_sxm": ("0.24.0", "2.27.3"), "a100_sxm": ("0.14.0", "2.27.3")}
+"""The systems with collective tables (8-GPU NVLink nodes) and the (vLLM, NCCL) versions cut:
+the GPU's GEMM tables' vLLM and the NCCL the cut was first made from (the folder now holds
+more versions of both)."""
 AIC_NCCL_OPS = ("all_reduce", "all_gather", "reduce_scatter")
-AIC_MOE_GPUS = ("h100_sxm",)
-"""The systems with fused-MoE tables."""
-AIC_MXFP4_MOE_GPUS = ("h100_sxm",)
-"""The systems with gpt-oss's MXFP4 MoE kernel measured."""
-AIC_MOE_PARALLEL = (1, 2, 4, 8)
-"""moe_tp_size and moe_ep_size kept (one node)."""
+AIC_MOE_GPUS = {"h100_sxm": "0.24.0", "h200_sxm": "0.24.0"}
+"""The systems whose fused-MoE tables are cut, and the vLLM version read (each system's newest;
+the H200's 0.19.0 table is not read: its collector called ``fused_experts`` directly, so its
+``kernel_source`` names no kernel vLLM's MoE methods pick, and its ``int4_wo`` rows are Triton's
+WNA16 kernel, not the Marlin kernel vLLM serves 4-bit experts with)."""
+AIC_MOE_KERNELS = {
+    "vllm_unquantizedfusedmoe_triton_tritonexperts": "triton",
+    "vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts": "flashinfer_cutlass",
+    "vllm_fp8moe_flashinfer_cutlass_flashinferexperts": "flashinfer_cutlass",
+    "vllm_fp8moe_triton_tritonexperts": "triton",
+    "vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts": "marlin",
+    "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic": "triton_mxfp4",
+}
+"""``kernel_source`` -> the kernel's short name (clustersim.cost.moe): the kernels vLLM's MoE
+methods pick on Hopper. Left out: the Marlin MXFP4 rows collected with a 'situ-as-silu'
+approximation (their collection_meta.yaml), a kernel no priced model runs."""
+AIC_MOE_SHAPES = (
+    (4096, 14336, 2, 8),  # mixtral-8x7b
+    (2048, 768, 8, 128),  # qwen3-30b-a3b
+    (4096, 1536, 8, 128),  # qwen3-235b-a22b
+    (7168, 2048, 8, 256),  # deepseek-v3, deepseek-r1
+    (7168, 2048, 8, 384),  # kimi-k2-instruct-0905, kimi-k2.5
+    (2880, 2880, 4, 128),  # gpt-oss-120b
+    (2880, 2880, 4, 32),  # gpt-oss-20b
+    (3072, 1536, 8, 256),  # minimax-m2.5
+)
+"""(hidden_size, inter_size, topk, num_experts) of the catalog's MoE models: the shapes whose
+measured curves the profiles keep."""
+AIC_MOE_TP = (1, 2, 4, 8)
+"""moe_tp_size kept (one node)."""
+AIC_MOE_EP = (1, 2, 4, 8, 16, 32, 64)
+"""moe_ep_size kept: one node, and expert-parallel groups of up to 8 nodes."""
+AIC_A2A_BACKENDS = (("deepep_ht", 20), ("deepep_ll", 0))
+"""(comm_backend, sms) of the expert all-to-all rows kept: DeepEP's normal (high-throughput)
+kernels on their default 20 SMs and its low-latency ones, as vLLM's ``deepep_high_throughput``
+and ``deepep_low_latency`` all2all backends run them."""
+AIC_MOE_DISTRIBUTION = "power_law_1.01"
+"""The routing of the rows kept (clustersim.calibration.aiconfigurator.MOE_DISTRIBUTION says
+why)."""
 AIC_QUANT_GPUS = {"h100_sxm": "h100_sxm", "h200_sxm": "h200_sxm"}
 """The systems whose element-wise FP8 quantization kernel is measured (the small-kernel fit)."""
 _LLMSS_RUNS = (
@@ -130,12 +166,16 @@ def ship_aiconfigurator(source: Path, out: Path) -> None:
     - ``allreduce_<gpu>.csv``: vLLM's all-reduce under CUDA graphs (``vllm_graph``) and
       nccl-tests' half-precision all_reduce, all_gather and reduce_scatter, columns
       ``source, op, num_gpus, message_size, latency`` (message_size in elements);
-    - ``moe_<gpu>.csv``: vLLM's unquantized fused MoE (Triton) with balanced routing at
-      ``AIC_MOE_PARALLEL`` TP and EP sizes and ``AIC_TOKENS`` tokens, columns ``hidden_size,
-      inter_size, topk, num_experts, moe_tp_size, moe_ep_size, num_tokens, latency``.
-    - ``moe_mxfp4_<gpu>.csv``: vLLM's gpt-oss MXFP4 MoE (w4a16_mxfp4, OpenAI's Triton
-      kernels) with balanced routing at ``AIC_MOE_PARALLEL`` TP and EP sizes and every token
-      count measured, the same columns.
+    - ``moe_a2a_<gpu>.csv``: DeepEP's dispatch and combine in one node (``AIC_A2A_BACKENDS``),
+      every row; columns ``comm_backend, phase, ep_size, hidden_size, topk, num_experts,
+      num_tokens, latency_us`` (the table's ``latency``, which is in microseconds: it equals
+      its ``transmit_us``).
+    - ``moe_<gpu>.csv``: vLLM's fused MoE as its MoE methods run it on Hopper, every format
+      (``moe_dtype``) of ``AIC_MOE_KERNELS``, at the catalog's expert shapes
+      (``AIC_MOE_SHAPES``), ``AIC_MOE_TP`` x ``AIC_MOE_EP`` splits, every token count
+      measured, routing ``AIC_MOE_DISTRIBUTION``; columns ``moe_dtype, kernel, distribution,
+      hidden_size, inter_size, topk, num_experts, moe_tp_size, moe_ep_size, num_tokens,
+      latency`` (``kernel`` the short name of ``kernel_source``).
     - ``quant_<gpu>.csv``: vLLM's ``static_scaled_fp8_quant`` (one 16-bit read and one
       8-bit write per element, one thread block per row), every ``m`` and ``k`` measured,
       columns ``m, k, latency`` (``clustersim.calibration.small_kernels`` fits on it).
@@ -163,10 +203,12 @@ def ship_aiconfigurator(source: Path, out: Path) -> None:
             columns = ["batch_size", "isl", "step", "num_heads", "num_key_value_heads", "latency"]
             frame = frame.loc[keep, columns].sort_values(columns[:-1])
             _write_csv(frame, out / f"{table}_{stem}.csv")
-    for folder in AIC_COMM_GPUS:
-        custom = _parquet(data / folder / "comm" / "vllm", "custom_allreduce_perf.parquet")
+    for folder, (vllm, nccl_version) in AIC_COMM_GPUS.items():
+        custom = pd.read_parquet(data / folder / "comm" / "vllm" / vllm
+                                 / "custom_allreduce_perf.parquet")
         custom = custom[custom.backend == "vllm_graph"].assign(source="vllm_graph")
-        nccl = _parquet(data / folder / "comm" / "nccl", "nccl_perf.parquet")
+        nccl = pd.read_parquet(data / folder / "comm" / "nccl" / nccl_version
+                               / "nccl_perf.parquet")
         nccl = nccl[nccl.op_name.isin(AIC_NCCL_OPS) & (nccl.nccl_dtype == "half")]
         columns = ["source", "op", "num_gpus", "message_size", "latency"]
         frame = pd.concat([
@@ -174,24 +216,28 @@ def ship_aiconfigurator(source: Path, out: Path) -> None:
             nccl.assign(source="nccl").rename(columns={"op_name": "op"})[columns],
         ]).sort_values(columns[:-1])
         _write_csv(frame, out / f"allreduce_{_AIC_GPUS[folder]}.csv")
-    for folder in AIC_MOE_GPUS:
-        frame = _parquet(data / folder / "moe" / "vllm", "moe_perf.parquet")
-        keep = ((frame.moe_dtype == "bfloat16") & (frame.distribution == "balanced")
-                & frame.moe_tp_size.isin(AIC_MOE_PARALLEL)
-                & frame.moe_ep_size.isin(AIC_MOE_PARALLEL) & frame.num_tokens.isin(AIC_TOKENS))
-        columns = ["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
-                   "moe_ep_size", "num_tokens", "latency"]
-        frame = frame.loc[keep, columns].sort_values(columns[:-1])
-        _write_csv(frame, out / f"moe_{_AIC_GPUS[folder]}.csv")
-    for folder in AIC_MXFP4_MOE_GPUS:
-        frame = _parquet(data / folder / "moe" / "vllm", "moe_perf.parquet")
-        keep = ((frame.moe_dtype == "w4a16_mxfp4") & (frame.distribution == "balanced")
-                & frame.moe_tp_size.isin(AIC_MOE_PARALLEL)
-                & frame.moe_ep_size.isin(AIC_MOE_PARALLEL))
-        columns = ["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
-                   "moe_ep_size", "num_tokens", "latency"]
-        frame = frame.loc[keep, columns].sort_values(columns[:-1])
-        _write_csv(frame, out / f"moe_mxfp4_{_AIC_GPUS[folder]}.csv")
+    for folder, version in AIC_MOE_GPUS.items():
+        frame = pd.read_parquet(data / folder / "moe" / "vllm" / version / "moe_perf.parquet")
+        shapes = pd.Series(list(zip(frame.hidden_size, frame.inter_size, frame.topk,
+                                    frame.num_experts, strict=True)), index=frame.index)
+        keep = (frame.kernel_source.isin(AIC_MOE_KERNELS) & shapes.isin(AIC_MOE_SHAPES)
+                & (frame.distribution == AIC_MOE_DISTRIBUTION)
+                & frame.moe_tp_size.isin(AIC_MOE_TP) & frame.moe_ep_size.isin(AIC_MOE_EP))
+        frame = frame[keep].assign(kernel=frame.kernel_source.map(AIC_MOE_KERNELS))
+        columns = ["moe_dtype", "kernel", "distribution", "hidden_size", "inter_size", "topk",
+                   "num_experts", "moe_tp_size", "moe_ep_size", "num_tokens", "latency"]
+        frame = frame[columns].sort_values(columns[:-1])
+        _write_csv(frame, out / f"moe_{_AIC_MOE_STEMS[folder]}.csv")
+    for folder, version in AIC_MOE_GPUS.items():
+        frame = pd.read_parquet(data / folder / "comm" / "vllm" / version
+                                / "moe_a2a_perf.parquet")
+        keep = pd.Series(list(zip(frame.comm_backend, frame.sms, strict=True)),
+                         index=frame.index).isin(AIC_A2A_BACKENDS)
+        frame = frame[keep].rename(columns={"latency": "latency_us"})
+        columns = ["comm_backend", "phase", "ep_size", "hidden_size", "topk", "num_experts",
+                   "num_tokens", "latency_us"]
+        frame = frame[columns].sort_values(columns[:-1])
+        _write_csv(frame, out / f"moe_a2a_{_AIC_MOE_STEMS[folder]}.csv")
     ship_quant(data, out)
     for sweep in sorted((source / "silicon_calibration").glob("vllm_*.csv")):
         shutil.copy(sweep, out / f"silicon_{sweep.name}")

@@ -208,6 +208,32 @@ FP8_HEADER = ["GPU", "FP8 eff_c", "t_half (tokens)", "FP8 eff_m", "floor (µs)",
               "rows", "same-table BF16 eff_c / eff_m / rms", "calibration"]
 
 
+MOE_KERNEL_HEADER = ["GPU", "format", "kernel", "fit eff_c / t_half / eff_m / floor (µs)",
+                     "rms log error", "rows", "curves", "calibration"]
+
+
+def moe_kernel_rows() -> list[list[str]]:
+    """One row per fused-MoE kernel a shipped profile measured (``moe_kernels`` with its own
+    curves): its fit, the fit's error and rows, and the shapes and splits it holds curves of."""
+    from clustersim.catalog import load_profiles
+
+    rows = []
+    for gpu_id, p in load_profiles().items():
+        fitted = {(k["dtype"], k["kernel"]): k for k in p["provenance"].get("moe_kernels", ())}
+        for k in p.get("moe_kernels", ()):
+            if not k["curves"]:
+                continue  # borrowed: the fit alone, listed under its GPU
+            fit, prov = k["fit"], fitted[k["dtype"], k["kernel"]]
+            rows.append([
+                gpu_id, k["dtype"], k["kernel"],
+                f"{fit['compute_efficiency']:.2f} / {fit['compute_half_tokens']:.0f} / "
+                f"{fit['memory_efficiency']:.2f} / {fit['floor_s'] * 1e6:.0f}",
+                f"{prov['rms_log_error']:.3f}", f"{prov['num_rows']:,}", str(len(k["curves"])),
+                fit["calibration"],
+            ])
+    return rows
+
+
 def fp8_rows() -> list[list[str]]:
     """One row per GPU with an FP8 GEMM fit in the shipped profile: its values, and the
     measured fit's errors and the same table's BF16 fit (or the GPU it borrows from)."""

@@ -83,7 +83,8 @@ PROFILE_FIELDS = (
     "tp_non_torch_memory_bytes",
     "fp8_gemm",
     "moe_gemm",
-    "mxfp4_moe_gemm",
+    "moe_kernels",
+    "deepep_calls",
     "weight_only_compute_ratio",
     "calibration",
 )

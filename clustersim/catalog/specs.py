@@ -136,6 +136,89 @@ class AllReduceCurve(_Spec):
         return self
 
 
+MoeDType = Literal["bfloat16", "fp8", "fp8_block", "int4_wo", "w4a16_mxfp4"]
+"""The expert formats NVIDIA aiconfigurator measures vLLM's fused MoE in (its ``moe_dtype``):
+16-bit, FP8 W8A8 with per-tensor scales, FP8 W8A8 with 128x128 block scales, 4-bit integer
+weight-only (group 128), MXFP4 weights with 16-bit activations."""
+
+
+class MoeCurve(_Spec):
+    """One fused-MoE layer call measured on one GPU at rising token counts, for one expert
+    shape split one way: ``moe_tp`` GPUs each hold every expert's ``1/moe_tp`` slice, or
+    ``moe_ep`` GPUs each hold ``1/moe_ep`` of the experts whole. ``tokens`` are those entering
+    the layer (with expert parallelism, the whole group's: one GPU works on ``tokens x topk /
+    moe_ep`` routed rows). A token count between two points is priced on the line between
+    them, past the last on the last segment's slope, below the first at the first point."""
+
+    hidden_size: Width
+    inter_size: Width = Field(description="The model's expert width, before any split.")
+    topk: Annotated[PositiveInt, Within(high=MAX_NUM_EXPERTS, reason="top-k <= experts")]
+    num_experts: Annotated[PositiveInt, Within(
+        high=MAX_NUM_EXPERTS, reason="256 times the most experts of any model")]
+    moe_tp: Annotated[PositiveInt, Within(high=MAX_NUM_EXPERTS, reason="a split of the experts")]
+    moe_ep: Annotated[PositiveInt, Within(high=MAX_NUM_EXPERTS, reason="a split of the experts")]
+    points: tuple[tuple[PositiveFloat, Overhead], ...] = Field(
+        description="``[tokens, seconds]`` per measured token count, in rising tokens.")
+
+    @model_validator(mode="after")
+    def _rises(self) -> MoeCurve:
+        if len(self.points) < 2:
+            raise ValueError(f"needs at least 2 points, got {len(self.points)}")
+        for (n0, t0), (n1, t1) in itertools.pairwise(self.points):
+            if not n1 > n0 or t1 < t0:
+                raise ValueError(f"[{n1:g}, {t1:g}] after [{n0:g}, {t0:g}]: token counts must "
+                                 "rise and more tokens cannot take less time")
+        return self
+
+    def matches(self, hidden: int, inter: int, topk: int, experts: int, moe_tp: int,
+                moe_ep: int) -> bool:
+        return (self.hidden_size, self.inter_size, self.topk, self.num_experts, self.moe_tp,
+                self.moe_ep) == (hidden, inter, topk, experts, moe_tp, moe_ep)
+
+
+class MoeKernelSpec(_Spec):
+    """vLLM's fused-MoE kernel for one expert format, as measured on this GPU: the table's
+    curves price the shapes it holds, the fit the others."""
+
+    dtype: MoeDType
+    kernel: str = Field(
+        min_length=1, max_length=64,
+        description="The expert kernel vLLM runs for this format (triton, flashinfer_cutlass, "
+        "marlin, triton_mxfp4).")
+    table: str = Field(
+        min_length=1, max_length=200,
+        description="Where the measurements come from (file, framework version, routing).")
+    fit: GemmFit = Field(
+        description="The floored saturating roofline over the table's rows, both projections "
+        "of a layer at once, ``floor_s`` once per layer; weights as the format stores them.")
+    fit_rms_log_error: NonNegativeFloat = Field(
+        description="The fit's rms log error over the rows it was fitted on.")
+    curves: tuple[MoeCurve, ...] = Field(
+        (), description="Measured layer times of the catalog's expert shapes; empty where "
+        "borrowed from another GPU (a fit transfers to its peaks, a time does not).")
+
+    def curve(self, hidden: int, inter: int, topk: int, experts: int, moe_tp: int,
+              moe_ep: int) -> MoeCurve | None:
+        """The measured curve of this shape and split, if the table has one."""
+        for curve in self.curves:
+            if curve.matches(hidden, inter, topk, experts, moe_tp, moe_ep):
+                return curve
+        return None
+
+
+class DeepEpCalls(_Spec):
+    """DeepEP's dispatch and combine measured on this GPU's NVLink (one node): each call's
+    fixed time, at the fewest tokens measured, which a group across nodes pays besides its
+    bytes and its NIC path's latency (clustersim.cost.collectives.AllToAll)."""
+
+    low_latency_dispatch_s: Overhead
+    low_latency_combine_s: Overhead
+    normal_dispatch_s: Overhead
+    normal_combine_s: Overhead
+    table: str = Field(min_length=1, max_length=200,
+                       description="Where the measurements come from.")
+
+
 class GpuSpec(_Spec):
     """One accelerator: datasheet peaks, links, and the default efficiencies that price work."""
 
@@ -193,11 +276,15 @@ class GpuSpec(_Spec):
         "used for block-scaled ones too); None: the 16-bit efficiencies at the FP8 peak.")
     moe_gemm: GemmFit | None = Field(
         None, description="16-bit experts in vLLM's fused MoE (Triton): both projections of a "
-        "layer priced on this fit, ``floor_s`` once per layer; None: the 16-bit GEMM fit.")
-    mxfp4_moe_gemm: GemmFit | None = Field(
-        None, description="MXFP4 experts (gpt-oss) in vLLM's MXFP4 MoE kernel with 16-bit "
-        "activations, priced like ``moe_gemm`` over the MXFP4 bytes; None: the 16-bit GEMM "
-        "fit at ``weight_only_compute_ratio``.")
+        "layer priced on this fit, ``floor_s`` once per layer, where ``moe_kernels`` has no "
+        "16-bit entry; None: the 16-bit GEMM fit.")
+    moe_kernels: tuple[MoeKernelSpec, ...] = Field(
+        (), description="vLLM's fused-MoE kernels measured on this GPU, one per expert format "
+        "and kernel (clustersim.cost.moe picks the one vLLM runs); a format without one is "
+        "priced as its dense GEMMs are.")
+    deepep_calls: DeepEpCalls | None = Field(
+        None, description="DeepEP's per-call dispatch and combine times measured on ``link``; "
+        "None: the cited defaults (clustersim.cost.collectives).")
     weight_only_compute_ratio: Fraction = Field(
         1.0, description="Throughput of a weight-only (W4A16, W8A16) Marlin GEMM where it is "
         "compute-bound, relative to the 16-bit GEMM: the cost of dequantizing in registers.")
@@ -247,6 +334,20 @@ class GpuSpec(_Spec):
         "vLLM's custom all-reduce).")
     calibration: str = Field(description="Provenance of the efficiencies: 'default' or a fit id.")
     source: str
+
+    @model_validator(mode="after")
+    def _one_moe_kernel_a_format(self) -> GpuSpec:
+        keys = [(k.dtype, k.kernel) for k in self.moe_kernels]
+        if len(set(keys)) < len(keys):
+            raise ValueError(f"moe_kernels: two entries for one format and kernel ({keys})")
+        return self
+
+    def moe_kernel(self, dtype: str, kernel: str) -> MoeKernelSpec | None:
+        """The measured fused-MoE kernel of ``dtype`` experts run by ``kernel``, if any."""
+        for entry in self.moe_kernels:
+            if entry.dtype == dtype and entry.kernel == kernel:
+                return entry
+        return None
 
     @model_validator(mode="after")
     def _one_curve_a_size(self) -> GpuSpec:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from clustersim.cli.checks import check_fits, check_parallel
 from clustersim.cli.common import user_errors
 from clustersim.errors import ClusterSimError
+
+if TYPE_CHECKING:
+    from clustersim.cost.roofline import BatchShape, CostModel
 
 
 @user_errors
@@ -104,6 +107,7 @@ def step_time_cmd(
                        "draft_layers": draft_layers, "time_s": verify_s, "draft_s": draft_s,
                        "break_even_tokens_per_step": verify_s / cost.time_s}
     quant = spec_model.quantization
+    moe = _experts(cost_model, batch, dp * tokens)
     result = {
         "model": spec_model.id,
         "gpu": spec_gpu.id,
@@ -116,6 +120,7 @@ def step_time_cmd(
         "gemm_kernel": cost_model.kernel.describe,
         **({"expert_kernel": cost_model.expert_kernel.describe}
            if cost_model.expert_kernel is not cost_model.kernel and spec_model.is_moe else {}),
+        **({"experts": moe} if moe else {}),
         "time_s": cost.time_s,
         "compute_s": cost.compute_s,
         "memory_s": cost.memory_s,
@@ -150,6 +155,19 @@ def step_time_cmd(
         typer.echo(f"weights {weights} ({spec_model.weight_bytes / 1e9:,.2f} GB), GEMMs "
                    f"{cost_model.kernel.describe}{experts}, KV cache {spec_model.kv_cache_dtype} "
                    f"({spec_model.kv_bytes_per_token(tp):,} B per token per GPU)")
+    if moe:
+        typer.echo(
+            f"MoE experts: {moe['format']}, kernel {moe['kernel']}, table {moe['table']}; "
+            "priced by "
+            + (f"its measured curve at moe_tp {moe['moe_tp']}, moe_ep {moe['moe_ep']}"
+               if moe["priced_by"] == "curve" else
+               f"its fit (rms log error {moe['fit_rms_log_error']:.2f}): no curve at "
+               f"moe_tp {moe['moe_tp']}, moe_ep {moe['moe_ep']} for this shape")
+            + f": {moe['layer_s'] * 1e3:.4f} ms a layer at {moe['tokens']:g} tokens "
+            f"x {moe['layers']} layers ({moe['calibration']})")
+    elif spec_model.is_moe:
+        typer.echo(f"MoE experts: no measured fused-MoE table for this format on {spec_gpu.id}; "
+                   f"priced as {cost_model.expert_kernel.describe}")
     typer.echo(
         f"step time {cost.time_s * 1e3:.3f} ms = compute-bound {cost.compute_s * 1e3:.3f} + "
         f"memory-bound {cost.memory_s * 1e3:.3f} + communication "
@@ -178,3 +196,20 @@ def step_time_cmd(
             f"above when more than {speculative['break_even_tokens_per_step']:.2f} tokens per "
             "request are accepted per step (the accepted drafts + 1)"
         )
+
+
+def _experts(cost_model: CostModel, batch: BatchShape, moe_tokens: int) -> dict | None:
+    """Where the routed experts' price comes from: the measured table's format, kernel, file,
+    and its curve or fit, and what one layer costs at this step's tokens (None: no table)."""
+    pricing = cost_model.experts
+    if pricing is None:
+        return None
+    layers = cost_model.model.num_moe_layers
+    seconds = cost_model.experts_s(batch, moe_tokens)
+    return {"format": pricing.format, "kernel": pricing.kernel.kernel,
+            "table": pricing.kernel.table,
+            "priced_by": "curve" if pricing.curve is not None else "fit",
+            "moe_tp": pricing.moe_tp, "moe_ep": pricing.moe_ep,
+            "fit_rms_log_error": pricing.kernel.fit_rms_log_error,
+            "calibration": pricing.kernel.fit.calibration,
+            "tokens": moe_tokens, "layers": layers, "layer_s": seconds / layers}

@@ -235,3 +235,16 @@ def nodes_reached(group_gpus: int, node_gpus: int, top_k: float, groups: int,
     reached = [r / len(subsets) for r in reached]
     own = sum((hi - lo) * r for (lo, hi), r in zip(nodes, reached, strict=True))
     return sum(reached) - own
+
+
+def deepep_call_s(a2a: AllToAll, gpu: GpuSpec) -> tuple[float, float]:
+    """The fixed seconds of one dispatch and one combine of ``a2a`` on ``gpu``: DeepEP's call
+    as measured on the GPU's NVLink where its profile has it (``GpuSpec.deepep_calls``,
+    aiconfigurator's moe_a2a table: EP 8 in one node), its normal kernels' plus the NIC path's
+    latency; else ``a2a``'s own (the cited low-latency constants, the NIC path's latency)."""
+    calls = gpu.deepep_calls
+    if calls is None:
+        return a2a.dispatch_s, a2a.combine_s
+    if a2a.mode == "low_latency":
+        return calls.low_latency_dispatch_s, calls.low_latency_combine_s
+    return calls.normal_dispatch_s + a2a.dispatch_s, calls.normal_combine_s + a2a.combine_s

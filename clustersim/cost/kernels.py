@@ -9,8 +9,7 @@ ratio), (weights + M x activations) / (eff_m x bandwidth))``, with its own terms
     w8a8_int8              int8    fp8 fit, else 16-bit  1 B + scales              1
     w4a4_fp4 (NVFP4)       fp4     fp8 fit               0.5 B + FP8 scale / 16    1
     marlin (W4A16, W8A16)  bf16    16-bit fit, no half   codes + scales (+zeros)   r
-    mxfp4 (W4A16 experts)  bf16    its MoE fit, else     0.5 B + E8M0 scale / 32   1, else r
-                                   the 16-bit fit
+    mxfp4 (W4A16 experts)  bf16    16-bit fit            0.5 B + E8M0 scale / 32   r
     dequant (awq, gptq)    bf16    16-bit fit            codes + scales (+zeros)   r
                            from ``dequant_rows`` rows: dequantize the whole weight to 16 bits
                            (read codes, write 2 B each), then a 16-bit GEMM reads it back
@@ -31,6 +30,9 @@ Which one vLLM picks, as its quantization methods pick it:
   ``MAX_Q_GEMM_ROWS`` = 50 rows (24 at 8 bits), else it reconstructs the 16-bit weight and
   calls cuBLAS (csrc/quantization/gptq/q_gemm.cu).
 
+A MoE layer's routed experts run vLLM's fused-MoE kernel instead, priced on its measured
+table where the GPU has one (``fused_moe_kernel``; clustersim.cost.moe picks it).
+
 Below the dispatch threshold the legacy fused kernels are priced as Marlin: optimistic past a
 few rows (the MARLIN README shows earlier 4-bit kernels losing their speed-up beyond batch 4).
 """
@@ -41,6 +43,7 @@ from dataclasses import dataclass
 
 from clustersim.catalog.quantization import QuantizationSpec
 from clustersim.catalog.specs import TERA, GemmFit, GpuSpec
+from clustersim.cost.moe import ExpertPricing
 
 _NATIVE_FP8_CAPABILITY = 89
 _NATIVE_FP4_CAPABILITY = 100
@@ -115,15 +118,28 @@ def gemm_kernel(quant: QuantizationSpec | None, gpu: GpuSpec) -> GemmKernel:
         # MXFP4 experts with 16-bit activations on every GPU vLLM serves them on: Marlin
         # below 9.0, OpenAI's Triton MoE kernels (matmul_ogs) on Hopper, FlashInfer's
         # MXFP4 x BF16 MoE on Blackwell by default (vllm/model_executor/layers/quantization/
-        # mxfp4.py, get_mxfp4_backend)
-        if gpu.mxfp4_moe_gemm is not None:  # the kernel measured: its own fit, as is
-            return GemmKernel("mxfp4", gpu.peak_flops, gpu.mxfp4_moe_gemm, 1.0, quant, None)
+        # mxfp4.py, get_mxfp4_backend); where the GPU measured the kernel, the experts are
+        # priced on its table (fused_moe_kernel)
         return _weight_only("mxfp4", quant, gpu, bf16)
     if quant.method == "awq":
         return _weight_only("dequant", quant, gpu, bf16, AWQ_DEQUANT_ROWS)
     if quant.method == "gptq":
         return _weight_only("dequant", quant, gpu, bf16, GPTQ_DEQUANT_ROWS[quant.weight_bits])
     return _weight_only("marlin", quant, gpu, bf16)
+
+
+def fused_moe_kernel(pricing: ExpertPricing, quant: QuantizationSpec | None,
+                     gpu: GpuSpec) -> GemmKernel:
+    """The routed experts on their measured fused-MoE kernel (clustersim.cost.moe): its fit,
+    at the FP8 peak with FP8 activations for the FP8 formats, at the 16-bit peak for the
+    others (the fit was made on the kernel itself: no weight-only compute ratio on top)."""
+    fit = pricing.kernel.fit
+    name = f"fused_moe_{pricing.format}_{pricing.kernel.kernel}"
+    if pricing.format in ("fp8", "fp8_block"):
+        if gpu.fp8_dense_tflops is None:
+            raise ValueError(f"{gpu.id} has no FP8 peak in the catalog")
+        return GemmKernel(name, gpu.fp8_dense_tflops * TERA, fit, 1.0, quant, 1)
+    return GemmKernel(name, gpu.peak_flops, fit, 1.0, quant, None)
 
 
 def _weight_only(name: str, quant: QuantizationSpec, gpu: GpuSpec, fit: GemmFit,

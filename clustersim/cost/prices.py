@@ -109,6 +109,14 @@ class StepPrices:
         self.allreduce_names: list[str] = [""]
         self.expert_gemms: tuple[Gemm, ...] = ()
         self.expert_gemm_names: tuple[str, ...] = ()
+        self.expert_curve_upto: list[float] = []
+        """The experts' measured fused-MoE curve (empty: priced by :attr:`expert_gemms`) by
+        the tokens it is read at: segment ``i`` prices fewer than ``expert_curve_upto[i]``
+        (and at least the previous bound) at ``expert_curve_fixed[i] + tokens x
+        expert_curve_slope[i]``, every MoE layer (clustersim.cost.moe.curve_segments)."""
+        self.expert_curve_fixed: list[float] = []
+        self.expert_curve_slope: list[float] = []
+        self.expert_curve_name: str = ""
         self.expert_share: float = 0.0
         self.num_experts: float = 0.0
         self.top_k: float = 0.0
@@ -486,21 +494,42 @@ class StepPrices:
                 if ops is not None and gather_s:
                     ops.append(("experts' all-gather, reduce-scatter", 0.0, 0.0, gather_s,
                                 0.0))
-            for index, (flop_s, weight_s, act_s, half, floor) in enumerate(self.expert_gemms):
-                # touched experts of routed / touched rows each: (rows + half) x FLOPs per row;
-                # one fused call per layer serves them all: one floor
-                t_compute = (routed + touched * half) * flop_s
-                t_memory = touched * weight_s + routed * act_s
+            if self.expert_curve_upto:
+                # the layer as measured at the group's tokens (the table's skewed routing
+                # holds the busiest rank's share), on the side its fit says bounds it
+                t_compute = t_memory = 0.0
+                for flop_s, weight_s, act_s, half, _floor in self.expert_gemms:
+                    t_compute += (routed + touched * half) * flop_s
+                    t_memory += touched * weight_s + routed * act_s
+                segment = bisect_right(self.expert_curve_upto, moe)
+                measured = (self.expert_curve_fixed[segment]
+                            + moe * self.expert_curve_slope[segment])
                 if t_compute >= t_memory:
-                    compute += t_compute
+                    compute += measured
                     if ops is not None:
-                        ops.append((self.expert_gemm_names[index], t_compute, floor, 0.0, 0.0))
+                        ops.append((self.expert_curve_name, measured, 0.0, 0.0, 0.0))
                 else:
-                    memory += t_memory
+                    memory += measured
                     if ops is not None:
-                        ops.append((self.expert_gemm_names[index], 0.0, t_memory + floor, 0.0,
-                                    0.0))
-                memory += floor
+                        ops.append((self.expert_curve_name, 0.0, measured, 0.0, 0.0))
+            else:
+                for index, (flop_s, weight_s, act_s, half, floor) in enumerate(
+                        self.expert_gemms):
+                    # touched experts of routed / touched rows each: (rows + half) x FLOPs per
+                    # row; one fused call per layer serves them all: one floor
+                    t_compute = (routed + touched * half) * flop_s
+                    t_memory = touched * weight_s + routed * act_s
+                    if t_compute >= t_memory:
+                        compute += t_compute
+                        if ops is not None:
+                            ops.append((self.expert_gemm_names[index], t_compute, floor, 0.0,
+                                        0.0))
+                    else:
+                        memory += t_memory
+                        if ops is not None:
+                            ops.append((self.expert_gemm_names[index], 0.0, t_memory + floor,
+                                        0.0, 0.0))
+                    memory += floor
         if rows:
             gather_s = self.logits_fixed_s + rows * self.logits_s_per_row
             communication += gather_s

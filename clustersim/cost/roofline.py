@@ -89,8 +89,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from clustersim.catalog.specs import GpuSpec, ModelSpec
-from clustersim.cost.collectives import DEEPEP_NORMAL_SMS, AllToAll, allreduce_segments
-from clustersim.cost.kernels import GemmKernel, gemm_kernel
+from clustersim.cost.collectives import (
+    DEEPEP_NORMAL_SMS,
+    AllToAll,
+    allreduce_segments,
+    deepep_call_s,
+)
+from clustersim.cost.kernels import GemmKernel, fused_moe_kernel, gemm_kernel
+from clustersim.cost.moe import ExpertPricing, curve_segments, expert_pricing
 from clustersim.cost.prices import StepPrices
 from clustersim.cost.small_kernels import small_kernel_prices
 
@@ -200,7 +206,7 @@ IDLE_COST = StepCost(0.0, 0.0, 0.0, 0.0, 0.0)
 class CostModel:
     """Step pricing for one (model, GPU, tensor-parallel size), constants precomputed."""
 
-    __slots__ = ("model", "gpu", "tp", "kernel", "expert_kernel", "prices")
+    __slots__ = ("model", "gpu", "tp", "kernel", "expert_kernel", "experts", "prices")
 
     def __init__(
         self,
@@ -270,6 +276,9 @@ class CostModel:
         """The kernel of the quantized dense layers (attention projections, dense MLPs)."""
         self.expert_kernel = quantized
         """The kernel of the routed experts."""
+        self.experts: ExpertPricing | None = None
+        """The measured fused-MoE kernel and curve pricing them, where the GPU has one
+        (clustersim.cost.moe)."""
 
         # seconds per FLOP / per byte, pre-inverted so the hot path only multiplies
         s_per_attn_flop = 1.0 / (gpu.attention_efficiency * gpu.peak_flops)
@@ -334,8 +343,10 @@ class CostModel:
                    *_layer_gemms(router, moe_layers, e, sixteen, gpu), *partial_gemms)
         # the same per expert: (compute s per routed row, weight-read s per expert touched,
         # activation s per routed row, half-saturation rows, floor s of the fused call)
-        # vLLM's fused MoE: one call per layer for both projections, with its own fit where
-        # measured (16-bit experts): its floor once per layer, on the first projection
+        # vLLM's fused MoE: one call per layer for both projections, on the measured kernel of
+        # the experts' format where the GPU has one (its curve for this shape and split, else
+        # its fit), else on the 16-bit fused-MoE fit or the format's dense GEMMs; a fit's
+        # floor once per layer, on the first projection
         expert_kernel = quantized
         sixteen_experts = sixteen
         if gpu.moe_gemm is not None:
@@ -343,6 +354,27 @@ class CostModel:
                                          None)
             if model.quantization is None:
                 expert_kernel = sixteen_experts
+        quantized_experts = quantized_in(f"experts.{up}", moe_layers) if model.is_moe else 0
+        pricing = None
+        if model.is_moe and quantized_experts in (0, moe_layers):
+            # every MoE layer's experts in one format (a checkpoint that leaves some layers'
+            # experts in 16 bits mixes two kernels: their fits price it, layer by layer)
+            stored = model.quantization if quantized_experts else None
+            pricing = expert_pricing(model, gpu, moe_gpus, expert_parallel, stored)
+            if pricing is not None:
+                measured = fused_moe_kernel(pricing, stored, gpu)
+                if quantized_experts:
+                    expert_kernel = measured
+                else:
+                    sixteen_experts = measured
+                if pricing.curve is not None:
+                    (p.expert_curve_upto, p.expert_curve_fixed,
+                     p.expert_curve_slope) = curve_segments(pricing.curve, moe_layers)
+                    p.expert_curve_name = (f"experts: fused MoE {pricing.format} "
+                                           f"({pricing.kernel.kernel}, measured)")
+        self.experts = pricing
+        if model.is_moe:
+            self.expert_kernel = expert_kernel if quantized_experts else sixteen_experts
         expert_gemms = tuple(
             _split_gemm(shape, moe_layers, quantized_in(name, moe_layers), e, expert_kernel,
                         sixteen_experts, gpu)
@@ -392,7 +424,8 @@ class CostModel:
                                          f"{gpu.id} (DeepEP's normal kernels hold "
                                          f"{DEEPEP_NORMAL_SMS} of them)")
                     p.overlap_compute_share = 1.0 - DEEPEP_NORMAL_SMS / gpu.sm_count
-            p.a2a_fixed_s = moe_layers * (all_to_all.dispatch_s + all_to_all.combine_s)
+            dispatch_s, combine_s = deepep_call_s(all_to_all, gpu)
+            p.a2a_fixed_s = moe_layers * (dispatch_s + combine_s)
             p.a2a_s_per_token = (moe_layers * expert_imbalance * h
                                  * (all_to_all.dispatch_bytes + all_to_all.combine_bytes)
                                  * all_to_all.s_per_token_byte(model.num_experts_per_tok))
@@ -514,6 +547,14 @@ class CostModel:
             moe_tokens, ops,
         )
         return tuple(OperatorTime(*op) for op in ops)
+
+    def experts_s(self, batch: BatchShape, moe_tokens: int | None = None) -> float:
+        """The routed experts' kernels' seconds in :meth:`operators` (their collectives
+        apart)."""
+        p = self.prices
+        names = {*p.expert_gemm_names, p.expert_curve_name} - {""}
+        return sum(op.time_s for op in self.operators(batch, moe_tokens)
+                   if op.name.removesuffix(" (2 micro-batches)") in names)
 
     def step_time_s(
         self,

@@ -194,9 +194,11 @@ class EngineSettings(Strict):
     expert_imbalance: float | None = Field(
         None, ge=1.0, le=16.0,
         description="Expert parallelism: the busiest rank's routed tokens over the mean, "
-        "multiplying its expert GEMM rows and its all-to-all bytes (1 = perfectly balanced). "
-        "Default 1 for an expert-parallel group inside one node (as before); across nodes 1.3 "
-        "without EPLB and 1.05 with eplb (docs/scenarios.md, Wide expert parallelism).")
+        "multiplying its all-to-all bytes and the expert GEMM rows of experts priced by a fit "
+        "(1 = perfectly balanced); experts priced on a measured fused-MoE curve keep the "
+        "busiest rank the table timed. Default 1 for an expert-parallel group inside one node "
+        "(as before); across nodes 1.3 without EPLB and 1.05 with eplb (docs/scenarios.md, "
+        "Wide expert parallelism).")
     eplb: bool = Field(
         False, description="Expert-parallel load balancer (vLLM --enable-eplb, SGLang "
         "--enable-eplb): lowers the default expert_imbalance of a group across nodes to 1.05.")
