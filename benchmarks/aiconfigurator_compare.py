@@ -368,12 +368,14 @@ def scenario(question: Question, criterion: str, seeds: int) -> dict[str, Any]:
 
 
 def plan_answers(plan: dict[str, Any], criterion: str) -> list[Answer]:
-    """The plan's best colocated and best split candidates (its recommendation and the best of
-    the other layout kind)."""
+    """The plan's best colocated and best split candidates (``best``: its pick of each layout
+    kind; a plan.json without it, its recommendation and the best of the other kind)."""
     by_id = {c["id"]: c for c in plan["candidates"]}
     answers = []
-    for key in ("recommended", "runner_up"):
-        candidate = by_id.get(plan.get(key) or "")
+    picks = (plan["best"].get(kind) for kind in ("colocated", "disaggregated")) \
+        if plan.get("best") else (plan.get(key) for key in ("recommended", "runner_up"))
+    for pick in picks:
+        candidate = by_id.get(pick or "")
         if candidate is None or candidate.get("goodput") is None:
             continue
         at = candidate["at_goodput"]
