@@ -9,6 +9,7 @@ checked in the default run, and every one of them, the plans included, in the sl
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -59,11 +60,11 @@ def _checkout(tmp_path: Path, page: str = PAGE) -> Path:
 def test_a_marker_names_its_command_and_the_lines_shown(tmp_path):
     docs = _checkout(tmp_path)
     first, second = find_examples(docs / "page.md")
-    assert (first.line, first.command, first.start, first.end, first.block) == (
-        5, "python -c \"print('one'); print('two  '); print('three')\"", "^two", "three",
+    assert (first.line, first.command, first.start, first.end, first.keep, first.block) == (
+        5, "python -c \"print('one'); print('two  '); print('three')\"", "^two", "three", None,
         "old\n")
-    assert (second.line, second.command, second.start, second.end, second.block) == (
-        14, "clustersim --version", None, None, "")
+    assert (second.line, second.command, second.start, second.end, second.keep,
+            second.block) == (14, "clustersim --version", None, None, None, "")
     assert example_pages(docs) == [docs / "page.md"]
 
 
@@ -72,6 +73,8 @@ def test_an_excerpt_runs_from_its_first_line_to_its_last_without_trailing_blanks
     assert excerpt(example, "one\ntwo  \nthree\nfour\n") == "two\nthree\n"
     with pytest.raises(ClusterSimError, match="to: no line of .* matches 'three' at or after"):
         excerpt(example, "three\ntwo\n")
+    rows = replace(example, keep="^(two|f)")
+    assert excerpt(rows, "one\ntwo\nskip\nfour\nthree\nfive\n") == "two\nfour\n"
 
 
 def test_only_what_changes_between_runs_is_masked():
@@ -118,7 +121,7 @@ def test_an_example_runs_beside_the_checkout_not_in_it(tmp_path):
 def test_a_page_edited_while_its_commands_ran_keeps_the_edit(tmp_path):
     docs = _checkout(tmp_path)
     example = find_examples(docs / "page.md")[0]
-    key = (example.command, example.start, example.end, 0)
+    key = (example.command, example.start, example.end, example.keep, 0)
     edited = PAGE.replace("Some prose,", "Some prose,\nwritten meanwhile over two lines,")
     text = rewritten(docs / "page.md", edited, {key: (example, "two\nthree\n")})
     assert "written meanwhile over two lines," in text
@@ -128,7 +131,7 @@ def test_a_page_edited_while_its_commands_ran_keeps_the_edit(tmp_path):
 @pytest.mark.parametrize("marker, message", [
     ("<!-- example: ls -l -->", "an example's command starts with `clustersim` or `python`"),
     ("<!-- example: clustersim catalog\n     since: x -->", "'since: x': a line below the "
-     "command is `from: REGEX` or `to: REGEX`, each at most once"),
+     "command is `from: REGEX`, `to: REGEX` or `keep: REGEX`, each at most once"),
     ("<!-- example: clustersim catalog\n     from: ( -->", "from: not a regular expression"),
     ("<!-- example: clustersim catalog -->\nprose between", "an example's marker ends in `-->` "
      "and its fenced block (```) starts on the next line"),
@@ -166,10 +169,14 @@ def test_the_readme_simulate_example_is_what_simulate_prints():
         "\n".join(say) + "\nrun `clustersim docs --write` and commit the pages")
 
 
+_RAN: dict[str, str] = {}
+"""Each command's output, run once for the examples that share it."""
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("example", _shipped(), ids=lambda e: f"{e.page.name}:{e.line}")
 def test_every_example_is_what_its_command_prints(example):
-    outcome = regenerate(example, ROOT)
+    outcome = regenerate(example, ROOT, _RAN)
     assert outcome.current, (
         f"{example.where}: `{example.command}` prints something else now: run "
         f"`{sys.executable} -m clustersim docs --write --only '{example.command}'` from the "

@@ -48,7 +48,7 @@ NOT_TERMS = {
     # placeholders of the command line's help and of file names
     "FILE", "SECONDS", "TOKENS", "BATCH", "CONTEXT", "COLUMN", "COL", "KEY", "PROFILE",
     "HOST", "PORT", "YYYYmmdd", "HHMMSS", "GENERATED", "RPS", "COMMAND", "REGEX", "PREFILL",
-    "DECODE", "PR",
+    "DECODE", "PR", "NAME",
     # environment variables the commands set for the processes they start
     "PYTHONPATH", "COLUMNS", "TERM",
     # the SLO verdict's and the N+1 check's words, in capitals for emphasis: defined in lower

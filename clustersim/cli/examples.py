@@ -9,11 +9,16 @@ that names the command, as the reader would type it from the checkout's root::
     ```
 
 An excerpt names its first and last lines by regular expressions (searched in each line of
-the output; the last is the first match at or after the first), each on a line of the marker::
+the output; the last is the first match at or after the first), each on a line of the marker,
+and may keep only the lines between them that match a third::
 
     <!-- example: clustersim plan scenarios/qwen7b_a100_min_gpus.yaml
          from: ^recommendation:
          to: the whole deployment sits -->
+    <!-- example: clustersim compare scenarios/pd_azure_conv_dgx.yaml
+         from: ^GPUs:
+         to: ^  - handoff p95
+         keep: ^(GPUs|TTFT p95|verdict|  - ) -->
 
 ``clustersim docs --write`` runs each marked command in a scratch folder that sees the
 checkout's files (so the ``runs/`` and ``reports/`` it writes land there, named in its output
@@ -42,7 +47,7 @@ _MARKER = re.compile(r"^<!-- example:", re.M)
 _MARKED = re.compile(r"<!-- example:(?P<body>(?:(?!-->).)*)-->\n```[\w-]*\n(?P<block>.*?)^```$",
                      re.S | re.M)
 
-_KEYS = ("from", "to")
+_KEYS = ("from", "to", "keep")
 """The selectors a marker may give below its command."""
 
 VOLATILE: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -66,6 +71,8 @@ class Example:
     command: str
     start: str | None
     end: str | None
+    keep: str | None
+    """Of the lines from ``start`` to ``end``, only those this matches (None: all)."""
     block: str
     """The block's text as the page holds it (every line ends in a newline)."""
     span: tuple[int, int]
@@ -107,7 +114,8 @@ def find_examples(page: Path, text: str | None = None) -> list[Example]:
             key, colon, value = item.strip().partition(":")
             if not colon or key not in _KEYS or key in selectors:
                 raise ClusterSimError(where, f"{item.strip()!r}: a line below the command is "
-                                      "`from: REGEX` or `to: REGEX`, each at most once")
+                                      "`from: REGEX`, `to: REGEX` or `keep: REGEX`, each at "
+                                      "most once")
             try:
                 re.compile(value.strip())
             except re.error as error:
@@ -115,12 +123,13 @@ def find_examples(page: Path, text: str | None = None) -> list[Example]:
                                       ) from None
             selectors[key] = value.strip()
         found.append(Example(page, line, command, selectors.get("from"), selectors.get("to"),
-                             match["block"], match.span("block")))
+                             selectors.get("keep"), match["block"], match.span("block")))
     return found
 
 
 def excerpt(example: Example, output: str) -> str:
-    """The lines of ``output`` the example shows, each without trailing blanks."""
+    """The lines of ``output`` the example shows, each without trailing blanks, and no blank
+    line at the end."""
     lines = [line.rstrip() for line in output.rstrip("\n").splitlines()]
     first = 0
     if example.start is not None:
@@ -128,7 +137,10 @@ def excerpt(example: Example, output: str) -> str:
     last = len(lines) - 1
     if example.end is not None:
         last = _first(lines, example.end, first, example, "to")
-    shown = lines[first:last + 1]
+    shown = [line for line in lines[first:last + 1]
+             if example.keep is None or re.search(example.keep, line)]
+    while shown and not shown[-1]:  # `to: ^$` ends an excerpt with its paragraph
+        shown.pop()
     return "\n".join(shown) + "\n" if shown else ""
 
 
@@ -193,9 +205,15 @@ class Outcome:
         return masked(self.made) == masked(self.example.block)
 
 
-def regenerate(example: Example, checkout: Path) -> Outcome:
+def regenerate(example: Example, checkout: Path,
+               ran: dict[str, str] | None = None) -> Outcome:
+    """What ``example``'s block holds when made now; ``ran``: the output of each command run
+    before, by command, which examples of the same command share (filled as it goes)."""
     began = time.perf_counter()
-    made = excerpt(example, run_command(example, checkout))
+    ran = {} if ran is None else ran
+    if example.command not in ran:
+        ran[example.command] = run_command(example, checkout)
+    made = excerpt(example, ran[example.command])
     return Outcome(example, made, time.perf_counter() - began)
 
 
@@ -205,7 +223,7 @@ def _keys(examples: list[Example]) -> list[tuple]:
     seen: dict[tuple, int] = {}
     out = []
     for example in examples:
-        key = (example.command, example.start, example.end)
+        key = (example.command, example.start, example.end, example.keep)
         seen[key] = seen.get(key, -1) + 1
         out.append((*key, seen[key]))
     return out
@@ -235,13 +253,14 @@ def run_examples(folder: Path, only: str | None, write: Callable[[Path, str], No
     the stale ones; the number of examples stale (before writing)."""
     checkout = folder.parent.resolve()
     stale = 0
+    ran: dict[str, str] = {}
     for page in example_pages(folder):
         examples = find_examples(page)
         made: dict[tuple, tuple[Example, str]] = {}
         for key, example in zip(_keys(examples), examples, strict=True):
             if only is not None and only not in f"{example.where} {example.command}":
                 continue
-            outcome = regenerate(example, checkout)
+            outcome = regenerate(example, checkout, ran)
             state = "current" if outcome.current else "written" if write else "stale"
             say(f"{example.where}: `{example.command}`: {state} ({outcome.wall_s:,.1f} s)")
             if not outcome.current:
