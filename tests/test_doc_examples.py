@@ -145,6 +145,17 @@ def test_a_bad_marker_is_one_line_and_exit_2(tmp_path, marker, message):
     assert output.strip().splitlines()[-1].startswith(f"{docs / 'page.md'}:1: {message}")
 
 
+def test_a_failing_example_leaves_the_others_written(tmp_path):
+    docs = _checkout(tmp_path, (
+        "<!-- example: python -c \"import sys; sys.exit('no such thing')\" -->\n```\n```\n\n"
+        "<!-- example: python -c \"print('made')\" -->\n```\n```\n"))
+    code, output = run_cli("docs", "--folder", str(docs), "--write")
+    assert code == 2
+    assert "`: failed: `python -c" in output and ": written (" in output
+    assert output.strip().splitlines()[-1].endswith("exited with 1: no such thing")
+    assert "```\nmade\n```" in (docs / "page.md").read_text()
+
+
 def test_only_is_refused_without_examples():
     code, output = run_cli("docs", "--no-examples", "--only", "plan")
     assert code == 2 and output.strip() == "--only: cannot be given with --no-examples"

@@ -32,7 +32,8 @@ TERMS = ["mnbt", "goodput", "attainment", "operating rate", "cliff", "Pareto fro
          "N+1", "P:D", "statistical tie", "keep-or-reject rule", "headroom", "tolerance",
          "draw", "probe", "candidate", "screen", "pruned", "three_pool", "colocated",
          "disaggregated", "kernel floor", "compute-bound", "memory-bound", "zero-shot",
-         "few-shot", "rms log error", "failure domain", "binding just above goodput"]
+         "few-shot", "rms log error", "failure domain", "binding just above goodput",
+         "best split", "split rule"]
 """Terms of art the output prints that are ordinary words, or carry punctuation: each must be
 printed by the modules above (or the list rots) and defined in the glossary."""
 

@@ -250,17 +250,25 @@ def run_examples(folder: Path, only: str | None, write: Callable[[Path, str], No
                  say: Callable[[str], None]) -> int:
     """Regenerate every example of the pages beside and in ``folder`` whose page, line or
     command contains ``only`` (all when None), say each one's state, and with ``write`` write
-    the stale ones; the number of examples stale (before writing)."""
+    the stale ones; the number of examples stale (before writing). An example that cannot be
+    made (its command fails, a selector matches nothing) is said and skipped, and the first
+    such error raised once every other example is done."""
     checkout = folder.parent.resolve()
     stale = 0
     ran: dict[str, str] = {}
+    failed: list[ClusterSimError] = []
     for page in example_pages(folder):
         examples = find_examples(page)
         made: dict[tuple, tuple[Example, str]] = {}
         for key, example in zip(_keys(examples), examples, strict=True):
             if only is not None and only not in f"{example.where} {example.command}":
                 continue
-            outcome = regenerate(example, checkout, ran)
+            try:
+                outcome = regenerate(example, checkout, ran)
+            except ClusterSimError as error:  # said now, raised once the others are done
+                say(f"{example.where}: `{example.command}`: failed: {error.message}")
+                failed.append(error)
+                continue
             state = "current" if outcome.current else "written" if write else "stale"
             say(f"{example.where}: `{example.command}`: {state} ({outcome.wall_s:,.1f} s)")
             if not outcome.current:
@@ -270,4 +278,6 @@ def run_examples(folder: Path, only: str | None, write: Callable[[Path, str], No
                     say(difference(example.block, outcome.made))
         if write is not None and made:
             write(page, rewritten(page, page.read_text(encoding="utf-8"), made))
+    if failed:
+        raise failed[0]
     return stale
