@@ -260,6 +260,26 @@ SHOWN_ROWS = 12
 """Simulated rows the printed table shows at least (and every row the answer names)."""
 
 
+def legend(result: PlanResult) -> str:
+    """One line that spells out the candidates' names where a reader first meets them (every
+    term of the printout is in docs/glossary.md)."""
+    shown = [c.candidate for c in result.measured]
+    if not shown:
+        return ""
+    pools = [p for c in shown for p in c.pools]
+    parts = []
+    if any(p.role != "colocated" for p in pools):
+        parts.append("xP + yD = x prefill and y decode instances")
+    parts.append("TPn = n GPUs per instance (tensor parallel)")
+    if any(p.pipeline_parallel_size > 1 for p in pools):
+        parts.append("TPn x PPk = k pipeline stages of n GPUs")
+    if any(p.data_parallel_size > 1 for p in pools):
+        parts.append("TPn x DPk EP = k data-parallel ranks of n GPUs sharing the experts")
+    if any(c.max_num_batched_tokens is not None and not c.baseline for c in shown):
+        parts.append("mnbt = max_num_batched_tokens, the most tokens one engine step takes")
+    return "terms: " + "; ".join(parts) + "; every term: docs/glossary.md"
+
+
 def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
     counts: dict[str, int] = {}
     for c in result.candidates:
@@ -274,6 +294,9 @@ def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
                + ", ".join(f"{n} {status}" for status, n in counts.items())
                + f"); {result.num_simulations} simulations in {wall_s:,.1f} s on {workers} worker"
                f"{'s' if workers != 1 else ''}")
+    terms = legend(result)
+    if terms:
+        typer.echo(terms)
     typer.echo("")
     typer.echo("answer:")
     for line in result.short_answer or (result.answer,):

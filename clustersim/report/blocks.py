@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from clustersim.metrics.goodput import SloVerdict
     from clustersim.scenario import Scenario
 
+GLOSSARY_DOC = "docs/glossary.md"
+"""Cited by name, never linked: a report is one file to mail, with no path into a checkout."""
 BENCH_PERCENTILES = (50, 90, 99)
 """The percentiles of the plan's ``vllm bench serve --metric-percentiles 50,90,99``."""
 _WIDTH = 50
@@ -180,6 +182,10 @@ def definitions() -> list[Text | Bullets]:
     """reference/metrics.md's definitions, as every summary states them, and the plan's."""
     per_run = tuple(part.strip() for part in DEFINITIONS.split(";"))
     return [
+        Text.of("Every abbreviation and term of art of this report (mnbt = "
+                "max_num_batched_tokens, xP + yD, TP, P:D, N+1, CI, goodput, attainment, the "
+                "cliff, ...) is defined in ", Span(GLOSSARY_DOC, "code"),
+                " in clustersim's source repository."),
         Text.of("As written into every ", Span("summary.json", "code"), " (",
                 Span("clustersim.metrics.run.DEFINITIONS", "code"), "):"),
         Bullets.of(*per_run),
