@@ -42,13 +42,24 @@ def test_every_scheduler_knob_is_a_setting_of_the_same_name():
     assert set(SETTINGS_FIELDS) == scheduler - set(RESOLVED_FIELDS) - set(ENGINE_ONLY_FIELDS)
 
 
+VERSION_DEFAULTS = {"async_scheduling"}
+"""Knobs whose setting left unset takes vLLM's default for ``engine.vllm_version``."""
+
+
 def test_carried_knobs_share_their_default_and_type():
     defaults = EngineSettings()
     for f in fields(SchedulerConfig):
         if f.name not in SETTINGS_FIELDS:
             continue
         assert f.default is not MISSING, f.name
+        if f.name in VERSION_DEFAULTS:
+            assert getattr(defaults, f.name) is None, f.name
+            continue
         assert getattr(defaults, f.name) == f.default, f.name
+    model, gpu = load_model("llama-3.1-8b"), load_gpu("h100-sxm")
+    for version, on in (("0.13", False), ("0.14", True), ("0.33", True)):
+        settings = EngineSettings(max_model_len=4096, vllm_version=version)
+        assert resolve_engine(settings, model, gpu, 1).scheduler.async_scheduling is on, version
     for name, literal in (("policy", QueuePolicy), ("step_policy", StepPolicy)):
         assert EngineSettings.model_fields[name].annotation is literal, name
 

@@ -45,7 +45,7 @@ NOT_TERMS = {
     "vLLM",
     # file formats, units and everyday computing words
     "JSON", "YAML", "CSV", "HTML", "PNG", "PNGs", "README", "NOTICE", "HTTP", "API", "ID", "GB",
-    "GiB", "MiB", "KiB", "CPU", "GPU", "LLM", "USD", "DRAM", "L2", "IO", "UI", "GCS",
+    "MB", "GiB", "MiB", "KiB", "CPU", "GPU", "LLM", "USD", "DRAM", "L2", "IO", "UI", "GCS",
     # placeholders of the command line's help and of file names
     "FILE", "SECONDS", "TOKENS", "BATCH", "CONTEXT", "COLUMN", "COL", "KEY", "PROFILE",
     "HOST", "PORT", "YYYYmmdd", "HHMMSS", "GENERATED", "RPS", "COMMAND", "REGEX", "PREFILL",

@@ -82,7 +82,13 @@ def test_a_slower_kv_link_moves_the_answer_toward_colocation(tmp_path):
                   "handoff_budget_s": 0.05}))
 
     fast, slow = answer(400), answer(4)
-    assert fast.recommended.candidate.layout == "disaggregated"
+    # on the fast link the split serves the most (two draws may leave it tied with colocation,
+    # whose fewer pools then take the tie: the physics is the goodput's)
+    best = max((c for c in fast.candidates if c.goodput is not None),
+               key=lambda c: c.goodput.mean_per_s)
+    assert best.candidate.layout == "disaggregated"
+    assert fast.recommended.candidate.layout == "disaggregated" or (
+        fast.tie is not None and fast.tie.by_goodput == best.id)
     assert slow.recommended.candidate.layout == "colocated"
     split = next(c for c in slow.candidates if c.candidate.layout == "disaggregated")
     assert split.status == "infeasible" and "TTFT" in split.reason
