@@ -23,6 +23,7 @@ PRINTING = [
     *sorted((ROOT / "clustersim" / "metrics").glob("*.py")),
     ROOT / "clustersim" / "output.py",
     ROOT / "clustersim" / "calibration" / "report.py",
+    ROOT / "clustersim" / "calibration" / "aiconfigurator_section.py",
 ]
 """What ``plan``, ``simulate``, ``compare``, ``validate``, ``step-time`` and the report print
 is written in these modules. ``cli/reference.py`` writes docs pages, not output."""

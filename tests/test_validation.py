@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
 from clustersim.calibration import splitwise, vllm_runs
+from clustersim.calibration.aiconfigurator_section import AICONFIGURATOR_SECTION
 from clustersim.calibration.report import render_text
 from clustersim.catalog import load_gpu
 from tests.helpers import run_cli
@@ -114,6 +116,51 @@ def test_docs_page_is_generated():
     assert "### Zero-shot" in page and "### Few-shot" in page
 
 
+# ------------------------------------------------------------ beside aiconfigurator
+REASONS = "### Where the two differ by more than 1.5x, and why"
+
+
+def table_ratios(section: str) -> tuple[list[str], list[str]]:
+    """The ratios the section's tables print, as ``2.02x``: each aiconfigurator answer's
+    ``x P90`` and ``x means``, and each step row's aiconfigurator-over-clustersim ``x``."""
+    answers, steps = [], []
+    for line in section.split(REASONS)[0].splitlines():
+        words = line.split()
+        if words[:1] in (["colocated"], ["split"]) and words[1] == "aiconfigurator":
+            answers += [w for w in words if re.fullmatch(r"\d+\.\d\dx", w)]
+        elif step := re.fullmatch(r"TP\d+ x DP\d+ .* per rank +(?:prefill|decode) +(.*)", line):
+            prices = step.group(1).split()  # clustersim, then (aic ms, x) per backend
+            steps += [f"{w}x" for w in prices[2::2] if w != "-"]
+    return answers, steps
+
+
+def unexplained_gaps(section: str) -> list[str]:
+    """Ratios in the tables more than 1.5x from 1, either way, that the reasons never name."""
+    answers, steps = table_ratios(section)
+    reasons = section.split(REASONS)[1]
+    return [r for r in answers + steps
+            if not 1 / 1.5 <= float(r[:-1]) <= 1.5 and r not in reasons]
+
+
+def test_docs_page_ends_with_the_aiconfigurator_section():
+    page = DOCS_PAGE.read_text()
+    assert page.endswith(AICONFIGURATOR_SECTION)
+    assert "## Beside NVIDIA aiconfigurator" in page and REASONS in page
+
+
+def test_every_gap_above_one_and_a_half_is_explained():
+    answers, steps = table_ratios(AICONFIGURATOR_SECTION)
+    # two questions x two layout kinds x two backends x two verdicts; nine steps x two backends
+    assert len(answers) == 16 and len(steps) == 18
+    assert unexplained_gaps(AICONFIGURATOR_SECTION) == []
+    # a gap the reasons do not name is caught, in the answers and in the steps
+    section = AICONFIGURATOR_SECTION.replace("2.34x", "2.35x", 1)
+    assert unexplained_gaps(section) == ["2.35x"]
+    step = re.search(r"(per rank +decode +[\d.]+ +[\d.]+ +)(1\.08)", AICONFIGURATOR_SECTION)
+    section = AICONFIGURATOR_SECTION.replace(step.group(0), step.group(1) + "1.97", 1)
+    assert unexplained_gaps(section) == ["1.97x"]
+
+
 # ----------------------------------------------------------------------- CLI
 @pytest.mark.slow
 def test_calibrate_cli_writes_a_profile(tmp_path):
@@ -173,3 +220,4 @@ def test_validate_cli_prints_tables_and_writes_docs(tmp_path):
     assert "vLLM 0.19 serving runs, zero-shot" in output
     assert "vLLM 0.19 serving runs, few-shot" in output
     assert page.read_text().startswith("# How far to trust")
+    assert page.read_text().endswith(AICONFIGURATOR_SECTION)
