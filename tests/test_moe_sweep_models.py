@@ -10,7 +10,8 @@ import pytest
 
 from clustersim.catalog import load_gpu, load_model
 from clustersim.catalog.quantization import QuantizationSpec
-from clustersim.cost.roofline import CostModel
+from clustersim.cost.collectives import add_segments, allreduce_segments
+from clustersim.cost.roofline import BatchShape, CostModel
 from clustersim.engine.quantization import served_model
 
 KIMI_INT4 = {  # Kimi-K2.5's quantization_config (its ignore list keeps all but the experts)
@@ -41,7 +42,7 @@ MINIMAX_M25_CONFIG = {  # the fields of MiniMaxAI/MiniMax-M2.5's config.json the
     "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 1536,
     "num_local_experts": 256, "num_experts_per_tok": 8, "shared_intermediate_size": 0,
     "vocab_size": 200064, "max_position_embeddings": 196608, "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
+    "torch_dtype": "bfloat16", "use_qk_norm": True, "qk_norm_type": "per_layer",
     "quantization_config": {"quant_method": "fp8", "fmt": "float8_e4m3fn",
                             "activation_scheme": "dynamic", "weight_block_size": [128, 128],
                             "modules_to_not_convert": ["gate", "e_score_correction_bias",
@@ -64,16 +65,18 @@ def test_the_config_json_reads_as_the_catalog_entry(tmp_path, model_id, config):
     assert model.active_params == catalog.active_params
     assert model.quantization == catalog.quantization
     assert model.weight_bytes == catalog.weight_bytes
+    assert model.qk_norm_across_heads == catalog.qk_norm_across_heads
 
 
 def test_minimax_counts_what_its_model_card_says():
     model = load_model("minimax-m2.5")
     # 230B total, 10B activated (model card); the Hub's safetensors count is these weights
-    # plus one fp32 scale per 128 x 128 block of every FP8 layer
-    assert model.num_params == 228_689_304_576
+    # (with the q/k norms' 62 x (6,144 + 1,024) weights over all heads) plus one fp32 scale
+    # per 128 x 128 block of every FP8 layer and the router's 62 x 256 score-correction biases
+    assert model.num_params == 228_689_748_992
     assert (model.active_params - 2 * 200_064 * 3072) / 1e9 == pytest.approx(9.80, abs=0.01)
     scales = sum(-(-k // 128) * -(-n // 128) * count for k, n, count in model.linear_shapes())
-    assert model.num_params + scales == pytest.approx(228_703_644_928, rel=1e-5)
+    assert model.num_params + scales + 62 * 256 == 228_703_644_928
     # GQA: 8 KV heads of 128, 62 layers, BF16; TP4 holds 2 heads a rank, TP8 one
     assert model.kv_bytes_per_token() == 2 * 62 * 8 * 128 * 2 == 253_952
     assert model.kv_bytes_per_token(4) == 63_488 and model.kv_bytes_per_token(8) == 31_744
@@ -105,3 +108,56 @@ def test_kimi_runs_its_experts_on_marlin_and_the_rest_in_16_bits():
     minimax = CostModel(served_model(load_model("minimax-m2.5"), gpu), gpu, tp=8)
     assert (minimax.kernel.name, minimax.expert_kernel.name) == (
         "w8a8_fp8", "fused_moe_fp8_block_triton")
+
+
+def test_minimax_all_reduces_its_qk_norm_variances_every_layer():
+    """MiniMax-M2 normalises q and k over all heads of a layer (qk_norm_type per_layer): vLLM's
+    MiniMaxText01RMSNormTP sums each rank's squares, all-reduces the two sums per token over TP
+    and normalises, every layer. The step pays one more latency-bound all-reduce a layer, priced
+    on the GPU's measured curve at its 8 bytes a token, and two small kernels a layer."""
+    gpu = load_gpu("h200")
+    model = served_model(load_model("minimax-m2.5"), gpu)
+    assert model.qk_norm_across_heads and not model.qk_norm
+    without = model.model_copy(update={"qk_norm_across_heads": False})
+    batch = BatchShape(num_decode_tokens=4, decode_kv_tokens=4 * 1500, num_sampled=4,
+                       num_seqs=4)
+
+    def by_name(cost: CostModel) -> dict[str, float]:
+        return {op.name: op.compute_s + op.memory_s + op.communication_s + op.overhead_s
+                for op in cost.operators(batch)}
+
+    for tp in (4, 8):
+        ops, base = by_name(CostModel(model, gpu, tp=tp)), by_name(CostModel(without, gpu, tp=tp))
+        ((name, extra_ar),) = [(n, ops[n] - base[n]) for n in ops if n.startswith("all-reduce")]
+        ((_, one_ar, per_token, _), *_) = allreduce_segments(gpu, tp, 8.0, 1)
+        assert extra_ar == pytest.approx(62 * (one_ar + 4 * per_token))
+        assert one_ar > 4e-6  # the measured all-reduce's latency: ~0.3 ms a step
+        small = next(n for n in ops if n.startswith("norms"))
+        floors = 2 * 62 * gpu.small_kernel_floor_s
+        assert ops[small] - base[small] >= floors
+    # one GPU: no all-reduce, the norm is one kernel
+    one, base = by_name(CostModel(model, gpu, tp=1)), by_name(CostModel(without, gpu, tp=1))
+    assert not [n for n in one if n.startswith("all-reduce")]
+    small = next(n for n in one if n.startswith("norms"))
+    assert 62 <= (one[small] - base[small]) / gpu.small_kernel_floor_s < 2 * 62
+
+
+def test_the_qk_norm_over_all_heads_is_read_from_the_config(tmp_path):
+    per_head = {**MINIMAX_M25_CONFIG, "qk_norm_type": "per_head"}
+    assert not _read(tmp_path, "per-head", per_head).qk_norm_across_heads
+    assert _read(tmp_path, "per-layer", MINIMAX_M25_CONFIG).qk_norm_across_heads
+
+
+def test_two_lists_of_all_reduce_segments_add_point_by_point():
+    gpu = load_gpu("h200")
+    layers, hidden = allreduce_segments(gpu, 4, 8.0, 62), allreduce_segments(gpu, 4, 6144.0, 125)
+    total = add_segments(hidden, layers)
+    assert total[-1][0] == float("inf") and total[0][3] == hidden[0][3]
+
+    def price(segments, tokens):
+        upto, fixed, per_token, _ = next(s for s in segments if s[0] > tokens)
+        return fixed + tokens * per_token
+
+    for tokens in (1, 4, 100, 1000, 5000, 100_000, 10_000_000):
+        assert price(total, tokens) == pytest.approx(price(hidden, tokens)
+                                                     + price(layers, tokens))

@@ -115,6 +115,10 @@ def model_from_hf_config(path: Path) -> ModelSpec:
         "o_bias": o_bias,
         "mlp_bias": mlp_bias,
         "qk_norm": model_type in _QK_NORM_TYPES,
+        # MiniMax-M2 normalises q and k over all heads of a layer (vLLM's minimax_m2.py builds
+        # q_norm/k_norm as MiniMaxText01RMSNormTP of head_dim x all heads)
+        "qk_norm_across_heads": bool(config.get("use_qk_norm"))
+        and config.get("qk_norm_type") == "per_layer",
         "norm": "layernorm" if is_opt else "rmsnorm",
         "learned_position_rows": max_pos + _OPT_POSITION_OFFSET if is_opt else 0,
         **_moe_fields(config, where),

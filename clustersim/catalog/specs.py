@@ -457,6 +457,10 @@ class ModelSpec(_Spec):
     o_bias: bool = False
     mlp_bias: bool = False
     qk_norm: bool = Field(False, description="Per-head RMSNorm on q and k (Qwen3).")
+    qk_norm_across_heads: bool = Field(
+        False, description="RMSNorm on q and on k over all heads of a layer at once (MiniMax-M2: "
+        "qk_norm_type per_layer): under TP the ranks all-reduce each token's partial variances."
+    )
     norm: Literal["rmsnorm", "layernorm"] = Field(
         "rmsnorm", description="layernorm carries a bias as well as a weight."
     )
@@ -523,6 +527,13 @@ class ModelSpec(_Spec):
                 f"num_attention_heads {self.num_attention_heads} is not a multiple of "
                 f"num_key_value_heads {self.num_key_value_heads}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _one_qk_norm(self) -> ModelSpec:
+        if self.qk_norm and self.qk_norm_across_heads:
+            raise ValueError("qk_norm (per head) and qk_norm_across_heads (per layer) exclude "
+                             "each other")
         return self
 
     @model_validator(mode="after")
@@ -603,7 +614,7 @@ class ModelSpec(_Spec):
                 f"qk_nope_head_dim + qk_rope_head_dim = "
                 f"{self.qk_nope_head_dim + self.qk_rope_head_dim}, got {self.head_dim}"
             )
-        if self.qkv_bias or self.o_bias or self.qk_norm:
+        if self.qkv_bias or self.o_bias or self.qk_norm or self.qk_norm_across_heads:
             raise ValueError("multi-head latent attention is modelled without attention biases "
                              "or q/k norms")
         return self
@@ -848,6 +859,8 @@ class ModelSpec(_Spec):
         norms = 2 * norm_width * h
         if self.qk_norm:
             norms += 2 * self.head_dim
+        if self.qk_norm_across_heads:  # one weight per query and per key channel of the layer
+            norms += self.q_size + self.kv_size
         return attention + mlp + norms
 
     def linear_layers(self) -> tuple[LinearLayer, ...]:

@@ -112,6 +112,21 @@ def allreduce_segments(
     return (custom, nccl)
 
 
+def add_segments(first: tuple[AllReduceSegment, ...],
+                 second: tuple[AllReduceSegment, ...]) -> tuple[AllReduceSegment, ...]:
+    """The sum of two steps' worth of all-reduce segments (each rising in tokens, the last
+    open-ended) as one list on the union of their bounds, named as ``first`` names them."""
+    bounds = sorted({upto for upto, *_ in (*first, *second)})
+    merged: list[AllReduceSegment] = []
+    lower = -math.inf
+    for upto in bounds:
+        a = next(seg for seg in first if seg[0] > lower)
+        b = next(seg for seg in second if seg[0] > lower)
+        merged.append((upto, a[1] + b[1], a[2] + b[2], a[3]))
+        lower = upto
+    return tuple(merged)
+
+
 # ------------------------------------------------------------ MoE all-to-all
 LOW_LATENCY_DISPATCH_S = 45e-6
 """Fixed seconds of one DeepEP low-latency dispatch (decode): DeepEP V1's measured latency

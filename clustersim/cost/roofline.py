@@ -92,6 +92,7 @@ from clustersim.catalog.specs import GpuSpec, ModelSpec
 from clustersim.cost.collectives import (
     DEEPEP_NORMAL_SMS,
     AllToAll,
+    add_segments,
     allreduce_segments,
     deepep_call_s,
 )
@@ -108,6 +109,11 @@ _ATTENTION_MATMULS = 2
 # once more per step after the vocab-parallel embedding lookup.
 _ALLREDUCES_PER_LAYER = 2
 _ALLREDUCES_PER_STEP = 1
+# A q/k norm over all heads of a layer (MiniMax-M2) all-reduces each token's q and k partial
+# variances, two float32 (vLLM's MiniMaxText01RMSNormTP.forward_qk, one all-reduce of both
+# since vllm-project/vllm PR #31493, December 2025, before the 0.16 and 0.18 releases): a
+# latency-bound all-reduce every layer.
+_QK_VARIANCE_BYTES = 2 * 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -501,9 +507,14 @@ class CostModel:
                 # a topology's link: its latency serves every collective on it
                 ag_latency = tp_link_latency_s
             count = _ALLREDUCES_PER_LAYER * layers + _ALLREDUCES_PER_STEP
-            p.set_allreduce(allreduce_segments(gpu, tp, h * e, count,
-                                               link_bytes_per_s=tp_link_bytes_per_s,
-                                               link_latency_s=tp_link_latency_s))
+            segments = allreduce_segments(gpu, tp, h * e, count,
+                                          link_bytes_per_s=tp_link_bytes_per_s,
+                                          link_latency_s=tp_link_latency_s)
+            if model.qk_norm_across_heads:
+                segments = add_segments(segments, allreduce_segments(
+                    gpu, tp, _QK_VARIANCE_BYTES, layers, link_bytes_per_s=tp_link_bytes_per_s,
+                    link_latency_s=tp_link_latency_s))
+            p.set_allreduce(segments)
             if tp_link_bytes_per_s is None:
                 tp_link_bytes_per_s = gpu.tp_link(tp).effective_bytes_per_s
             # every rank samples (vLLM V1), so the vocab-sharded logits are all-gathered: each

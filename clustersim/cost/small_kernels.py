@@ -14,7 +14,13 @@ RMSNorm layers take the residual add into the norm (``fused_add_rms_norm``: read
 states and the residual, writes both), so their residual adds are no kernels of their own;
 LayerNorm models add the residual in a kernel of its own. Qwen3 normalises every query and key
 head (``q_norm`` and ``k_norm``, two RMSNorm calls per layer) before the rotary embedding; Llama
-does not. A multi-head latent attention layer norms its query and KV latents
+does not. MiniMax-M2 normalises q and k over all heads of the layer at once
+(``MiniMaxText01RMSNormTP``, vllm/model_executor/models/minimax_m2.py): under TP each rank sums
+its channels' squares, the ranks all-reduce the two sums per token (priced with the step's
+all-reduces, ``clustersim.cost.roofline``), and a second kernel normalises: three launches a
+layer, as SGLang counts its fused version (sum, all-reduce, norm: sgl-project/sglang PR #14416),
+the scheme vLLM took up (vllm-project/vllm PR #31493); one kernel on one GPU. A multi-head
+latent attention layer norms its query and KV latents
 (``q_a_layernorm``, ``kv_a_layernorm``) and rotates only the rotary part of each head. A MoE
 layer picks each token's experts in a kernel of its own (``topk_softmax``); its activation
 runs inside the fused-MoE kernel (its measured fit holds it), its shared experts' does not.
@@ -93,6 +99,16 @@ def small_kernels(model: ModelSpec, tp: int = 1) -> tuple[SmallKernel, ...]:
         if model.qk_norm:
             kernels.append(SmallKernel("q_norm", layers, 2.0 * q_out * e))
             kernels.append(SmallKernel("k_norm", layers, 2.0 * kv_out * e))
+        if model.qk_norm_across_heads and tp > 1:
+            # the rank's share of each token's sums of squares (reads q and k, writes two
+            # float32), all-reduced over TP, then the normalisation (reads q and k, writes both)
+            kernels.append(SmallKernel("q/k norm over all heads: partial variances", layers,
+                                       (q_out + kv_out) * e + 2 * FLOAT32_BYTES))
+            kernels.append(SmallKernel("q/k norm over all heads: normalise", layers,
+                                       2.0 * (q_out + kv_out) * e))
+        elif model.qk_norm_across_heads:
+            kernels.append(SmallKernel("q_norm, k_norm over all heads", layers,
+                                       2.0 * (q_out + kv_out) * e))
         if has_rotary(model):
             kernels.append(SmallKernel("rotary_emb", layers, 2.0 * (q_out + kv_out) * e))
     # gated: silu_and_mul reads gate and up, writes their product; plain: one in, one out
