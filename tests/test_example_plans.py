@@ -101,7 +101,7 @@ def test_the_deepseek_plan_loses_a_data_parallel_group_whole(tmp_path):
     """deepseek_r1_h200_plan (one split shape, one draw, a lower target): its N+1 check loses
     the decode pool's DP16 group, all 16 GPUs of it, and prices a spare at all of them."""
     path = _trimmed("deepseek_r1_h200_plan.yaml", tmp_path, layouts=["disaggregated"],
-                    target_rate_per_s=20.0,
+                    target_rate_per_s=3.0,
                     prefill={"tensor_parallel_sizes": [1], "data_parallel_sizes": [8]},
                     decode={"tensor_parallel_sizes": [1], "data_parallel_sizes": [16]},
                     search={"seeds": 1, "min_requests": 300, "min_duration_s": 10,
