@@ -33,7 +33,7 @@ from clustersim.calibration.aiconfigurator import (
     gemm_rows,
 )
 from clustersim.calibration.fit import GemmRows, Reader, fit_gemm
-from clustersim.catalog import load_gpu
+from clustersim.catalog import load_gpu, load_profiles
 from clustersim.catalog.specs import GpuSpec
 
 HOLD_OUT_EVERY = 5
@@ -60,7 +60,8 @@ class HeldOutScore:
     median_abs_error: float
     """Median ``|predicted / measured - 1|`` over the held-out rows."""
     in_sample_rms_log_error: float
-    """The shipped fit's (every row) over the rows it was fitted on."""
+    """The shipped fit's (every row) over the rows it was fitted on, as its profile's
+    provenance records it."""
 
 
 def held_out_mask(tokens: np.ndarray) -> tuple[np.ndarray, tuple[int, ...]]:
@@ -95,15 +96,14 @@ def gemm_predict_s(rows: GemmRows, fit: dict[str, float], peak_flops: float,
 
 
 def gemm_held_out(frame: pd.DataFrame, dtype: str, peak_flops: float, bytes_per_s: float,
-                  ) -> tuple[tuple[int, ...], int, np.ndarray, float]:
-    """(held-out M, rows fitted, held-out log errors, every row's rms) of one dtype's GEMMs."""
+                  ) -> tuple[tuple[int, ...], int, np.ndarray]:
+    """(held-out M, rows fitted, held-out log errors) of one dtype's GEMMs."""
     rows = gemm_rows(frame, dtype)
     held, values = held_out_mask(rows.tokens)
     train, test = _subset(rows, ~held), _subset(rows, held)
     fit = fit_gemm(train, peak_flops, bytes_per_s, GEMM_HALVES, GEMM_FLOORS)
-    every = fit_gemm(rows, peak_flops, bytes_per_s, GEMM_HALVES, GEMM_FLOORS)
     log_err = np.log(gemm_predict_s(test, fit, peak_flops, bytes_per_s) / test.time_s)
-    return values, fit["num_rows"], log_err, every["rms_log_error"]
+    return values, fit["num_rows"], log_err
 
 
 # ------------------------------------------------------------------ attention
@@ -134,48 +134,56 @@ def decode_predict_s(frame: pd.DataFrame, fit: dict[str, float], floor_s: float,
 
 
 def attention_held_out(context: pd.DataFrame, generation: pd.DataFrame, gpu: GpuSpec,
-                       ) -> dict[str, tuple[tuple[int, ...], int, np.ndarray, float]]:
+                       ) -> dict[str, tuple[tuple[int, ...], int, np.ndarray]]:
     """Prefill attention by prompt length and decode attention by context, each with the
     other's split too: the kernel floor comes from the kept decode rows alone."""
     gen_held, gen_values = held_out_mask(generation.step.to_numpy())
     floor_s = attention_floor(generation[~gen_held])
-    every_floor = attention_floor(generation)
 
     pre = context[context.isl >= _PREFILL_MIN_PROMPT]
     pre_held, pre_values = held_out_mask(pre.isl.to_numpy())
     fit = fit_prefill_attention(pre[~pre_held], gpu, floor_s)
-    every = fit_prefill_attention(pre, gpu, every_floor)
     test = pre[pre_held]
     prefill = (pre_values, fit["num_rows"],
-               np.log(prefill_predict_s(test, fit, floor_s, gpu) / (test.latency * 1e-3)),
-               every["rms_log_error"])
+               np.log(prefill_predict_s(test, fit, floor_s, gpu) / (test.latency * 1e-3)))
 
     dec = fit_decode_attention(generation[~gen_held], gpu, floor_s)
-    every_dec = fit_decode_attention(generation, gpu, every_floor)
     test = generation[gen_held & (_kv_bytes(generation) >= DECODE_MIN_KV_BYTES)]
     decode = (gen_values, dec["num_rows"],
-              np.log(decode_predict_s(test, dec, floor_s, gpu) / (test.latency * 1e-3)),
-              every_dec["rms_log_error"])
+              np.log(decode_predict_s(test, dec, floor_s, gpu) / (test.latency * 1e-3)))
     return {"prefill attention": prefill, "decode attention": decode}
 
 
 # ------------------------------------------------------------------ per GPU
+PROVENANCE = {"bf16 GEMM": "gemm", "FP8 GEMM": "fp8_gemm", "prefill attention": "attention",
+              "decode attention": "decode_attention"}
+"""Each table's fit in a fit-v2 profile's provenance (where its every-row error is)."""
+
+
 def held_out_scores(gpu_ids: tuple[str, ...] | None = None,
+                    tables: tuple[str, ...] = tuple(PROVENANCE),
                     read: Reader = pd.read_csv) -> list[HeldOutScore]:
-    """Every aiconfigurator GPU's (``TABLES``) GEMM and attention fits, refitted without the
-    held-out token counts and scored on them."""
+    """Every aiconfigurator GPU's (``TABLES``) fits of ``tables`` (``PROVENANCE``'s keys),
+    refitted without the held-out token counts and scored on them."""
     scores = []
     for gpu_id in gpu_ids or tuple(TABLES):
         gpu = load_gpu(gpu_id, profile="default")
+        shipped = load_profiles("aiconfigurator")[gpu_id]["provenance"]
         stem = TABLES[gpu_id]
         gemm = read(AIC_DIR / f"gemm_{stem}.csv")
-        parts = {"bf16 GEMM": gemm_held_out(gemm, "bfloat16", gpu.peak_flops,
-                                            gpu.mem_bytes_per_s)}
-        if gpu.fp8_dense_tflops is not None and (gemm.gemm_dtype == "fp8").any():
+        parts = {}
+        if "bf16 GEMM" in tables:
+            parts["bf16 GEMM"] = gemm_held_out(gemm, "bfloat16", gpu.peak_flops,
+                                               gpu.mem_bytes_per_s)
+        if ("FP8 GEMM" in tables and gpu.fp8_dense_tflops is not None
+                and (gemm.gemm_dtype == "fp8").any()):
             parts["FP8 GEMM"] = gemm_held_out(gemm, "fp8", gpu.fp8_dense_tflops * 1e12,
                                               gpu.mem_bytes_per_s)
-        parts.update(attention_held_out(read(AIC_DIR / f"context_attention_{stem}.csv"),
-                                        read(AIC_DIR / f"generation_attention_{stem}.csv"),
-                                        gpu))
-        scores += [_score(gpu_id, table, *part) for table, part in parts.items()]
+        if {"prefill attention", "decode attention"} & set(tables):
+            attention = attention_held_out(
+                read(AIC_DIR / f"context_attention_{stem}.csv"),
+                read(AIC_DIR / f"generation_attention_{stem}.csv"), gpu)
+            parts.update({k: v for k, v in attention.items() if k in tables})
+        scores += [_score(gpu_id, table, *part, shipped[PROVENANCE[table]]["rms_log_error"])
+                   for table, part in parts.items()]
     return scores
