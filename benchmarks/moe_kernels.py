@@ -3,7 +3,8 @@
     python benchmarks/moe_kernels.py [--tokens 1,8,64,512,4096]
 
 For each catalog MoE model, in each format its experts are stored in or served with, on each
-GPU with its own fused-MoE table (H100 SXM, H200): the format and kernel vLLM runs
+8-GPU node with its own fused-MoE table (H100 SXM, H200, B200, B300; the GB200's and GB300's
+4-GPU trays hold too few GPUs for the TP8 cases): the format and kernel vLLM runs
 (clustersim.cost.moe), then per token count entering the layer the table's time (the shipped
 cut of aiconfigurator's ``moe_perf``), clustersim's price (its curve), the table's fit alone
 (what prices a shape the table lacks) and the price without any fused-MoE table (the format's
@@ -41,7 +42,7 @@ CASES: tuple[tuple[str, QuantizationSpec | None, int, bool], ...] = (
     ("gpt-oss-120b", None, 1, False),
     ("gpt-oss-20b", None, 1, False),
 )
-GPUS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm"}
+GPUS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm", "b300": "b300_sxm"}
 
 
 def experts_us(cost: CostModel, tokens: int) -> float:
@@ -78,7 +79,7 @@ def main() -> None:
     parser.add_argument("--tokens", default="1,8,64,512,4096")
     args = parser.parse_args()
     counts = [int(t) for t in args.tokens.split(",")]
-    print(f"{'gpu':<9}{'model':<22}{'format / kernel':<32}{'split':<11}{'tokens':>7}"
+    print(f"{'gpu':<9}{'model':<22}{'format / kernel':<39}{'split':<11}{'tokens':>7}"
           f"{'table us':>10}{'priced us':>10}{'fit us':>9}{'no table us':>12}"
           f"{'no table/table':>15}")
     for gpu_id, stem in GPUS.items():
@@ -100,7 +101,7 @@ def main() -> None:
                 measured = table_us(stem, pricing.format, pricing.kernel.kernel, model,
                                     pricing.moe_tp, pricing.moe_ep, tokens)
                 was = experts_us(old, tokens)
-                print(f"{gpu_id:<9}{model_id:<22}{label:<32}{split:<11}{tokens:>7}"
+                print(f"{gpu_id:<9}{model_id:<22}{label:<39}{split:<11}{tokens:>7}"
                       f"{'-' if measured is None else f'{measured:.1f}':>10}"
                       f"{experts_us(priced, tokens):>10.1f}{experts_us(fit, tokens):>9.1f}"
                       f"{was:>12.1f}"

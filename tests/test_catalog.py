@@ -21,6 +21,9 @@ GPU_IDS = [
     "h200",
     "l40s",
     "b200",
+    "b300",
+    "gb200",
+    "gb300",
     "mi300x",
     "rtx-pro-6000",
     "rtx-pro-6000-server",
@@ -106,8 +109,38 @@ def test_gpu_datasheet_numbers():
     assert round(load_gpu("b200").mem_capacity_bytes / 2**30, 2) == 178.4
     assert round(load_gpu("h200").mem_capacity_bytes / 2**30, 2) == 139.81
     assert round(load_gpu("l40s").mem_capacity_bytes / 2**30, 2) == 44.39
+    assert round(load_gpu("gb300").mem_capacity_bytes / 2**30, 2) == 276.50
+    # no PyTorch reading: nvidia-smi's on the parts aiconfigurator measured
+    assert load_gpu("b300").mem_capacity_bytes == 275_040 * 2**20
+    assert load_gpu("gb200").mem_capacity_bytes == 189_471 * 2**20
     assert all(load_gpu(g).fp8_dense_tflops is None for g in GPU_IDS if g.startswith("a100"))
     assert load_gpu("mi300x").link.kind == "infinity_fabric"
+
+
+@pytest.mark.parametrize(("gpu_id", "peaks", "capability", "sms"), [
+    ("b200", (2250, 4500, 9000, 4500), "10.0", 148),
+    ("b300", (2250, 4500, 14000, 153.5), "10.3", 160),
+    ("gb200", (2500, 5000, 10000, 5000), "10.0", 148),
+    ("gb300", (2500, 5000, 15000, 165), "10.3", 160),
+])
+def test_blackwell_peaks_and_links(gpu_id, peaks, capability, sms):
+    gpu = load_gpu(gpu_id)
+    assert (gpu.bf16_dense_tflops, gpu.fp8_dense_tflops, gpu.fp4_dense_tflops,
+            gpu.int8_dense_tops) == peaks
+    assert (gpu.compute_capability, gpu.sm_count) == (capability, sms)
+    assert gpu.link.kind == "nvlink" and gpu.link.bw_gb_per_s_per_dir == 900  # NVLink 5
+    assert "aiconfigurator" in gpu.source
+
+
+def test_a_grace_blackwell_gpu_groups_within_its_compute_tray():
+    """The GB200's and GB300's measured collectives span one 4-GPU tray; a wider group would
+    cross the NVL72 rack's NVSwitch domain, which is not modelled: refused, not guessed."""
+    for gpu_id in ("gb200", "gb300"):
+        gpu = load_gpu(gpu_id)
+        assert gpu.tp_link(4) is gpu.link
+        with pytest.raises(ConfigError, match=f"8 GPUs exceed the 4 that one {gpu_id} node"):
+            gpu.tp_link(8)
+    assert load_gpu("b300").tp_link(8).kind == "nvlink"
 
 
 def test_nvlink_bridge_joins_two_gpus_then_pcie_takes_over():

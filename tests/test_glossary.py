@@ -40,7 +40,8 @@ printed by the modules above (or the list rots) and defined in the glossary."""
 
 NOT_TERMS = {
     # companies, products and projects, named as they call themselves
-    "AMD", "NVIDIA", "RTX", "PRO", "L40S", "MI300X", "SGLang", "ShareGPT", "MLPerf", "BLIS",
+    "AMD", "NVIDIA", "RTX", "PRO", "L40S", "MI300X", "GB200", "GB300", "NVL72", "SGLang",
+    "ShareGPT", "MLPerf", "BLIS",
     "LLMServingSim", "CUTLASS", "FA3", "DistServe", "TensorRT", "HuggingFace", "DejaVu",
     "NixlConnector", "CustomAllreduce", "FlashAttention", "Qwen3", "SiLU", "RMSNorms", "V1",
     "vLLM",

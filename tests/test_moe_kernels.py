@@ -53,6 +53,23 @@ TOKENS = (1, 8, 64, 512, 4096)
 def test_vllm_picks_the_kernel_by_format_and_split(quant, expert_parallel, expected):
     fmt = moe_format(quant)
     assert (fmt, moe_kernel_name(fmt, quant, expert_parallel)) == expected
+    assert moe_kernel_name(fmt, quant, expert_parallel, capability=90) == expected[1]
+
+
+@pytest.mark.parametrize("capability", [100, 103])  # B200 / GB200, B300 / GB300
+@pytest.mark.parametrize(("quant", "expert_parallel", "expected"), [
+    (None, False, ("bfloat16", "flashinfer_trtllm")),
+    (BLOCK_FP8, False, ("fp8_block", "flashinfer_trtllm")),
+    (BLOCK_FP8, True, ("fp8_block", "flashinfer_trtllm")),
+    (MODELOPT_FP8, False, ("fp8", "flashinfer_trtllm")),
+    (DYNAMIC_FP8, False, ("fp8", "triton")),  # not measured
+    (INT4_EXPERTS, True, ("int4_wo", "marlin")),
+    (MXFP4, False, ("w4a16_mxfp4", "flashinfer_trtllm_mxfp4")),
+])
+def test_on_blackwell_vllm_picks_flashinfers_trtllm_experts(capability, quant, expert_parallel,
+                                                           expected):
+    fmt = moe_format(quant)
+    assert (fmt, moe_kernel_name(fmt, quant, expert_parallel, capability)) == expected
 
 
 @pytest.mark.parametrize("quant", [AWQ, NVFP4])
@@ -106,8 +123,16 @@ def _experts_s(cost: CostModel, tokens: float) -> float:
     return cost.experts_s(batch)
 
 
-@pytest.mark.parametrize(("gpu_id", "stem"), [("h100-sxm", "h100_sxm"), ("h200", "h200_sxm")])
-@pytest.mark.parametrize("case", sorted(PRICED))
+TRAY_CASES = ("bfloat16", "fp8", "fp8_block MiniMax", "w4a16_mxfp4")
+"""The cases within one GB200 / GB300 compute tray (TP <= 4)."""
+
+
+@pytest.mark.parametrize(("gpu_id", "stem", "case"), [
+    *((gpu_id, stem, case) for gpu_id, stem in (
+        ("h100-sxm", "h100_sxm"), ("h200", "h200_sxm"), ("b200", "b200_sxm"),
+        ("b300", "b300_sxm")) for case in sorted(PRICED)),
+    *((gpu_id, gpu_id, case) for gpu_id in ("gb200", "gb300") for case in TRAY_CASES),
+])
 def test_each_format_is_priced_on_its_own_gpus_table(gpu_id, stem, case):
     """The price of one MoE layer's experts is the GPU's own table row at every token count
     measured (its stated error: the table's 4 significant digits), and the line between two
@@ -191,7 +216,7 @@ def test_the_fit_prices_what_the_table_lacks_within_its_stated_error(fmt):
 
 
 def test_a_borrowed_table_lends_its_fits_not_its_times():
-    for gpu_id in ("h100-pcie", "b200"):
+    for gpu_id in ("h100-pcie",):
         gpu = load_gpu(gpu_id)
         assert gpu.moe_kernels and all(not k.curves for k in gpu.moe_kernels)
         assert all(k.fit.calibration == f"fit-v2:h100-sxm->{gpu_id}" for k in gpu.moe_kernels)

@@ -1,8 +1,10 @@
 """Fit the cost model on NVIDIA aiconfigurator's measured vLLM kernels (fit-v2).
 
 The tables (``fit/aiconfigurator/``, cut by ``shipdata.ship_aiconfigurator``) are vLLM 0.24 on
-H100 SXM and L40S and vLLM 0.14 on A100 SXM, one layer's kernel on one GPU per row. Each part
-of a step gets the form its table's residuals support (docs/validation.md shows both)::
+H100 SXM, H200, B200, B300, GB200, GB300 and L40S and vLLM 0.14 on A100 SXM, one layer's kernel
+on one GPU per row. Every GPU of ``TABLES`` is fitted on its own tables alone, in the same
+forms: the part of a step each gets is the form its table's residuals support
+(docs/validation.md shows both)::
 
     GEMM (bf16, fp8)   floor + max((M + t_half) x 2kn / (eff_c x peak), bytes / (eff_m x bw))
     prefill attention  floor + (pairs + K_half x queries) x 4 h_q d / (eff_attn x peak)
@@ -28,8 +30,9 @@ of a step gets the form its table's residuals support (docs/validation.md shows 
   (``c_half`` tokens of KV) that dominates many short sequences. It is fitted on the rows whose
   KV is at least ``DECODE_MIN_KV_BYTES``: below the L2 cache size the benchmark's repeated
   calls read cached KV (the L40S rows there run at up to 2.5x its DRAM bandwidth), which a serving
-  step, reading every layer's KV once, never does. Its ``floor`` (the median batch-1 call at
-  <= 128 tokens of context) is the attention kernel's per-layer floor, shared with prefill.
+  step, reading every layer's KV once, never does (the B200's 126 MB L2 is the largest here).
+  Its ``floor`` (the median batch-1 call at <= 128 tokens of context) is the attention kernel's
+  per-layer floor, shared with prefill.
 - Collectives: NCCL from nccl-tests' half-precision rows over every size and GPU count;
   vLLM's custom all-reduce from the ``vllm_graph`` rows below ``CUSTOM_AR_MAX_BYTES``, relative
   least squares (small messages count as much as large ones).
@@ -77,13 +80,18 @@ from clustersim.cost.collectives import CUSTOM_AR_MAX_BYTES
 
 FIT_ID = "fit-v2"
 AIC_DIR = FIT_DIR / "aiconfigurator"
-TABLES = {"h100-sxm": "h100_sxm", "a100-80gb-sxm": "a100_sxm", "l40s": "l40s"}
-"""GPU -> the stem of its aiconfigurator tables."""
-COMM_TABLES = {"h100-sxm": "h100_sxm", "a100-80gb-sxm": "a100_sxm"}
-"""GPUs whose collectives aiconfigurator measured (8-GPU NVLink nodes; the L40S has none)."""
-MOE_TABLES = {"h100-sxm": "h100_sxm", "h200": "h200_sxm"}
-"""GPUs whose fused MoE aiconfigurator measured -> the stem of the cut (``moe_<stem>.csv``): the
-H200's own table, where its GEMMs, attention and collectives still borrow the H100's fits."""
+TABLES = {"h100-sxm": "h100_sxm", "a100-80gb-sxm": "a100_sxm", "l40s": "l40s",
+          "h200": "h200_sxm", "b200": "b200_sxm", "b300": "b300_sxm", "gb200": "gb200",
+          "gb300": "gb300"}
+"""GPU -> the stem of its aiconfigurator tables (GEMMs, attention, and what it has below)."""
+COMM_TABLES = {"h100-sxm": "h100_sxm", "a100-80gb-sxm": "a100_sxm", "h200": "h200_sxm",
+               "b200": "b200_sxm", "b300": "b300_sxm", "gb200": "gb200", "gb300": "gb300"}
+"""GPUs whose collectives aiconfigurator measured (8-GPU NVLink nodes; the GB200's and GB300's
+4-GPU compute trays; the L40S has none)."""
+MOE_TABLES = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm",
+              "b300": "b300_sxm", "gb200": "gb200", "gb300": "gb300"}
+"""GPUs whose fused MoE and DeepEP all-to-all aiconfigurator measured -> the stem of the cuts
+(``moe_<stem>.csv``, ``moe_a2a_<stem>.csv``)."""
 MOE_VLLM_VERSION = "0.24.0"
 """The vLLM release of the fused-MoE tables cut (shipdata.AIC_MOE_GPUS)."""
 MOE_DISTRIBUTION = "power_law_1.01"
@@ -121,7 +129,8 @@ _HEAD_DIM = 128
 """The attention rows shipped are head_dim 128 (shipdata.AIC_HEADS)."""
 DECODE_MIN_KV_BYTES = 128 * 2**20
 """Decode rows fitted: KV per call of at least 128 MiB, above the L2 cache of every GPU here
-(40 MB A100, 50 MB H100, 96 MB L40S per NVIDIA's architecture whitepapers)."""
+(40 MB A100, 50 MB H100 and H200, 96 MB L40S per NVIDIA's architecture whitepapers; 126 MB
+B200, https://chipsandcheese.com/p/nvidias-b200-keeping-the-cuda-juggernaut)."""
 _FLOOR_MAX_CONTEXT = 128
 _ATTN_EFFS = np.linspace(0.20, 1.0, 81)
 _KEY_HALVES = (0.0, 32.0, 64.0, 128.0, 256.0, 384.0, 512.0, 768.0, 1024.0, 1536.0, 2048.0)
@@ -329,7 +338,9 @@ the receive counts)."""
 
 def deepep_calls(frame: pd.DataFrame, stem: str) -> dict:
     """``DeepEpCalls`` from a ``moe_a2a`` cut: each kernel's and phase's median call over the
-    hidden sizes, top-k and expert counts at its fewest tokens (``DEEPEP_FEWEST_TOKENS``)."""
+    hidden sizes, top-k and expert counts at its fewest tokens (``DEEPEP_FEWEST_TOKENS``), in
+    the one node the table measured (8 GPUs; a Grace-Blackwell compute tray's 4)."""
+    (ep,) = frame.ep_size.unique()
     def call_s(backend: str, phase: str) -> float:
         rows = frame[(frame.comm_backend == backend) & (frame.phase == phase)
                      & (frame.num_tokens <= DEEPEP_FEWEST_TOKENS[backend])]
@@ -339,7 +350,7 @@ def deepep_calls(frame: pd.DataFrame, stem: str) -> dict:
             "low_latency_combine_s": call_s("deepep_ll", "combine"),
             "normal_dispatch_s": call_s("deepep_ht", "dispatch"),
             "normal_combine_s": call_s("deepep_ht", "combine"),
-            "table": f"aiconfigurator vLLM {MOE_VLLM_VERSION} {stem} moe_a2a_perf, EP 8 in one "
+            "table": f"aiconfigurator vLLM {MOE_VLLM_VERSION} {stem} moe_a2a_perf, EP {ep} in one "
                      f"node (moe_a2a_{stem}.csv)"}
 
 
@@ -545,21 +556,6 @@ def profile_values(fit: dict) -> dict:
     return values
 
 
-def moe_values(fit: dict, gpu_id: str) -> dict:
-    """The fused-MoE fields of a GPU's own MoE table: ``moe_gemm`` and ``moe_kernels``."""
-    label = f"{FIT_ID}:{gpu_id}"
-    values: dict = {}
-    if "moe_gemm" in fit:
-        values["moe_gemm"] = {k: fit["moe_gemm"][k] for k in (
-            "compute_efficiency", "compute_half_tokens", "memory_efficiency", "floor_s")}
-        values["moe_gemm"]["calibration"] = label
-    if "moe_kernels" in fit:
-        values["moe_kernels"] = moe_kernel_values(fit, label)
-    if "deepep_calls" in fit:
-        values["deepep_calls"] = fit["deepep_calls"]
-    return values
-
-
 def provenance(fit: dict) -> dict:
     """What each value was fitted on, as the profile records it."""
     parts = ("gemm", "fp8_gemm", "attention", "decode_attention", *MOE_FITS, "allreduce",
@@ -596,13 +592,6 @@ def calibrate_v2(read: Reader = pd.read_csv) -> dict[str, dict]:
         if gpu_id in fits:
             continue
         out[gpu_id] = transferred(out[donor], donor, gpu_id)
-        if gpu_id in MOE_TABLES:  # its own fused-MoE table, the rest borrowed
-            moe = calibrate_moe(gpu_id, read)
-            out[gpu_id].update(moe_values(moe, gpu_id))
-            out[gpu_id]["provenance"] = {
-                **out[gpu_id]["provenance"],
-                "moe_gemm": moe["moe_gemm"], "moe_kernels": moe_provenance(moe),
-                "moe_sources": [str(Path(p).relative_to(FIT_DIR)) for p in moe["sources"]]}
     for gpu_id, profile in out.items():
         donor = gpu_id if "fp8_gemm" in fits.get(gpu_id, {}) else FP8_TRANSFERS.get(gpu_id)
         if donor is None:

@@ -22,6 +22,7 @@ import numpy as np
 import yaml
 
 from clustersim.calibration.aiconfigurator import LINK_FIELDS
+from clustersim.calibration.holdout import HeldOutScore, held_out_scores
 from clustersim.calibration.silicon import RowScore
 from clustersim.calibration.silicon import score as silicon_scores
 from clustersim.calibration.splitwise import HARDWARE, GroupScore, validate_splitwise
@@ -70,6 +71,9 @@ class Validation:
     parts: list[PartScore]
     silicon: dict[str, list[RowScore]] = field(default_factory=dict)
     """Per fit: the calibration rows the host time is fitted on (not held out)."""
+    held_out: list[HeldOutScore] = field(default_factory=list)
+    """fit-v2's kernel fits on each aiconfigurator GPU, refitted without every fifth token
+    count and scored on it (calibration data: ``clustersim.calibration.holdout``)."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,8 @@ def validate_fits(with_parts: bool = True) -> Validation:
     runs = [s for fit in FITS for s in validate_vllm_runs(profile=fit)]
     checks = {fit: decode_step_checks(profile=fit) for fit in FITS}
     silicon = {fit: silicon_scores(fit) for fit in FITS}
-    return Validation(splitwise, runs, checks, part_scores() if with_parts else [], silicon)
+    return Validation(splitwise, runs, checks, part_scores() if with_parts else [], silicon,
+                      held_out_scores())
 
 
 def part_scores() -> list[PartScore]:

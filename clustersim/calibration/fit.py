@@ -69,6 +69,8 @@ HOST_OVERHEADS = {
     "per_request_overhead_s": 25e-6,
 }
 """fit-v2's time outside the kernels: the step's host time and launches."""
+HOST_MEASURED_ON = "h100-sxm"
+"""The GPU of the serving runs ``HOST_OVERHEADS`` is fitted on (every fit-v2 GPU takes it)."""
 HOST_SOURCE = (
     "per layer and per request fitted on the 45 measured vLLM serving runs of the calibration "
     "set (aiconfigurator silicon rows: Llama-3.1-70B FP8, H100 SXM, TP 2-8, 4-64 clients), the "
@@ -95,16 +97,24 @@ TRANSFERS = {
     "h100-pcie": "h100-sxm",
     "h200": "h100-sxm",
     "b200": "h100-sxm",
+    "b300": "h100-sxm",
+    "gb200": "h100-sxm",
+    "gb300": "h100-sxm",
     "l40s": "rtx4090",
     "rtx-pro-6000": "rtx-pro-6000-server",
 }
-"""GPU -> the measured GPU whose efficiencies it borrows (same vendor generation or class)."""
+"""GPU -> the measured GPU whose efficiencies it borrows (same vendor generation or class).
+fit-v1 has no Hopper-or-later table but the H100's; fit-v2 fits the H200 and the Blackwell
+GPUs on their own aiconfigurator tables (``clustersim.calibration.aiconfigurator.TABLES``)."""
 FP8_TABLES = {"h100-sxm": "gemm_h100_sxm.csv", "l40s": "gemm_l40s.csv"}
 """GPUs with measured FP8 GEMMs -> their aiconfigurator table under ``fit/aiconfigurator``."""
 FP8_TRANSFERS = {
     "h100-pcie": "h100-sxm",
     "h200": "h100-sxm",
     "b200": "h100-sxm",
+    "b300": "h100-sxm",
+    "gb200": "h100-sxm",
+    "gb300": "h100-sxm",
     "rtx4090": "l40s",
     "rtx-pro-6000-server": "l40s",
     "rtx-pro-6000": "l40s",

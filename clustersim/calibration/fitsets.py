@@ -3,15 +3,16 @@
 - ``vidur`` (fit-v1): GEMMs, attention and NCCL on Vidur's 2023 A100/H100 tables and the
   LLMServingSim layer profiles, plain saturating rooflines (``clustersim.calibration.fit``).
 - ``aiconfigurator`` (fit-v2): NVIDIA aiconfigurator's vLLM 0.24 / 0.14 kernel tables for the
-  H100 SXM, A100 SXM and L40S with kernel floors, attention by keys per query and by context,
-  vLLM's custom all-reduce beside NCCL; the layer-profile GPUs refitted in the same forms
-  (``clustersim.calibration.aiconfigurator``).
+  H100 SXM, H200, B200, B300, GB200, GB300, A100 SXM and L40S, each GPU on its own, with kernel
+  floors, attention by keys per query and by context, vLLM's custom all-reduce beside NCCL; the
+  layer-profile GPUs refitted in the same forms (``clustersim.calibration.aiconfigurator``).
 
 ``SHIPPED`` says which set each measured GPU ships with; GPUs that borrow a fit follow their
 donor. Every measured GPU ships fit-v2, a choice made without the validation data: on the H100,
 A100 and L40S its tables are the newer measurements of the engine clustersim models (vLLM 0.24 /
 0.14 kernels), and on every GPU its forms fit each calibration table no worse than fit-v1's
-form, most of them far better (the "What changed" table of docs/validation.md). ``clustersim
+form, most of them far better (the "What changed" table of docs/validation.md); the H200 and
+the Blackwell GPUs have no table but aiconfigurator's (fit-v1 lends them the H100's). ``clustersim
 validate`` scores both sets on the held-out data and says where fit-v1 would have done better
 (``comparison.COMPARE_RULE``); those scores choose nothing, so that they stay held out.
 ``h100-sxm@vidur`` (any GPU) prices with fit-v1.
@@ -32,6 +33,11 @@ SHIPPED = {
     "a100-80gb-sxm": "aiconfigurator",
     "h100-sxm": "aiconfigurator",
     "l40s": "aiconfigurator",
+    "h200": "aiconfigurator",
+    "b200": "aiconfigurator",
+    "b300": "aiconfigurator",
+    "gb200": "aiconfigurator",
+    "gb300": "aiconfigurator",
     "rtx4090": "aiconfigurator",
     "rtx-pro-6000-server": "aiconfigurator",
 }

@@ -21,6 +21,7 @@ from clustersim.calibration.comparison import (
     ship_scores,
     ship_verdict,
 )
+from clustersim.calibration.holdout import HOLD_OUT_EVERY, HeldOutScore
 from clustersim.calibration.silicon import by_concurrency
 from clustersim.calibration.splitwise import FEW_SHOT_RULE, GroupScore
 from clustersim.calibration.tables import (
@@ -28,9 +29,12 @@ from clustersim.calibration.tables import (
     FORM_HEADER,
     FP8_CROSSCHECK_HEADER,
     FP8_HEADER,
+    HELD_OUT_HEADER,
+    HELD_OUT_TITLE,
     MOE_KERNEL_HEADER,
     PARAM_HEADER,
     PARTS_HEADER,
+    PRICED_HEADER,
     SHIP_HEADER,
     SILICON_HEADER,
     SPLITWISE_HEADER,
@@ -40,9 +44,11 @@ from clustersim.calibration.tables import (
     form_rows,
     fp8_crosscheck_rows,
     fp8_rows,
+    held_out_rows,
     markdown_table,
     moe_kernel_rows,
     parts_rows,
+    priced_rows,
     ship_rows,
     shipped_param_rows,
     silicon_rows,
@@ -87,6 +93,10 @@ def render_text(validation: Validation) -> str:
                    text_table(PARTS_HEADER, parts_rows(v.parts))]
     blocks += [f"both fits on each GPU's held-out data ({COMPARE_RULE}); every GPU ships "
                "fit-v2, chosen without these scores", text_table(SHIP_HEADER, ship_rows(v))]
+    blocks += ["the kernel tables that price each GPU (the shipped profile)",
+               text_table(PRICED_HEADER, priced_rows())]
+    if v.held_out:
+        blocks += [HELD_OUT_TITLE, text_table(HELD_OUT_HEADER, held_out_rows(v.held_out))]
     return "\n\n".join(blocks)
 
 
@@ -352,6 +362,34 @@ def facts(checks: Sequence[StepCheck]) -> dict[str, str]:
     }
 
 
+_BLACKWELL = ("b200", "b300", "gb200", "gb300")
+_HOPPER = ("h100-sxm", "h200")
+
+
+def held_out_summary(scores: Sequence[HeldOutScore]) -> dict[str, str]:
+    """The held-out figures the prose quotes: ranges over the GPUs of each table."""
+    def span(table: str, gpus: Sequence[str] | None = None, field: str = "rms_log_error",
+             pct: bool = False) -> str:
+        values = [getattr(s, field) for s in scores
+                  if s.table == table and (gpus is None or s.gpu in gpus)]
+        if not values:
+            return "-"
+        low, high = min(values), max(values)
+        fmt = (lambda x: f"{x:.0%}") if pct else (lambda x: f"{x:.2f}")
+        return fmt(low) if fmt(low) == fmt(high) else f"{fmt(low)}-{fmt(high)}"
+
+    return {
+        "h_every": str(HOLD_OUT_EVERY),
+        "h_gemm": span("bf16 GEMM"),
+        "h_gemm_med": span("bf16 GEMM", field="median_abs_error", pct=True),
+        "h_fp8": span("FP8 GEMM"),
+        "h_decode": span("decode attention"),
+        "h_bw_prefill": span("prefill attention", _BLACKWELL),
+        "h_bw_prefill_med": span("prefill attention", _BLACKWELL, "median_abs_error", True),
+        "h_hopper_prefill": span("prefill attention", _HOPPER),
+    }
+
+
 def render_markdown(validation: Validation) -> str:
     v = validation
     return _PAGE.format(
@@ -362,6 +400,9 @@ def render_markdown(validation: Validation) -> str:
         **ship_summary(v),
         **facts(v.tp_checks[FITS[0]]),
         profiles=markdown_table(PARAM_HEADER, shipped_param_rows()),
+        priced=markdown_table(PRICED_HEADER, priced_rows()),
+        held_out=markdown_table(HELD_OUT_HEADER, held_out_rows(v.held_out)),
+        **held_out_summary(v.held_out),
         fit_params=markdown_table(PARAM_HEADER, fit_param_rows()),
         forms=markdown_table(FORM_HEADER, form_rows()),
         fp8=markdown_table(FP8_HEADER, fp8_rows()),
@@ -397,20 +438,21 @@ sets are kept and both are scored everywhere below:
   Server Edition on LLMServingSim's layer profiles (the latter at TP1 and TP2, with its 2-rank
   NCCL samples over PCIe), plain saturating rooflines.
 - **{v2}** (`clustersim/catalog/calibrated_aiconfigurator.yaml`, profile name
-  `aiconfigurator`): NVIDIA aiconfigurator's measured kernels of vLLM 0.24 on the H100 SXM and
-  L40S and vLLM 0.14 on the A100 SXM (GEMMs in bf16 and FP8, prefill and decode attention out to
-  64K cached tokens, fused MoE, vLLM's custom all-reduce and NCCL), with the forms their
-  residuals support (below); the RTX 4090 and RTX PRO 6000 refitted on their own profiles in the
-  same forms (the RTX 4090's GEMM floor, which its {f_4090_gemm} µs batch-1 GEMMs cannot tell,
-  lent by the L40S, its Ada sibling; the RTX PRO 6000's decode attention and fused MoE from its own
-  profile's decode rows and Qwen3-30B-A3B MoE table).
+  `aiconfigurator`): NVIDIA aiconfigurator's measured kernels of vLLM 0.24 on the H100 SXM,
+  H200, B200, B300, GB200, GB300 and L40S and vLLM 0.14 on the A100 SXM (GEMMs in bf16 and FP8,
+  prefill and decode attention out to 64K cached tokens, fused MoE, vLLM's custom all-reduce and
+  NCCL), each GPU on its own tables, with the forms their residuals support (below); the RTX
+  4090 and RTX PRO 6000 refitted on their own profiles in the same forms (the RTX 4090's GEMM
+  floor, which its {f_4090_gemm} µs batch-1 GEMMs cannot tell, lent by the L40S, its Ada
+  sibling; the RTX PRO 6000's decode attention and fused MoE from its own profile's decode rows
+  and Qwen3-30B-A3B MoE table).
 
 The shipped profile (`clustersim/catalog/calibrated.yaml`) is **{v2} on every GPU**, a choice
 that reads no validation score (see "Which fit ships"); {v1} stays as a
 cross-check, scored beside it everywhere below. GPUs without measurements follow the GPU they
-borrow from (L40S: now its own fit, no longer the RTX 4090's; RTX PRO 6000 Workstation from the
-Server Edition; H200, B200 and H100 PCIe from the H100 SXM; the other A100s from the A100 SXM
-80GB; the MI300X keeps the uncalibrated defaults, there being no AMD data). Any scenario can
+borrow from (RTX PRO 6000 Workstation from the Server Edition; H100 PCIe from the H100 SXM; the
+other A100s from the A100 SXM 80GB; the MI300X keeps the uncalibrated defaults, there being no
+AMD data; "Which tables price each GPU" lists them all). Any scenario can
 name a set: `gpu: h100-sxm@vidur`. The per-step, per-layer and per-request CPU overheads are in
 no kernel profile: {v1} keeps BLIS's public fit on H100 vLLM (126 µs/step, 32.1 µs/layer,
 4.4 µs/request); {v2} prices the small kernels between the measured ones (norms, Qwen3's
@@ -458,9 +500,37 @@ prices its experts on its own fit, its floor once per layer; each small kernel o
 architecture (norms, Qwen3's QK-norm, rotary embedding, activation, embedding gather:
 `clustersim/cost/small_kernels.py`) `floor + bytes per token x max(cta, tokens / (eff x
 bandwidth))` per call, fitted on vLLM's element-wise FP8 quantization kernel as aiconfigurator
-measured it on the H100 and H200 (CUDA graphs) and on the RTX 4090's and RTX PRO 6000's layer
-profiles (their GEMM fit's `eff_m`), and the sampler 2.7 float32 passes over each sampled row's
-logits at the same efficiency.
+measured it on the H100, H200 and the four Blackwell GPUs (CUDA graphs) and on the RTX 4090's
+and RTX PRO 6000's layer profiles (their GEMM fit's `eff_m`), and the sampler 2.7 float32 passes
+over each sampled row's logits at the same efficiency.
+
+## Which tables price each GPU
+
+Each GPU's profile and the kernel tables it was fitted on, under
+`clustersim/data/calibration/fit/` (their sources and checksums are in the README there); what a
+profile takes from another GPU is in the last column. The H200 and the Blackwell GPUs are priced
+from their own aiconfigurator tables, no longer from the H100's scaled by their peaks; the
+GB200's and GB300's collectives tables stop at the 4 GPUs of a compute tray, and so does the
+link their catalog entries give them (the NVL72 rack's 72-GPU NVLink domain is not modelled
+yet):
+
+{priced}
+
+### How far the fits hold between measured sizes
+
+Every fit above is refitted on its table without every {h_every}th token count, in rising order
+(GEMM M, prefill prompt length, decode context), and scored on the rows held out
+(`clustersim.calibration.holdout`; calibration data, none of the validation sets below). The
+held-out error is what pricing a shape between the measured ones may miss by; the last column is
+the shipped fit's error on every row it was fitted on:
+
+{held_out}
+
+Held out, the 16-bit GEMM fits miss by {h_gemm} rms log error ({h_gemm_med} median) and FP8
+GEMMs by {h_fp8}; decode attention by {h_decode}. Prefill attention is the loosest form on the
+Blackwell GPUs ({h_bw_prefill} rms log error held out, {h_bw_prefill_med} median, against
+{h_hopper_prefill} on the H100 and H200): TensorRT-LLM's prefill kernel departs further from
+one efficiency saturating in the keys per query than FlashAttention 3 does.
 
 ## What changed, and why
 
@@ -518,9 +588,9 @@ Each new term was kept because the table it was fitted on says so: the rms log e
   {f_moe_h100_floor} µs floor per layer, and on the RTX PRO 6000's own Qwen3-30B-A3B table at
   {f_moe_pro} (its dense GEMMs' {f_dense_pro}) with {f_moe_pro_floor} µs; its weight streaming is
   near the dense GEMMs' (on the RTX PRO 6000 the fit puts it at its bound, {f_moe_pro_eff_m}
-  of the bandwidth). On the H100 SXM and H200 every format's fused-MoE kernel is measured
-  (below, "Fused-MoE kernels by format"), and a MoE layer is priced on the measured curve of
-  its shape and split; the fit prices the rest.
+  of the bandwidth). On the H100 SXM, H200 and the Blackwell GPUs every format's fused-MoE
+  kernel is measured (below, "Fused-MoE kernels by format"), and a MoE layer is priced on the
+  measured curve of its shape and split; the fit prices the rest.
 
 ## Which fit ships
 
@@ -559,12 +629,13 @@ FP8 prefill step clustersim prices for the same prompt (vLLM's kernels, not Tens
 ### Fused-MoE kernels by format
 
 A MoE layer's routed experts run the fused-MoE kernel vLLM picks for their format and split
-(clustersim/cost/moe.py, docs/how-it-works.md "MoE experts"), measured on the H100 SXM and H200
-by NVIDIA aiconfigurator (vLLM 0.24.0, power-law routing). Each kernel keeps the measured curve
-of every catalog expert shape and split (27 token counts each, 1 to 16,384), which prices those
-layers as measured, and a fit over its one-node rows, which prices the shapes and splits the
-table lacks (the rms log error is that fit's over those rows; the H100 PCIe and B200 borrow
-the H100 SXM's fits without its curves):
+(clustersim/cost/moe.py, docs/how-it-works.md "MoE experts"), measured on the H100 SXM, H200,
+B200, B300, GB200 and GB300 by NVIDIA aiconfigurator (vLLM 0.24.0, power-law routing; on the
+Blackwell GPUs vLLM runs FlashInfer's TensorRT-LLM experts for every format but INT4). Each
+kernel keeps the measured curve of every catalog expert shape and split (27 token counts each, 1
+to 16,384), which prices those layers as measured, and a fit over its one-node rows, which
+prices the shapes and splits the table lacks (the rms log error is that fit's over those rows;
+the H100 PCIe borrows the H100 SXM's fits without its curves):
 
 {moe_kernels}
 

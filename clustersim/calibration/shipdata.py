@@ -33,9 +33,17 @@ _VIDUR_MODELS = {
     "a100": ("Llama-2-7b-hf", "Llama-2-70b-hf", "Meta-Llama-3-8B"),
     "h100": ("Llama-2-7b-hf", "Llama-2-70b-hf"),
 }
-_AIC_GPUS = {"h100_sxm": "h100_sxm", "a100_sxm": "a100_sxm", "l40s": "l40s"}
+_AIC_GPUS = {"h100_sxm": "h100_sxm", "a100_sxm": "a100_sxm", "l40s": "l40s",
+             "h200_sxm": "h200_sxm", "b200_sxm": "b200_sxm", "b300_sxm": "b300_sxm",
+             "gb200": "gb200", "gb300": "gb300"}
 """aiconfigurator system folder -> shipped file stem."""
-_AIC_MOE_STEMS = {"h100_sxm": "h100_sxm", "h200_sxm": "h200_sxm"}
+AIC_VLLM = {"h100_sxm": "0.24.0", "a100_sxm": "0.14.0", "l40s": "0.24.0", "h200_sxm": "0.24.0",
+            "b200_sxm": "0.24.0", "b300_sxm": "0.24.0", "gb200": "0.24.0", "gb300": "0.24.0"}
+"""The vLLM release of each system's GEMM and attention tables read: aiconfigurator's current
+one (``query_versions.yaml``: vLLM 0.24.0, the A100's 0.14.0). The B200 folder also holds a
+0.22.0 attention table, not read."""
+_AIC_MOE_STEMS = {"h100_sxm": "h100_sxm", "h200_sxm": "h200_sxm", "b200_sxm": "b200_sxm",
+                  "b300_sxm": "b300_sxm", "gb200": "gb200", "gb300": "gb300"}
 AIC_DTYPES = ("bfloat16", "fp8")
 AIC_WIDTHS = (1024, 2048, 3584, 4096, 7168, 8192, 16384)
 """n and k kept from aiconfigurator's GEMM grid: the TP shards of 7B-70B models' layers (the
@@ -44,23 +52,37 @@ AIC_TOKENS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 48, 64, 96, 128, 192, 256, 512, 768,
               2048, 3072, 4096, 8192, 16384, 32768)
 """m kept: the grid's powers of two and three times a power of two (every regime, few rows);
 the A100 grid has 18 of them."""
-AIC_ATTENTION_KERNELS = {"h100_sxm": "vllm_flash_attn_fa3", "a100_sxm": "vllm_flash_attn",
-                         "l40s": "vllm_flash_attn_fa2"}
-"""The attention backend vLLM picks by default for 16-bit KV with head_dim 128 on each GPU
-(FlashAttention 3 on Hopper, FlashAttention 2 before it): the rows kept."""
+_FLASHINFER_TRTLLM = ("vllm_flashinfer_trtllmprefill", "vllm_flashinfer_trtllmdecode")
+AIC_ATTENTION_KERNELS = {
+    "h100_sxm": ("vllm_flash_attn_fa3",) * 2, "a100_sxm": ("vllm_flash_attn",) * 2,
+    "l40s": ("vllm_flash_attn_fa2",) * 2, "h200_sxm": ("vllm_flash_attn_fa3",) * 2,
+    "b200_sxm": _FLASHINFER_TRTLLM, "b300_sxm": _FLASHINFER_TRTLLM, "gb200": _FLASHINFER_TRTLLM,
+    "gb300": _FLASHINFER_TRTLLM,
+}
+"""The attention backend vLLM picks by default for 16-bit KV with head_dim 128 on each GPU:
+the (context, generation) table rows kept. FlashAttention 3 on Hopper, FlashAttention 2 before
+it; on compute capability 10.x FlashInfer comes first (``_get_backend_priorities`` in
+vllm/platforms/cuda.py), which runs TensorRT-LLM's prefill and decode kernels there
+(aiconfigurator's ``vllm_flashinfer_trtllmprefill`` / ``..decode`` rows)."""
 AIC_HEADS = ((8, 1), (16, 2), (32, 4), (64, 8), (32, 8), (16, 16), (32, 32))
 """(query heads, KV heads) per GPU kept: grouped-query shards of Llama-3/Qwen3-class models at
-TP 1-8 and two multi-head ones."""
-AIC_COMM_GPUS = {"h100_sxm": ("0.24.0", "2.27.3"), "a100_sxm": ("0.14.0", "2.27.3")}
-"""The systems with collective tables (8-GPU NVLink nodes) and the (vLLM, NCCL) versions cut:
-the GPU's GEMM tables' vLLM and the NCCL the cut was first made from (the folder now holds
-more versions of both)."""
+TP 1-8 and two multi-head ones (the Blackwell decode tables hold neither multi-head pair)."""
+AIC_COMM_GPUS = {"h100_sxm": ("0.24.0", "2.27.3"), "a100_sxm": ("0.14.0", "2.27.3"),
+                 "h200_sxm": ("0.24.0", "2.26.2"), "b200_sxm": ("0.24.0", "2.27.3"),
+                 "b300_sxm": ("0.24.0", "2.27"), "gb200": ("0.24.0", "2.23"),
+                 "gb300": ("0.24.0", "2.27")}
+"""The systems with collective tables and the (vLLM, NCCL) versions cut: the GPU's GEMM tables'
+vLLM and the NCCL its aiconfigurator system description names (``misc.nccl_version`` in
+``systems/<system>.yaml``; the folders hold more versions of both). 8-GPU NVLink nodes, but
+for the GB200 and GB300, whose tables stop at the 4 GPUs of one compute tray."""
 AIC_NCCL_OPS = ("all_reduce", "all_gather", "reduce_scatter")
-AIC_MOE_GPUS = {"h100_sxm": "0.24.0", "h200_sxm": "0.24.0"}
+AIC_MOE_GPUS = {"h100_sxm": "0.24.0", "h200_sxm": "0.24.0", "b200_sxm": "0.24.0",
+                "b300_sxm": "0.24.0", "gb200": "0.24.0", "gb300": "0.24.0"}
 """The systems whose fused-MoE tables are cut, and the vLLM version read (each system's newest;
 the H200's 0.19.0 table is not read: its collector called ``fused_experts`` directly, so its
 ``kernel_source`` names no kernel vLLM's MoE methods pick, and its ``int4_wo`` rows are Triton's
-WNA16 kernel, not the Marlin kernel vLLM serves 4-bit experts with)."""
+WNA16 kernel, not the Marlin kernel vLLM serves 4-bit experts with; nor are the B200's 0.19.0
+and 0.22.0 tables, the same collector's)."""
 AIC_MOE_KERNELS = {
     "vllm_unquantizedfusedmoe_triton_tritonexperts": "triton",
     "vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts": "flashinfer_cutlass",
@@ -68,10 +90,19 @@ AIC_MOE_KERNELS = {
     "vllm_fp8moe_triton_tritonexperts": "triton",
     "vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts": "marlin",
     "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic": "triton_mxfp4",
+    "vllm_unquantizedfusedmoe_flashinfer_trtllm_trtllmbf16experts": "flashinfer_trtllm",
+    "vllm_modeloptfp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic": "flashinfer_trtllm",
+    "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic": "flashinfer_trtllm",
+    "vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16_trtllmmxfp4expertsmonolithic":
+        "flashinfer_trtllm_mxfp4",
 }
 """``kernel_source`` -> the kernel's short name (clustersim.cost.moe): the kernels vLLM's MoE
-methods pick on Hopper. Left out: the Marlin MXFP4 rows collected with a 'situ-as-silu'
-approximation (their collection_meta.yaml), a kernel no priced model runs."""
+methods pick on Hopper, and on Blackwell (compute capability 10.x) FlashInfer's TensorRT-LLM
+experts, which the oracles put first there. Left out: the Marlin MXFP4 rows collected with a
+'situ-as-silu' approximation (their collection_meta.yaml), a kernel no priced model runs; the
+Blackwell tables' FlashInfer CUTLASS and modular TensorRT-LLM rows (none at the catalog's
+shapes and routing) and their NVFP4 and MXFP8 formats (FP4 checkpoints are not priced from
+their own tables yet)."""
 AIC_MOE_SHAPES = (
     (4096, 14336, 2, 8),  # mixtral-8x7b
     (2048, 768, 8, 128),  # qwen3-30b-a3b
@@ -95,7 +126,8 @@ and ``deepep_low_latency`` all2all backends run them."""
 AIC_MOE_DISTRIBUTION = "power_law_1.01"
 """The routing of the rows kept (clustersim.calibration.aiconfigurator.MOE_DISTRIBUTION says
 why)."""
-AIC_QUANT_GPUS = {"h100_sxm": "h100_sxm", "h200_sxm": "h200_sxm"}
+AIC_QUANT_GPUS = {"h100_sxm": "h100_sxm", "h200_sxm": "h200_sxm", "b200_sxm": "b200_sxm",
+                  "b300_sxm": "b300_sxm", "gb200": "gb200", "gb300": "gb300"}
 """The systems whose element-wise FP8 quantization kernel is measured (the small-kernel fit)."""
 _LLMSS_RUNS = (
     "RTX4090_Llama-3.1-8B",
@@ -185,17 +217,21 @@ def ship_aiconfigurator(source: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     data = source / "systems" / "data"
     for folder, stem in _AIC_GPUS.items():
-        frame = _parquet(data / folder / "gemm" / "vllm", "gemm_perf.parquet")
+        frame = pd.read_parquet(data / folder / "gemm" / "vllm" / AIC_VLLM[folder]
+                                / "gemm_perf.parquet")
         keep = (frame.gemm_dtype.isin(AIC_DTYPES) & frame.n.isin(AIC_WIDTHS)
                 & frame.k.isin(AIC_WIDTHS) & frame.m.isin(AIC_TOKENS))
         frame = frame.loc[keep, ["gemm_dtype", "m", "n", "k", "latency"]]
         frame = frame.sort_values(["gemm_dtype", "n", "k", "m"])
         _write_csv(frame, out / f"gemm_{stem}.csv")
-        for table in ("context_attention", "generation_attention"):
-            frame = _parquet(data / folder / "attention" / "vllm", f"{table}_perf.parquet")
+        kernels = dict(zip(("context_attention", "generation_attention"),
+                           AIC_ATTENTION_KERNELS[folder], strict=True))
+        for table, kernel in kernels.items():
+            frame = pd.read_parquet(data / folder / "attention" / "vllm" / AIC_VLLM[folder]
+                                    / f"{table}_perf.parquet")
             heads = pd.Series(list(zip(frame.num_heads, frame.num_key_value_heads, strict=True)),
                               index=frame.index)
-            keep = ((frame.kernel_source == AIC_ATTENTION_KERNELS[folder])
+            keep = ((frame.kernel_source == kernel)
                     & (frame.head_dim == 128) & (frame.kv_cache_dtype == "bfloat16")
                     & heads.isin(AIC_HEADS))
             if "window_size" in frame:
@@ -248,16 +284,10 @@ def ship_aiconfigurator(source: Path, out: Path) -> None:
 def ship_quant(data: Path, out: Path) -> None:
     """``quant_<gpu>.csv`` of :func:`ship_aiconfigurator`, from ``systems/data``."""
     for folder, stem in AIC_QUANT_GPUS.items():
-        frame = _parquet(data / folder / "quantize" / "vllm", "scale_matrix_perf.parquet")
+        frame = pd.read_parquet(data / folder / "quantize" / "vllm" / AIC_VLLM[folder]
+                                / "scale_matrix_perf.parquet")
         frame = frame.loc[frame.kernel_source == "static_scaled_fp8_quant", ["m", "k", "latency"]]
         _write_csv(frame.sort_values(["k", "m"]), out / f"quant_{stem}.csv")
-
-
-def _parquet(folder: Path, name: str) -> pd.DataFrame:
-    """The one version's table under ``folder`` (``<version>/<name>``); needs pyarrow
-    (``pip install -e '.[maintainer]'``)."""
-    (table,) = sorted(folder.glob(f"*/{name}"))
-    return pd.read_parquet(table)
 
 
 def _write_csv(frame: pd.DataFrame, path: Path) -> None:

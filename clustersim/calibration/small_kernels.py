@@ -1,7 +1,8 @@
 """The small memory-bound kernels' fit: ``floor + bytes x max(cta, tokens / (efficiency x
 bandwidth))`` per call (``clustersim.cost.small_kernels``), on measured element-wise kernels.
 
-- H100 SXM and H200: NVIDIA aiconfigurator's vLLM 0.24 ``static_scaled_fp8_quant`` (one 16-bit
+- H100 SXM, H200, B200, B300, GB200 and GB300: NVIDIA aiconfigurator's vLLM 0.24
+  ``static_scaled_fp8_quant`` (one 16-bit
   read and one 8-bit write per element, one thread block per row, the layout of vLLM's norm,
   rotary and activation kernels), timed under CUDA graphs, ``m`` 1-32,768 rows of ``k``
   32-65,536. The efficiency is the median over the rows that move at least
@@ -40,13 +41,14 @@ from clustersim.cost.small_kernels import FLOAT32_BYTES
 Reader = type(pd.read_csv)
 
 AIC_DIR = FIT_DIR / "aiconfigurator"
-QUANT_TABLES = {"h100-sxm": "quant_h100_sxm.csv", "h200": "quant_h200_sxm.csv"}
+QUANT_TABLES = {"h100-sxm": "quant_h100_sxm.csv", "h200": "quant_h200_sxm.csv",
+                "b200": "quant_b200_sxm.csv", "b300": "quant_b300_sxm.csv",
+                "gb200": "quant_gb200.csv", "gb300": "quant_gb300.csv"}
 """GPU -> its measured element-wise kernel (``clustersim.calibration.shipdata.ship_quant``)."""
 PROFILES = {"rtx4090": "rtx4090", "rtx-pro-6000-server": "rtx-pro-6000"}
 """GPU -> the folder of its LLMServingSim layer profile."""
 TRANSFERS = {
     "h100-pcie": "h100-sxm",
-    "b200": "h100-sxm",
     "a100-80gb-sxm": "h100-sxm",
     "a100-40gb-sxm": "h100-sxm",
     "a100-40gb-pcie": "h100-sxm",
@@ -60,9 +62,11 @@ QUANT_BYTES_PER_ELEMENT = 3
 """``static_scaled_fp8_quant`` reads a 16-bit element and writes an 8-bit one."""
 MIN_STREAM_BYTES = 256 * 2**20
 """Rows that stream at least this much set the efficiency: over five times the H100's and
-H200's 50 MB L2 cache (NVIDIA H100 Tensor Core GPU Architecture whitepaper)."""
+H200's 50 MB L2 cache (NVIDIA H100 Tensor Core GPU Architecture whitepaper), twice the B200's
+126 MB."""
 ONE_WAVE_ROWS = 128
-"""At most this many rows (one block each) fit one wave of the H100's and H200's 132 SMs."""
+"""At most this many rows (one block each) fit one wave of the H100's and H200's 132 SMs (the
+Blackwell GPUs have 148-160)."""
 MAX_WIDTH = 16384
 """The widest row fitted: wider than any catalog model's norm or activation shard at TP2+."""
 PROFILE_MAX_TOKENS = 32

@@ -12,7 +12,9 @@ from clustersim.calibration.comparison import (
     ship_scores,
     ship_verdict,
 )
+from clustersim.calibration.fit import HOST_MEASURED_ON
 from clustersim.calibration.fitsets import SETS, SHIPPED
+from clustersim.calibration.holdout import HOLD_OUT_EVERY, HeldOutScore
 from clustersim.calibration.silicon import RowScore, by_concurrency
 from clustersim.calibration.splitwise import GroupScore
 from clustersim.calibration.tp_check import CHECK_HEADER, StepCheck
@@ -304,7 +306,8 @@ def ship_rows(validation: Validation) -> list[list[str]]:
     rows = [[gpu, data.get(gpu, "-"), f"{s['vidur']:.2f}", f"{s['aiconfigurator']:.2f}",
              FIT_LABELS[verdict[gpu]], FIT_LABELS[SHIPPED[gpu]]]
             for gpu, s in sorted(scores.items())]
-    rows.append(["l40s", "none", "-", "-", "-", FIT_LABELS[SHIPPED["l40s"]]])
+    rows += [[gpu, "none", "-", "-", "-", FIT_LABELS[fit]]
+             for gpu, fit in SHIPPED.items() if gpu not in scores]
     return rows
 
 
@@ -342,3 +345,83 @@ def parts_rows(parts: Sequence[PartScore]) -> list[list[str]]:
         label = p.part if p.part in ("fit-v1", "fit-v2") else f"fit-v1 + {p.part}"
         rows.append([label, *runs, *sw])
     return rows
+
+
+# ------------------------------------------------------------------ tables per GPU
+PRICED_HEADER = ["GPU", "profile",
+                 "kernel tables it is fitted on (clustersim/data/calibration/fit/)", "borrowed"]
+
+
+_KINDS = ("context_attention", "generation_attention", "moe_a2a", "allreduce", "gemm", "moe",
+          "quant")
+"""aiconfigurator cuts' name prefixes (``<kind>_<stem>.csv``), longest first."""
+
+
+def _files(paths: Sequence[str]) -> str:
+    """``aiconfigurator/{gemm,moe}_b200_sxm.csv`` for aiconfigurator cuts of one GPU, else
+    the paths."""
+    parts = []
+    for path in paths:
+        folder, _, name = path.rpartition("/")
+        kind = next((k for k in _KINDS if name.startswith(f"{k}_")), None)
+        parts.append((folder, kind, name.removeprefix(f"{kind}_")))
+    if len(paths) > 1 and all(k for _, k, _ in parts) and len({(f, n) for f, _, n in parts}) == 1:
+        folder, _, name = parts[0]
+        return f"{folder}/{{{','.join(k for _, k, _ in parts)}}}_{name}"
+    return ", ".join(dict.fromkeys(paths))
+
+
+def priced_rows() -> list[list[str]]:
+    """Every catalog GPU: the profile that prices it, the kernel tables that profile was
+    fitted on, and what it borrows from another GPU."""
+    from clustersim.catalog import gpu_ids, load_profiles
+
+    profiles = load_profiles()
+    rows = []
+    for gpu_id in gpu_ids():
+        p = profiles.get(gpu_id)
+        if p is None:
+            rows.append([gpu_id, "default", "none", "everything: the catalog's defaults"])
+            continue
+        prov = p["provenance"]
+        donor = prov.get("transferred_from")
+        sources = [*prov.get("sources", ()), *prov.get("moe_sources", ())]
+        small = prov.get("small_kernels", {})
+        if small and "->" not in small["calibration"]:
+            sources.append(small["source"])
+        own = _files(sources) if sources else "none"
+        borrowed = []
+        if donor is not None:
+            borrowed.append(f"every kernel fit from {donor}")
+        if prov.get("fp8_transferred_from") not in (None, donor):
+            borrowed.append(f"FP8 GEMMs from {prov['fp8_transferred_from']}")
+        if "floor_from" in prov.get("gemm", {}):
+            borrowed.append(f"GEMM floor from {prov['gemm']['floor_from']}")
+        if small and "->" in small["calibration"] and donor is None:
+            borrowed.append(f"small kernels from {small['measured_on']}")
+        if donor is None and "allreduce_latency_s" not in p:
+            borrowed.append("collectives: the catalog's link defaults")
+        if (donor is None and gpu_id != HOST_MEASURED_ON
+                and p["calibration"].startswith(FIT_LABELS["aiconfigurator"])):
+            borrowed.append(f"host time per layer and request ({HOST_MEASURED_ON} serving runs)")
+        rows.append([gpu_id, p["calibration"], own, "; ".join(borrowed) or "-"])
+    return rows
+
+
+HELD_OUT_HEADER = ["GPU", "table", "held-out token counts", "rows fitted / held out",
+                   "held-out rms log error", "held-out median |error|",
+                   "rms log error, every row"]
+
+
+def held_out_rows(scores: Sequence[HeldOutScore]) -> list[list[str]]:
+    """One row per (GPU, table): the fit on the kept token counts, scored on the others."""
+    return [[s.gpu, s.table, ", ".join(f"{t:,}" for t in s.held_out),
+             f"{s.num_fit_rows:,} / {s.num_held_rows:,}", f"{s.rms_log_error:.3f}",
+             f"{s.median_abs_error:.1%}", f"{s.in_sample_rms_log_error:.3f}"]
+            for s in scores]
+
+
+HELD_OUT_TITLE = (
+    f"fit-v2's kernel fits refitted without every {HOLD_OUT_EVERY}th token count (GEMM M, "
+    "prefill prompt, decode context; calibration data, not the validation sets) and scored on "
+    "the rows held out, beside the shipped fit's error on every row")

@@ -39,9 +39,11 @@ def catalog_data() -> dict[str, list[dict[str, Any]]]:
         gpus.append({
             "id": g.id, "name": g.name, "mem_capacity_bytes": g.mem_capacity_bytes,
             "mem_bw_gb_per_s": g.mem_bw_gb_per_s, "bf16_dense_tflops": g.bf16_dense_tflops,
-            "fp8_dense_tflops": g.fp8_dense_tflops,
+            "fp8_dense_tflops": g.fp8_dense_tflops, "fp4_dense_tflops": g.fp4_dense_tflops,
+            "int8_dense_tops": g.int8_dense_tops, "compute_capability": g.compute_capability,
+            "sm_count": g.sm_count,
             "link": {"kind": g.link.kind, "bw_gb_per_s_per_dir": g.link.bw_gb_per_s_per_dir,
-                     "max_gpus": g.link.max_gpus},
+                     "max_gpus": g.link.max_gpus, "source": g.link.source},
             "calibration": g.calibration, "usd_per_gpu_hour": usd,
             "price_source": price_source, "source": g.source,
         })
@@ -87,6 +89,7 @@ def format_catalog(data: dict[str, list[dict[str, Any]]]) -> str:
         g["id"], f"{g['mem_capacity_bytes'] / GIB:,.1f}", f"{g['mem_bw_gb_per_s']:,.0f}",
         f"{g['bf16_dense_tflops']:,.0f}",
         "" if g["fp8_dense_tflops"] is None else f"{g['fp8_dense_tflops']:,.0f}",
+        "" if g["fp4_dense_tflops"] is None else f"{g['fp4_dense_tflops']:,.0f}",
         f"{g['link']['kind']} {g['link']['bw_gb_per_s_per_dir']:g}",
         "" if g["usd_per_gpu_hour"] is None else f"{g['usd_per_gpu_hour']:.2f}",
         g["calibration"],
@@ -101,8 +104,8 @@ def format_catalog(data: dict[str, list[dict[str, Any]]]) -> str:
                      "context", "weights"), models, "lrrrrrrrl")
     lines += ["", f"GPUs ({len(gpus)}): a scenario's gpu: (dense TFLOPS, the TP link's GB/s "
               "per direction)"]
-    lines += _table(("id", "memory GiB", "HBM GB/s", "BF16", "FP8", "TP link", "$/GPU-h",
-                     "profile"), gpus, "lrrrrlrl")
+    lines += _table(("id", "memory GiB", "HBM GB/s", "BF16", "FP8", "FP4", "TP link",
+                     "$/GPU-h", "profile"), gpus, "lrrrrrlrl")
     lines += ["", f"topologies ({len(topologies)}): a scenario's topology:"]
     lines += _table(("name", "nodes", "GPUs"), topologies, "lrl")
     lines += ["", "profile: the fit that prices a GPU's steps (docs/validation.md scores it)",

@@ -35,6 +35,27 @@ per format (its ``moe_dtype``) and records the one vLLM chose as ``kernel_source
   reach it. The legacy ``awq`` / ``gptq`` methods run Triton's WNA16 kernel, not measured.
 - MXFP4: the gpt-oss MXFP4 method runs OpenAI's Triton ``matmul_ogs`` kernels on Hopper.
 
+On Blackwell (compute capability 10.x: B200, GB200, B300, GB300) the same oracles put
+FlashInfer's TensorRT-LLM experts first and every format but INT4 runs them (the tables' rows
+at the catalog's shapes name no other kernel)::
+
+    16-bit                             bfloat16            flashinfer_trtllm (TrtLlmBf16Experts)
+    FP8 per tensor, static (ModelOpt)  fp8                 flashinfer_trtllm (TrtLlmFp8Experts
+    FP8 128x128 blocks, TP or EP       fp8_block           flashinfer_trtllm   Monolithic)
+    FP8 per tensor, dynamic            fp8                 triton (not measured)
+    INT4 weight-only                   int4_wo             marlin
+    MXFP4 weights (gpt-oss)            w4a16_mxfp4         flashinfer_trtllm_mxfp4
+
+- Unquantized: ``oracle/unquantized.py`` lists FlashInfer TRT-LLM first on CUDA and moves it
+  back on SM 9.0 only (vllm-project/vllm@011fbfd6).
+- FP8: ``_get_priority_backends`` puts FlashInfer TRT-LLM ahead of CUTLASS and Triton, and
+  ``TrtLlmFp8ExpertsMonolithic._supports_quant_scheme`` takes block scales and static
+  per-tensor activations; its kernels run on the capability-10 family only
+  (``_supports_current_device``; experts/trtllm_fp8_moe.py). Dynamic per-tensor activations
+  are not among them.
+- INT4: aiconfigurator's B200, B300, GB200 and GB300 tables time Marlin for compressed-tensors
+  W4A16 experts (the oracle may pick FlashInfer's MXINT4 kernel, which they do not hold).
+
 Formats without a table (NVFP4 and 8-bit weight-only on Hopper, INT8 W8A8) and GPUs without
 one are priced as the format's dense GEMMs (``clustersim.cost.kernels``).
 """
@@ -66,13 +87,24 @@ def moe_format(quant: QuantizationSpec | None) -> str | None:
     return None
 
 
-def moe_kernel_name(fmt: str, quant: QuantizationSpec | None, expert_parallel: bool) -> str:
-    """The kernel vLLM's oracle picks for ``fmt`` experts stored as ``quant`` on Hopper
-    (module docstring)."""
+_BLACKWELL_FAMILY = 10
+"""Compute capability major of the datacenter Blackwell GPUs (10.0, 10.3): vLLM's
+``is_device_capability_family(100)``."""
+
+
+def moe_kernel_name(fmt: str, quant: QuantizationSpec | None, expert_parallel: bool,
+                    capability: int | None = None) -> str:
+    """The kernel vLLM's oracle picks for ``fmt`` experts stored as ``quant`` on a GPU of
+    ``capability`` (``GpuSpec.capability``; None: Hopper's choice) (module docstring)."""
+    static = quant is not None and quant.method == "modelopt"
+    if capability is not None and capability // 10 == _BLACKWELL_FAMILY:
+        if fmt == "fp8" and not static:
+            return "triton"
+        return {"int4_wo": "marlin", "w4a16_mxfp4": "flashinfer_trtllm_mxfp4"}.get(
+            fmt, "flashinfer_trtllm")
     if fmt == "fp8_block":
         return "flashinfer_cutlass" if expert_parallel else "triton"
     if fmt == "fp8":
-        static = quant is not None and quant.method == "modelopt"
         return "flashinfer_cutlass" if static else "triton"
     return {"bfloat16": "triton", "int4_wo": "marlin", "w4a16_mxfp4": "triton_mxfp4"}[fmt]
 
@@ -111,7 +143,7 @@ def expert_pricing(model: ModelSpec, gpu: GpuSpec, moe_gpus: int, expert_paralle
     fmt = moe_format(stored)
     if fmt is None:
         return None
-    kernel = gpu.moe_kernel(fmt, moe_kernel_name(fmt, stored, expert_parallel))
+    kernel = gpu.moe_kernel(fmt, moe_kernel_name(fmt, stored, expert_parallel, gpu.capability))
     if kernel is None:
         return None
     moe_tp, moe_ep = (1, moe_gpus) if expert_parallel else (moe_gpus, 1)
