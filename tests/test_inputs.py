@@ -398,3 +398,27 @@ def test_the_value_count_is_the_same_with_and_without_libyaml(monkeypatch, libya
         inputs.parse_yaml("a: [1, 2, {b: 3, c: [4, 5]}]\nd: [6]\n", "s.yaml")
     assert str(error.value).startswith("s.yaml:2: more than 14 values")
     assert ("; d[0] passes it" in str(error.value)) is libyaml
+
+
+def test_a_long_shipped_yaml_is_read_back_from_its_json_cache(tmp_path, monkeypatch):
+    from clustersim.inputs import CACHE_MIN_CHARS, parse_shipped_yaml
+
+    monkeypatch.setenv("CLUSTERSIM_CACHE_DIR", str(tmp_path))
+    rows = "".join(f"  - {{tp: {k % 8 + 1}, latency: {k / 7:.6g}, name: r{k}}}\n"
+                   for k in range(CACHE_MIN_CHARS // 30))
+    text = f"# a comment\nprofiles:\n{rows}"
+    built = parse_shipped_yaml(text)
+    (cached,) = tmp_path.glob("*.json")
+    assert parse_shipped_yaml(text) == built == yaml.safe_load(text)
+    # what the second call read is the cache: a planted value shows through
+    cached.write_text('{"profiles": "from the cache"}')
+    assert parse_shipped_yaml(text) == {"profiles": "from the cache"}
+    # an unreadable cache is passed over and rewritten; an edited text is another name
+    cached.write_text("{not json")
+    assert parse_shipped_yaml(text) == built
+    assert parse_shipped_yaml(text + "extra: 1\n")["extra"] == 1
+    assert len(list(tmp_path.glob("*.json"))) == 2
+    # short files and CLUSTERSIM_CACHE_DIR=off are never cached
+    monkeypatch.setenv("CLUSTERSIM_CACHE_DIR", "off")
+    assert parse_shipped_yaml(text + "more: 2\n")["more"] == 2
+    assert len(list(tmp_path.glob("*.json"))) == 2
