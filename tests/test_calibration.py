@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import builtins
 import io
 import json
 from pathlib import Path
@@ -12,13 +11,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from clustersim.calibration import fit as fit_module
 from clustersim.calibration.fewshot import fit_few_shot
-from clustersim.calibration.fit import GemmRows, calibrate, fit_allreduce, fit_gemm
+from clustersim.calibration.fit import GemmRows, fit_allreduce, fit_gemm
 from clustersim.calibration.fitsets import (
     SETS,
     SHIPPED_FIT_ID,
-    calibrate_sets,
     shipped_profiles,
 )
 from clustersim.calibration.profile import CATALOG_PROFILE, FIT_SET_PROFILES, dump_profiles
@@ -36,31 +33,10 @@ def make_gpu(**overrides):
 
 # ------------------------------------------------------------ data separation
 @pytest.mark.slow
-def test_calibration_reads_no_validation_file(monkeypatch):
-    """Spy on every way the fit opens a file: all under fit/, none under validation/."""
-    opened: list[Path] = []
-
-    def spy_read_csv(path, *args, **kwargs):
-        opened.append(Path(path))
-        return pd.read_csv(path, *args, **kwargs)
-
-    real_open = builtins.open
-
-    def spy_open(file, *args, **kwargs):
-        if isinstance(file, (str, Path)):
-            opened.append(Path(file))
-        return real_open(file, *args, **kwargs)
-
-    real_read_text = Path.read_text
-
-    def spy_read_text(self, *args, **kwargs):
-        opened.append(self)
-        return real_read_text(self, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "open", spy_open)
-    monkeypatch.setattr(Path, "read_text", spy_read_text)
-    sets = calibrate_sets(read=spy_read_csv)  # fit-v1 and fit-v2
-    fit_module.distserve_check(shipped_profiles(sets))
+def test_calibration_reads_no_validation_file(calibration_run):
+    """Every file the fit (and its DistServe cross-check) opens is under fit/, none under
+    validation/ (the session's one fit run, spied on every way it opens a file)."""
+    _, opened = calibration_run
     data_files = [p.resolve() for p in opened if FIT_DIR.parent in p.resolve().parents]
     assert data_files, "the spy saw no data file"
     assert all(FIT_DIR in p.parents for p in data_files)
@@ -70,15 +46,13 @@ def test_calibration_reads_no_validation_file(monkeypatch):
 
 
 @pytest.mark.slow
-def test_shipped_profiles_are_what_calibrate_writes():
-    sets = calibrate_sets()
+def test_shipped_profiles_are_what_calibrate_writes(calibration_run):
+    sets, _ = calibration_run
     shipped = yaml.safe_load(CATALOG_PROFILE.read_text())
     assert shipped == yaml.safe_load(dump_profiles(shipped_profiles(sets), fit_id=SHIPPED_FIT_ID))
     for name, path in FIT_SET_PROFILES.items():
         assert yaml.safe_load(path.read_text()) == yaml.safe_load(
             dump_profiles(sets[name], fit_id=SETS[name])), name
-    # the fit-v1 set is what fit.calibrate alone writes
-    assert sets["vidur"] == calibrate()
 
 
 def test_shipped_data_carries_licenses():

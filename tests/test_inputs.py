@@ -255,7 +255,7 @@ def test_a_bare_command_group_prints_its_help_once_and_exits_0():
 
 
 @pytest.mark.slow
-def test_calibrate_writes_only_where_out_says(tmp_path, monkeypatch):
+def test_calibrate_writes_only_where_out_says(tmp_path, monkeypatch, fit_once):
     import clustersim.catalog
 
     shipped = Path(clustersim.catalog.__file__).with_name("calibrated.yaml")

@@ -163,7 +163,7 @@ def test_every_gap_above_one_and_a_half_is_explained():
 
 # ----------------------------------------------------------------------- CLI
 @pytest.mark.slow
-def test_calibrate_cli_writes_a_profile(tmp_path):
+def test_calibrate_cli_writes_a_profile(tmp_path, fit_once):
     out = tmp_path / "cal.yaml"
     code, output = run_cli("calibrate", "--out", str(out))
     assert code == 0, output
