@@ -95,6 +95,10 @@ def print_summary(summary: RunSummary, header: str) -> None:
             f"throughput: {t.requests_per_s:.2f} req/s, {t.prompt_tokens_per_s:,.0f} prompt "
             f"tok/s, {t.output_tokens_per_s:,.0f} output tok/s over {summary.window_s:.2f} s"
         )
+    cache = summary.prefix_cache
+    if cache is not None and cache.hit_rate is not None:
+        typer.echo(f"prefix cache: {cache.hit_rate:.1%} of prompt tokens hit "
+                   f"({cache.cached_tokens:,} of {cache.prompt_tokens:,})")
     for inst in summary.instances:
         util, kv_mean = inst.utilization, inst.kv_usage_mean
         typer.echo(

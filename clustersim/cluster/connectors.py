@@ -293,6 +293,7 @@ class KVConnector:
         client = handoff.client
         self.routers["prefill"].returned(index, client)
         client.num_preemptions += producer.num_preemptions
+        client.num_cached_tokens = producer.num_cached_tokens
         if producer.status is RequestStatus.REJECTED:
             self._producer_rejected(handoff, f"prefill: {producer.reject_reason}")
             return

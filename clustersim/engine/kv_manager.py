@@ -257,6 +257,11 @@ class KVCacheManager:
     def free(self, request: Request) -> None:
         """Drop the request's references; blocks reaching zero return to the free queue."""
         rid = request.request_id
+        if (request.num_output_tokens and request.block_hashes and self.enable_prefix_caching
+                and rid in self.req_to_blocks):
+            # keys past the prompt (a session's answer): the block its last decodes filled
+            # took no allocation, which caches; vLLM caches it in the step that fills it
+            self.cache_blocks(request, request.num_computed_tokens)
         if rid in self._num_cached_blocks:
             del self._num_cached_blocks[rid]
         if self.window_groups:

@@ -89,6 +89,10 @@ class Request:
     dispatch_s: float | None = None
     """When the client's rate process handed the request over, before it waited for a
     concurrency slot (None: the client sends on arrival); the wait is its client queue time."""
+    num_cached_tokens: int = -1
+    """Prompt tokens its first prefill found in the prefix cache (vLLM's
+    ``Request.num_cached_tokens``, the usage's ``cached_tokens``; a disaggregated request's
+    are its prefill instance's); -1: never admitted."""
 
     def __init__(self, request_id: str, arrival_s: float, num_prompt_tokens: int,
                  max_tokens: int, priority: int = 0, block_hashes: tuple[int, ...] = (),
@@ -125,6 +129,7 @@ class Request:
         self.num_retries = 0
         self.attempt_arrival_s = None
         self.dispatch_s = None
+        self.num_cached_tokens = -1
 
     @property
     def engine_arrival_s(self) -> float:
@@ -146,6 +151,7 @@ class Request:
         self.prefill_instance = self.decode_instance = None
         self.handoff_bytes = 0
         self.handoff_start_s = self.handoff_end_s = None
+        self.num_cached_tokens = -1
 
     @property
     def token_times_s(self) -> array:

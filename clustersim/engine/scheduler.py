@@ -332,6 +332,8 @@ class Scheduler:
                 waiting.pop()
             running.append(request)
             request.status = RequestStatus.RUNNING
+            if request.num_cached_tokens < 0 and not from_holding:  # its first local prefill
+                request.num_cached_tokens = len(hit_blocks) * kv.block_size
             request.num_computed_tokens = num_computed
             self._record(plan, request, num_new)
             budget -= num_new

@@ -64,6 +64,12 @@ class RequestRecords:
         self.num_preemptions = 0
         self.num_preempted_requests = 0
         self.rejections: Counter[str | None] = Counter()
+        self.num_keyed = 0
+        """Requests that carried prefix-cache keys."""
+        self.num_cached_tokens = 0
+        """Prompt tokens the admitted requests' first prefills found in the prefix cache."""
+        self.num_admitted_prompt_tokens = 0
+        """Prompt tokens of the requests ever admitted (those a prefix cache was asked for)."""
         self.last_finish_s: float | None = None
         self._gaps = PooledGaps()
         """The pooled token gaps, read once the run has ended."""
@@ -95,6 +101,11 @@ class RequestRecords:
             if self.dispatch_s is None:
                 self.dispatch_s = array("d", [_NAN]) * self.num_requests
             self.dispatch_s[index] = r.dispatch_s
+        if r.block_hashes:
+            self.num_keyed += 1
+        if r.num_cached_tokens >= 0:
+            self.num_cached_tokens += r.num_cached_tokens
+            self.num_admitted_prompt_tokens += r.num_prompt_tokens
         if r.num_preemptions:
             self.num_preemptions += r.num_preemptions
             self.num_preempted_requests += 1

@@ -57,6 +57,14 @@ FAULT_DEFINITIONS = (
 )
 
 
+PREFIX_CACHE_DEFINITIONS = (
+    " Prefix cache hit rate = prompt tokens found in the prefix cache by each request's first "
+    "prefill (vLLM's num_cached_tokens: whole blocks, at least one token computed; a "
+    "disaggregated request's on its prefill instance) / prompt tokens of the requests "
+    "admitted; shown when the requests carry prefix-cache keys."
+)
+
+
 @dataclass(frozen=True, slots=True)
 class FaultImpact:
     """What one failure did (``cluster.faults.FaultTally``)."""
@@ -137,6 +145,24 @@ class Throughput:
 
 
 @dataclass(frozen=True, slots=True)
+class PrefixCacheSummary:
+    """How much of the prompts the prefix cache served: of the prompt tokens of every
+    admitted request, those its first prefill found cached (vLLM's ``num_cached_tokens``,
+    summed)."""
+
+    cached_tokens: int
+    prompt_tokens: int
+
+    @property
+    def hit_rate(self) -> float | None:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"hit_rate": self.hit_rate, "cached_tokens": self.cached_tokens,
+                "prompt_tokens": self.prompt_tokens}
+
+
+@dataclass(frozen=True, slots=True)
 class InstanceSummary:
     name: str
     num_steps: int
@@ -190,6 +216,8 @@ class RunSummary:
     """Set when the scenario injects failures."""
     benchmark: BenchmarkSummary | None = None
     """Set for a ``benchmark`` workload: the run as ``vllm bench serve`` reports it."""
+    prefix_cache: PrefixCacheSummary | None = None
+    """Set when the workload's requests carry prefix-cache keys."""
 
     @property
     def gpus_by_type(self) -> dict[str, int]:
@@ -243,6 +271,8 @@ class RunSummary:
             out[key] = getattr(self, key).to_json()
         out["num_preemptions"] = self.num_preemptions
         out["num_preempted_requests"] = self.num_preempted_requests
+        if self.prefix_cache is not None:
+            out["prefix_cache"] = self.prefix_cache.to_json()
         if self.handoff_s is not None:
             out["handoff_s"] = self.handoff_s.to_json()
             out["handoff_bytes"] = self.handoff_bytes
@@ -256,7 +286,10 @@ class RunSummary:
             out["faults"] = self.faults.to_json()
         if self.benchmark is not None:
             out["benchmark"] = self.benchmark.to_json()
-        out["definitions"] = DEFINITIONS + (FAULT_DEFINITIONS if self.faults is not None else "")
+        out["definitions"] = (DEFINITIONS
+                              + (FAULT_DEFINITIONS if self.faults is not None else "")
+                              + (PREFIX_CACHE_DEFINITIONS if self.prefix_cache is not None
+                                 else ""))
         return out
 
 
@@ -399,6 +432,9 @@ def summarize_records(
         link_utilization=identity.get("link_utilization", {}),
         num_transfers=identity.get("num_transfers", 0),
         faults=None if faults is None else fault_summary(faults, table, slo),
+        prefix_cache=(PrefixCacheSummary(records.num_cached_tokens,
+                                         records.num_admitted_prompt_tokens)
+                      if records.num_keyed else None),
     )
 
 
