@@ -544,3 +544,36 @@ def test_a_corrupt_gz_says_so_before_what_its_bytes_decompressed_to(tmp_path, mo
     with pytest.raises(InputError) as error:
         load_trace(path)
     assert str(error.value).startswith(f"{path}: corrupt gzip file: CRC check failed")
+
+
+def test_prefix_reuse_counts_blocks_that_open_an_earlier_prompt_and_how_far_back():
+    from clustersim.workload.stats import prefix_reuse
+
+    #            blocks of 4 tokens        prompt  arrival
+    ids = [(1, 2, 3),                    # 12      0 s
+           (1, 2, 9),                    # 12      1 s: 1, 2 reused (1 request, 1 s back)
+           (5,),                         #  4      2 s
+           (1, 2, 9, 7),                 # 15     30 s: 1, 2, 9 (2 requests, 29 s back)
+           (1, 2, 9, 7)]                 # 15     31 s: all, 7 being 3 tokens (1, 1 s)
+    reuse = prefix_reuse(ids, np.array([12, 12, 4, 15, 15]),
+                         np.array([0.0, 1.0, 2.0, 30.0, 31.0]), 4)
+    total = 12 + 12 + 4 + 15 + 15
+    assert reuse["reused_share"] == (8 + 12 + 15) / total
+    assert reuse["within_requests"]["1"] == (8 + 15) / total
+    assert reuse["within_requests"]["10"] == (8 + 12 + 15) / total
+    assert reuse["within_s"]["1"] == (8 + 15) / total
+    assert reuse["within_s"]["60"] == (8 + 12 + 15) / total
+    # a block that matches out of place (9 after 5) is no prefix: not reused
+    assert prefix_reuse([(5, 9), (1, 9)], np.array([8, 8]), np.array([0.0, 1.0]),
+                        4)["reused_share"] == 0
+
+
+def test_trace_stats_prints_mooncake_s_prefix_reuse():
+    code, output = run_cli("trace", "stats", "mooncake-conversation")
+    assert code == 0, output
+    lines = output.splitlines()
+    assert lines[6].startswith("prefix reuse: 37.4% of prompt tokens are in blocks that "
+                               "open an earlier prompt too (512-token blocks)")
+    assert lines[7].startswith("  last seen within n requests: 1: 4.3%")
+    code, output = run_cli("trace", "stats", "azure-conv-2023", "--json")
+    assert "prefix_reuse" not in json.loads(output)  # no prefix-block ids

@@ -68,7 +68,24 @@ def format_stats(stats: dict[str, Any]) -> str:
     parts = [f"{label} {mix[key]:,} ({mix[key] / n:.1%})" for key, label in (
         ("prefill_heavy", "prefill-heavy"), ("decode_heavy", "decode-heavy"), ("mixed", "mixed"))]
     lines.append(f"mix (prompt > {t} / output > {t / 8:g} tokens): " + ", ".join(parts))
+    reuse = stats.get("prefix_reuse")
+    if reuse is not None:
+        lines += _reuse_lines(reuse)
     return "\n".join(lines)
+
+
+def _reuse_lines(reuse: dict[str, Any]) -> list[str]:
+    """What ``trace stats`` prints of ``stats.prefix_reuse``."""
+    within_n = reuse["within_requests"]
+    within_s = reuse["within_s"]
+    return [
+        f"prefix reuse: {reuse['reused_share']:.1%} of prompt tokens are in blocks that open "
+        f"an earlier prompt too ({reuse['block_tokens']}-token blocks)",
+        "  last seen within n requests: "
+        + "  ".join(f"{int(n):,}: {v:.1%}" for n, v in within_n.items()),
+        "  last seen within t seconds:  "
+        + "  ".join(f"{float(t):g}: {v:.1%}" for t, v in within_s.items()),
+    ]
 
 
 @trace_app.command("stats")
@@ -87,7 +104,9 @@ def stats_cmd(
     ] = 2048,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Rows, span, arrival rate and burstiness, lengths and request mix of a trace."""
+    """Rows, span, arrival rate and burstiness, lengths and request mix of a trace; with
+    prefix-block ids (Mooncake), how much of the prompts repeats earlier ones, and how far
+    back."""
     if format != "auto" and format not in FORMATS:
         raise ClusterSimError("--format", f"unknown format {format!r} (auto, "
                               f"{', '.join(FORMATS)})")

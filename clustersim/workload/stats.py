@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from clustersim.workload.classify import count_classes
+from clustersim.workload.replay import chain_block_hashes
 from clustersim.workload.traces import Trace
 
 PEAK_WINDOW_S = 60.0
+REUSE_REQUESTS = (1, 10, 100, 1_000, 10_000)
+"""How far back (in requests) ``prefix_reuse`` looks, cumulative."""
+REUSE_SECONDS = (1.0, 10.0, 60.0, 600.0, 3600.0)
+"""How far back (in seconds) ``prefix_reuse`` looks, cumulative."""
 
 
 def _summary(values: np.ndarray) -> dict[str, float]:
@@ -56,4 +62,56 @@ def trace_stats(trace: Trace, long_prompt_threshold: int = 2048) -> dict[str, An
         "output_tokens": _summary(trace.output_tokens),
         "mix": {"long_prompt_threshold": long_prompt_threshold,
                 **count_classes(trace.prompt_tokens, trace.output_tokens, long_prompt_threshold)},
+        **({} if trace.hash_ids is None or trace.arrival_s is None else {
+            "prefix_reuse": prefix_reuse(trace.hash_ids, trace.prompt_tokens, trace.arrival_s,
+                                         trace.hash_block_tokens)}),
+    }
+
+
+def prefix_reuse(
+    block_ids: Sequence[Sequence[int]], prompt_tokens: np.ndarray, arrival_s: np.ndarray,
+    block_tokens: int,
+) -> dict[str, Any]:
+    """How much of the prompts an unbounded prefix cache could serve: the share of prompt
+    tokens in blocks that open an earlier prompt too (the same ids up to and including that
+    block, as chained block hashes match), and that share counting only blocks last seen at
+    most n requests or t seconds before (a cache that keeps blocks that long)::
+
+        request 7   | a | b | c | d |     blocks a, b last seen in request 5 (2 back, 3 s);
+        request 5   | a | b | x |         c, d in no earlier prompt: 2 of 4 blocks reused
+
+    A prompt's last block may be partial: its tokens count, not ``block_tokens``."""
+    last_request: dict[int, int] = {}
+    last_s: dict[int, float] = {}
+    back_requests: list[int] = []
+    back_s: list[float] = []
+    tokens: list[int] = []
+    prompts = np.asarray(prompt_tokens).tolist()
+    times = np.asarray(arrival_s, dtype=float).tolist()
+    for i, ids in enumerate(block_ids):
+        keys = chain_block_hashes(ids)
+        now = times[i]
+        for j, key in enumerate(keys):
+            before = last_request.get(key)
+            if before is None:
+                break
+            back_requests.append(i - before)
+            back_s.append(now - last_s[key])
+            tokens.append(min(block_tokens, prompts[i] - j * block_tokens))
+        for key in keys:
+            last_request[key] = i
+            last_s[key] = now
+    total = float(sum(prompts))
+    reused = np.asarray(tokens, dtype=np.int64)
+    requests_back = np.asarray(back_requests, dtype=np.int64)
+    seconds_back = np.asarray(back_s, dtype=float)
+
+    def share(mask: np.ndarray | None = None) -> float:
+        return float(reused.sum() if mask is None else reused[mask].sum()) / total
+
+    return {
+        "block_tokens": block_tokens,
+        "reused_share": share(),
+        "within_requests": {str(n): share(requests_back <= n) for n in REUSE_REQUESTS},
+        "within_s": {f"{t:g}": share(seconds_back <= t) for t in REUSE_SECONDS},
     }
