@@ -28,6 +28,18 @@ def scn(**change: object) -> bytes:
     return yaml.safe_dump(scenario(**change), sort_keys=False).encode()
 
 
+def pool(**fields: object) -> dict[str, object]:
+    return {"kind": "prompt_pool", "num_groups": 2, "num_prompts_per_group": 3,
+            "system_prompt_tokens": 64, "question_tokens": 16, "output_tokens": 8,
+            "arrivals": {"kind": "poisson", "rate_per_s": 1}, "num_requests": 5, **fields}
+
+
+def sessions(**fields: object) -> dict[str, object]:
+    return {"kind": "sessions", "arrivals": {"kind": "poisson", "rate_per_s": 1},
+            "num_sessions": 3, "system_prompt_tokens": 300, "turns": 2, "user_tokens": 10,
+            "output_tokens": 10, **fields}
+
+
 def replay(trace: str, **fields: object) -> bytes:
     return scn(workload={"kind": "replay", "trace": trace, **fields})
 
@@ -178,6 +190,40 @@ BAD_INPUTS = [
      "s.yaml: cost.kind: missing: choose one of roofline, fixed"),
     ("unknown kind", {"s.yaml": scn(cost={"kind": "free"})}, SIM,
      "s.yaml: cost.kind: unknown kind 'free'; choose one of roofline, fixed"),
+    # ------------------------------------------------ prompt pools and sessions
+    ("answer stop share 1.5", {"s.yaml": scn(workload=pool(output_tokens={
+        "kind": "stop_or_length", "max_tokens": 9, "stop_fraction": 1.5, "stop_tokens": 4}))},
+     SIM, "s.yaml: workload.output_tokens.stop_fraction: 1.5 is more than 1: it is a share"),
+    ("pool of 2M prompts", {"s.yaml": scn(workload=pool(num_groups=2000,
+                                                        num_prompts_per_group=1000))}, SIM,
+     "s.yaml: workload.num_prompts_per_group: 2,000 groups of 1,000 prompts are 2,000,000 "
+     "prompts, more than 1,000,000"),
+    ("pool order", {"s.yaml": scn(workload=pool(order="shuffle"))}, SIM,
+     "s.yaml: workload.order: Input should be 'cycle' or 'random'"),
+    ("closed-loop sessions", {"s.yaml": scn(workload=sessions(
+        arrivals={"kind": "closed_loop", "num_users": 2}))}, SIM,
+     "s.yaml: workload.arrivals.kind: unknown kind 'closed_loop'; choose one of poisson, "
+     "gamma, constant, on_off, rate_curve"),
+    ("20,000 turns", {"s.yaml": scn(workload=sessions(turns=20_000))}, SIM,
+     "s.yaml: workload.turns: 20,000 is more than 10,000: a session of more is a trace"),
+    ("unbounded turns", {"s.yaml": scn(workload=sessions(
+        turns={"kind": "lognormal", "mean": 4, "cv": 1}))}, SIM,
+     "s.yaml: workload.turns: give the lognormal a high (at most 10,000)"),
+    ("think time past 10 min", {"s.yaml": scn(workload=sessions(think_time_s={
+        "kind": "exponential", "mean_s": 900}))}, SIM,
+     "s.yaml: workload.think_time_s.mean_s: 900 s is more than 600 s"),
+    ("tool latency inverted", {"s.yaml": scn(workload=sessions(tool_calls={
+        "calls_per_turn": 3, "output_tokens": 50,
+        "latency_s": {"kind": "uniform", "low_s": 3, "high_s": 1}}))}, SIM,
+     "s.yaml: workload.tool_calls.latency_s: low_s (3.0) must be <= high_s (1.0)"),
+    ("context cap mode", {"s.yaml": scn(workload=sessions(at_context_cap="summarize"))}, SIM,
+     "s.yaml: workload.at_context_cap: Input should be 'truncate' or 'end_session'"),
+    ("shared system prompts of none", {"s.yaml": scn(workload=sessions(
+        system_prompt_tokens=None, num_system_prompts=3))}, SIM,
+     "s.yaml: workload.num_system_prompts: shared system prompts need system_prompt_tokens"),
+    ("cap below every first request", {"s.yaml": scn(workload=sessions(
+        max_context_tokens=200))}, SIM,
+     "s.yaml: workload.max_context_tokens: 200 tokens hold no session's first request"),
     # ------------------------------------------------ files only where asked
     ("compare --out /proc/x", {"s.yaml": scn(layout={"pools": [{"name": "a", "instances": 2}]},
                                              topology="dgx-h100")},

@@ -35,8 +35,9 @@ ON_OFF = {"kind": "on_off", "on_rate_per_s": 20.0, "on_s": 1.0, "off_s": 3.0,
 DIURNAL = {"kind": "rate_curve", "points": [[0, 2.0], [20, 10.0], [40, 1.0]], "period_s": 60}
 
 def _has_rate(spec) -> bool:
-    """Whether the workload offers a rate (a fixed-concurrency benchmark does not)."""
-    return getattr(spec, "max_concurrency", None) is None
+    """Whether the workload offers a rate (a fixed-concurrency benchmark and sessions do
+    not)."""
+    return getattr(spec, "max_concurrency", None) is None and spec.kind != "sessions"
 
 
 BENCHMARK = {"kind": "benchmark", "num_prompts": 50, "request_rate": 6.0, "burstiness": 0.5,
@@ -66,6 +67,10 @@ WORKLOADS = [
     ("replay_mooncake", workload({"kind": "replay", "trace": "mooncake-conversation",
                                   "spread_ties": True, "max_num_requests": 300,
                                   "rate_multiplier": 0.5}), None),
+    ("prompt_pool", workload({"kind": "prompt_pool", "num_groups": 2, "num_prompts_per_group": 3,
+                              "system_prompt_tokens": 64, "question_tokens": 16,
+                              "output_tokens": 8, "arrivals": ON_OFF, "num_requests": 50}),
+     None),
     ("explicit", workload(explicit(("a", 2.0, 10, 2), ("b", 0.5, 10, 2), ("c", 7.0, 10, 2))),
      None),
 ]
@@ -176,6 +181,14 @@ def test_a_fixed_concurrency_benchmark_has_no_rate_to_scale():
             assert info.value.path == field
             assert says in info.value.message
     assert scale_rate(workload(BENCHMARK), 2.0).request_rate == 12.0
+
+
+def test_sessions_scale_their_session_rate_and_offer_no_request_rate():
+    spec = load_scenario(ROOT / "scenarios" / "chat_sessions_h100.yaml").workload
+    assert scale_rate(spec, 2.0).arrivals.rate_per_s == 2 * spec.arrivals.rate_per_s
+    with pytest.raises(ConfigError, match="sessions have no offered request rate") as info:
+        offered_rate(spec)
+    assert info.value.path == "workload.kind"
 
 
 def test_the_shipped_benchmark_is_refused_by_the_planner_in_one_line():

@@ -413,3 +413,37 @@ def test_closed_loop_source_is_built_with_its_users():
     assert (source.num_users, source.think_time_s) == (3, 1.5)
     with pytest.raises(ValueError, match="build_workload"):
         build_requests(spec, np.random.default_rng(0))
+
+
+def test_stop_or_length_answers_stop_early_or_run_to_max_tokens():
+    stop = {"kind": "stop_or_length", "max_tokens": 500, "stop_fraction": 0.7,
+            "stop_tokens": {"kind": "lognormal", "mean": 200, "cv": 1.0}}
+    spec = synthetic({"kind": "constant", "rate_per_s": 100},
+                     {"kind": "independent", "prompt_tokens": 8, "output_tokens": stop},
+                     num_requests=40_000)
+    outputs = np.array([r.max_tokens for r in requests_of(spec, 5)])
+    assert outputs.max() == 500 and outputs.min() >= 1
+    # at max_tokens: the 30 % that never stop, and the stoppers whose draw reached 500
+    sigma2 = np.log1p(1.0)
+    mu = np.log(200) - sigma2 / 2
+    from scipy.stats import norm
+
+    beyond = 1 - norm.cdf((np.log(499.5) - mu) / np.sqrt(sigma2))
+    expected = 0.3 + 0.7 * beyond
+    assert np.mean(outputs == 500) == pytest.approx(expected, abs=4 * np.sqrt(
+        expected * (1 - expected) / 40_000))
+    never = {**stop, "stop_fraction": 0.0}
+    spec = synthetic({"kind": "constant", "rate_per_s": 100},
+                     {"kind": "mixture", "classes": [
+                         {"name": "a", "weight": 1, "prompt_tokens": 8, "output_tokens": never}]},
+                     num_requests=100)
+    assert {r.max_tokens for r in requests_of(spec)} == {500}
+
+
+def test_a_new_output_kind_leaves_the_draws_of_the_others_as_they_were():
+    from clustersim.workload.lengths import draw_lengths, draw_output_lengths
+
+    dist = workload({"kind": "poisson", "rate_per_s": 1, "num_requests": 1, "prompt_tokens": 8,
+                     "output_tokens": {"kind": "lognormal", "mean": 50, "cv": 2}}).output_tokens
+    assert (draw_output_lengths(dist, 100, np.random.default_rng(9))
+            == draw_lengths(dist, 100, np.random.default_rng(9))).all()

@@ -36,6 +36,7 @@ from clustersim.scenario import Scenario
 from clustersim.scenario.faults import ClientRetries, FaultsSpec, InstanceFault, NodeFault
 from clustersim.workload import build_requests
 from clustersim.workload.spec import ClosedLoopArrivals
+from clustersim.workload.spec_reuse import SessionsWorkload
 
 FAULT_AT = 1 / 3
 """The failure comes this far into the arrivals."""
@@ -88,9 +89,10 @@ def targets(scenario: Scenario, model: ModelSpec) -> tuple[list[Target], list[st
 
 def fault_time(scenario: Scenario, window_s: float) -> float:
     """A third of the way from the first arrival to the last (of ``window_s`` when the
-    arrivals are only known as the run goes: closed loops)."""
+    arrivals are only known as the run goes: closed loops, sessions)."""
     workload = scenario.workload
-    if isinstance(getattr(workload, "arrivals", None), ClosedLoopArrivals):
+    if isinstance(getattr(workload, "arrivals", None), ClosedLoopArrivals) or isinstance(
+            workload, SessionsWorkload):
         return round(FAULT_AT * window_s, 3)
     requests = build_requests(workload, np.random.default_rng(scenario.seed),
                               block_size=scenario.engine.block_size, base_dir=scenario.base_dir)

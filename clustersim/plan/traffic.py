@@ -18,6 +18,7 @@ from clustersim.workload.spec import (
     PoissonWorkload,
     SyntheticWorkload,
 )
+from clustersim.workload.spec_reuse import PromptPoolWorkload, SessionsWorkload
 
 
 def sample(scenario: Scenario) -> tuple[np.ndarray, np.ndarray, float]:
@@ -35,7 +36,8 @@ def is_random(scenario: Scenario) -> bool:
     """Whether seeds change the traffic: a trace replay or a list of requests arrives the same
     way every time (and routers that draw nothing stay as they are), so one seed says all there
     is."""
-    if isinstance(scenario.workload, PoissonWorkload | SyntheticWorkload | BenchmarkWorkload):
+    if isinstance(scenario.workload, PoissonWorkload | SyntheticWorkload | BenchmarkWorkload
+                  | PromptPoolWorkload | SessionsWorkload):
         return True
     layout = scenario.layout
     routers = ((layout.router, layout.prefill_router, layout.decode_router)
@@ -52,7 +54,8 @@ def at_rate(scenario: Scenario, base_rate: float, rate_per_s: float,
     if isinstance(workload, BenchmarkWorkload):
         field = "num_prompts"
     elif isinstance(workload, PoissonWorkload) or (
-            isinstance(workload, SyntheticWorkload) and workload.num_requests is not None
+            isinstance(workload, SyntheticWorkload | PromptPoolWorkload)
+            and workload.num_requests is not None
             and workload.duration_s is None):
         field = "num_requests"
     else:
@@ -68,7 +71,7 @@ def arrival_cv(scenario: Scenario, requests: list[Any]) -> float:
     workload = scenario.workload
     if isinstance(workload, PoissonWorkload):
         return 1.0
-    if isinstance(workload, SyntheticWorkload):
+    if isinstance(workload, SyntheticWorkload | PromptPoolWorkload):
         arrivals = workload.arrivals
         if isinstance(arrivals, GammaArrivals):
             return arrivals.cv

@@ -34,7 +34,7 @@ from clustersim.scenario.layout import LayoutSpec, TopologyRef
 from clustersim.scenario.plan import PlanSpec
 from clustersim.scenario.plausible import MAX_TOKEN_GAP_S, MAX_TTFT_S, implausible_limits
 from clustersim.validation import Strict, ValidationFailed, kind_union, validate
-from clustersim.workload.spec import Workload
+from clustersim.workload.kinds import Workload
 
 
 # ------------------------------------------------------------------- cost
@@ -155,8 +155,9 @@ class Scenario(Strict):
     engine: EngineSettings = Field(
         EngineSettings(), description="vLLM's engine arguments for every instance (a pool's "
         "engine overrides them).")
-    workload: Workload = Field(description="The requests: listed, generated, replayed from a "
-                               "trace, or sent by a benchmark client.")
+    workload: Workload = Field(description="The requests: listed, generated (also as a pool "
+                               "of prompts or as sessions), replayed from a trace, or sent by a "
+                               "benchmark client.")
     cost: Cost = Field(RooflineCost(), description="What prices an engine step.")
     slo: SLO | None = Field(None, description="Latency limits for attainment and goodput; "
                             "required by `clustersim plan`.")

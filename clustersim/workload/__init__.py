@@ -20,9 +20,12 @@ from clustersim.limits import MAX_TIME_S, TIME_REASON
 from clustersim.workload.arrivals import arrival_times
 from clustersim.workload.benchmark import dispatch_offsets, warmup_requests
 from clustersim.workload.classify import REQUEST_CLASSES, RequestClass, classify_request
+from clustersim.workload.kinds import Workload
 from clustersim.workload.lengths import draw_lengths, joint_lengths
+from clustersim.workload.pool import PoolRequests, draw_pool
 from clustersim.workload.replay import ReplayRows, chain_block_hashes, replay_requests
-from clustersim.workload.sources import Benchmark, ClosedLoop, OpenLoop, Submit
+from clustersim.workload.sessions import SessionRequests, draw_sessions
+from clustersim.workload.sources import Benchmark, ClosedLoop, OpenLoop, Sessions, Submit
 from clustersim.workload.spec import (
     BenchmarkWorkload,
     ClosedLoopArrivals,
@@ -35,13 +38,13 @@ from clustersim.workload.spec import (
     ReplayWorkload,
     SyntheticWorkload,
     TraceSource,
-    Workload,
 )
+from clustersim.workload.spec_reuse import PromptPoolWorkload, SessionsWorkload
 from clustersim.workload.traces import SHIPPED_TRACES, Trace, load_trace, resolve_trace_path
 
 __all__ = [
     "REQUEST_CLASSES", "SHIPPED_TRACES", "Benchmark", "ClosedLoop", "OpenLoop", "RequestClass",
-    "Submit",
+    "Sessions", "Submit",
     "Trace", "build_requests", "build_workload", "chain_block_hashes", "classify_request",
     "draw_lengths", "load_trace", "resolve_paths",
 ]
@@ -221,6 +224,15 @@ def build_requests(
         for request, offset in zip(source.requests, source.offsets_s, strict=True):
             request.arrival_s = workload.start_s + offset
         return _in_time(source.requests, "workload.request_rate")
+    if isinstance(workload, SessionsWorkload):
+        raise ValueError("a session's requests after its first are sent during the run (each "
+                         "when the answer before it is back): use build_workload")
+    if isinstance(workload, PromptPoolWorkload):
+        if isinstance(workload.arrivals, ClosedLoopArrivals):
+            raise ValueError("closed-loop arrival times are set during the run: use "
+                             "build_workload")
+        rows = _pool(workload, rng, block_size)
+        return _in_time([rows(i) for i in range(len(rows))], "workload.arrivals")
     where = "workload.rate_per_s" if isinstance(workload, PoissonWorkload) else "workload.arrivals"
     if isinstance(workload, PoissonWorkload):
         workload = _as_synthetic(workload)
@@ -256,6 +268,24 @@ class _Columns:
                        self.outputs.item(i))
 
 
+def _pool(workload: PromptPoolWorkload, rng: np.random.Generator,
+          block_size: int) -> PoolRequests:
+    """A prompt pool's requests: the arrival times first (none for a closed loop: set as
+    each is sent), then the pool and its draws (``pool.draw_pool``)."""
+    arrivals = workload.arrivals
+    if isinstance(arrivals, ClosedLoopArrivals):
+        assert workload.num_requests is not None
+        times = np.zeros(workload.num_requests)
+    else:
+        times = arrival_times(arrivals, rng, num_requests=workload.num_requests,
+                              duration_s=workload.duration_s, start_s=workload.start_s)
+        if times.size == 0:
+            raise ConfigError("workload.duration_s", f"no request arrives within "
+                              f"{workload.duration_s} s: lengthen it or raise the rate")
+        _in_time_s(float(times[-1]), "workload.arrivals")
+    return PoolRequests(draw_pool(workload, len(times), rng), times, block_size)
+
+
 def build_workload(
     workload: Workload,
     rng: np.random.Generator,
@@ -263,7 +293,7 @@ def build_workload(
     block_size: int = 16,
     base_dir: str | os.PathLike | None = None,
     on_arrival: bool = False,
-) -> OpenLoop | ClosedLoop | Benchmark:
+) -> OpenLoop | ClosedLoop | Benchmark | Sessions:
     """The request source the simulator drives for this ``workload:`` section.
 
     ``on_arrival``: every workload but a list of requests builds each request when it is
@@ -282,6 +312,23 @@ def build_workload(
             return OpenLoop.built_on_arrival(len(columns.arrivals), columns)
     if isinstance(workload, BenchmarkWorkload):
         return _benchmark(workload, rng, block_size, base_dir, on_arrival)
+    if isinstance(workload, SessionsWorkload):
+        plan = draw_sessions(workload, rng)
+        _in_time_s(float(plan.start_s[-1]), "workload.arrivals")
+        return Sessions(plan.start_s.tolist(), plan.first.tolist(), plan.wait_s.tolist(),
+                        SessionRequests(plan, block_size), keep=not on_arrival)
+    if isinstance(workload, PromptPoolWorkload):
+        rows = _pool(workload, rng, block_size)
+        arrivals = workload.arrivals
+        if isinstance(arrivals, ClosedLoopArrivals):
+            if on_arrival:
+                return ClosedLoop.built_on_arrival(len(rows), rows, arrivals.num_users,
+                                                   arrivals.think_time_s, workload.start_s)
+            return ClosedLoop([rows(i) for i in range(len(rows))], arrivals.num_users,
+                              arrivals.think_time_s, workload.start_s)
+        if on_arrival:
+            return OpenLoop.built_on_arrival(len(rows), rows)
+        return OpenLoop([rows(i) for i in range(len(rows))])
     if isinstance(workload, SyntheticWorkload) and isinstance(
         workload.arrivals, ClosedLoopArrivals
     ):

@@ -13,6 +13,7 @@ from clustersim.workload.spec import (
     LengthClass,
     LognormalLength,
     MixtureLengths,
+    StopOrLengthOutput,
     UniformLength,
 )
 from clustersim.workload.traces import Trace
@@ -34,6 +35,20 @@ def draw_lengths(
     return np.clip(values, dist.low, high).astype(np.int64)
 
 
+def draw_output_lengths(
+    dist: FixedLength | UniformLength | LognormalLength | StopOrLengthOutput, n: int,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """``n`` answer lengths: :func:`draw_lengths`, or for ``stop_or_length`` answers first
+    whether each stops early, then every stopping length (the same draws whatever the
+    share), cut at ``max_tokens``."""
+    if not isinstance(dist, StopOrLengthOutput):
+        return draw_lengths(dist, n, rng)
+    stops = rng.random(n) < dist.stop_fraction
+    lengths = np.minimum(draw_lengths(dist.stop_tokens, n, rng), dist.max_tokens)
+    return np.where(stops, lengths, dist.max_tokens).astype(np.int64)
+
+
 def mixture_lengths(
     classes: list[LengthClass], n: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -47,7 +62,7 @@ def mixture_lengths(
         mask = picks == index
         count = int(mask.sum())
         prompts[mask] = draw_lengths(cls.prompt_tokens, count, rng)
-        outputs[mask] = draw_lengths(cls.output_tokens, count, rng)
+        outputs[mask] = draw_output_lengths(cls.output_tokens, count, rng)
     return prompts, outputs
 
 
@@ -82,4 +97,5 @@ def joint_lengths(
         assert table is not None, "empirical lengths need their table loaded"
         return empirical_lengths(table, n, rng, in_order=spec.sample == "in_order",
                                  max_total_tokens=spec.max_total_tokens)
-    return draw_lengths(spec.prompt_tokens, n, rng), draw_lengths(spec.output_tokens, n, rng)
+    return (draw_lengths(spec.prompt_tokens, n, rng),
+            draw_output_lengths(spec.output_tokens, n, rng))

@@ -9,6 +9,8 @@ only what sets the pace of arrivals and keeps every length, window and count::
     replay                     rate_multiplier x f            (window in trace time kept)
     explicit                   arrival_s / f, from time 0
     benchmark                  request_rate x f               (only without max_concurrency)
+    prompt_pool                its arrivals, as synthetic's
+    sessions                   the sessions' arrivals (offered_rate refuses them)
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from clustersim.errors import ConfigError
 from clustersim.validation import validate
 from clustersim.workload import _table
 from clustersim.workload.arrivals import rate_curve
+from clustersim.workload.kinds import Workload
 from clustersim.workload.replay import replay_requests
 from clustersim.workload.spec import (
     Arrivals,
@@ -31,8 +34,8 @@ from clustersim.workload.spec import (
     RateCurveArrivals,
     ReplayWorkload,
     SyntheticWorkload,
-    Workload,
 )
+from clustersim.workload.spec_reuse import PromptPoolWorkload, SessionsWorkload
 
 _CLOSED_LOOP = ("closed_loop arrivals have no offered rate (each user sends its next request "
                 "when its answer is back): rate planning needs open-loop arrivals (poisson, "
@@ -41,6 +44,11 @@ _BENCHMARK = ("a fixed-concurrency benchmark has no offered rate (its clients se
               "concurrency slot frees up, at the server's pace): rate planning needs "
               "open-loop traffic (a finite request_rate and no max_concurrency, or a poisson "
               "or synthetic workload)")
+
+
+_SESSIONS = ("sessions have no offered request rate (each request after a session's first is "
+             "sent when the answer before it is back, at the server's pace): rate planning "
+             "needs open-loop traffic (a prompt_pool, synthetic or poisson workload)")
 
 
 def _open_benchmark(workload: BenchmarkWorkload) -> None:
@@ -70,7 +78,7 @@ def scale_rate(workload: Workload, factor: float) -> Workload:
         raise ValueError(f"a rate factor must be positive and finite, got {factor}")
     if isinstance(workload, PoissonWorkload):
         return _revalidated(workload, rate_per_s=workload.rate_per_s * factor)
-    if isinstance(workload, SyntheticWorkload):
+    if isinstance(workload, SyntheticWorkload | PromptPoolWorkload | SessionsWorkload):
         return _revalidated(workload, arrivals=_scaled_arrivals(workload.arrivals, factor))
     if isinstance(workload, ReplayWorkload):
         return _revalidated(workload, rate_multiplier=workload.rate_multiplier * factor)
@@ -120,8 +128,10 @@ def offered_rate(
     """
     if isinstance(workload, PoissonWorkload):
         return workload.rate_per_s
-    if isinstance(workload, SyntheticWorkload):
+    if isinstance(workload, SyntheticWorkload | PromptPoolWorkload):
         return _process_rate(workload)
+    if isinstance(workload, SessionsWorkload):
+        raise ConfigError("workload.kind", _SESSIONS)
     if isinstance(workload, ReplayWorkload):
         requests = replay_requests(workload, _table(workload, base_dir), block_size)
         return _rate_of([r.arrival_s for r in requests], "workload")
@@ -132,7 +142,7 @@ def offered_rate(
     return _rate_of([r.arrival_s for r in workload.requests], "workload.requests")
 
 
-def _process_rate(workload: SyntheticWorkload) -> float:
+def _process_rate(workload: SyntheticWorkload | PromptPoolWorkload) -> float:
     arrivals = workload.arrivals
     if isinstance(arrivals, ClosedLoopArrivals):
         raise ConfigError("workload.arrivals", _CLOSED_LOOP)

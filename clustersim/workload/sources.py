@@ -304,3 +304,60 @@ class Benchmark(_ProcessSource):
                 self._warmups_done.succeed()
         if self._queue or self._dispatched_s:
             env.timeout(0).callbacks.append(lambda _event: self._fill())
+
+
+class Sessions(_ProcessSource):
+    """Sessions of requests (``workload.sessions``): session ``s`` sends its first request at
+    ``starts_s[s]``; each of its next ones ``waits_s[r]`` after the one before it is done
+    (the user's think time, or a tool's run), so each session is a closed loop of one. A
+    request's ``arrival_s`` is set when it is sent; ``build(s, r)`` builds request ``r`` (an
+    index over all requests, session ``s``'s being ``first[s] .. first[s + 1] - 1``), in order
+    within a session. A rejected request ends its wait as an answer does: the session goes
+    on as drawn. Its next request goes out as a separate event, even with no wait, as the
+    closed loop's next request does. ``keep``: the requests sent are kept in ``requests``,
+    in the order sent; else the source keeps none once done."""
+
+    def __init__(self, starts_s: Sequence[float], first: Sequence[int],
+                 waits_s: Sequence[float], build: Callable[[int, int], Request],
+                 keep: bool = True) -> None:
+        if len(first) != len(starts_s) + 1 or first[-1] != len(waits_s):
+            raise ValueError(f"{len(starts_s)} sessions, {len(first)} offsets and "
+                             f"{len(waits_s)} waits do not match")
+        self.requests: list[Request] = []
+        self.num_requests = len(waits_s)
+        self.starts_s = list(starts_s)
+        self.first = list(first)
+        self.waits_s = list(waits_s)
+        self._build = build
+        self._keep = keep
+        self._sent: dict[Request, tuple[int, int]] = {}
+        """Requests sent and not yet done: their session and index."""
+        self._env: Env | None = None
+        self._submit: Submit | None = None
+
+    def run(self, env: Env, submit: Submit) -> Generator[Any, Any, None]:
+        self._env, self._submit = env, submit
+        for session, start in enumerate(self.starts_s):
+            delay = start - now_of(env)
+            if delay > 0:
+                yield env.timeout(delay)
+            self._send(session, self.first[session])
+
+    def _send(self, session: int, r: int) -> None:
+        assert self._env is not None and self._submit is not None
+        request = self._build(session, r)
+        request.arrival_s = now_of(self._env)
+        self._sent[request] = (session, r)
+        if self._keep:
+            self.requests.append(request)
+        self._submit(request)
+
+    def on_done(self, request: Request) -> None:
+        """The session's next request goes after its wait, if the session has one left."""
+        env = self._env
+        if env is None:
+            raise AssertionError(f"request {request.request_id} done before the source ran")
+        session, r = self._sent.pop(request)
+        if r + 1 < self.first[session + 1]:
+            env.timeout(self.waits_s[r + 1]).callbacks.append(
+                lambda _event: self._send(session, r + 1))

@@ -1,15 +1,20 @@
 """The ``workload:`` section of a scenario: which requests arrive, when, and how long they are.
 
 Each kind is a strict pydantic model chosen by its ``kind:`` field; every request stream is
-reproducible from the scenario's seed. Four kinds::
+reproducible from the scenario's seed. The kinds::
 
-    explicit   requests listed one by one
-    poisson    Poisson arrivals + lengths, flat (the short form of synthetic)
-    synthetic  arrivals:  poisson | gamma | constant | on_off | rate_curve | closed_loop
-               lengths:   independent | mixture | empirical
-    replay     a trace file's arrivals and lengths (Azure, Mooncake, Vidur, vLLM, BurstGPT, ...)
-    benchmark  `vllm bench serve`: warm-ups, then requests dispatched at a rate through a
-               semaphore of max_concurrency (the client's own queue)
+    explicit     requests listed one by one
+    poisson      Poisson arrivals + lengths, flat (the short form of synthetic)
+    synthetic    arrivals:  poisson | gamma | constant | on_off | rate_curve | closed_loop
+                 lengths:   independent | mixture | empirical
+    replay       a trace file's arrivals and lengths (Azure, Mooncake, Vidur, vLLM, BurstGPT, ...)
+    benchmark    `vllm bench serve`: warm-ups, then requests dispatched at a rate through a
+                 semaphore of max_concurrency (the client's own queue)
+    prompt_pool  prompts drawn from groups sharing a system prompt (``spec_reuse``)
+    sessions     multi-turn chats and agent loops, each turn sent after the last answer
+                 (``spec_reuse``)
+
+``kinds.Workload`` is the union of them all.
 """
 
 from __future__ import annotations
@@ -102,6 +107,29 @@ LengthDist = Annotated[
 """A token-length distribution; a plain integer means ``{kind: fixed, value: n}``."""
 
 
+class StopOrLengthOutput(Strict):
+    """Answers that either stop early or run to ``max_tokens``, as vLLM ends a request with
+    ``finish_reason`` "stop" (EOS or a stop string) or "length" (``max_tokens`` reached):
+    a share ``stop_fraction`` of the answers stop at a length drawn from ``stop_tokens`` (a
+    draw above ``max_tokens`` is cut to it), the others are ``max_tokens`` long."""
+
+    kind: Literal["stop_or_length"]
+    max_tokens: Tokens = Field(description="The requests' max_tokens: no answer is longer.")
+    stop_fraction: Annotated[NonNegativeFloat, Within(
+        high=1.0, reason="it is a share of the answers")] = Field(
+        description="Share of the answers that stop (EOS) before max_tokens, 0 to 1.")
+    stop_tokens: LengthDist = Field(
+        description="Length of an answer that stops; draws above max_tokens end at it.")
+
+
+OutputLengthDist = Annotated[
+    kind_union(FixedLength, UniformLength, LognormalLength, StopOrLengthOutput),
+    BeforeValidator(_int_as_fixed),
+]
+"""An answer-length distribution: a token-length one, or answers that stop early or at
+``max_tokens`` (``stop_or_length``)."""
+
+
 # ------------------------------------------------------------- traffic classes
 SOURCE_CLASSES: dict[str, tuple[int, int]] = {
     "decode_baseline": (16, 512),
@@ -120,7 +148,8 @@ class LengthClass(Strict):
     weight: PositiveFloat = Field(description="Relative share of requests (weights need not sum "
                                   "to 1).")
     prompt_tokens: LengthDist = Field(description="Prompt length of this class's requests.")
-    output_tokens: LengthDist = Field(description="Output length of this class's requests.")
+    output_tokens: OutputLengthDist = Field(description="Output length of this class's "
+                                            "requests.")
 
     @model_validator(mode="before")
     @classmethod
@@ -295,7 +324,7 @@ class IndependentLengths(Strict):
 
     kind: Literal["independent"]
     prompt_tokens: LengthDist = Field(description="Prompt length distribution.")
-    output_tokens: LengthDist = Field(description="Output length distribution.")
+    output_tokens: OutputLengthDist = Field(description="Output length distribution.")
 
 
 class MixtureLengths(Strict):
@@ -369,7 +398,8 @@ class PoissonWorkload(Strict):
     num_requests: NumRequests = Field(description="How many requests.")
     start_s: Seconds = Field(0.0, description="Arrivals begin one gap after this.")
     prompt_tokens: LengthDist | None = Field(None, description="Prompt length (without classes).")
-    output_tokens: LengthDist | None = Field(None, description="Output length (without classes).")
+    output_tokens: OutputLengthDist | None = Field(
+        None, description="Output length (without classes).")
     classes: list[LengthClass] | None = Field(
         None, min_length=1, description="A mixture of traffic classes instead of one length pair."
     )
@@ -404,30 +434,37 @@ class SyntheticWorkload(Strict):
 
     @model_validator(mode="after")
     def _how_many(self) -> SyntheticWorkload:
-        arrivals = self.arrivals
-        if isinstance(arrivals, ClosedLoopArrivals):
-            if self.num_requests is None or self.duration_s is not None:
-                raise ValueError("closed_loop arrivals need num_requests and take no duration_s")
-        elif self.num_requests is None and self.duration_s is None:
-            raise ValueError("give num_requests, duration_s or both")
-        if (
-            isinstance(arrivals, RateCurveArrivals)
-            and arrivals.period_s is None
-            and arrivals.points[-1][1] == 0
-            and self.duration_s is None
-        ):
-            raise ValueError("the rate curve ends at rate 0, so traffic stops there: "
-                             "give duration_s")
-        if self.num_requests is None and self.duration_s is not None:
-            peak = _peak_rate(arrivals)
-            expected = peak * self.duration_s
-            if expected > MAX_NUM_REQUESTS:
-                raise ValueError(
-                    f"duration_s {self.duration_s:g} s at up to {peak:g} "
-                    f"requests/s brings up to {expected:,.0f} requests, more than "
-                    f"{MAX_NUM_REQUESTS:,} (a run holds every request in memory): shorten it "
-                    "or give num_requests too")
+        check_how_many(self.arrivals, self.num_requests, self.duration_s)
         return self
+
+
+def check_how_many(arrivals: Any, num: int | None, duration_s: float | None,
+                   num_field: str = "num_requests", what: str = "requests") -> None:
+    """Refuse an arrival process that would bring no end of ``what`` (ValueError): closed
+    loops need a count, open ones a count or a duration, and a duration alone at most
+    ``MAX_NUM_REQUESTS`` arrivals at the peak rate."""
+    if isinstance(arrivals, ClosedLoopArrivals):
+        if num is None or duration_s is not None:
+            raise ValueError(f"closed_loop arrivals need {num_field} and take no duration_s")
+    elif num is None and duration_s is None:
+        raise ValueError(f"give {num_field}, duration_s or both")
+    if (
+        isinstance(arrivals, RateCurveArrivals)
+        and arrivals.period_s is None
+        and arrivals.points[-1][1] == 0
+        and duration_s is None
+    ):
+        raise ValueError("the rate curve ends at rate 0, so traffic stops there: "
+                         "give duration_s")
+    if num is None and duration_s is not None:
+        peak = _peak_rate(arrivals)
+        expected = peak * duration_s
+        if expected > MAX_NUM_REQUESTS:
+            raise ValueError(
+                f"duration_s {duration_s:g} s at up to {peak:g} "
+                f"{what}/s brings up to {expected:,.0f} {what}, more than "
+                f"{MAX_NUM_REQUESTS:,} (a run holds every request in memory): shorten it "
+                f"or give {num_field} too")
 
 
 def _peak_rate(arrivals: Any) -> float:
@@ -531,6 +568,3 @@ class BenchmarkWorkload(Strict):
         "response), warm-ups included: each drawn from an exponential distribution of this "
         "mean (no measured spread exists); 0: the next request goes at once.")
 
-
-Workload = kind_union(ExplicitWorkload, PoissonWorkload, SyntheticWorkload, ReplayWorkload,
-                      BenchmarkWorkload)
