@@ -14,6 +14,7 @@ from clustersim.cluster.topology import Topology
 from clustersim.report.document import Block, Bullets, Pre, Span, Table, Text
 from clustersim.scenario.layout import topology_label
 from clustersim.workload.spec import PoissonWorkload, SyntheticWorkload
+from clustersim.workload.spec_reuse import PromptPoolWorkload
 from clustersim.workload.traces import SHIPPED_TRACES
 
 if TYPE_CHECKING:
@@ -158,6 +159,6 @@ def configured_rate(scenario: Scenario) -> float | None:
     workload = scenario.workload
     if isinstance(workload, PoissonWorkload):
         return workload.rate_per_s
-    if isinstance(workload, SyntheticWorkload):
+    if isinstance(workload, SyntheticWorkload | PromptPoolWorkload):
         return getattr(workload.arrivals, "rate_per_s", None)
     return None
