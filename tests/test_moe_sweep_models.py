@@ -13,6 +13,8 @@ from clustersim.catalog.quantization import QuantizationSpec
 from clustersim.cost.collectives import add_segments, allreduce_segments
 from clustersim.cost.roofline import BatchShape, CostModel
 from clustersim.engine.quantization import served_model
+from clustersim.errors import ConfigError
+from tests.helpers import run_cli, scenario, write_scenario
 
 KIMI_INT4 = {  # Kimi-K2.5's quantization_config (its ignore list keeps all but the experts)
     "quant_method": "compressed-tensors", "format": "pack-quantized",
@@ -105,9 +107,39 @@ def test_kimi_runs_its_experts_on_marlin_and_the_rest_in_16_bits():
     # the experts on vLLM's Marlin MoE kernel as the H200 measured it (clustersim.cost.moe)
     assert (cost.kernel.name, cost.expert_kernel.name) == ("w16a16", "fused_moe_int4_wo_marlin")
     assert cost.experts is not None and cost.experts.curve is not None
-    minimax = CostModel(served_model(load_model("minimax-m2.5"), gpu), gpu, tp=8)
+    minimax = CostModel(served_model(load_model("minimax-m2.5"), gpu), gpu, tp=4)
     assert (minimax.kernel.name, minimax.expert_kernel.name) == (
         "w8a8_fp8", "fused_moe_fp8_block_triton")
+
+
+def test_minimax_runs_eight_gpus_with_whole_experts():
+    """MiniMax-M2.5's 1,536-wide experts sliced 8 ways are 192 wide, not whole 128x128 FP8
+    blocks: vLLM refuses to load them (Fp8MoEMethod.create_weights), and its recipe runs eight
+    GPUs with expert parallelism. clustersim refuses the sliced layout where vLLM does, and
+    prices the one that runs: 32 whole experts a GPU on FlashInfer's CUTLASS kernel, the H200's
+    measured curve at moe_ep 8."""
+    gpu = load_gpu("h200")
+    model = served_model(load_model("minimax-m2.5"), gpu)
+    why = model.expert_slice_refusal(8, expert_parallel=False)
+    assert why is not None and "192 columns a GPU" in why and "block_n = 128" in why
+    assert model.expert_slice_refusal(4, expert_parallel=False) is None  # 384 = 3 blocks
+    assert model.expert_slice_refusal(8, expert_parallel=True) is None
+    with pytest.raises(ConfigError, match="192 columns a GPU") as refused:
+        CostModel(model, gpu, tp=8)
+    assert refused.value.path == "enable_expert_parallel"
+    with pytest.raises(ConfigError, match="192 columns a GPU"):
+        CostModel(model, gpu, tp=4, dp=2)  # a DP group's MoE layers slice over all 8 GPUs
+    whole = CostModel(model, gpu, tp=8, expert_parallel=True)
+    assert whole.experts is not None and whole.experts.curve is not None
+    assert (whole.experts.kernel.kernel, whole.experts.moe_tp, whole.experts.moe_ep) == (
+        "flashinfer_cutlass", 1, 8)
+    # DeepSeek-V3's 2,048-wide experts take slices down to 16 GPUs (128 wide), not 32
+    deepseek = load_model("deepseek-v3")
+    assert deepseek.expert_slice_refusal(16, expert_parallel=False) is None
+    assert "64 columns a GPU" in (deepseek.expert_slice_refusal(32, expert_parallel=False) or "")
+    # without FP8 blocks nothing is refused (Kimi-K2.5's INT4 groups, a dense model)
+    assert load_model("kimi-k2.5").expert_slice_refusal(64, expert_parallel=False) is None
+    assert load_model("llama-3.1-70b").expert_slice_refusal(8, expert_parallel=False) is None
 
 
 def test_minimax_all_reduces_its_qk_norm_variances_every_layer():
@@ -127,7 +159,9 @@ def test_minimax_all_reduces_its_qk_norm_variances_every_layer():
                 for op in cost.operators(batch)}
 
     for tp in (4, 8):
-        ops, base = by_name(CostModel(model, gpu, tp=tp)), by_name(CostModel(without, gpu, tp=tp))
+        ep = tp == 8  # eight GPUs hold whole experts (test_minimax_runs_eight_gpus_...)
+        ops = by_name(CostModel(model, gpu, tp=tp, expert_parallel=ep))
+        base = by_name(CostModel(without, gpu, tp=tp, expert_parallel=ep))
         ((name, extra_ar),) = [(n, ops[n] - base[n]) for n in ops if n.startswith("all-reduce")]
         ((_, one_ar, per_token, _), *_) = allreduce_segments(gpu, tp, 8.0, 1)
         assert extra_ar == pytest.approx(62 * (one_ar + 4 * per_token))
@@ -161,3 +195,37 @@ def test_two_lists_of_all_reduce_segments_add_point_by_point():
     for tokens in (1, 4, 100, 1000, 5000, 100_000, 10_000_000):
         assert price(total, tokens) == pytest.approx(price(hidden, tokens)
                                                      + price(layers, tokens))
+
+
+@pytest.mark.parametrize(("fields", "path"), [
+    ({}, "enable_expert_parallel"),
+    ({"layout": {"kind": "colocated", "pools": [
+        {"name": "a", "tensor_parallel_size": 8, "enable_expert_parallel": False}]}},
+     "layout.pools[0].enable_expert_parallel"),
+])
+def test_a_scenario_slicing_fp8_blocks_is_refused_as_vllm_refuses_it(tmp_path, fields, path):
+    """MiniMax-M2.5 at TP8 without expert parallelism: one line naming the field, exit 2, as
+    vLLM fails at start-up; with it, the scenario runs."""
+    data = scenario(model="minimax-m2.5", gpu="h200", tensor_parallel_size=8,
+                    cost={"kind": "fixed", "step_time_s": 0.01}, **fields)
+    code, output = run_cli("simulate", str(write_scenario(tmp_path, data)),
+                           "--out", str(tmp_path / "out"))
+    assert code == 2
+    assert f"{path}: minimax-m2.5's 1,536-wide experts sliced over 8 GPUs leave 192" in output
+    assert "Traceback" not in output
+    ok = scenario(model="minimax-m2.5", gpu="h200", tensor_parallel_size=8,
+                  enable_expert_parallel=True, cost={"kind": "fixed", "step_time_s": 0.01})
+    code, output = run_cli("simulate", str(write_scenario(tmp_path, ok, "ok.yaml")),
+                           "--out", str(tmp_path / "ok"))
+    assert code == 0, output
+
+
+def test_step_time_refuses_the_sliced_experts_by_its_option():
+    code, output = run_cli("step-time", "--model", "minimax-m2.5", "--gpu", "h200", "--tp", "8",
+                           "--decode-batch", "8", "--context", "1024")
+    assert code == 2
+    assert "--expert-parallel: minimax-m2.5's 1,536-wide experts" in output
+    code, output = run_cli("step-time", "--model", "minimax-m2.5", "--gpu", "h200", "--tp", "8",
+                           "--expert-parallel", "--decode-batch", "8", "--context", "1024")
+    assert code == 0, output
+    assert "kernel flashinfer_cutlass" in output

@@ -281,3 +281,36 @@ def test_a_three_pool_screen_splits_the_traffic_as_the_cluster_routes_it():
     # the estimate is what the most loaded pool allows for the whole traffic
     assert screened.estimate_per_s == pytest.approx(
         min(rate / share for share, rate, _ in loads.values()))
+
+
+def test_the_screen_prices_fp8_block_experts_the_way_vllm_loads_them():
+    """MiniMax-M2.5 on eight H200s: without expert parallelism vLLM cannot load its experts
+    (192-wide slices of 128-wide FP8 blocks), so the screen says why; with the scenario's
+    enable_expert_parallel the engine is priced with 32 whole experts a GPU, as it runs."""
+    from clustersim.plan.estimate import Screen
+    from clustersim.scenario import parse_scenario
+
+    def screen(ep: bool) -> Screen:
+        scenario = parse_scenario({
+            "name": "t", "model": "minimax-m2.5", "gpu": "h200",
+            "enable_expert_parallel": ep,
+            "workload": {"kind": "poisson", "rate_per_s": 1, "num_requests": 4,
+                         "prompt_tokens": 1000, "output_tokens": 100},
+            "slo": {"ttft_s": 1.0},
+        })
+        hgx = NodeTemplate("hgx-h200", "hgx-h200", "h200", 8, True, 450e9, 50e9)
+        return Screen(scenario, load_model("minimax-m2.5"),
+                      (np.array([1000] * 4), np.array([100] * 4)), 1.0, scenario.slo,
+                      {"h200": hgx}, 1.0)
+
+    candidate = Candidate("colocated", (PoolChoice("colocated", "h200", 8, 1),), None, True)
+    refused = screen(False).engine("h200", 8, candidate)
+    assert isinstance(refused, str)
+    assert refused.startswith("h200 TP8: minimax-m2.5's 1,536-wide experts sliced over 8 GPUs")
+    engine = screen(True).engine("h200", 8, candidate)
+    assert not isinstance(engine, str)
+    experts = engine.cost.experts
+    assert experts is not None and (experts.kernel.kernel, experts.moe_ep) == (
+        "flashinfer_cutlass", 8)
+    tp4 = screen(False).engine("h200", 4, candidate)  # 384-wide slices load: TP as before
+    assert not isinstance(tp4, str) and tp4.cost.experts.moe_tp == 4

@@ -968,6 +968,34 @@ class ModelSpec(_Spec):
                 f"{tp} does not divide the {self.num_attention_heads} attention heads of {self.id}",
             )
 
+    def expert_slice_refusal(self, moe_gpus: int, expert_parallel: bool) -> str | None:
+        """Why vLLM refuses to load the routed experts sliced over ``moe_gpus`` GPUs, or None.
+
+        Without expert parallelism each of the ``moe_gpus`` GPUs (TP x DP: vLLM flattens a
+        data-parallel group's MoE layers into one tensor-parallel split) holds a
+        ``moe_intermediate_size / moe_gpus`` slice of every expert. With FP8 blocks that
+        slice must be whole blocks: ``Fp8MoEMethod.create_weights`` raises "The output_size of
+        gate's and up's weight = 192 is not divisible by weight quantization block_n = 128"
+        for MiniMax-M2.5 at TP8 (vllm/model_executor/layers/quantization/fp8.py; the same
+        check in compressed-tensors' FP8 MoE method), and vLLM's MiniMax-M2 recipe says "pure
+        TP8 is not supported", running 8 GPUs as TP8 or DP8 with ``--enable-expert-parallel``
+        (vllm-project/recipes, MiniMax/MiniMax-M2.md). Whole experts per GPU never split a
+        block."""
+        q = self.quantization
+        if (expert_parallel or moe_gpus <= 1 or not self.is_moe or q is None
+                or q.weight_block_size is None or not self.quantized_layers("experts.down_proj")):
+            return None
+        block_n, block_k = q.weight_block_size
+        width = self.moe_intermediate_size / moe_gpus
+        if width == int(width) and not width % block_n and not width % block_k:
+            return None
+        return (f"{self.id}'s {self.moe_intermediate_size:,}-wide experts sliced over "
+                f"{moe_gpus} GPUs leave {width:g} columns a GPU, not whole {block_n}x{block_k} "
+                f"FP8 blocks: vLLM refuses to load them (\"The output_size of gate's and up's "
+                f"weight = {width:g} is not divisible by weight quantization block_n = "
+                f"{block_n}\"); enable expert parallelism (whole experts a GPU) or split them "
+                "fewer ways")
+
 
 class LinearLayer(NamedTuple):
     """One kind of linear layer of a decoder (:meth:`ModelSpec.linear_layers`)."""

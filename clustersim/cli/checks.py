@@ -15,12 +15,16 @@ def check_parallel(
 ) -> None:
     """--tp, --dp and --expert-parallel checked as a scenario's fields are, named by the
     options: the model shards ``tp`` ways, a MoE data-parallel group of ``dp x tp`` GPUs
-    sits on one node, and with expert parallelism they hold whole experts each."""
+    sits on one node, and with expert parallelism they hold whole experts each; without it,
+    slices of FP8-block experts vLLM can load (``ModelSpec.expert_slice_refusal``)."""
     try:
         model.check_tp(tp)
         gpu.tp_link(tp)
     except ClusterSimError as error:
         raise type(error)("--tp", error.message) from None
+    refusal = model.expert_slice_refusal(dp * tp, expert_parallel)
+    if refusal is not None:
+        raise ConfigError("--expert-parallel", refusal)
     from clustersim.engine.data_parallel import check_group
 
     check_group(model, gpu.id, tp, dp, expert_parallel, max(gpu.link.max_gpus, gpu.pcie.max_gpus),

@@ -426,6 +426,9 @@ class EngineBuilder:
                     else f"{where}.enable_expert_parallel")
         if ep and not self.model.is_moe:
             raise ConfigError(ep_field, f"{self.model.id} has no experts")
+        refusal = self.model.expert_slice_refusal(dp * tp, ep)
+        if refusal is not None:
+            raise ConfigError(ep_field, refusal)
         if dp > 1 or ep:
             settings = _merged_engine(scenario.engine, pool.engine)
             redundant = settings.num_redundant_experts if ep else 0

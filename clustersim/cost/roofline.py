@@ -100,6 +100,7 @@ from clustersim.cost.kernels import GemmKernel, fused_moe_kernel, gemm_kernel
 from clustersim.cost.moe import ExpertPricing, curve_segments, expert_pricing
 from clustersim.cost.prices import StepPrices
 from clustersim.cost.small_kernels import small_kernel_prices
+from clustersim.errors import ConfigError
 
 # FLOPs per multiply-accumulate.
 _FLOPS_PER_MAC = 2
@@ -248,6 +249,9 @@ class CostModel:
         model.check_tp(tp)
         if dp < 1:
             raise ValueError(f"dp must be >= 1, got {dp}")
+        refusal = model.expert_slice_refusal(dp * tp, expert_parallel)
+        if refusal is not None:
+            raise ConfigError("enable_expert_parallel", refusal)
         if (dp > 1 or expert_parallel) and not model.is_moe:
             raise ValueError(f"{model.id} is dense: data-parallel MoE pricing needs experts")
         if tp_link_bytes_per_s is not None and not tp_link_bytes_per_s > 0:

@@ -111,7 +111,11 @@ class Screen:
             setup = resolve_engine(probe, self.model, gpu, tp, dp, pp)
             config = setup.scheduler
             served = setup.model
-            cost = (CostModel(served, gpu, tp) if dp == 1
+            # one rank prices its experts sliced TP ways, unless vLLM could not load them so
+            # and the scenario runs whole experts a GPU (FP8 blocks: expert_slice_refusal)
+            whole = (bool(scenario.enable_expert_parallel)
+                     and served.expert_slice_refusal(tp, False) is not None)
+            cost = (CostModel(served, gpu, tp, expert_parallel=whole) if dp == 1
                     else self._parallel_cost(served, gpu, tp, dp, role))
             result = Engine(cost, config.max_num_batched_tokens,
                             config.max_num_seqs, (setup.num_gpu_blocks - 1) * config.block_size,
