@@ -23,8 +23,10 @@ each, then the mean absolute and the mean signed error per metric by model, GPU,
 TP/DP/EP, prompt/output length and concurrency, on the fitted split, the held-out split and
 both (``clustersim.calibration.silicon_split`` says which rows are which), and last each
 model's TPOT and long-prompt TTFT against the targets. A run listed twice in a file counts
-once. ``--fit-host``, ``--rounds`` and ``--desync`` work on the Llama sweep unless ``--sweep``
-names others (``--fit-host``: always; the host time was chosen on it).
+once; a run its own sweep contradicts (a mean TPOT above that of the same shape at more
+clients) is listed apart with its reason and scored on neither split. ``--fit-host``,
+``--rounds`` and ``--desync`` work on the Llama sweep unless ``--sweep`` names others
+(``--fit-host``: always; the host time was chosen on it).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from clustersim.calibration.silicon_split import (
     by_dimension,
     criteria,
     measurements,
+    set_aside,
 )
 from clustersim.calibration.sweeps import SWEEP_FILES, all_rows, deployment
 
@@ -168,34 +171,51 @@ def desync(table: list[dict[str, str]]) -> None:
                   f"{ttft_bias:>+9.1%}{tpot_mape:>11.1%}{tpot_bias:>+9.1%}", flush=True)
 
 
+def _line(i: int, split: str, score: RowScore) -> str:
+    """One row of the table: the deployment, the measured and simulated means, the errors."""
+    return (f"{i:>3} {score.model:<14}{score.gpu:<9}{score.vllm_version or '-':<7}"
+            f"{score.parallel:<9}{score.isl:>5} {score.osl:>5} {score.concurrency:>3} "
+            f"{split:<9}{score.ttft_ms:>10,.1f}{score.sim_ttft_ms:>10,.1f}"
+            f"{score.ttft_error:>+10.1%}{score.tpot_ms:>10,.2f}{score.sim_tpot_ms:>10,.2f}"
+            f"{score.tpot_error:>+10.1%}")
+
+
 def _table(table: list[dict[str, str]], chosen: list[int], api_server: bool, spread: bool,
-           turnaround_ms: float, early_fraction: float,
-           as_columns: bool) -> list[tuple[dict[str, str], str, RowScore]]:
+           turnaround_ms: float, early_fraction: float, as_columns: bool
+           ) -> tuple[list[tuple[dict[str, str], str, RowScore]],
+                      list[tuple[dict[str, str], str, RowScore]]]:
     """Every distinct measurement of ``chosen`` replayed (each scenario simulated once),
-    printed row by row: (row, split, score)."""
+    printed row by row: (row, split, score) of the scored runs, then of those set aside
+    (split ``set aside``), each with its reason."""
     print(f"{'row':>3} {'model':<14}{'GPU':<9}{'vLLM':<7}{'parallel':<9}{'isl':>5} {'osl':>5} "
           f"{'C':>3} {'split':<9}" + "".join(f"{h:>10}" for h in (
               "TTFT meas", "TTFT sim", "err", "TPOT meas", "TPOT sim", "err")))
     index = {id(table[i]): i for i in chosen}
     simulated: dict[str, tuple[float, float]] = {}
-    out = []
-    for row, split in measurements([table[i] for i in chosen]):
+
+    def score(row: dict[str, str]) -> RowScore:
         data = scenario(row, api_server, spread, turnaround_s=turnaround_ms / 1e3,
                         early_fraction=early_fraction, as_columns=as_columns)
         key = json.dumps(data, sort_keys=True)
         if key not in simulated:
             simulated[key] = simulate(data)
-        score = row_score(row, *simulated[key], as_columns=as_columns)
-        out.append((row, split, score))
-        print(f"{index[id(row)]:>3} {score.model:<14}{score.gpu:<9}"
-              f"{score.vllm_version or '-':<7}{score.parallel:<9}{score.isl:>5} {score.osl:>5} "
-              f"{score.concurrency:>3} {split:<9}{score.ttft_ms:>10,.1f}{score.sim_ttft_ms:>10,.1f}"
-              f"{score.ttft_error:>+10.1%}{score.tpot_ms:>10,.2f}{score.sim_tpot_ms:>10,.2f}"
-              f"{score.tpot_error:>+10.1%}", flush=True)
+        return row_score(row, *simulated[key], as_columns=as_columns)
+
+    out = []
+    for row, split in measurements([table[i] for i in chosen]):
+        out.append((row, split, score(row)))
+        print(_line(index[id(row)], split, out[-1][2]), flush=True)
     notes = sorted({deployment(row, as_columns).note for row, _, _ in out} - {""})
     for note in notes:
         print(f"note: {note}")
-    return out
+    aside = set_aside([table[i] for i in chosen])
+    if aside:
+        print("\nset aside, scored on neither split (its own sweep contradicts the run):")
+    apart = []
+    for row, _, reason in aside:
+        apart.append((row, "set aside", score(row)))
+        print(f"{_line(index[id(row)], 'set aside', apart[-1][2])}\n    {reason}", flush=True)
+    return out, apart
 
 
 def _summary(scored: list[tuple[RowScore, str]]) -> None:
@@ -263,8 +283,8 @@ def main() -> None:
         rounds(table, list(chosen))
         return
     started = time.perf_counter()
-    out = _table(table, list(chosen), not args.no_api_server, args.spread,
-                 args.turnaround_ms, args.early_fraction, args.as_columns)
+    out, apart = _table(table, list(chosen), not args.no_api_server, args.spread,
+                        args.turnaround_ms, args.early_fraction, args.as_columns)
     scored = [(score, split) for _, split, score in out]
     _summary(scored)
     print(f"\n{len(out)} distinct measurements of {len(chosen)} rows in "
@@ -278,7 +298,7 @@ def main() -> None:
             writer.writerows((row["id"], r.sweep, r.model, r.gpu, r.vllm_version, r.parallel,
                               r.isl, r.osl, r.concurrency, split, r.ttft_ms, r.sim_ttft_ms,
                               r.ttft_error, r.tpot_ms, r.sim_tpot_ms, r.tpot_error)
-                             for row, split, r in out)
+                             for row, split, r in out + apart)
 
 
 if __name__ == "__main__":

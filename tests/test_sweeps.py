@@ -11,9 +11,11 @@ from clustersim.calibration.silicon_split import (
     HELD_OUT,
     by_dimension,
     config,
+    contradiction,
     criteria,
     errors,
     measurements,
+    set_aside,
 )
 from clustersim.calibration.sweeps import SWEEP_FILES, all_rows, deployment
 from clustersim.scenario import parse_scenario
@@ -30,7 +32,7 @@ def test_every_shipped_row_maps_to_a_deployment():
     assert [len([r for r in table if r["sweep"] == name]) for name in SWEEP_FILES] == [
         45, 30, 30, 54, 45]
     parallel = {(r["sweep"], deployment(r).parallel) for r in table}
-    assert {p for _, p in parallel} == {"TP2", "TP4", "TP8", "TP4 EP4"}
+    assert {p for _, p in parallel} == {"TP2", "TP4", "TP8", "TP4 EP4", "TP8 EP8"}
     for row in table:
         scenario(row)  # precision, concurrency and columns consistent, or ValueError
 
@@ -75,8 +77,6 @@ def test_attention_dp_columns_against_the_row_id():
 @pytest.mark.parametrize(("sweep", "row_id", "model", "tp", "version"), [
     ("minimax_m25_fp8_h200_v0160", "minimaxm2_5_h200_vllm_fp8_agg_8192x1024_c8_cfg606",
      "minimax-m2.5", 4, "0.16"),
-    ("minimax_m25_fp8_h200_v0180", "minimaxm2_5_h200_vllm_fp8_agg_8192x1024_c8_cfg637",
-     "minimax-m2.5", 8, "0.18"),
     ("kimi_k25_int4_h200_v0160",
      "2026_03_25_kimi_k2_5_h200_sxm_vllm_int4_agg_8192x1024_c4_tp8_0_ep1_0_597",
      "kimi-k2.5", 8, "0.16"),
@@ -87,6 +87,22 @@ def test_the_h200_rows_run_tensor_parallel_without_expert_parallelism(sweep, row
     assert (data["model"], data["gpu"], data["tensor_parallel_size"]) == (model, "h200", tp)
     assert "enable_expert_parallel" not in data and "data_parallel_size" not in data
     assert data["engine"]["vllm_version"] == version and "quantization" not in data["engine"]
+    parse_scenario(data)
+
+
+def test_minimax_tp8_rows_run_with_expert_parallelism():
+    """The vLLM 0.18 H200 rows say TP8 with moe_tp_size 8: 192-wide slices of 128-wide FP8
+    blocks, which vLLM refuses to load. Replayed as the only layout of those eight GPUs vLLM
+    starts (its recipe's TP8 with expert parallelism), in either reading of the row."""
+    row = _row("minimax_m25_fp8_h200_v0180", "minimaxm2_5_h200_vllm_fp8_agg_8192x1024_c8_cfg637")
+    assert (row["tp_size"], row["moe_tp_size"], row["moe_ep_size"]) == ("8.0", "8.0", "1.0")
+    for as_columns in (False, True):
+        dep = deployment(row, as_columns=as_columns)
+        assert (dep.parallel, dep.expert_parallel) == ("TP8 EP8", True)
+        assert "192-wide slices" in dep.note
+    data = scenario(row)
+    assert (data["tensor_parallel_size"], data["enable_expert_parallel"]) == (8, True)
+    assert "data_parallel_size" not in data and data["engine"]["vllm_version"] == "0.18"
     parse_scenario(data)
 
 
@@ -117,10 +133,48 @@ def test_the_split_holds_out_a_third_of_each_moe_sweep_and_no_llama_row():
         shapes = {side: {c[4:6] for c, s in split.items() if c[0] == sweep and s == side}
                   for side in (FITTED, HELD_OUT)}
         assert shapes[HELD_OUT] == shapes[FITTED] == {(1024, 1024), (1024, 8192), (8192, 1024)}
-    # runs listed twice count once: Kimi's third copy (rounded), MiniMax H200's two dumps
+    # runs listed twice count once: Kimi's third copy (rounded), MiniMax H200's two dumps;
+    # the two runs their sweeps contradict count on neither side
     counts = {name: sum(r["sweep"] == name for r, _ in kept) for name in SWEEP_FILES}
-    assert list(counts.values()) == [45, 30, 15, 36, 30]
+    assert list(counts.values()) == [45, 29, 15, 36, 29]
     assert kept == measurements(all_rows())  # deterministic
+
+
+def test_a_run_its_own_sweep_contradicts_is_set_aside_with_its_reason():
+    """Kimi-K2.5's 1K/8K at 16 clients was measured twice: 16.00 and 63.98 ms a token, the
+    second above the 22.4 ms of 32 clients and the 31.9 ms of 64. More clients never make a
+    token faster, so the 63.98 ms run is listed apart and scored on neither split; its twin
+    stays held out. Likewise one of the two MiniMax H100 8K/1K runs at 16 clients (31.69 ms,
+    its twin 19.72 ms, 32 clients 29.34 and 29.77 ms). Nothing else in the files is."""
+    table = all_rows()
+    aside = set_aside(table)
+    assert [(r["id"][-5:], split) for r, split, _ in aside] == [("_1358", FITTED),
+                                                                ("0_605", HELD_OUT)]
+    kimi = aside[1]
+    assert float(kimi[0]["silicon_tpot_ms"]) == pytest.approx(63.98, abs=0.01)
+    assert "63.98 ms at 16 clients, 186% above the 22.36 ms" in kimi[2]
+    kept = measurements(table)
+    assert all(row is not r for row, _, _ in aside for r, _ in kept)
+    twin = [(float(r["silicon_tpot_ms"]), side) for r, side in kept
+            if config(r) == config(kimi[0])]
+    assert twin == [(pytest.approx(16.00, abs=0.01), HELD_OUT)]
+    # the rule reads measurements only: a run within the repeats' scatter of one at more
+    # clients stands, one beyond it does not
+    base = [r for r in table if r["sweep"] == SWEEP_FILES[0]]
+    low, high = _pair(base)
+    assert contradiction({**low, "silicon_tpot_ms": str(1.04 * float(high["silicon_tpot_ms"]))},
+                         [high]) is None
+    assert "above the" in (contradiction(
+        {**low, "silicon_tpot_ms": str(1.06 * float(high["silicon_tpot_ms"]))}, [high]) or "")
+
+
+def _pair(rows: list[dict[str, str]]) -> tuple[dict[str, str], dict[str, str]]:
+    """Two rows of one configuration but their clients, the first with fewer."""
+    for a in rows:
+        for b in rows:
+            if config(a)[:-1] == config(b)[:-1] and config(a)[-1] < config(b)[-1]:
+                return a, b
+    raise AssertionError("no pair")
 
 
 def _score(model: str, isl: int, tpot_error: float, ttft_error: float) -> RowScore:

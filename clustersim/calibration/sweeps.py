@@ -31,6 +31,14 @@ earlier as TP4 with expert parallelism on 4 GPUs at the same ``silicon_concurren
 the 20-32 s TTFT of a KV cache too small for 64 clients (16 GPUs would hold four times the
 KV). Where a row's id names ``tp<T>_ep<E>`` on fewer GPUs than its columns, the id is
 replayed (``as_columns`` replays the columns instead, a what-if).
+
+Another is read against vLLM. The MiniMax-M2.5 H200 rows of vLLM 0.18 say ``tp_size`` 8 with
+``moe_tp_size`` 8, every expert sliced 1,536 / 8 = 192 wide; vLLM refuses to load 128-wide FP8
+blocks so sliced (``ModelSpec.expert_slice_refusal``: fp8.py's "The output_size of gate's and
+up's weight = 192 is not divisible by weight quantization block_n = 128"), and vLLM's
+MiniMax-M2 recipe runs eight GPUs as "TP8+EP" ("pure TP8 is not supported"). Where the
+columns slice experts so, the run is replayed with expert parallelism over the same GPUs, in
+either reading (the columns' own layout could not have started).
 """
 
 from __future__ import annotations
@@ -171,6 +179,15 @@ def deployment(row: dict[str, str], as_columns: bool = False) -> Deployment:
             note = (f"columns say attention DP{dp} x TP{tp}, EP{moe_ep} ({tp * dp} GPUs); "
                     f"replayed as the id's tp{id_tp}_ep{id_ep}")
             tp, dp, moe_ep = id_tp, 1, id_ep
+    if moe_ep == 1:
+        from clustersim.catalog import load_model
+
+        if load_model(model).expert_slice_refusal(tp * dp, False) is not None:
+            width = load_model(model).moe_intermediate_size / (tp * dp)
+            note = (f"columns say moe_tp_size {tp * dp}: {width:g}-wide slices of the FP8-block "
+                    "experts, which vLLM refuses to load; replayed with expert parallelism, "
+                    "as vLLM runs the model on that many GPUs")
+            moe_ep = tp * dp
     return Deployment(model=model, gpu=GPUS[row["system"]], quantization=quantization, tp=tp,
                       dp=dp, expert_parallel=moe_ep > 1, concurrency=clients,
                       vllm_version=version, note=note)
