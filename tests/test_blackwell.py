@@ -145,14 +145,15 @@ def test_the_catalog_lists_the_new_gpus_with_their_sources_and_profiles():
     for gpu_id in OWN:
         g = gpus[gpu_id]
         assert g["source"] and g["link"]["source"] and g["calibration"] == f"fit-v2:{gpu_id}"
-    assert gpus["gb200"]["link"]["max_gpus"] == 4 and gpus["b300"]["sm_count"] == 160
+    assert gpus["gb200"]["link"]["max_gpus"] == 72 and gpus["b300"]["sm_count"] == 160
+    assert gpus["gb200"]["link"]["host_gpus"] == 4 and gpus["b200"]["link"]["host_gpus"] is None
     assert gpus["b300"]["usd_per_gpu_hour"] is None  # no public price found: none invented
 
 
 @pytest.mark.parametrize(("change", "message"), [
     ({"gpu": "b400"}, "gpu: unknown GPU 'b400'"),
-    ({"gpu": "gb200", "model": "llama-3.1-8b", "tensor_parallel_size": 8},
-     "tensor_parallel_size: 8 GPUs exceed the 4 that one gb200 node connects"),
+    ({"gpu": "gb200", "model": "deepseek-r1", "tensor_parallel_size": 128},
+     "tensor_parallel_size: 128 is more than 72: tensor parallelism stays inside one NVLink"),
     ({"gpu": "b300", "engine": {"max_num_seqs": 0}}, "engine.max_num_seqs:"),
 ])
 def test_bad_fields_on_the_new_gpus_exit_2_with_one_line(tmp_path, change, message):

@@ -132,15 +132,18 @@ def test_blackwell_peaks_and_links(gpu_id, peaks, capability, sms):
     assert "aiconfigurator" in gpu.source
 
 
-def test_a_grace_blackwell_gpu_groups_within_its_compute_tray():
-    """The GB200's and GB300's measured collectives span one 4-GPU tray; a wider group would
-    cross the NVL72 rack's NVSwitch domain, which is not modelled: refused, not guessed."""
+def test_a_grace_blackwell_gpu_groups_within_its_nvl72_rack():
+    """The GB200's and GB300's NVLink domain is the NVL72 rack: any group of its 72 GPUs runs
+    over NVLink 5 (four to a host, the compute tray); a wider group would leave the domain:
+    refused, not guessed."""
     for gpu_id in ("gb200", "gb300"):
         gpu = load_gpu(gpu_id)
-        assert gpu.tp_link(4) is gpu.link
-        with pytest.raises(ConfigError, match=f"8 GPUs exceed the 4 that one {gpu_id} node"):
-            gpu.tp_link(8)
+        assert gpu.tp_link(8) is gpu.tp_link(72) is gpu.link
+        assert (gpu.link.max_gpus, gpu.gpus_per_host) == (72, 4)
+        with pytest.raises(ConfigError, match=f"96 GPUs exceed the 72 that one {gpu_id} rack"):
+            gpu.tp_link(96)
     assert load_gpu("b300").tp_link(8).kind == "nvlink"
+    assert load_gpu("b300").gpus_per_host == load_gpu("h100-pcie").gpus_per_host == 8
 
 
 def test_nvlink_bridge_joins_two_gpus_then_pcie_takes_over():

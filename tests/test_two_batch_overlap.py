@@ -84,7 +84,8 @@ def test_a_pool_without_an_all_to_all_is_refused_in_one_line(tmp_path: Path) -> 
     assert output.strip().splitlines()[-1] == (
         f"{path}: layout.pools[1].engine.two_batch_overlap: overlaps an expert-parallel "
         "all-to-all, which pool 'decode' does not run: it needs data_parallel_size > 1 with "
-        "enable_expert_parallel on a MoE model, across nodes of a topology"), output
+        "enable_expert_parallel on a MoE model, across hosts (nodes of a topology, or the "
+        "compute trays of an NVL72 rack)"), output
     # set for the scenario, it names the scenario's field (and the first pool it cannot fit)
     path = write_scenario(tmp_path, _scenario(16, nodes=3, two_batch_overlap=True))
     code, output = run_cli("simulate", str(path), "--out", str(tmp_path / "out"))

@@ -94,7 +94,18 @@ class LinkSpec(_Spec):
     )
     efficiency: Fraction = Field(description="Achieved all-reduce bus bandwidth / theoretical.")
     max_gpus: PositiveInt = Field(description="Most GPUs this link joins (an NVLink bridge: 2).")
+    host_gpus: PositiveInt | None = Field(
+        None, description="Of those, how many one host holds (one operating system, one vLLM "
+        "node: a Grace-Blackwell compute tray's 4 of its NVL72 rack's 72); None: all of them. "
+        "vLLM's custom all-reduce stays inside one host.")
     source: str
+
+    @model_validator(mode="after")
+    def _host_within_link(self) -> LinkSpec:
+        if self.host_gpus is not None and (self.host_gpus > self.max_gpus
+                                           or self.max_gpus % self.host_gpus):
+            raise ValueError(f"host_gpus {self.host_gpus} must divide max_gpus {self.max_gpus}")
+        return self
 
     @property
     def effective_bytes_per_s(self) -> float:
@@ -402,12 +413,27 @@ class GpuSpec(_Spec):
                 return curve
         return None
 
+    @property
+    def gpus_per_host(self) -> int:
+        """GPUs one host (one operating system, one vLLM node) holds: the link's
+        ``host_gpus`` where its NVLink domain spans hosts (an NVL72 rack's compute tray),
+        else every GPU its links join (an 8-GPU server)."""
+        if self.link.host_gpus is not None:
+            return self.link.host_gpus
+        return max(self.link.max_gpus, self.pcie.max_gpus)
+
     def tp_link(self, tp: int) -> LinkSpec:
         """The link a ``tp``-way all-reduce runs over: ``link`` if it joins that many GPUs."""
         if tp <= self.link.max_gpus:
             return self.link
         if tp <= self.pcie.max_gpus:
             return self.pcie
+        if self.link.host_gpus is not None:  # the NVLink domain spans hosts: a rack
+            raise ConfigError(
+                "tensor_parallel_size",
+                f"{tp} GPUs exceed the {self.link.max_gpus} that one {self.id} rack joins in "
+                "its NVLink domain; tensor parallelism across NVLink domains is not modelled",
+            )
         raise ConfigError(
             "tensor_parallel_size",
             f"{tp} GPUs exceed the {max(self.link.max_gpus, self.pcie.max_gpus)} that one "

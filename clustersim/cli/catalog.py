@@ -43,7 +43,8 @@ def catalog_data() -> dict[str, list[dict[str, Any]]]:
             "int8_dense_tops": g.int8_dense_tops, "compute_capability": g.compute_capability,
             "sm_count": g.sm_count,
             "link": {"kind": g.link.kind, "bw_gb_per_s_per_dir": g.link.bw_gb_per_s_per_dir,
-                     "max_gpus": g.link.max_gpus, "source": g.link.source},
+                     "max_gpus": g.link.max_gpus, "host_gpus": g.link.host_gpus,
+                     "source": g.link.source},
             "calibration": g.calibration, "usd_per_gpu_hour": usd,
             "price_source": price_source, "source": g.source,
         })

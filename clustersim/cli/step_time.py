@@ -12,6 +12,8 @@ from clustersim.cli.common import user_errors
 from clustersim.errors import ClusterSimError
 
 if TYPE_CHECKING:
+    from clustersim.catalog.specs import GpuSpec, ModelSpec
+    from clustersim.cost.collectives import AllToAll
     from clustersim.cost.roofline import BatchShape, CostModel
 
 
@@ -55,6 +57,7 @@ def step_time_cmd(
     from clustersim.catalog import load_gpu, load_model
     from clustersim.catalog.quantization import QUANT_METHODS
     from clustersim.catalog.specs import KV_CACHE_DTYPE_BYTES
+    from clustersim.cluster.build import EXPERT_IMBALANCE_NO_EPLB
     from clustersim.cost.roofline import BatchShape, CostModel
     from clustersim.engine.quantization import served_model
 
@@ -89,7 +92,11 @@ def step_time_cmd(
         batch = BatchShape.from_chunks([(prefill_tokens, context, True)])
         shape = {"prefill_tokens": prefill_tokens, "context": context}
     tokens = batch.num_prefill_tokens + batch.num_decode_tokens
-    cost_model = CostModel(spec_model, spec_gpu, tp, dp=dp, expert_parallel=expert_parallel)
+    all_to_all = _domain_all_to_all(spec_model, spec_gpu, tp, dp, expert_parallel,
+                                    "low_latency" if decode_batch is not None else "normal")
+    cost_model = CostModel(
+        spec_model, spec_gpu, tp, dp=dp, expert_parallel=expert_parallel, all_to_all=all_to_all,
+        expert_imbalance=EXPERT_IMBALANCE_NO_EPLB if all_to_all is not None else 1.0)
     if async_scheduling and num_speculative_tokens:
         raise ClusterSimError("--async-scheduling", "is not priced with speculative decoding")
     cost_model.prices.host_hidden = async_scheduling
@@ -121,6 +128,10 @@ def step_time_cmd(
         **({"expert_kernel": cost_model.expert_kernel.describe}
            if cost_model.expert_kernel is not cost_model.kernel and spec_model.is_moe else {}),
         **({"experts": moe} if moe else {}),
+        **({"all_to_all": {"mode": all_to_all.mode, "group_gpus": all_to_all.group_gpus,
+                           "bytes_per_s": all_to_all.nvlink_bytes_per_s,
+                           "expert_imbalance": EXPERT_IMBALANCE_NO_EPLB}}
+           if all_to_all is not None else {}),
         "time_s": cost.time_s,
         "compute_s": cost.compute_s,
         "memory_s": cost.memory_s,
@@ -165,7 +176,14 @@ def step_time_cmd(
                f"moe_tp {moe['moe_tp']}, moe_ep {moe['moe_ep']} for this shape")
             + f": {moe['layer_s'] * 1e3:.4f} ms a layer at {moe['tokens']:g} tokens "
             f"x {moe['layers']} layers ({moe['calibration']})")
-    elif spec_model.is_moe:
+    if all_to_all is not None:
+        typer.echo(
+            f"expert all-to-all: the {dp * tp} GPUs span {dp * tp // spec_gpu.gpus_per_host}"
+            f" hosts of one {spec_gpu.id} NVLink domain ({spec_gpu.gpus_per_host} a host): "
+            f"DeepEP's {all_to_all.mode.replace('_', '-')} kernels over NVLink at "
+            f"{all_to_all.nvlink_bytes_per_s / 1e9:,.0f} GB/s, the busiest rank "
+            f"{EXPERT_IMBALANCE_NO_EPLB:g}x the mean rows (no EPLB)")
+    if not moe and spec_model.is_moe:
         typer.echo(f"MoE experts: no measured fused-MoE table for this format on {spec_gpu.id}; "
                    f"priced as {cost_model.expert_kernel.describe}")
     typer.echo(
@@ -196,6 +214,20 @@ def step_time_cmd(
             f"above when more than {speculative['break_even_tokens_per_step']:.2f} tokens per "
             "request are accepted per step (the accepted drafts + 1)"
         )
+
+
+def _domain_all_to_all(model: ModelSpec, gpu: GpuSpec, tp: int, dp: int,
+                       expert_parallel: bool, mode: str) -> AllToAll | None:
+    """DeepEP's all-to-all where an expert-parallel group spans the hosts of one NVLink domain
+    (an NVL72 rack's compute trays), as the simulator prices it there
+    (``clustersim.cluster.build``); None where the group sits in one host (its all-gather)."""
+    from clustersim.cost.collectives import deepep_all_to_all
+
+    n = dp * tp
+    if not expert_parallel or dp == 1 or n <= gpu.gpus_per_host:
+        return None
+    nvlink = gpu.link.effective_bytes_per_s
+    return deepep_all_to_all(model, n, n, nvlink, nvlink, mode)
 
 
 def _experts(cost_model: CostModel, batch: BatchShape, moe_tokens: int) -> dict | None:

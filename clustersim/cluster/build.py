@@ -19,7 +19,7 @@ from typing import Any
 from clustersim.catalog import load_gpu
 from clustersim.catalog.specs import GpuSpec, ModelSpec
 from clustersim.cluster.dispatch import Dispatch
-from clustersim.cost.collectives import DEEPEP_NORMAL_SMS, FP8_DISPATCH_BYTES, AllToAll
+from clustersim.cost.collectives import DEEPEP_NORMAL_SMS, AllToAll, deepep_all_to_all
 from clustersim.cost.kernels import gemm_kernel
 from clustersim.cost.memory import cudagraph_capture_sizes
 from clustersim.cost.roofline import BatchShape, CostModel
@@ -205,6 +205,17 @@ def expert_imbalance(settings: EngineSettings | None, across_nodes: bool) -> flo
         return 1.0
     eplb = settings is not None and settings.eplb
     return EXPERT_IMBALANCE_EPLB if eplb else EXPERT_IMBALANCE_NO_EPLB
+
+
+def hosts_of(group: list[str], gpus_per_host: int) -> set[tuple[str, int]]:
+    """The hosts (one operating system, one vLLM node each) a group's GPUs sit on: GPU
+    ``node/gpuN`` is on host ``N // gpus_per_host`` of its node (a Grace-Blackwell compute tray
+    of an NVL72 rack holds 4 of its 72 GPUs; an HGX server, all 8 of its own)."""
+    hosts = set()
+    for gpu_id in group:
+        node, _, index = gpu_id.rpartition("/gpu")
+        hosts.add((node, int(index) // gpus_per_host))
+    return hosts
 
 
 def deepep_mode(role: str) -> str:
@@ -400,13 +411,12 @@ class EngineBuilder:
         own = pool.engine is not None and "two_batch_overlap" in pool.engine.model_fields_set
         field = f"{where if own else ''}engine.two_batch_overlap"
         dp, ep = self._parallel[pool.name]
-        topology = self.topology
-        if not (self.model.is_moe and dp > 1 and ep and topology is not None
-                and len({topology.node_of(gpu_id) for gpu_id in group}) > 1):
+        if not (self.model.is_moe and dp > 1 and ep
+                and len(hosts_of(group, gpu.gpus_per_host)) > 1):
             raise ConfigError(field, f"overlaps an expert-parallel all-to-all, which pool "
                               f"{pool.name!r} does not run: it needs data_parallel_size > 1 "
-                              "with enable_expert_parallel on a MoE model, across nodes of a "
-                              "topology")
+                              "with enable_expert_parallel on a MoE model, across hosts (nodes "
+                              "of a topology, or the compute trays of an NVL72 rack)")
         if deepep_mode(pool.role) == "normal" and gpu.sm_count is None:
             raise ConfigError(field, f"the catalog has no SM count for {gpu.id}: DeepEP's "
                               f"normal kernels hold {DEEPEP_NORMAL_SMS} of them while they run")
@@ -458,30 +468,34 @@ class EngineBuilder:
             default=wanted,  # no such node: placement says so
         )
 
-    def _all_to_all(self, model: ModelSpec, group: list[str], role: str) -> AllToAll | None:
-        """DeepEP's all-to-all over an expert-parallel group that spans nodes, its links
-        read off the topology (None: the group sits in one node, priced by its all-gather)."""
-        topology = self.topology
-        if topology is None:
+    def _all_to_all(self, model: ModelSpec, gpu: GpuSpec, group: list[str],
+                    role: str) -> AllToAll | None:
+        """DeepEP's all-to-all over an expert-parallel group that spans hosts (None: the group
+        sits in one host, priced by its all-gather): its rows to GPUs of the sender's NVLink
+        domain over NVLink, the rest over the NICs, the links read off the topology. A group
+        across the compute trays of one NVL72 rack reaches every rank over NVLink; without a
+        topology it runs at the catalog link's rate."""
+        if len(hosts_of(group, gpu.gpus_per_host)) < 2:
             return None
+        topology = self.topology
+        mode = deepep_mode(role)
         by_node: dict[str, list[str]] = {}
         for gpu_id in group:
-            by_node.setdefault(topology.node_of(gpu_id), []).append(gpu_id)
-        if len(by_node) < 2:
-            return None
+            by_node.setdefault(gpu_id.rpartition("/")[0], []).append(gpu_id)
+        if len(by_node) < 2:  # one NVLink domain of several hosts: no row leaves it
+            if topology is None:
+                nvlink = gpu.link.effective_bytes_per_s
+                return deepep_all_to_all(model, len(group), len(group), nvlink, nvlink, mode)
+            domain = topology.tp_group_link(group)
+            return deepep_all_to_all(model, len(group), len(group), domain.bytes_per_s,
+                                     domain.bytes_per_s, mode, domain.latency_s)
+        assert topology is not None  # only a topology places a group on several nodes
         local, remote = list(by_node.values())[:2]
         node_gpus = max(len(gpus) for gpus in by_node.values())
         nvlink = topology.tp_group_link(local).bytes_per_s if len(local) > 1 else float("inf")
         nic = topology.path_view(local[0], remote[0])
-        fp8 = model.quantization is not None and model.quantization.method == "fp8"
-        return AllToAll(
-            len(group), node_gpus, nvlink, nic.bytes_per_s,
-            dispatch_bytes=FP8_DISPATCH_BYTES if fp8 else model.dtype_bytes,
-            combine_bytes=model.dtype_bytes,
-            mode=deepep_mode(role),
-            call_latency_s=nic.latency_s,
-            expert_groups=model.expert_group_limit,
-        )
+        return deepep_all_to_all(model, len(group), node_gpus, nvlink, nic.bytes_per_s, mode,
+                                 nic.latency_s)
 
     def _cost_model(self, model: ModelSpec, gpu: GpuSpec, tp: int, group: list[str],
                     scheduler: SchedulerConfig, dp: int = 1, ep: bool = False,
@@ -499,7 +513,7 @@ class EngineBuilder:
                 link["tp_link_bytes_per_s"] = placed
         if self.model.is_moe and dp > 1:
             link["dp"] = dp
-            a2a = self._all_to_all(model, group, role) if ep else None
+            a2a = self._all_to_all(model, gpu, group, role) if ep else None
             if a2a is not None:
                 link["all_to_all"] = a2a
             else:

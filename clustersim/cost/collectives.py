@@ -20,6 +20,18 @@ NCCL. Read at vllm-project/vllm@00d618aa (custom_all_reduce.py, all_reduce_utils
 Where the GPU's profile holds no custom all-reduce fit (it was measured on NVLink only: the
 H100 and A100 SXM tables), every size is priced as NCCL.
 
+A group wider than one host (an NVL72 rack's TP8 spans two 4-GPU compute trays) never runs the
+custom all-reduce: ``CustomAllreduce.__init__`` turns itself off when the process group spans
+nodes ("Custom allreduce is disabled because this process group spans across nodes",
+custom_all_reduce.py), so every size goes to NCCL. No table measures NCCL beyond a Grace-
+Blackwell tray, so such a group is priced by this rule: the NCCL fit of the tray's own tables
+(its latency and its bus bandwidth as a fraction of NVLink 5's 900 GB/s) with the ring's
+``2(n - 1)/n`` bytes per GPU at the group's size. Every GPU of the rack reaches every other
+through the same NVSwitch trays, a pair in one tray as much as a pair in two, so the tray's
+measured bandwidth is the rack's; the latency is kept flat in ``n`` (NCCL's NVLink SHARP
+all-reduce reduces in the switches, one hop for any group size), which is optimistic by NCCL's
+ring latency for the widest groups.
+
 Where the profile holds a measured curve of vLLM's own all-reduce for the group's world size
 (``GpuSpec.allreduce_curves``: ``tensor_model_parallel_all_reduce`` timed under CUDA graphs, so
 custom, symmetric-memory or NCCL as that vLLM version routes each size), the curve prices every
@@ -33,7 +45,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from clustersim.catalog.specs import GpuSpec, LinkSpec
+from clustersim.catalog.specs import GpuSpec, LinkSpec, ModelSpec
 
 _MIB = 1024 * 1024
 CUSTOM_AR_MAX_BYTES = 8192 * 1024
@@ -54,6 +66,8 @@ def custom_allreduce_max_bytes(gpu: GpuSpec, tp: int, link: LinkSpec) -> int:
     ``gpu``s joined by ``link``; 0 where it does not use it at all (or no fit prices it)."""
     if gpu.custom_allreduce_latency_s is None or tp not in CUSTOM_AR_WORLD_SIZES:
         return 0
+    if tp > gpu.gpus_per_host:
+        return 0  # "Custom allreduce is disabled because this process group spans across nodes"
     fully_connected = link.kind == "nvlink"
     if tp > 2 and not fully_connected:
         return 0  # "not supported on more than two PCIe-only GPUs"
@@ -100,7 +114,7 @@ def allreduce_segments(
     latency = gpu.allreduce_latency_s if link_latency_s is None else link_latency_s
     ring = 2 * (tp - 1) / tp  # a ring all-reduce moves 2(n-1)/n of the message per GPU
     nccl_per_token = count * ring * token_bytes / bytes_per_s
-    nccl = (math.inf, count * latency, nccl_per_token, "all-reduce (NCCL)")
+    nccl = (math.inf, count * latency, nccl_per_token, _nccl_name(gpu, tp))
     max_bytes = custom_allreduce_max_bytes(gpu, tp, link)
     if not max_bytes:
         return (nccl,)
@@ -110,6 +124,16 @@ def allreduce_segments(
     custom = (max_bytes / token_bytes, count * gpu.custom_allreduce_latency_s,
               nccl_per_token * link.efficiency / eff, "all-reduce (vLLM's custom)")
     return (custom, nccl)
+
+
+def _nccl_name(gpu: GpuSpec, tp: int) -> str:
+    """The NCCL all-reduce's operator name; beyond the widest group the GPU's tables measured,
+    it says the price is their fit extrapolated (module docstring)."""
+    measured = sorted(curve.gpus for curve in gpu.allreduce_curves)
+    if measured and tp > measured[-1]:
+        return (f"all-reduce (NCCL fit of {measured[0]}-{measured[-1]} GPUs, "
+                f"ring of {tp})")
+    return "all-reduce (NCCL)"
 
 
 def add_segments(first: tuple[AllReduceSegment, ...],
@@ -221,6 +245,20 @@ class AllToAll:
         return (self.dispatch_s + self.combine_s
                 + tokens * imbalance * hidden * (self.dispatch_bytes + self.combine_bytes)
                 * self.s_per_token_byte(top_k))
+
+
+def deepep_all_to_all(model: ModelSpec, group_gpus: int, node_gpus: int,
+                      nvlink_bytes_per_s: float, nic_bytes_per_s: float, mode: str,
+                      call_latency_s: float = 0.0) -> AllToAll:
+    """DeepEP's all-to-all of ``model``'s expert-parallel group as SGLang-style serving runs
+    it: an FP8 dispatch (one byte a hidden element plus its block scales) where the model's
+    weights are FP8, else in the model's dtype; the combine in the model's dtype; the router's
+    group limit, if any, bounding the nodes a token reaches."""
+    fp8 = model.quantization is not None and model.quantization.method == "fp8"
+    return AllToAll(group_gpus, node_gpus, nvlink_bytes_per_s, nic_bytes_per_s,
+                    dispatch_bytes=FP8_DISPATCH_BYTES if fp8 else model.dtype_bytes,
+                    combine_bytes=model.dtype_bytes, mode=mode, call_latency_s=call_latency_s,
+                    expert_groups=model.expert_group_limit)
 
 
 def nodes_reached(group_gpus: int, node_gpus: int, top_k: float, groups: int,
