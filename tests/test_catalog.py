@@ -47,6 +47,7 @@ PUBLISHED_PARAMS_B = {
     "qwen3-235b-a22b": 235.0,  # Qwen3 report: 235B total, 22B active
     "deepseek-v3": 671.0,  # DeepSeek-V3 report: 671B total (MTP module excluded), 37B active
     "deepseek-r1": 671.0,
+    "deepseek-r1-fp4": 671.0,  # the same model, stored NVFP4
     # Kimi K2 report (arXiv:2507.20534): 1.04T total, 32B active; its config counts 1.026T
     # (32.9B active), 1.3 % short, which no field of the config explains
     "kimi-k2-instruct-0905": 1040.0,

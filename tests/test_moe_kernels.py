@@ -72,10 +72,15 @@ def test_on_blackwell_vllm_picks_flashinfers_trtllm_experts(capability, quant, e
     assert (fmt, moe_kernel_name(fmt, quant, expert_parallel, capability)) == expected
 
 
-@pytest.mark.parametrize("quant", [AWQ, NVFP4])
-def test_formats_vllm_runs_on_unmeasured_kernels_have_no_table(quant):
-    # legacy AWQ MoE runs Triton's WNA16 kernel; NVFP4 on Hopper runs Marlin FP4
-    assert moe_format(quant) is None
+def test_formats_vllm_runs_on_unmeasured_kernels_have_no_table():
+    # legacy AWQ MoE runs Triton's WNA16 kernel; NVFP4 on Hopper runs Marlin FP4, which no
+    # table measures (Blackwell's FlashInfer TensorRT-LLM NVFP4 experts are measured)
+    assert moe_format(AWQ) is None
+    assert moe_format(NVFP4) == "nvfp4"
+    assert moe_kernel_name("nvfp4", NVFP4, True, 90) == "marlin"
+    assert load_gpu("h200").moe_kernel("nvfp4", "marlin") is None
+    assert moe_kernel_name("nvfp4", NVFP4, True, 100) == "flashinfer_trtllm"
+    assert load_gpu("b200").moe_kernel("nvfp4", "flashinfer_trtllm") is not None
 
 
 # (model, quantization override, GPU tp, expert parallel) per format, each on its own table

@@ -60,6 +60,7 @@ from clustersim.calibration.fit import (
     FP8_TRANSFERS,
     HOST_OVERHEADS,
     HOST_SOURCE,
+    NVFP4_BYTES,
     TRANSFERS,
     GemmRows,
     Reader,
@@ -107,14 +108,17 @@ DeepSeek family and 1.2 for the other MoE models: sdk/models/deepseek.py, moe.py
 throughout: the two differ by under 4 points of TPOT on the MoE calibration sweeps, where the
 balanced rows are 10-17 points further off (docs/benchmarks.md)."""
 MOE_WEIGHT_BYTES = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0 + 4.0 / (128 * 128),
-                    "int4_wo": 0.5 + 2.0 / 128, "w4a16_mxfp4": 0.5 + 1.0 / 32}
+                    "int4_wo": 0.5 + 2.0 / 128, "w4a16_mxfp4": 0.5 + 1.0 / 32,
+                    "nvfp4": NVFP4_BYTES}
 """Bytes per expert weight as each format of the table stores it: FP8 with one fp32 scale per
 tensor or per 128 x 128 block, INT4 with one 16-bit scale per 128 (the collector's group size),
-MXFP4 with one E8M0 scale per 32."""
+MXFP4 with one E8M0 scale per 32, NVFP4 with one FP8 scale per 16."""
 MOE_FIT_MAX_GPUS = 8
 """The fits read the splits over one node's GPUs; wider expert-parallel splits have curves."""
 MOE_FP8_FORMATS = ("fp8", "fp8_block")
 """Formats whose experts run W8A8 at the FP8 peak, reading FP8 activations."""
+MOE_FP4_FORMATS = ("nvfp4",)
+"""Formats whose experts run W4A4 at the FP4 peak, reading NVFP4 activations."""
 GEMM_FLOORS = tuple(float(x) * 1e-6 for x in np.arange(0.0, 10.25, 0.25))
 """Per-call floors (s) the GEMM fit searches: 0-10 us."""
 MOE_FLOORS = tuple(float(x) * 1e-6 for x in np.arange(0.0, 81.0, 2.0))
@@ -141,9 +145,10 @@ DONORS = {"rtx4090": "l40s"}
 
 # ------------------------------------------------------------------ GEMMs
 def gemm_rows(frame: pd.DataFrame, dtype: str) -> GemmRows:
-    """One dtype's rows of an aiconfigurator GEMM cut (FP8 at n, k >= ``FP8_MIN_WIDTH``, where
-    its fit has always been read)."""
-    if dtype == "fp8":
+    """One dtype's rows of an aiconfigurator GEMM cut (FP8 and NVFP4 at n, k >=
+    ``FP8_MIN_WIDTH``, where the FP8 fit has always been read: the narrower quantized GEMMs are
+    bound by their per-call costs, which the floor prices)."""
+    if dtype in ("fp8", "nvfp4"):
         frame = frame[(frame.n >= FP8_MIN_WIDTH) & (frame.k >= FP8_MIN_WIDTH)]
     return _aic_gemm_rows(frame, dtype)
 
@@ -365,12 +370,19 @@ def calibrate_moe(gpu_id: str, read: Reader) -> dict:
     frame = frame[frame.distribution == MOE_DISTRIBUTION]
     kernels: list[dict] = []
     for (fmt, kernel), rows in frame.groupby(["moe_dtype", "kernel"]):
-        fp8 = fmt in MOE_FP8_FORMATS
-        if fp8 and gpu.fp8_dense_tflops is None:
+        fp8, fp4 = fmt in MOE_FP8_FORMATS, fmt in MOE_FP4_FORMATS
+        if (fp8 and gpu.fp8_dense_tflops is None) or (fp4 and gpu.fp4_dense_tflops is None):
             continue
-        peak = gpu.fp8_dense_tflops * 1e12 if fp8 else gpu.peak_flops
+        if fp4:
+            assert gpu.fp4_dense_tflops is not None
+            peak, input_bytes = gpu.fp4_dense_tflops * 1e12, NVFP4_BYTES
+        elif fp8:
+            assert gpu.fp8_dense_tflops is not None
+            peak, input_bytes = gpu.fp8_dense_tflops * 1e12, _FP8_BYTES
+        else:
+            peak, input_bytes = gpu.peak_flops, _BF16_BYTES
         node = rows[rows.moe_tp_size * rows.moe_ep_size <= MOE_FIT_MAX_GPUS]
-        fit = fit_moe(aic_moe_rows(node, MOE_WEIGHT_BYTES[fmt], _FP8_BYTES if fp8 else _BF16_BYTES),
+        fit = fit_moe(aic_moe_rows(node, MOE_WEIGHT_BYTES[fmt], input_bytes),
                       peak, gpu.mem_bytes_per_s)
         kernels.append({
             "dtype": fmt, "kernel": kernel,
@@ -416,6 +428,9 @@ def calibrate_gpu(gpu_id: str, read: Reader = pd.read_csv) -> dict:
     if gpu.fp8_dense_tflops is not None and (gemm_frame.gemm_dtype == "fp8").any():
         fit["fp8_gemm"] = fit_gemm_table(gemm_rows(gemm_frame, "fp8"),
                                          gpu.fp8_dense_tflops * 1e12, gpu.mem_bytes_per_s)
+    if gpu.fp4_dense_tflops is not None and (gemm_frame.gemm_dtype == "nvfp4").any():
+        fit["fp4_gemm"] = fit_gemm_table(gemm_rows(gemm_frame, "nvfp4"),
+                                         gpu.fp4_dense_tflops * 1e12, gpu.mem_bytes_per_s)
     decode_file = AIC_DIR / f"generation_attention_{stem}.csv"
     prefill_file = AIC_DIR / f"context_attention_{stem}.csv"
     decode = read(decode_file)
@@ -558,8 +573,8 @@ def profile_values(fit: dict) -> dict:
 
 def provenance(fit: dict) -> dict:
     """What each value was fitted on, as the profile records it."""
-    parts = ("gemm", "fp8_gemm", "attention", "decode_attention", *MOE_FITS, "allreduce",
-             "custom_allreduce", "all_gather", "reduce_scatter")
+    parts = ("gemm", "fp8_gemm", "fp4_gemm", "attention", "decode_attention", *MOE_FITS,
+             "allreduce", "custom_allreduce", "all_gather", "reduce_scatter")
     return {
         **{k: fit[k] for k in parts if k in fit},
         **({"moe_kernels": moe_provenance(fit)} if "moe_kernels" in fit else {}),
@@ -607,6 +622,11 @@ def calibrate_v2(read: Reader = pd.read_csv) -> dict[str, dict]:
         }
         if donor != gpu_id:
             profile["provenance"] = {**profile["provenance"], "fp8_transferred_from": donor}
+        if "fp4_gemm" in fits.get(gpu_id, {}):  # its own NVFP4 table; never lent
+            fp4 = fits[gpu_id]["fp4_gemm"]
+            profile["fp4_gemm"] = {**{k: fp4[k] for k in (
+                "compute_efficiency", "compute_half_tokens", "memory_efficiency", "floor_s")},
+                "calibration": f"{FIT_ID}:{gpu_id}"}
         # keep the calibration label and provenance last, as every profile writes them
         profile["calibration"] = profile.pop("calibration")
         profile["provenance"] = profile.pop("provenance")

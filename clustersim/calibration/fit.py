@@ -366,15 +366,22 @@ def calibrate(read: Reader = pd.read_csv) -> dict[str, dict]:
                                            for gpu_id in FP8_TABLES})
 
 
+NVFP4_BYTES = 0.5 + 1.0 / 16
+"""Bytes per NVFP4 element as stored and read: a 4-bit E2M1 code and one FP8 E4M3 scale per 16
+(the per-tensor FP32 scale aside)."""
+
+
 def _aic_gemm_rows(frame: pd.DataFrame, dtype: str) -> GemmRows:
     """One aiconfigurator GEMM dtype's rows; 16-bit rows read and write 2 bytes per element,
-    FP8 rows read one-byte weights and activations and write 16-bit outputs."""
+    FP8 rows read one-byte weights and activations, NVFP4 rows half-byte ones with their
+    scales (``NVFP4_BYTES``); both write 16-bit outputs."""
     sub = frame[frame.gemm_dtype == dtype]
     m, n, k = (sub[c].to_numpy(dtype=float) for c in ("m", "n", "k"))
     if dtype == "bfloat16":
         return _gemm_rows(m, k, n, sub.latency.to_numpy() * 1e-3)
+    element = NVFP4_BYTES if dtype == "nvfp4" else _FP8_BYTES
     return GemmRows(tokens=m, flops_per_token=2.0 * k * n,
-                    bytes=k * n * _FP8_BYTES + m * (k * _FP8_BYTES + n * _BF16_BYTES),
+                    bytes=k * n * element + m * (k * element + n * _BF16_BYTES),
                     time_s=sub.latency.to_numpy() * 1e-3)
 
 

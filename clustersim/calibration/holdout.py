@@ -50,7 +50,8 @@ class HeldOutScore:
 
     gpu: str
     table: str
-    """``bf16 GEMM``, ``FP8 GEMM``, ``prefill attention``, ``decode attention``."""
+    """``bf16 GEMM``, ``FP8 GEMM``, ``NVFP4 GEMM``, ``prefill attention``, ``decode
+    attention``."""
     held_out: tuple[int, ...]
     """The token counts held out."""
     num_fit_rows: int
@@ -155,8 +156,8 @@ def attention_held_out(context: pd.DataFrame, generation: pd.DataFrame, gpu: Gpu
 
 
 # ------------------------------------------------------------------ per GPU
-PROVENANCE = {"bf16 GEMM": "gemm", "FP8 GEMM": "fp8_gemm", "prefill attention": "attention",
-              "decode attention": "decode_attention"}
+PROVENANCE = {"bf16 GEMM": "gemm", "FP8 GEMM": "fp8_gemm", "NVFP4 GEMM": "fp4_gemm",
+              "prefill attention": "attention", "decode attention": "decode_attention"}
 """Each table's fit in a fit-v2 profile's provenance (where its every-row error is)."""
 
 
@@ -179,6 +180,10 @@ def held_out_scores(gpu_ids: tuple[str, ...] | None = None,
                 and (gemm.gemm_dtype == "fp8").any()):
             parts["FP8 GEMM"] = gemm_held_out(gemm, "fp8", gpu.fp8_dense_tflops * 1e12,
                                               gpu.mem_bytes_per_s)
+        if ("NVFP4 GEMM" in tables and gpu.fp4_dense_tflops is not None
+                and (gemm.gemm_dtype == "nvfp4").any()):
+            parts["NVFP4 GEMM"] = gemm_held_out(gemm, "nvfp4", gpu.fp4_dense_tflops * 1e12,
+                                                gpu.mem_bytes_per_s)
         if {"prefill attention", "decode attention"} & set(tables):
             attention = attention_held_out(
                 read(AIC_DIR / f"context_attention_{stem}.csv"),

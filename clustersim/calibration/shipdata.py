@@ -44,7 +44,9 @@ one (``query_versions.yaml``: vLLM 0.24.0, the A100's 0.14.0). The B200 folder a
 0.22.0 attention table, not read."""
 _AIC_MOE_STEMS = {"h100_sxm": "h100_sxm", "h200_sxm": "h200_sxm", "b200_sxm": "b200_sxm",
                   "b300_sxm": "b300_sxm", "gb200": "gb200", "gb300": "gb300"}
-AIC_DTYPES = ("bfloat16", "fp8")
+AIC_DTYPES = ("bfloat16", "fp8", "nvfp4")
+"""GEMM dtypes cut: 16-bit, per-tensor FP8 and, on the Blackwell tables that hold it, NVFP4
+(``FlashInferCuteDslNvFp4LinearKernel``: FP4 weights and activations, one FP8 scale per 16)."""
 AIC_WIDTHS = (1024, 2048, 3584, 4096, 7168, 8192, 16384)
 """n and k kept from aiconfigurator's GEMM grid: the TP shards of 7B-70B models' layers (the
 grid's 32-65,536 reaches far past them)."""
@@ -95,14 +97,18 @@ AIC_MOE_KERNELS = {
     "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic": "flashinfer_trtllm",
     "vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16_trtllmmxfp4expertsmonolithic":
         "flashinfer_trtllm_mxfp4",
+    "vllm_compressedtensorsw4a4nvfp4moe_flashinfer_trtllm_trtllmnvfp4expertsmonolithic":
+        "flashinfer_trtllm",
 }
 """``kernel_source`` -> the kernel's short name (clustersim.cost.moe): the kernels vLLM's MoE
 methods pick on Hopper, and on Blackwell (compute capability 10.x) FlashInfer's TensorRT-LLM
 experts, which the oracles put first there. Left out: the Marlin MXFP4 rows collected with a
 'situ-as-silu' approximation (their collection_meta.yaml), a kernel no priced model runs; the
 Blackwell tables' FlashInfer CUTLASS and modular TensorRT-LLM rows (none at the catalog's
-shapes and routing) and their NVFP4 and MXFP8 formats (FP4 checkpoints are not priced from
-their own tables yet)."""
+shapes and routing) and their MXFP8-activation format. NVFP4 experts (W4A4) are the table's
+compressed-tensors method on FlashInfer's TensorRT-LLM experts, the kernel vLLM's NVFP4 MoE
+oracle puts first on compute capability 10.x for ModelOpt's NVFP4 checkpoints too (the two
+methods share the oracle and the experts kernel)."""
 AIC_MOE_SHAPES = (
     (4096, 14336, 2, 8),  # mixtral-8x7b
     (2048, 768, 8, 128),  # qwen3-30b-a3b
@@ -190,8 +196,9 @@ def ship_aiconfigurator(source: Path, out: Path) -> None:
     """Cut NVIDIA aiconfigurator's parquet tables to the CSV files the fits read (values as
     measured, latency in ms per call; the calibration README describes each cut):
 
-    - ``gemm_<gpu>.csv``: bf16 and fp8 (per-tensor) GEMMs at ``AIC_WIDTHS`` x ``AIC_WIDTHS`` x
-      ``AIC_TOKENS``, columns ``gemm_dtype, m, n, k, latency``;
+    - ``gemm_<gpu>.csv``: bf16, fp8 (per-tensor) and, where measured, nvfp4 GEMMs at
+      ``AIC_WIDTHS`` x ``AIC_WIDTHS`` x ``AIC_TOKENS``, columns ``gemm_dtype, m, n, k,
+      latency``;
     - ``context_attention_<gpu>.csv`` / ``generation_attention_<gpu>.csv``: the default kernel's
       rows with head_dim 128, 16-bit KV, full attention, at ``AIC_HEADS``, columns
       ``batch_size, isl, step, num_heads, num_key_value_heads, latency``;

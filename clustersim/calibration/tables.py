@@ -184,11 +184,13 @@ def form_rows() -> list[list[str]]:
                      f"{gemm['without_floor_rms_log_error']:.3f}" if
                      "without_floor_rms_log_error" in gemm else "- (floor lent)",
                      f"{gemm['num_rows']:,}"])
-        fp8 = prov.get("fp8_gemm")
-        if fp8 is not None:
-            rows.append([gpu_id, "FP8 GEMMs", "floor + saturating roofline",
-                         f"{fp8['rms_log_error']:.3f}", f"{fp8['without_floor_rms_log_error']:.3f}",
-                         f"{fp8['num_rows']:,}"])
+        for key, label in (("fp8_gemm", "FP8 GEMMs"), ("fp4_gemm", "NVFP4 GEMMs")):
+            fit = prov.get(key)
+            if fit is not None:
+                rows.append([gpu_id, label, "floor + saturating roofline",
+                             f"{fit['rms_log_error']:.3f}",
+                             f"{fit['without_floor_rms_log_error']:.3f}",
+                             f"{fit['num_rows']:,}"])
         attn = prov["attention"]
         rows.append([gpu_id, "prefill attention", "floor + pairs saturating in keys/query",
                      f"{attn['rms_log_error']:.3f}",

@@ -82,6 +82,7 @@ PROFILE_FIELDS = (
     "non_torch_memory_bytes",
     "tp_non_torch_memory_bytes",
     "fp8_gemm",
+    "fp4_gemm",
     "moe_gemm",
     "moe_kernels",
     "deepep_calls",

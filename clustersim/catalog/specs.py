@@ -147,10 +147,11 @@ class AllReduceCurve(_Spec):
         return self
 
 
-MoeDType = Literal["bfloat16", "fp8", "fp8_block", "int4_wo", "w4a16_mxfp4"]
+MoeDType = Literal["bfloat16", "fp8", "fp8_block", "int4_wo", "w4a16_mxfp4", "nvfp4"]
 """The expert formats NVIDIA aiconfigurator measures vLLM's fused MoE in (its ``moe_dtype``):
 16-bit, FP8 W8A8 with per-tensor scales, FP8 W8A8 with 128x128 block scales, 4-bit integer
-weight-only (group 128), MXFP4 weights with 16-bit activations."""
+weight-only (group 128), MXFP4 weights with 16-bit activations, NVFP4 W4A4 (one FP8 scale per
+16)."""
 
 
 class MoeCurve(_Spec):
@@ -285,6 +286,9 @@ class GpuSpec(_Spec):
     fp8_gemm: GemmFit | None = Field(
         None, description="FP8 W8A8 GEMMs at the FP8 peak (fitted on per-tensor-scale kernels, "
         "used for block-scaled ones too); None: the 16-bit efficiencies at the FP8 peak.")
+    fp4_gemm: GemmFit | None = Field(
+        None, description="NVFP4 W4A4 GEMMs at the FP4 peak, fitted on the GPU's own NVFP4 "
+        "table; None: the FP8 fit at the FP4 peak (clustersim.cost.kernels).")
     moe_gemm: GemmFit | None = Field(
         None, description="16-bit experts in vLLM's fused MoE (Triton): both projections of a "
         "layer priced on this fit, ``floor_s`` once per layer, where ``moe_kernels`` has no "

@@ -7,12 +7,17 @@ ratio), (weights + M x activations) / (eff_m x bandwidth))``, with its own terms
     w16a16                 bf16    16-bit fit            2 B each                  1
     w8a8_fp8 (native)      fp8     fp8 fit               1 B + fp32 scales         1
     w8a8_int8              int8    fp8 fit, else 16-bit  1 B + scales              1
-    w4a4_fp4 (NVFP4)       fp4     fp8 fit               0.5 B + FP8 scale / 16    1
+    w4a4_fp4 (NVFP4)       fp4     fp4 fit (else fp8)    0.5 B + FP8 scale / 16    1
     marlin (W4A16, W8A16)  bf16    16-bit fit, no half   codes + scales (+zeros)   r
     mxfp4 (W4A16 experts)  bf16    16-bit fit            0.5 B + E8M0 scale / 32   r
     dequant (awq, gptq)    bf16    16-bit fit            codes + scales (+zeros)   r
                            from ``dequant_rows`` rows: dequantize the whole weight to 16 bits
                            (read codes, write 2 B each), then a 16-bit GEMM reads it back
+
+The FP4 fit is the GPU's own, on its NVFP4 table (``FlashInferCuteDslNvFp4LinearKernel``, vLLM
+0.24: the B200, B300, GB200 and GB300). A GPU with FP4 tensor cores and no NVFP4 table is
+priced by this rule: its FP8 fit's efficiencies at its FP4 peak (the FP4 kernel assumed to run
+as close to its peak as the FP8 one does), which its kernel line says.
 
 ``r`` is the GPU's ``weight_only_compute_ratio``: what dequantizing in registers costs where the
 GEMM is compute-bound (gpus.yaml says where its value comes from).
@@ -48,7 +53,10 @@ from clustersim.cost.moe import ExpertPricing
 _NATIVE_FP8_CAPABILITY = 89
 _NATIVE_FP4_CAPABILITY = 100
 _NEVER = float("inf")
-_FP4_BYTES = 0.5
+_FP4_BYTES = 0.5 + 1.0 / 16
+"""Bytes per NVFP4 activation element a W4A4 GEMM reads: the 4-bit code and one FP8 scale per
+16 (as the FP4 fit reads its table)."""
+NO_FP4_TABLE = "FP8 fit at the FP4 peak: no NVFP4 table"
 AWQ_DEQUANT_ROWS = 256
 """awq.py: ``FP16_MATMUL_HEURISTIC_CONDITION = x.shape[:-1].numel() >= 256``."""
 GPTQ_DEQUANT_ROWS = {4: 50, 8: 24}
@@ -111,7 +119,9 @@ def gemm_kernel(quant: QuantizationSpec | None, gpu: GpuSpec) -> GemmKernel:
         if (gpu.capability or 0) >= _NATIVE_FP4_CAPABILITY:
             if gpu.fp4_dense_tflops is None:
                 raise ValueError(f"{gpu.id} has no FP4 peak in the catalog")
-            return GemmKernel("w4a4_fp4", gpu.fp4_dense_tflops * TERA, fp8_fit, 1.0, quant,
+            fp4_fit = gpu.fp4_gemm or fp8_fit.model_copy(
+                update={"calibration": f"{fp8_fit.calibration}, {NO_FP4_TABLE}"})
+            return GemmKernel("w4a4_fp4", gpu.fp4_dense_tflops * TERA, fp4_fit, 1.0, quant,
                               _FP4_BYTES)
         return _weight_only("marlin", quant, gpu, bf16)
     if quant.method == "mxfp4":
@@ -131,10 +141,15 @@ def gemm_kernel(quant: QuantizationSpec | None, gpu: GpuSpec) -> GemmKernel:
 def fused_moe_kernel(pricing: ExpertPricing, quant: QuantizationSpec | None,
                      gpu: GpuSpec) -> GemmKernel:
     """The routed experts on their measured fused-MoE kernel (clustersim.cost.moe): its fit,
-    at the FP8 peak with FP8 activations for the FP8 formats, at the 16-bit peak for the
-    others (the fit was made on the kernel itself: no weight-only compute ratio on top)."""
+    at the FP8 peak with FP8 activations for the FP8 formats, at the FP4 peak with NVFP4
+    activations for NVFP4, at the 16-bit peak for the others (the fit was made on the kernel
+    itself: no weight-only compute ratio on top)."""
     fit = pricing.kernel.fit
     name = f"fused_moe_{pricing.format}_{pricing.kernel.kernel}"
+    if pricing.format == "nvfp4":
+        if gpu.fp4_dense_tflops is None:
+            raise ValueError(f"{gpu.id} has no FP4 peak in the catalog")
+        return GemmKernel(name, gpu.fp4_dense_tflops * TERA, fit, 1.0, quant, _FP4_BYTES)
     if pricing.format in ("fp8", "fp8_block"):
         if gpu.fp8_dense_tflops is None:
             raise ValueError(f"{gpu.id} has no FP8 peak in the catalog")

@@ -45,6 +45,8 @@ at the catalog's shapes name no other kernel)::
     FP8 per tensor, dynamic            fp8                 triton (not measured)
     INT4 weight-only                   int4_wo             marlin
     MXFP4 weights (gpt-oss)            w4a16_mxfp4         flashinfer_trtllm_mxfp4
+    NVFP4 W4A4 (ModelOpt)              nvfp4               flashinfer_trtllm (TrtLlmNvFp4Experts
+                                                                             Monolithic)
 
 - Unquantized: ``oracle/unquantized.py`` lists FlashInfer TRT-LLM first on CUDA and moves it
   back on SM 9.0 only (vllm-project/vllm@011fbfd6).
@@ -55,9 +57,14 @@ at the catalog's shapes name no other kernel)::
   are not among them.
 - INT4: aiconfigurator's B200, B300, GB200 and GB300 tables time Marlin for compressed-tensors
   W4A16 experts (the oracle may pick FlashInfer's MXINT4 kernel, which they do not hold).
+- NVFP4: ``oracle/nvfp4.py`` puts FlashInfer's TensorRT-LLM FP4 experts first on the
+  capability-10 family; the tables time them for compressed-tensors' W4A4 NVFP4 method, the
+  kernel ModelOpt's NVFP4 experts reach through the same oracle. Below capability 10 vLLM runs
+  NVFP4 experts as Marlin FP4 weight-only (``is_fp4_marlin_supported``: capability 8.0 and up),
+  which no table measures.
 
-Formats without a table (NVFP4 and 8-bit weight-only on Hopper, INT8 W8A8) and GPUs without
-one are priced as the format's dense GEMMs (``clustersim.cost.kernels``).
+Formats without a table (NVFP4's Marlin fallback and 8-bit weight-only on Hopper, INT8 W8A8)
+and GPUs without one are priced as the format's dense GEMMs (``clustersim.cost.kernels``).
 """
 
 from __future__ import annotations
@@ -81,6 +88,8 @@ def moe_format(quant: QuantizationSpec | None) -> str | None:
         return "fp8_block" if quant.weight_block_size is not None else "fp8"
     if quant.method == "mxfp4":
         return "w4a16_mxfp4"
+    if quant.activation_bits == 4 and quant.weight_bits == 4 and quant.weight_type == "float":
+        return "nvfp4"
     if (quant.weight_only and quant.weight_bits == 4 and quant.weight_type == "int"
             and quant.method in _MARLIN_METHODS):
         return "int4_wo"
@@ -106,7 +115,8 @@ def moe_kernel_name(fmt: str, quant: QuantizationSpec | None, expert_parallel: b
         return "flashinfer_cutlass" if expert_parallel else "triton"
     if fmt == "fp8":
         return "flashinfer_cutlass" if static else "triton"
-    return {"bfloat16": "triton", "int4_wo": "marlin", "w4a16_mxfp4": "triton_mxfp4"}[fmt]
+    return {"bfloat16": "triton", "int4_wo": "marlin", "w4a16_mxfp4": "triton_mxfp4",
+            "nvfp4": "marlin"}[fmt]
 
 
 @dataclass(frozen=True, slots=True)
