@@ -114,3 +114,25 @@ def test_the_deepseek_plan_loses_a_data_parallel_group_whole(tmp_path):
     price = plan["prices"]["h200"]["usd_per_gpu_hour"]
     assert lost["spare_cost_per_hour"] == pytest.approx(16 * price)
     assert "lose decode-0 (16 h200)" in output
+
+
+@pytest.mark.slow
+def test_the_fp4_plan_prices_nvl72_racks_beside_hgx_servers(tmp_path):
+    """deepseek_r1_fp4_nvl72_plan (a shorter draw, a lower target): its candidates put the
+    NVFP4 checkpoint's expert-parallel groups on GB200 NVL72 racks, HGX B200 and HGX H200
+    servers, and the answer launches the FP4 checkpoint."""
+    path = _trimmed("deepseek_r1_fp4_nvl72_plan.yaml", tmp_path, target_rate_per_s=10.0,
+                    search={"seeds": 1, "min_requests": 300, "min_duration_s": 10,
+                            "tolerance": 0.1, "neighbours": False, "simulate_top": 2})
+    code, output = run_cli("plan", str(path), "--out", str(tmp_path / "out"), "--no-report",
+                           "--no-n-plus-one")
+    assert code == 0, output
+    plan = json.loads((tmp_path / "out" / "plan.json").read_text())
+    assert plan["recommended"] is not None
+    labels = " ".join(c["label"] for c in plan["candidates"])
+    for gpu in ("gb200 TP1 x DP8 EP", "b200 TP1 x DP8 EP", "h200 TP1 x DP16 EP"):
+        assert gpu in labels
+    serve = [line for line in plan["serve_commands"] if line.startswith("vllm serve")]
+    assert serve and all("vllm serve nvidia/DeepSeek-R1-FP4" in line
+                         and "--enable-expert-parallel" in line
+                         and "--kv-cache-dtype fp8" in line for line in serve)

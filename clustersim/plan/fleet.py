@@ -26,8 +26,10 @@ from clustersim.scenario.layout import ReplicatedNode
 from clustersim.scenario.plan import PlanSpec
 
 SHIPPED_SERVERS = {"h100-sxm": "dgx-h100", "a100-80gb-sxm": "a100-8x",
-                   "rtx4090": "rtx4090-pcie-box", "h200": "hgx-h200"}
-"""The shipped one-node topology of each GPU that has one."""
+                   "rtx4090": "rtx4090-pcie-box", "h200": "hgx-h200", "b200": "hgx-b200",
+                   "b300": "hgx-b300", "gb200": "gb200-nvl72", "gb300": "gb300-nvl72"}
+"""The shipped one-node topology of each GPU that has one (a Grace-Blackwell GPU's is its
+NVL72 rack: one NVLink domain of 72)."""
 
 
 @dataclass(frozen=True, slots=True)
