@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from clustersim.catalog import load_gpu, load_model
-from clustersim.cluster.build import EXPERT_IMBALANCE_NO_EPLB, hosts_of
+from clustersim.cluster.build import EXPERT_IMBALANCE_EPLB, EXPERT_IMBALANCE_NO_EPLB, hosts_of
 from clustersim.cluster.system import Cluster
 from clustersim.cluster.topology import Topology
 from clustersim.cost.collectives import (
@@ -21,6 +21,7 @@ from clustersim.cost.collectives import (
     custom_allreduce_max_bytes,
     deepep_all_to_all,
 )
+from clustersim.cost.moe import expert_pricing
 from clustersim.engine.clock import Clock
 from clustersim.scenario import parse_scenario
 from tests.helpers import run_cli, write_scenario
@@ -150,6 +151,24 @@ def test_an_expert_group_across_trays_runs_deepep_over_nvlink() -> None:
     over_nics = deepep_all_to_all(model, 128, 71, NVLINK5 * 0.82, 50e9 * 0.85, "low_latency")
     assert racks.a2a_s_per_token == pytest.approx(per_token(over_nics))
     assert racks.a2a_s_per_token > 5 * inside.a2a_s_per_token
+
+
+def test_an_expert_group_of_the_whole_rack_is_priced() -> None:
+    """EP72: DeepSeek-R1's 256 experts and 32 redundant ones (EPLB), 4 on each of the rack's
+    72 GPUs, every all-to-all row on NVLink; no table measured EP72, so the NVFP4 kernel's
+    fit prices the experts (its curves stop at EP64)."""
+    cluster = _cluster(_scenario(
+        model="deepseek-r1-fp4", enable_expert_parallel=True, data_parallel_size=72,
+        engine={"max_model_len": 4096, "num_redundant_experts": 32, "eplb": True}))
+    info = cluster.infos[0]
+    assert info.data_parallel_size == 72 and info.quantization == "modelopt_fp4"
+    group = cluster.instances["colocated"][0]
+    prices = group.lockstep.price_steps.cost_model.prices
+    assert prices.a2a_s_per_token > 0 and prices.gather_s_per_token == 0.0
+    assert prices.expert_imbalance == EXPERT_IMBALANCE_EPLB
+    model = load_model("deepseek-r1-fp4")
+    pricing = expert_pricing(model, load_gpu("gb200"), 72, True, model.quantization)
+    assert pricing is not None and pricing.format == "nvfp4" and pricing.curve is None
 
 
 def test_a_kv_handoff_inside_the_rack_stays_on_nvlink(tmp_path: Path) -> None:
