@@ -9,6 +9,7 @@ small workloads, many of them arranged so that arrivals land exactly on step end
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ from clustersim.catalog import load_model
 from clustersim.cluster.build import FixedPricer
 from clustersim.cluster.system import Cluster
 from clustersim.engine.clock import Clock
+from clustersim.engine.config import SchedulerConfig
 from clustersim.engine.instance import Instance
 from clustersim.engine.kv_manager import KVCacheManager
 from clustersim.engine.request import Request
@@ -237,9 +239,29 @@ SCENARIOS = {
 
 
 for _data in SCENARIOS.values():
-    # coalesced runs are synchronous scheduling's; the scenarios run vLLM's sync loop (the
-    # default before v0.14) unless they are about async scheduling
+    # the scenarios run vLLM's sync loop (the default before v0.14) unless they are about
+    # async scheduling (the default since): those below run both ways
     _data["engine"] = {"async_scheduling": False, **(_data.get("engine") or {})}
+
+ASYNC_VARIANTS = (
+    "preempting-a100",  # KV pressure: runs end where blocks run out, sets dissolve mid-step
+    "mooncake-prefix",  # prefix hits
+    "dense-dp",  # data-parallel ranks, each its own loop
+    "pd-azure-conv",  # decode instances: pulls land and requests arrive during runs
+    "closed-loop-3x",  # arrivals as requests finish
+    "benchmark-rate-burstiness",
+    "fixed-step-ties",  # arrivals exactly at step ends
+    "pd-decode-failure",  # an engine dies during a run
+    "three-pool-sglang-faults",
+    "golden-g3", "golden-g4", "golden-g7", "golden-s4-strict", "golden-s5-balanced",
+)
+"""Scenarios also run with async scheduling (``<name>-async``); a lockstep data-parallel group
+(``moe-dp-ep``) schedules synchronously only."""
+SCENARIOS.update({
+    f"{name}-async": {**SCENARIOS[name],
+                      "engine": {**SCENARIOS[name]["engine"], "async_scheduling": True}}
+    for name in ASYNC_VARIANTS
+})
 
 
 def _run(name: str, **kw) -> RunResult:
@@ -279,14 +301,15 @@ def test_a_lean_run_summarizes_like_the_full_one(name, coalesce):
 
 
 def test_the_scenarios_exercise_what_they_are_named_for():
-    preempting = _run("preempting-a100")
-    assert sum(r.num_preemptions for r in preempting.requests) > 0
+    for name in ("preempting-a100", "preempting-a100-async"):
+        assert sum(r.num_preemptions for r in _run(name).requests) > 0, name
     cached = _run("mooncake-prefix")
     prefilled = sum(n for s in cached.steps for _, n in s.prefill_chunks)
     assert prefilled < sum(r.num_prompt_tokens for r in cached.requests)  # prefix hits
     assert _run("pd-azure-conv").transfers
     assert any("." in s.instance for s in _run("moe-dp-ep").steps)  # data-parallel ranks
-    for name in ("pd-decode-failure", "moe-dp-ep-failure", "three-pool-sglang-faults"):
+    for name in ("pd-decode-failure", "pd-decode-failure-async", "moe-dp-ep-failure",
+                 "three-pool-sglang-faults"):
         tallies = _run(name).faults.tallies.values()
         assert sum(t.num_lost for t in tallies) and sum(t.num_retried for t in tallies), name
     for name in ("benchmark-api-server", "benchmark-rate-burstiness"):
@@ -297,7 +320,13 @@ def test_the_scenarios_exercise_what_they_are_named_for():
     assert linked.num_rerouted and sum(t.num_recomputed for t in linked.tallies.values())
 
 
-def test_coalescing_advances_many_steps_per_event(monkeypatch):
+@pytest.mark.parametrize(("name", "share"), [
+    ("pd-azure-conv", 0.8), ("async-h100", 0.8),
+    # async: a run's first two steps are priced alone, and a decode instance takes each
+    # arrival's KV pull in two steps it does not coalesce (scheduled, then started)
+    ("pd-azure-conv-async", 0.6),
+])
+def test_coalescing_advances_many_steps_per_event(monkeypatch, name, share):
     # every run priced, and every extension of one, goes through the pricer's decode_run
     from clustersim.cluster import build
 
@@ -316,11 +345,11 @@ def test_coalescing_advances_many_steps_per_event(monkeypatch):
             return self.pricer.decode_run(num_decodes, decode_kv_tokens, num_steps)
 
     monkeypatch.setattr(build, "make_pricer", lambda *args: Counting(make_pricer(*args)))
-    result = _run("pd-azure-conv")
+    result = _run(name)
     # most decode steps are priced in runs: far fewer pricings than steps
     assert len(runs) > 100
     assert len(result.steps) > 4 * len(runs)
-    assert sum(runs) > 0.8 * len(result.steps)
+    assert sum(runs) > share * len(result.steps)
 
 
 # ------------------------------------------------------------ property tests
@@ -375,6 +404,78 @@ def test_a_coalesced_engine_matches_the_step_by_step_one(setup, requests, step_s
     for x, y in zip(stepped, coalesced, strict=True):
         assert _request_record(x) == _request_record(y)
         assert list(x.token_times_s) == list(y.token_times_s)
+    b.scheduler.kv.check_invariants()
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(configs(), tie_workloads(), st.sampled_from([0.25, 0.01]))
+def test_a_coalesced_async_engine_matches_the_step_by_step_one(setup, requests, step_s):
+    """The same with async scheduling and the FCFS policy only: the engines coalesce."""
+    config, blocks = setup
+    config = replace(config, async_scheduling=True, policy="fcfs")
+    stepped, coalesced = _copies(requests), _copies(requests)
+    a = _engine(config, blocks, stepped, False, step_s)
+    b = _engine(config, blocks, coalesced, True, step_s)
+    assert b.steps == a.steps
+    for x, y in zip(stepped, coalesced, strict=True):
+        assert _request_record(x) == _request_record(y)
+        assert list(x.token_times_s) == list(y.token_times_s)
+    b.scheduler.kv.check_invariants()
+
+
+class RunCounting(CheckingPricer):
+    """Counts the steps the engine prices as runs of its decode set."""
+
+    __slots__ = ("num_run_steps",)
+
+    def __init__(self, step_time_s: float, scheduler: Scheduler, bulk: bool) -> None:
+        super().__init__(step_time_s, scheduler, bulk)
+        self.num_run_steps = 0
+
+    def decode_run(self, num_decodes: int, decode_kv_tokens: int, num_steps: int) -> list[float]:
+        self.num_run_steps += num_steps
+        return super().decode_run(num_decodes, decode_kv_tokens, num_steps)
+
+
+def _async_engine(requests: list[Request], coalesce: bool, blocks: int = 64) -> Instance:
+    """An async engine stepping 0.25 s, whose requests arrive at their times."""
+    config = SchedulerConfig(max_num_batched_tokens=32, max_num_seqs=6, max_model_len=128,
+                             block_size=4, async_scheduling=True)
+    env = Clock() if coalesce else simpy.Environment()
+    kv = KVCacheManager(blocks, config.block_size, config.max_model_len, True)
+    scheduler = Scheduler(config, kv, bulk_decodes=coalesce)
+    engine = Instance(env, "i0", scheduler, RunCounting(0.25, scheduler, coalesce),
+                      coalesce=coalesce)
+
+    def arrivals():
+        for request in requests:
+            if request.arrival_s > env.now:
+                yield env.timeout(request.arrival_s - env.now)
+            engine.submit(request)
+
+    env.process(arrivals())
+    env.run(until=1_000)
+    return engine
+
+
+# four decodes from t = 0 (their prompts' one step, then a run), finishing at different
+# steps; one more request arriving during step 0, 1 or a later one of a run, or exactly at
+# a step's end (0.25 s steps), or after the first ones finished
+@pytest.mark.parametrize("arrival_s", [0.1, 0.25, 0.3, 0.5, 0.6, 1.0, 2.1, 4.75, 6.0, 9.3])
+@pytest.mark.parametrize("blocks", [64, 19])  # 19: the decodes outgrow the KV cache
+def test_an_async_run_cut_anywhere_matches_the_step_by_step_loop(arrival_s, blocks):
+    def requests() -> list[Request]:
+        return [Request("a", 0.0, 5, 9), Request("b", 0.0, 7, 14), Request("c", 0.0, 3, 30),
+                Request("d", 0.0, 9, 22), Request("late", arrival_s, 6, 12)]
+
+    stepped, coalesced = requests(), requests()
+    a = _async_engine(stepped, False, blocks)
+    b = _async_engine(coalesced, True, blocks)
+    assert b.steps == a.steps
+    for x, y in zip(stepped, coalesced, strict=True):
+        assert _request_record(x) == _request_record(y)
+        assert list(x.token_times_s) == list(y.token_times_s)
+    assert b.price_step.num_run_steps > len(b.steps) / 2  # (it coalesced)
     b.scheduler.kv.check_invariants()
 
 

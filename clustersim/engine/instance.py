@@ -7,7 +7,8 @@ called where the process would have resumed, so that the events keep SimPy's ord
 
 With ``coalesce``, a step whose plan starts a run of identical decode steps waits once for
 the whole run instead of once per step: the loop hands the plan to its
-:class:`~clustersim.engine.fastforward.engine.FastForward`, which says whether and until when,
+:class:`~clustersim.engine.fastforward.engine.FastForward` (with async scheduling, the plan
+of the step starting and the one scheduled while it runs), which says whether and until when,
 and applies the run at its end; anything from outside that changes the engine's state first
 settles the run in progress. When a run is exact, and why it steps everywhere else:
 ``engine.fastforward``.
@@ -111,6 +112,7 @@ class Instance:
         self._on_resume = self._resume
         self._on_stepped = self._stepped
         self._on_run_ended = self._run_ended
+        self._on_async_run_ended = self._async_run_ended
         self._on_landed = self._landed
         if run:
             self._start_loop()
@@ -367,14 +369,34 @@ class Instance:
         self.begin(plan)
         duration = self._price(plan)
         self.log.add_plan(plan, start, start + duration)
-        self._plan, self._next = plan, self.scheduler.schedule()
+        next_plan = self.scheduler.schedule()
+        if self.coalesce:
+            run = self.fastforward.start_async_run(self.scheduler, plan, next_plan, start,
+                                                   start + duration)
+            if run is not None:
+                wake = self._awaited = run.wake
+                wake.callbacks.append(self._on_async_run_ended)  # type: ignore[union-attr]
+                return
+        self._plan, self._next = plan, next_plan
         self._awaited = alarm(self.env, duration, self._stepped_async)
 
     def _stepped_async(self, _event: Waitable) -> None:
         plan, next_plan = self._plan, self._next
         assert plan is not None and next_plan is not None
         self._awaited = self._plan = self._next = None
-        self._done(self.scheduler.update_from_output(plan, now_of(self.env)))
+        self._after_async(plan, next_plan,
+                          self.scheduler.update_from_output(plan, now_of(self.env)))
+
+    def _async_run_ended(self, _event: Waitable) -> None:
+        self._awaited = None
+        plan, next_plan, finished = self.fastforward.end_async_run(self.scheduler)
+        self._after_async(plan, next_plan, finished)
+
+    def _after_async(self, plan: StepPlan, next_plan: StepPlan,
+                     finished: list[Request]) -> None:
+        """``plan``'s step ended and its output is applied (``finished``); ``next_plan`` was
+        scheduled while it ran: start it."""
+        self._done(finished)
         self._give_up_thrashing(plan)
         self._give_up_thrashing(next_plan)
         if next_plan.is_empty:

@@ -63,10 +63,15 @@ class Scheduler:
             None if keep_token_times or step_clock is None else step_clock.times)
         """Lean run: the clock ``Request.token_streaks`` index."""
         self.decoding: DecodeSet | None = (
-            DecodeSet(kv, config.max_model_len, step_clock, keep_token_times)
+            DecodeSet(kv, config.max_model_len, step_clock, keep_token_times,
+                      config.async_scheduling)
             if bulk and step_clock is not None else None
         )
         """Running requests that decode every step, advanced together (``bulk_decodes``)."""
+        self._detached: list[Request] = NOTHING
+        """Async scheduling: the members of a decode set dissolved while its step was in
+        flight, whose token from that step the next update applies as to requests scheduled
+        alone (in running order, before the step's other samples)."""
         self.running: list[Request] = []
         self.waiting: WaitingQueue = (
             PriorityQueue() if config.policy == "priority" else FCFSQueue()
@@ -165,17 +170,21 @@ class Scheduler:
         index = 0
         members = self.decoding
         if members is not None and len(members):
-            num_members = len(members)
+            if async_mode:  # members certain to finish on their placeholder are skipped
+                members.retire_finishing()
+            num_members = members.num_active
             if (num_members <= budget and num_members <= decode_budget
                     and members.phase_sizes[members.num_scheduled % block_size]
                     <= self.kv.num_free_blocks):  # (the takers of this step)
-                members.schedule()
-                plan.num_bulk = index = num_members
+                if num_members:
+                    members.schedule()
+                plan.num_bulk = num_members
+                index = len(members)  # (the retired ones skipped, as the loop would)
                 plan.num_scheduled_tokens = num_members
                 budget -= num_members
                 decode_budget -= num_members
-            else:
-                members.dissolve()  # the loop below gives each member its own turn
+            else:  # the loop below gives each member its own turn
+                self._detached = members.dissolve()
         while index < len(running) and budget > 0:
             request = running[index]
             placeholders = request.num_output_placeholders
@@ -531,6 +540,7 @@ class Scheduler:
             position = len(clock)
             clock.append(now_s)
         members = self.decoding
+        sampled = plan.sampled
         if plan.num_bulk:
             assert members is not None
             members.num_updated += 1
@@ -540,10 +550,13 @@ class Scheduler:
                 request.finish_s = now_s
                 self.kv.free(request)  # in running order, before the others (§2)
                 finished = listed(finished, request)
+            if self._detached:  # (async: the set was dissolved while this step ran)
+                sampled = [*self._detached, *sampled]
+                self._detached = NOTHING
         keep_times = self.keep_token_times
         removed = self._removed
         acceptance = self._acceptance
-        for request in plan.sampled:
+        for request in sampled:
             if request.status is RequestStatus.FINISHED:
                 continue
             if removed and removed.get(id(request), -1) > plan.seq:
@@ -603,12 +616,27 @@ class Scheduler:
 
     def _join_decodes(self, members: DecodeSet, plan: StepPlan) -> None:
         """Requests right after the decode set that sampled in this step and decode from the
-        next one join it."""
+        next one join it. With async scheduling the next step is scheduled already: those
+        that sampled in it (one placeholder) and decode one token from the step after it
+        join (that token not their last)."""
         running = self.running
         index = len(members)
         if index >= len(running):
             return
         kv = self.kv
+        if self.config.async_scheduling:
+            max_model_len = self.config.max_model_len
+            while index < len(running):
+                request = running[index]
+                if (request.num_output_placeholders != 1
+                        or request.num_computed_tokens != request.num_tokens
+                        or min(request.max_tokens, max_model_len - request.num_prompt_tokens)
+                        - request.num_output_tokens < 2
+                        or kv.has_uncached_blocks(request)):
+                    return  # it waits behind the one before it
+                members.join(request)
+                index += 1
+            return
         sampled = {id(r) for r in plan.sampled}
         while index < len(running):
             request = running[index]

@@ -17,6 +17,24 @@ record are stale by the steps the set took since it joined::
 Members are the running list's first ``len(set)`` requests, in order (the order their blocks
 are taken in). A request joins after a step in which it sampled and from which it decodes,
 if every request before it in the running list is a member.
+
+With async scheduling (spec section 2) the schedule of step N+1 comes before the output of
+step N, so a step is in flight at every schedule, and the set's steps are counted the same
+way: schedule ``s`` and update ``s`` are the same step, the update coming after schedule
+``s + 1``. Then also::
+
+    true placeholders = stored + (set.num_scheduled - joined_scheduled)
+                               - (set.num_updated   - joined_updated)
+
+A request joins after the output of step N if it sampled in step N+1, already scheduled (its
+one placeholder): that token comes alone, as any request's (it is counted from its join:
+``joined_updated`` is the first update of the set's own steps it takes part in, and an update
+before that one brings it nothing), and from step N+2 on it decodes with the set. A member
+whose last token is the one in flight is not scheduled again (vLLM skips a request certain
+to finish on its placeholder): at the schedule it is *retired* (it keeps its seat in the
+running prefix, takes no block, no token and no budget) and it finishes with the output of
+the step in flight. If the set is dissolved while its step is in flight, the members have
+that step's token to come: the scheduler applies it as to a request scheduled alone.
 """
 
 from __future__ import annotations
@@ -30,7 +48,7 @@ from typing import Final
 from clustersim.engine.config import SchedulerConfig
 from clustersim.engine.kv_manager import KVCacheManager
 from clustersim.engine.request import Request
-from clustersim.engine.step_plan import NOTHING
+from clustersim.engine.step_plan import NOTHING, listed
 
 pack: Final = _struct_pack
 heappop: Final = _heappop
@@ -39,10 +57,9 @@ heappush: Final = _heappush
 
 def bulk_decodes_allowed(config: SchedulerConfig) -> bool:
     """Whether a scheduler with ``config`` may advance its decodes as a :class:`DecodeSet`
-    (and so its engine take coalesced runs): sync scheduling, the FCFS policy and no
-    speculative decoding (why: ``engine.fastforward``)."""
-    return (not config.async_scheduling and config.policy == "fcfs"
-            and config.speculative is None)
+    (and so its engine take coalesced runs): the FCFS policy and no speculative decoding
+    (why: ``engine.fastforward``)."""
+    return config.policy == "fcfs" and config.speculative is None
 
 
 PACK_FORMATS: Final = tuple(f"{n}d" for n in range(2048))
@@ -100,17 +117,19 @@ class DecodeSet:
     """Members, their lazily applied steps, and the aggregates a step of all of them needs."""
 
     __slots__ = ("kv", "block_size", "max_model_len", "clock", "keep_token_times",
-                 "num_scheduled", "num_updated", "sum_computed", "joined", "phases",
-                 "phase_sizes", "finishes", "_seq")
+                 "async_scheduling", "num_scheduled", "num_updated", "sum_computed", "joined",
+                 "phases", "phase_sizes", "finishes", "retired", "_seq")
 
     def __init__(self, kv: KVCacheManager, max_model_len: int, clock: StepClock,
-                 keep_token_times: bool) -> None:
+                 keep_token_times: bool, async_scheduling: bool = False) -> None:
         self.kv = kv
         self.block_size = kv.block_size
         self.max_model_len = max_model_len
         self.clock = clock
         """The scheduler's token clock: one end time per step applied."""
         self.keep_token_times = keep_token_times
+        self.async_scheduling = async_scheduling
+        """Members count their placeholders (tokens scheduled, not yet output)."""
         self.num_scheduled = 0
         """Steps scheduled for all members so far."""
         self.num_updated = 0
@@ -128,6 +147,9 @@ class DecodeSet:
         """``len(phases[p])`` per phase."""
         self.finishes: list[tuple[int, int, Request]] = []
         """Heap of (num_updated at which it finishes, join order, member)."""
+        self.retired: list[tuple[int, int, Request]] = []
+        """Async scheduling: the finish entries of members whose last token is in flight
+        (retired: their phase is -1), taken off the heap."""
         self._seq = 0
 
     def __len__(self) -> int:
@@ -136,60 +158,108 @@ class DecodeSet:
     def __contains__(self, request: Request) -> bool:
         return request in self.joined
 
+    @property
+    def num_active(self) -> int:
+        """Members a step schedules (all but the retired)."""
+        return len(self.joined) - len(self.retired)
+
     # ------------------------------------------------------------ membership
     def join(self, request: Request) -> None:
-        """``request`` (true counters, at the end of the running prefix) decodes from the next
-        step on; it just got a token at the clock's last position."""
+        """``request`` (true counters, at the end of the running prefix) decodes from the
+        set's next schedule on; it just got a token at the clock's last position (sync), or
+        gets one alone from the step in flight, at the next position (async: its
+        placeholder)."""
         computed = request.num_computed_tokens
+        in_flight = request.num_output_placeholders  # (0 with sync scheduling)
         self.sum_computed += computed
         blocks = len(self.kv.req_to_blocks[request.request_id])
         # its blocks cover what it computed; it takes the next one when it computes past them
-        phase = (self.num_scheduled + blocks * self.block_size - computed) % self.block_size
+        first = self.num_scheduled  # (sync: == num_updated; async: its first update too)
+        assert in_flight == 1 or self.num_updated == first, "a request joins between steps"
+        phase = (first + blocks * self.block_size - computed) % self.block_size
         self._seq += 1
-        self.joined[request] = (self.num_scheduled, self.num_updated, len(self.clock) - 1, phase,
+        self.joined[request] = (first, first, len(self.clock) - 1 + in_flight, phase,
                                 self._seq)
         self.phases[phase][request] = None
         self.phase_sizes[phase] += 1
         left = (min(request.max_tokens, self.max_model_len - request.num_prompt_tokens)
-                - request.num_output_tokens)
-        heappush(self.finishes, (self.num_updated + left, self._seq, request))
+                - request.num_output_tokens - in_flight)
+        heappush(self.finishes, (first + left, self._seq, request))
 
     def sync(self, request: Request) -> None:
         """Bring a member's counters and token record up to date (it stays a member)."""
         scheduled, updated, position, phase, seq = self.joined[request]
-        steps_scheduled = self.num_scheduled - scheduled
-        steps_updated = self.num_updated - updated
+        steps_scheduled = self.num_scheduled - scheduled if phase >= 0 else 0  # (retired: none)
+        steps_updated = self.num_updated - updated  # (< 0: its first update is to come)
         if steps_scheduled:
             request.num_computed_tokens += steps_scheduled
-        if steps_updated:
+            scheduled += steps_scheduled
+            if self.async_scheduling:
+                request.num_output_placeholders += steps_scheduled
+        if steps_updated > 0:
             request.num_output_tokens += steps_updated
+            if self.async_scheduling:
+                request.num_output_placeholders -= steps_updated
             last = position + steps_updated
             if self.keep_token_times:
                 request.token_times_s.extend(self.clock.between(position + 1, last + 1))
             else:
                 request.token_run_last = last  # its run of consecutive tokens goes on
-        self.joined[request] = (self.num_scheduled, self.num_updated,
-                                position + steps_updated, phase, seq)
+            position = last
+            updated = self.num_updated
+        self.joined[request] = (scheduled, updated, position, phase, seq)
 
     def leave(self, request: Request) -> None:
         """Sync ``request`` and take it out (its finish entry is dropped when popped)."""
         self.sync(request)
         phase = self.joined[request][3]
         del self.joined[request]
+        if phase < 0:  # retired: out of the phases and the sum already
+            self.retired = [entry for entry in self.retired if entry[2] is not request]
+            return
         self.sum_computed -= request.num_computed_tokens
         del self.phases[phase][request]
         self.phase_sizes[phase] -= 1
 
-    def dissolve(self) -> None:
-        """Sync every member and empty the set."""
+    def dissolve(self) -> list[Request]:
+        """Sync every member and empty the set. Returns those whose step in flight (async
+        scheduling) has yet to give them its token, in running order (to read only:
+        :data:`~clustersim.engine.step_plan.NOTHING` when none)."""
+        pending: list[Request] = NOTHING
         for request in list(self.joined):
             self.sync(request)
+            entry = self.joined[request]
+            if entry[0] > entry[1]:  # (scheduled > updated)
+                pending = listed(pending, request)
         self.joined.clear()
         for phase in self.phases:
             phase.clear()
         self.phase_sizes = [0] * self.block_size
         self.finishes.clear()
+        self.retired = []
         self.sum_computed = 0
+        return pending
+
+    def retire_finishing(self) -> None:
+        """Async scheduling, before a schedule: retire the members whose last token comes with
+        the step in flight (it is the set's step ``num_scheduled - 1``), as vLLM's scheduler
+        skips a request certain to finish on its placeholder (spec section 2). With sync
+        scheduling there is none: every finish is applied before the next schedule."""
+        finishes = self.finishes
+        due = self.num_scheduled
+        joined = self.joined
+        while finishes and finishes[0][0] <= due:
+            entry = heappop(finishes)
+            request = entry[2]
+            if request not in joined:
+                continue  # left earlier
+            self.sync(request)
+            scheduled, updated, position, phase, seq = joined[request]
+            joined[request] = (scheduled, updated, position, -1, seq)
+            del self.phases[phase][request]
+            self.phase_sizes[phase] -= 1
+            self.sum_computed -= request.num_computed_tokens
+            self.retired.append(entry)
 
     # ----------------------------------------------------------------- steps
     def takers(self, step: int) -> dict[Request, None]:
@@ -208,7 +278,7 @@ class DecodeSet:
             if due:
                 self.kv.append_blocks(list(due))
             self.num_scheduled = first + 1
-            self.sum_computed += len(self.joined)
+            self.sum_computed += len(self.joined) - len(self.retired)
             return
         sizes = self.phase_sizes  # most phases are empty: only those with takers are read
         takers: list[Request] = []
@@ -232,7 +302,7 @@ class DecodeSet:
         if takers:
             self.kv.append_blocks(takers)
         self.num_scheduled = first + num_steps
-        self.sum_computed += num_steps * len(self.joined)
+        self.sum_computed += num_steps * (len(self.joined) - len(self.retired))
 
     def update(self, ends_s: list[float]) -> list[Request]:
         """Every member gets one token at the end of each step in ``ends_s`` (appended to the
@@ -252,9 +322,19 @@ class DecodeSet:
         only: :data:`~clustersim.engine.step_plan.NOTHING` when none)."""
         finishes = self.finishes
         joined = self.joined
-        if not finishes or finishes[0][0] > self.num_updated:
+        retired = self.retired
+        if not retired and (not finishes or finishes[0][0] > self.num_updated):
             return NOTHING
         done: list[Request] = []
+        if retired:
+            kept: list[tuple[int, int, Request]] = []
+            for entry in retired:
+                if entry[0] <= self.num_updated:
+                    assert entry[0] == self.num_updated, "a retired member finishes next"
+                    done.append(entry[2])
+                else:
+                    kept.append(entry)
+            self.retired = kept
         while finishes and finishes[0][0] <= self.num_updated:
             at, _, request = heappop(finishes)
             if request in joined:
@@ -264,10 +344,11 @@ class DecodeSet:
             done.sort(key=lambda request: joined[request][4])
         return done
 
-    def next_finish(self) -> int:
-        """Updates until the first member finishes (a large number when empty)."""
+    def first_finish(self) -> int:
+        """The ``num_updated`` at which the first member that is not retired finishes (a
+        large number when none)."""
         finishes = self.finishes
         joined = self.joined
         while finishes and finishes[0][2] not in joined:
             heappop(finishes)  # left earlier
-        return finishes[0][0] - self.num_updated if finishes else 1 << 62
+        return finishes[0][0] if finishes else 1 << 62

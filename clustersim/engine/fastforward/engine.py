@@ -11,6 +11,15 @@ lockstep data-parallel group takes part in its group's runs instead (:meth:`Fast
 
     schedule(0)  [ step 0 | step 1 | ... | step K-1 ]  apply(K-1)  schedule(K) ...
                  one event at the end of K-1: steps 0..K-2 are applied in bulk, K-1 as usual
+
+With async scheduling the loop has scheduled step 1 when step 0 starts, and the run starts
+there (:meth:`FastForward.start_async_run`); at its end (:meth:`FastForward.end_async_run`)
+the plans of its last step and of the one after it are scheduled for real, and the loop goes
+on from them as from any step's end::
+
+    schedule(0) schedule(1)  [ step 0 | step 1 | ... | step K-1 ]  apply(K-1)  ...
+                             schedule(K-1) and schedule(K), as the loop made them at the
+                             start of K-2 and K-1, come first (or when the run is cut short)
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from typing import Final
 from clustersim.engine.clock import Clock, Env
 from clustersim.engine.fastforward.run import (
     DecodeRun,
+    advance_async_run,
     advance_run,
     extend_run,
     finish_run_step,
@@ -44,7 +54,7 @@ longer); each time it gets that far unchanged it plans twice as many more
 def may_coalesce(env: Env, scheduler: Scheduler, price_step: object,
                  pipeline: Pipeline | None, own_loop: bool) -> bool:
     """Whether an engine may take coalesced runs at all: no pipeline, its own step loop on a
-    :class:`Clock`, a scheduler with a decode set (sync FCFS, no speculative decoding) and a
+    :class:`Clock`, a scheduler with a decode set (FCFS, no speculative decoding) and a
     pricer with ``decode_run``. (A lockstep group's rank: ``fastforward.lockstep``.)"""
     return (pipeline is None and isinstance(env, Clock) and own_loop
             and scheduler.decoding is not None
@@ -81,6 +91,8 @@ class FastForward:
         """This engine's steps of that run (None: idle in its group's run)."""
         self.dummies_logged = 0
         """Idle in a group's run: its dummy steps logged so far."""
+        self.logged = False
+        """Async run: its steps after step 0 are logged (step 0 was as it started)."""
         self.typical_run = float(FIRST_CHUNK_STEPS)
         """Steps this engine's recent runs lasted (a moving average: the first chunk)."""
         self._on_plan_more = self._plan_more
@@ -104,9 +116,30 @@ class FastForward:
             self._run_ends(ends, start_s, size, steps.decode_kv_tokens, steps.num_steps)
         else:  # step 0 is any step in which all sample
             ends.append(start_s + self._price(plan))
-            self._run_ends(ends, ends[0], size, steps.decode_kv_tokens + size,
-                           steps.num_steps - 1)
+            self._run_ends(ends, ends[0], size, steps.kv_tokens(1), steps.num_steps - 1)
         self.steps = steps
+        self.run = RunTimer(self.env, start_s, ends, first,  # type: ignore[arg-type]
+                            self._on_plan_more)
+        return self.run
+
+    def start_async_run(self, scheduler: Scheduler, plan: StepPlan, next_plan: StepPlan,
+                        start_s: float, end_s: float) -> RunTimer | None:
+        """Async scheduling: the run that starts with ``plan`` (its step starting at
+        ``start_s``, priced to end at ``end_s``, logged) and ``next_plan`` (just scheduled
+        while it runs), to wait for (its ``wake``); None: step."""
+        if plan.kv_loads or next_plan.kv_loads:
+            return None  # step 1 would start its pulls within the run (and step 0's usually
+            # land within it: one step is cheaper than a run cut at once)
+        first = max(FIRST_CHUNK_STEPS, int(self.typical_run))
+        steps = plan_decode_run(scheduler, next_plan, first + 1, head=2)
+        if steps is None:
+            return None
+        steps.head_plans = (plan, next_plan)
+        ends = [end_s, end_s + self._price(next_plan)]
+        self._run_ends(ends, ends[1], steps.batch_size, steps.kv_tokens(2),
+                       steps.num_steps - 2)
+        self.steps = steps
+        self.logged = False
         self.run = RunTimer(self.env, start_s, ends, first,  # type: ignore[arg-type]
                             self._on_plan_more)
         return self.run
@@ -139,9 +172,7 @@ class FastForward:
         assert steps is not None
         added = extend_run(steps, num_steps)
         if added:
-            size = steps.batch_size
-            self._run_ends(ends_s, ends_s[-1], size, steps.decode_kv_tokens + first * size,
-                           added)
+            self._run_ends(ends_s, ends_s[-1], steps.batch_size, steps.kv_tokens(first), added)
         return added
 
     # ------------------------------------------------------ a group's run
@@ -153,12 +184,17 @@ class FastForward:
     def settle(self, scheduler: Scheduler, apply: bool = True) -> None:
         """Something from outside changes this engine now: end the run with the step in
         progress, and (``apply``) bring its requests and KV blocks up to now. A change that
-        reads neither (a request queued, a pull marked done) leaves that to the run's end."""
+        reads neither (a request queued, a pull marked done) leaves that to the run's end,
+        but with async scheduling: the step after the one in progress was scheduled before
+        the change, so that schedule is made now, and the steps so far logged."""
         run, steps = self.run, self.steps
         assert run is not None
         step = run.settle()
         if steps is None:
             self._log_dummies(run, step)  # an idle rank: its dummy rows read the queues live
+        elif steps.head == 2:
+            advance_async_run(scheduler, steps, step, run.ends_s)
+            self._log_async_run(run, steps)
         elif apply:
             first = steps.num_updated
             advance_run(scheduler, steps, step + 1, step, run.ends_s)
@@ -187,6 +223,40 @@ class FastForward:
         finished = finish_run_step(scheduler, steps, run.ends_s)
         self._log_run(run, steps, first, last + 1)
         return finished
+
+    def end_async_run(self, scheduler: Scheduler) -> tuple[StepPlan, StepPlan, list[Request]]:
+        """Async scheduling: the run's last step ended. Returns its plan and the next one's
+        (scheduled as the loop would have while it ran), and the requests that finish with
+        its output, applied now: what the loop has at any step's end."""
+        run, steps = self.run, self.steps
+        assert run is not None and steps is not None
+        run.release()
+        self.run = self.steps = None
+        last = run.last
+        self.typical_run += (last + 1 - self.typical_run) / 8
+        plan, next_plan = advance_async_run(scheduler, steps, last, run.ends_s)
+        self._log_async_run(run, steps)
+        return plan, next_plan, scheduler.update_from_output(plan, run.ends_s[last])
+
+    def _log_async_run(self, run: RunTimer, steps: DecodeRun) -> None:
+        """Log the async run's steps 1 .. its last (which has ended or is in progress: the
+        loop logs a step as it starts), once its last step's plan is scheduled."""
+        if self.logged:
+            return
+        self.logged = True
+        last = run.last
+        if last == 0:
+            return
+        assert steps.last_plans is not None
+        ends = run.ends_s
+        self.log.add_plan(steps.head_plans[1], ends[0], ends[1])
+        if last == 1:
+            return
+        if last > 2:
+            self.log.add_decodes(ends[1], ends, 2, last, steps.blocks_used(1), steps.takers,
+                                 steps.phase(2), steps.batch_size, steps.plan.num_running,
+                                 steps.plan.num_waiting)
+        self.log.add_plan(steps.last_plans[0], ends[last - 1], ends[last])
 
     def abandon(self, scheduler: Scheduler, release: bool) -> None:
         """The engine fails now: the steps that ended before now are applied, as the step
