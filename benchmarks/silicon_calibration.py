@@ -3,30 +3,32 @@ and a held-out split.
 
     python benchmarks/silicon_calibration.py [--sweep NAME ...] [--rows 0,5,7]
                                              [--no-api-server] [--spread] [--as-columns]
-                                             [--turnaround-ms 30] [--early-fraction 0.5]
-                                             [--csv out.csv]
+                                             [--fixed-lengths] [--as-served]
+                                             [--turnaround-ms 30] [--csv out.csv]
     python benchmarks/silicon_calibration.py --fit-host
     python benchmarks/silicon_calibration.py --rounds [--sweep NAME] [--rows 0,5,7]
-    python benchmarks/silicon_calibration.py --desync [--sweep NAME]
+    python benchmarks/silicon_calibration.py --decompose [--sweep NAME ...] [--rows 0,5,7]
 
 Every sweep shipped in ``clustersim/data/calibration/fit/aiconfigurator/`` (credited in
 NOTICE): Llama-3.1-70B with vLLM's ``--quantization fp8`` on H100 SXM at TP 2/4/8;
 MiniMax-M2.5 (FP8 blocks) on H100 (TP4 with expert parallelism, vLLM 0.18) and on H200 (TP4,
 vLLM 0.16; TP8, vLLM 0.18); Kimi-K2.5 (INT4 experts) on H200 at TP8 (vLLM 0.16). Each row is
-a closed loop of clients with fixed prompt and output lengths (1K/1K, 1K/8K, 8K/1K), mean
-TTFT and mean TPOT measured, replayed with clustersim's own ``vllm bench serve`` client as
-the benchmark ran it: about 2 x concurrency warm-up requests, then 10 x concurrency measured
-ones, every prompt and output exactly the row's lengths, requests sent as soon as a slot frees
-(request rate inf), on the vLLM release the row names (``clustersim.calibration.sweeps`` maps
-each column). The table gives the simulated means beside the measured ones and the error of
-each, then the mean absolute and the mean signed error per metric by model, GPU, sweep,
-TP/DP/EP, prompt/output length and concurrency, on the fitted split, the held-out split and
-both (``clustersim.calibration.silicon_split`` says which rows are which), and last each
-model's TPOT and long-prompt TTFT against the targets. A run listed twice in a file counts
-once; a run its own sweep contradicts (a mean TPOT above that of the same shape at more
-clients) is listed apart with its reason and scored on neither split. ``--fit-host``,
-``--rounds`` and ``--desync`` work on the Llama sweep unless ``--sweep`` names others
-(``--fit-host``: always; the host time was chosen on it).
+a closed loop of clients named by its prompt and output lengths (1K/1K, 1K/8K, 8K/1K), mean
+TTFT and mean TPOT measured, replayed with clustersim's own benchmark client as the row's
+InferenceX recipe ran it (``clustersim.calibration.recipes``): every prompt and answer drawn
+uniformly from 0.8 to 1 x the named length, the recipe client's warm-ups, then 10 x
+concurrency measured requests sent as soon as a slot frees (request rate inf), on the vLLM
+release the row names, with the recipe's memory fraction, sequence cap and prefix caching
+(``clustersim.calibration.sweeps`` maps each column). The table gives the simulated means
+beside the measured ones and the error of each, then the mean absolute and the mean signed
+error per metric by model, GPU, sweep, TP/DP/EP, prompt/output length and concurrency, on the
+fitted split, the held-out split and both (``clustersim.calibration.silicon_split`` says which
+rows are which), and last each model's TPOT and long-prompt TTFT against the targets. A run
+listed twice in a file counts once; a run its own sweep contradicts (a mean TPOT above that of
+the same shape at more clients) is listed apart with its reason and scored on neither split.
+``--fit-host`` and ``--rounds`` work on the Llama sweep unless ``--sweep`` names others
+(``--fit-host``: always; the host time was chosen on it); ``--decompose`` on the chosen rows
+with prompts of 4K or more.
 """
 
 from __future__ import annotations
@@ -37,11 +39,9 @@ import json
 import time
 from pathlib import Path
 
+from clustersim.calibration.recipes import length_range
 from clustersim.calibration.silicon import (
     RowScore,
-    by_concurrency,
-    by_shape,
-    measured_cycle_s,
     replay,
     round_ttfts_ms,
     row_score,
@@ -51,6 +51,7 @@ from clustersim.calibration.silicon import (
 )
 from clustersim.calibration.silicon_split import (
     DIMENSIONS,
+    LONG_PROMPT_TOKENS,
     by_dimension,
     criteria,
     measurements,
@@ -103,72 +104,72 @@ def fit_host(table: list[dict[str, str]]) -> None:
 
 
 def rounds(table: list[dict[str, str]], chosen: list[int]) -> None:
-    """Where the TTFT error lives: each row's simulated mean TTFT of the cold first round and
-    of the later rounds, replayed as the benchmark ran and with the clients spread over one
-    cycle (``--spread``), and the mean of a run whose first round is the simulated burst and
-    whose later rounds are the spread ones, beside the measured mean. "left" is what the
-    measured mean leaves each later round once the simulated burst is taken out of it (if the
-    measured run had this many rounds and opened with a burst priced as simulated); a "<" marks
-    a row where that is less than the evenly spread clients' rounds take."""
-    print(f"{'row':>3} {'TP':>2} {'isl':>5} {'osl':>5} {'C':>3}{'TTFT meas':>11}{'burst r0':>11}"
-          f"{'later':>11}{'spread':>11}{'left':>11}{'r0+spread':>11}{'err':>8}")
-    errors: dict[str, list[float]] = {}
-    short = 0
+    """Where a closed loop's TTFT goes, round by round: each row's simulated mean TTFT of the
+    cold first round (every client sending at once) and of the later rounds, with the lengths
+    the recipe drew and with every prompt and answer exactly the named length
+    (``--fixed-lengths``), beside the measured mean. With one length, requests that start in
+    one step finish in one and are sent again together: the later rounds stay as bunched as
+    the first."""
+    print(f"{'row':>3} {'TP':>2} {'isl':>5} {'osl':>5} {'C':>3}{'TTFT meas':>11}{'drawn r0':>11}"
+          f"{'later':>11}{'mean':>11}{'fixed r0':>11}{'later':>11}{'mean':>11}")
+    errors: dict[str, list[tuple[float, ...]]] = {}
     for i in chosen:
         row = table[i]
         dep = deployment(row)
-        burst = round_ttfts_ms(row)
-        spread = round_ttfts_ms(row, spread=True)
-        later = sum(burst[1:]) / len(burst[1:])
-        spread_later = sum(spread[1:]) / len(spread[1:])
-        mixed = (burst[0] + sum(spread[1:])) / len(spread)
+        drawn = round_ttfts_ms(row)
+        fixed = round_ttfts_ms(row, fixed_lengths=True)
         measured = float(row["silicon_ttft_ms"])
-        left = (len(burst) * measured - burst[0]) / (len(burst) - 1)
-        short += left < spread_later
-        error = mixed / measured - 1
-        errors.setdefault("all", []).append(error)
-        errors.setdefault(f"C={dep.concurrency}", []).append(error)
-        errors.setdefault(f"{row['isl']}/{row['osl']}", []).append(error)
+        means = [sum(r) / len(r) for r in (drawn, fixed)]
+        for name in ("all", f"C={dep.concurrency}", f"{row['isl']}/{row['osl']}"):
+            errors.setdefault(name, []).append(tuple(m / measured - 1 for m in means))
         print(f"{i:>3} {dep.tp:>2} {row['isl']:>5} {row['osl']:>5} {dep.concurrency:>3}"
-              f"{measured:>11,.1f}{burst[0]:>11,.1f}{later:>11,.1f}{spread_later:>11,.1f}"
-              f"{left:>10,.1f}{'<' if left < spread_later else ' '}"
-              f"{mixed:>11,.1f}{error:>+8.1%}", flush=True)
-    print(f"\n{'rows':<10}{'n':>4}{'MAPE':>9}{'bias':>9}   (r0+spread against measured)")
+              f"{measured:>11,.1f}" + "".join(
+                  f"{r[0]:>11,.1f}{sum(r[1:]) / len(r[1:]):>11,.1f}{m:>11,.1f}"
+                  for r, m in zip((drawn, fixed), means, strict=True)), flush=True)
+    print(f"\n{'rows':<10}{'n':>4}{'drawn MAPE':>12}{'bias':>9}{'fixed MAPE':>12}{'bias':>9}")
     for name in sorted(errors, key=lambda k: (k != "all", "/" in k, len(k), k)):
         group = errors[name]
-        print(f"{name:<10}{len(group):>4}{sum(map(abs, group)) / len(group):>9.1%}"
-              f"{sum(group) / len(group):>+9.1%}")
-    print(f"\n{short} of {len(chosen)} rows leave their later rounds less than spread clients "
-          f"take ('<')")
+        cols = "".join(f"{sum(abs(e[k]) for e in group) / len(group):>12.1%}"
+                       f"{sum(e[k] for e in group) / len(group):>+9.1%}" for k in (0, 1))
+        print(f"{name:<10}{len(group):>4}{cols}")
 
 
-DESYNC = (
-    ("lengths as named", 0.0, 0.0),
-    ("clients idle 2% of a cycle", 0.02, 0.0),
-    ("clients idle 10% of a cycle", 0.10, 0.0),
-    ("answers up to 2% short", 0.0, 0.02),
-    ("answers up to 5% short", 0.0, 0.05),
-    ("answers up to 10% short", 0.0, 0.10),
-)
-"""(name, client idle time as a share of the row's measured cycle, widest answer shortfall as
-a share of osl) of each ``--desync`` replay."""
+LONE_PROMPTS = 8
+"""Requests of the one-client replay that prices a row's lone prompt (:func:`decompose`)."""
 
 
-def desync(table: list[dict[str, str]]) -> None:
-    """What could spread the rows' clients apart, replayed on every row: the lengths as the
-    rows name them; clients that wait before their next send (exponential draws whose mean is
-    a share of the row's measured cycle: time-domain spread); answers that end up to a share of
-    ``osl`` short (uniform draws: step-count spread). With fixed lengths, requests prefilled in
-    one step finish in one step, so only a difference in steps keeps them apart; a wait that
-    spreads them in time is folded back at the next prefill."""
-    print(f"{'replay':<30}{'rows':<11}{'TTFT MAPE':>10}{'bias':>9}{'TPOT MAPE':>11}{'bias':>9}")
-    for name, idle, short in DESYNC:
-        scores = [replay(row, turnaround_s=idle * measured_cycle_s(row), short_answers=short)
-                  for row in table]
-        for group, _n, ttft_mape, ttft_bias, tpot_mape, tpot_bias in (
-                by_concurrency(scores)[:1] + by_shape(scores)):
-            print(f"{name if group == 'all' else '':<30}{group:<11}{ttft_mape:>10.1%}"
-                  f"{ttft_bias:>+9.1%}{tpot_mape:>11.1%}{tpot_bias:>+9.1%}", flush=True)
+def _lone_ttft_ms(row: dict[str, str]) -> float:
+    """The row's mean TTFT with one client: prompts of the recipe's drawn lengths that meet
+    no other, their prefill and the API server's time (ms)."""
+    data = scenario(row)
+    data["workload"].update(max_concurrency=1, num_prompts=LONE_PROMPTS, num_warmups=1)
+    return simulate(data)[0]
+
+
+def decompose(table: list[dict[str, str]], chosen: list[int]) -> None:
+    """What each long-prompt row's mean TTFT is made of: a lone prompt's TTFT (one client, the
+    drawn lengths: its prefill and the API server's time, as simulated) and the rest, the wait
+    for other clients' prefills and steps, as measured, as replayed and as replayed with fixed
+    lengths, each with its share of that TTFT."""
+    print(f"{'row':>3} {'model':<14}{'parallel':<9}{'isl':>5} {'osl':>5} {'C':>4}"
+          f"{'lone ms':>9}{'TTFT meas':>11}{'wait':>7}{'drawn':>9}{'wait':>7}"
+          f"{'fixed':>10}{'wait':>7}")
+    for i in chosen:
+        row = table[i]
+        if int(row["isl"]) < LONG_PROMPT_TOKENS:
+            continue
+        dep = deployment(row)
+        lone = _lone_ttft_ms(row)
+        measured = float(row["silicon_ttft_ms"])
+        drawn = simulate(scenario(row))[0]
+        fixed = simulate(scenario(row, fixed_lengths=True))[0]
+        print(f"{i:>3} {dep.model:<14}{dep.parallel:<9}{row['isl']:>5} {row['osl']:>5} "
+              f"{dep.concurrency:>4}{lone:>9,.1f}" + "".join(
+                  f"{t:>{w},.1f}{1 - lone / t:>7.0%}"
+                  for t, w in ((measured, 11), (drawn, 9), (fixed, 10))), flush=True)
+    low, high = length_range(8192)
+    print(f"\n(an 8192-token row's prompts are drawn from {low:,} to {high:,} tokens; 'wait' "
+          "is the share of the TTFT beyond a lone prompt's)")
 
 
 def _line(i: int, split: str, score: RowScore) -> str:
@@ -181,7 +182,7 @@ def _line(i: int, split: str, score: RowScore) -> str:
 
 
 def _table(table: list[dict[str, str]], chosen: list[int], api_server: bool, spread: bool,
-           turnaround_ms: float, early_fraction: float, as_columns: bool
+           turnaround_ms: float, as_columns: bool, fixed_lengths: bool, as_served: bool
            ) -> tuple[list[tuple[dict[str, str], str, RowScore]],
                       list[tuple[dict[str, str], str, RowScore]]]:
     """Every distinct measurement of ``chosen`` replayed (each scenario simulated once),
@@ -195,7 +196,8 @@ def _table(table: list[dict[str, str]], chosen: list[int], api_server: bool, spr
 
     def score(row: dict[str, str]) -> RowScore:
         data = scenario(row, api_server, spread, turnaround_s=turnaround_ms / 1e3,
-                        early_fraction=early_fraction, as_columns=as_columns)
+                        as_columns=as_columns, fixed_lengths=fixed_lengths,
+                        as_served=as_served)
         key = json.dumps(data, sort_keys=True)
         if key not in simulated:
             simulated[key] = simulate(data)
@@ -241,7 +243,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", action="append", choices=sorted(SWEEPS),
                         help="replay this sweep (repeatable; default: every sweep, and the "
-                        "Llama sweep for --rounds and --desync)")
+                        "Llama sweep for --rounds)")
     parser.add_argument("--rows", help="comma-separated row numbers within the chosen sweeps "
                         "(default: all)")
     parser.add_argument("--no-api-server", action="store_true",
@@ -252,18 +254,21 @@ def main() -> None:
     parser.add_argument("--as-columns", action="store_true",
                         help="what-if: the parallelism as the columns say where a row's id "
                         "contradicts them (15 MiniMax H100 rows)")
+    parser.add_argument("--fixed-lengths", action="store_true",
+                        help="what-if: every prompt and answer exactly the row's named "
+                        "lengths, not drawn from 0.8 to 1 x them as the recipe's client did")
+    parser.add_argument("--as-served", action="store_true",
+                        help="what-if: the Llama rows' server with the recipe's async "
+                        "scheduling and FP8 KV cache (the host time was fitted without them)")
     parser.add_argument("--turnaround-ms", type=float, default=0.0,
                         help="what-if: the client's mean time between an answer and its "
                         "slot's next send (exponential draws; workload.turnaround_s)")
-    parser.add_argument("--early-fraction", type=float, default=0.0,
-                        help="what-if: this share of the answers ends early, at a length "
-                        "drawn uniformly from 2 to osl tokens (the rest at osl)")
     parser.add_argument("--rounds", action="store_true",
-                        help="TTFT by round: the cold first round, the later ones, and a "
-                        "first round as simulated followed by spread clients")
-    parser.add_argument("--desync", action="store_true",
-                        help="what spreads the clients: client waits against answer-length "
-                        "spread, every row, one table")
+                        help="TTFT by round: the cold first round and the later ones, with "
+                        "the drawn lengths and with fixed ones")
+    parser.add_argument("--decompose", action="store_true",
+                        help="each long-prompt row's TTFT split into a lone prompt's and the "
+                        "wait for the others, measured and simulated")
     parser.add_argument("--fit-host", action="store_true",
                         help="grid-search the host time per layer and per request on the "
                         "Llama sweep instead")
@@ -271,20 +276,21 @@ def main() -> None:
     if args.fit_host:
         fit_host(rows())
         return
-    default = [SWEEP_FILES[0]] if args.rounds or args.desync else list(SWEEP_FILES)
+    default = [SWEEP_FILES[0]] if args.rounds else list(SWEEP_FILES)
     names = default if args.sweep is None else [SWEEPS[n] for n in args.sweep]
     table = [row for row in all_rows() if row["sweep"] in names]
-    if args.desync:
-        desync(table)
-        return
     chosen = (range(len(table)) if args.rows is None
               else [int(i) for i in args.rows.split(",")])
     if args.rounds:
         rounds(table, list(chosen))
         return
+    if args.decompose:
+        decompose(table, list(chosen))
+        return
     started = time.perf_counter()
     out, apart = _table(table, list(chosen), not args.no_api_server, args.spread,
-                        args.turnaround_ms, args.early_fraction, args.as_columns)
+                        args.turnaround_ms, args.as_columns, args.fixed_lengths,
+                        args.as_served)
     scored = [(score, split) for _, split, score in out]
     _summary(scored)
     print(f"\n{len(out)} distinct measurements of {len(chosen)} rows in "

@@ -44,10 +44,11 @@ def test_a_minimax_h100_row_runs_tp4_with_expert_parallelism_on_vllm_0_18():
     assert (data["model"], data["gpu"], data["tensor_parallel_size"]) == (
         "minimax-m2.5", "h100-sxm", 4)
     assert data["enable_expert_parallel"] and "data_parallel_size" not in data
-    # vLLM 0.18's defaults: async scheduling (on since 0.14), 0.9 of the GPU's memory; the
-    # FP8 checkpoint carries its own quantization_config
+    # vLLM 0.18's async scheduling (on since 0.14); the recipe's 0.90 of the GPU's memory
+    # and 256 seats; the FP8 checkpoint carries its own quantization_config
     assert data["engine"] == {"max_model_len": 8192 + 1024 + 256, "vllm_version": "0.18",
-                              "gpu_memory_utilization": 0.9, "async_scheduling": True}
+                              "gpu_memory_utilization": 0.9, "max_num_seqs": 256,
+                              "async_scheduling": True}
     assert data["workload"]["max_concurrency"] == 16
     assert data["workload"]["num_prompts"] == 160 and data["workload"]["num_warmups"] == 32
     parse_scenario(data)

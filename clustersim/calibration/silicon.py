@@ -4,11 +4,13 @@ The sweeps (``fit/aiconfigurator/silicon_vllm_*.csv``, credited in NOTICE; what 
 ``clustersim.calibration.sweeps``): Llama-3.1-70B with vLLM's ``--quantization fp8`` on H100
 SXM at TP 2, 4 or 8 (the 45 rows the host time of each engine step was fitted on), and two MoE
 models, MiniMax-M2.5 (FP8 blocks) on H100 and H200 with TP and expert parallelism, and
-Kimi-K2.5 (INT4 experts, MLA) on H200 at TP8. Each row is a closed loop of clients with fixed
-prompt and output lengths (1K/1K, 1K/8K, 8K/1K), mean TTFT and mean TPOT measured, and is
-replayed as its benchmark ran: about 2 x concurrency warm-ups, then 10 x concurrency measured
-requests, every prompt and output exactly the row's lengths, requests sent as soon as a slot
-frees (request rate inf), on the vLLM release the row names where it names one.
+Kimi-K2.5 (INT4 experts, MLA) on H200 at TP8. Each row is a closed loop of clients named by
+its prompt and output lengths (1K/1K, 1K/8K, 8K/1K), mean TTFT and mean TPOT measured. They
+are InferenceX's runs, and each is replayed as its recipe ran it
+(``clustersim.calibration.recipes``): every prompt and answer drawn uniformly from 0.8 to 1 x
+the named length, 10 x concurrency measured requests sent as soon as a slot frees (request rate
+inf), after the recipe's client's warm-ups, on the vLLM release the row names where it names
+one, with the recipe's memory fraction, sequence cap and prefix caching.
 ``clustersim validate`` shows the Llama rows beside the held-out sets, marked as what they
 are.
 """
@@ -19,6 +21,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from clustersim.calibration.recipes import RECIPES, Recipe, length_range
 from clustersim.calibration.sweeps import (
     SWEEP_DIR,
     SWEEP_FILES,
@@ -31,12 +34,8 @@ from clustersim.calibration.sweeps import (
 from clustersim.engine.defaults import ASYNC_SCHEDULING_SINCE
 
 ROWS_FILE = SWEEP_DIR / SWEEP_FILES[0]
-WARMUPS_PER_CLIENT = 2
 MEASURED_PER_CLIENT = 10
-"""NVIDIA's aiperf recipes: about 2 x concurrency warm-ups, 10 x concurrency measured."""
-GPU_MEMORY_UTILIZATION_BEFORE_0_25 = 0.9
-"""vLLM's --gpu-memory-utilization default before v0.25 (0.92 from then on, clustersim's
-default; engine.vllm_version's description)."""
+"""InferenceX's recipes: ``--num-prompts`` 10 x concurrency."""
 
 
 @dataclass(frozen=True)
@@ -85,20 +84,34 @@ def _version(text: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def _engine(dep: Deployment, isl: int, osl: int) -> dict:
-    """The engine arguments of a row's server: its quantization, room for its requests, and
-    the defaults of the vLLM release it names (none named: clustersim's defaults with
-    synchronous scheduling, as the host time was fitted)."""
+def recipe(row: dict[str, str]) -> Recipe:
+    """The InferenceX recipe that ran the row's sweep."""
+    return RECIPES[row.get("sweep") or SWEEP_FILES[0]]
+
+
+def _engine(dep: Deployment, isl: int, osl: int, served: Recipe,
+            as_served: bool = False) -> dict:
+    """The engine arguments of a row's server: its quantization, room for its requests, the
+    recipe's memory fraction, sequence cap and prefix caching, and the defaults of the vLLM
+    release the row names. The Llama rows name none: they ran v0.10.2 with
+    ``--async-scheduling`` and an FP8 KV cache, and are replayed synchronously with a 16-bit
+    KV cache, the pairing the host time per layer and per request was chosen with
+    (``as_served``: as the recipe served them, a what-if)."""
     engine: dict = {} if dep.quantization is None else {"quantization": dep.quantization}
     engine["max_model_len"] = isl + osl + 256
+    engine["gpu_memory_utilization"] = served.gpu_memory_utilization
+    max_num_seqs = served.max_seqs(dep.concurrency)
+    if max_num_seqs is not None:
+        engine["max_num_seqs"] = max_num_seqs
+    if not served.enable_prefix_caching:
+        engine["enable_prefix_caching"] = False
     if dep.vllm_version is None:
-        # measured 2025-10-29, on the 0.11 line: before async scheduling was vLLM's default
-        engine["async_scheduling"] = False
+        engine["async_scheduling"] = bool(as_served and served.async_scheduling)
+        if as_served and served.kv_cache_dtype is not None:
+            engine["kv_cache_dtype"] = served.kv_cache_dtype
     else:
         release = _version(dep.vllm_version)
         engine["vllm_version"] = ".".join(map(str, release))
-        if release < (0, 25):
-            engine["gpu_memory_utilization"] = GPU_MEMORY_UTILIZATION_BEFORE_0_25
         # the release's async scheduling default, stated (data-parallel MoE ranks step
         # together, modelled with sync scheduling only)
         engine["async_scheduling"] = release >= ASYNC_SCHEDULING_SINCE and dep.dp == 1
@@ -115,28 +128,30 @@ def _check_precision(row: dict[str, str], dep: Deployment) -> None:
     check_weights(row, quant.weight_bits, quant.activation_bits)
 
 
+def _drawn(named: int) -> dict:
+    """The recipe client's draw for a named length: uniform on ``int(0.8 x named)`` ..
+    ``named``."""
+    low, high = length_range(named)
+    return {"kind": "uniform", "low": low, "high": high}
+
+
 def scenario(row: dict[str, str], api_server: bool = True, spread: bool = False,
              profile: str | None = None, turnaround_s: float = 0.0,
-             early_fraction: float = 0.0, short_answers: float = 0.0,
-             as_columns: bool = False) -> dict:
-    """The row as a scenario. ``spread``: the measured run's clients opened one by one over
-    one measured cycle (TTFT + (osl - 1) x TPOT), so that they start evenly spread, a what-if
-    (the rows do not say how their clients started). ``profile``: the GPU's calibration
-    profile (``vidur``, ``aiconfigurator`` or a profile file; default the shipped one).
-    ``turnaround_s``: the client's mean time between an answer and its
-    slot's next send (``workload.turnaround_s``), a what-if (the rows do not record it).
-    ``early_fraction``: that share of the answers ends early, at a length drawn uniformly from
-    2 to ``osl`` tokens, the rest at ``osl``, a what-if (answers that stop at the model's
-    end-of-text token when the server drops the request's ``ignore_eos``).
-    ``short_answers``: every answer drawn uniformly from ``(1 - short_answers) x osl`` to
-    ``osl`` tokens, a what-if (answers a few tokens apart, which no fixed-length run has).
-    ``as_columns``: the parallelism as the columns say where the row's id contradicts them
-    (``clustersim.calibration.sweeps``), a what-if."""
-    if early_fraction > 0 and short_answers > 0:
-        raise ValueError("early_fraction and short_answers are two answer-length what-ifs; "
-                         "give one")
+             as_columns: bool = False, fixed_lengths: bool = False,
+             as_served: bool = False) -> dict:
+    """The row as a scenario: its recipe's server and client (module docstring).
+    ``spread``: the measured run's clients opened one by one over one measured cycle (TTFT +
+    (osl - 1) x TPOT), so that they start evenly spread, a what-if. ``profile``: the GPU's
+    calibration profile (``vidur``, ``aiconfigurator`` or a profile file; default the shipped
+    one). ``turnaround_s``: the client's mean time between an answer and its slot's next send
+    (``workload.turnaround_s``), a what-if. ``as_columns``: the parallelism as the columns say
+    where the row's id contradicts them (``clustersim.calibration.sweeps``), a what-if.
+    ``fixed_lengths``: every prompt and answer exactly the named length, a what-if (the
+    clients then keep the first round's cohorts). ``as_served``: the Llama rows' server with
+    the recipe's async scheduling and FP8 KV cache, a what-if (:func:`_engine`)."""
     dep = deployment(row, as_columns)
     _check_precision(row, dep)
+    served = recipe(row)
     isl, osl = int(row["isl"]), int(row["osl"])
     clients = dep.concurrency
     name = (f"silicon-tp{dep.tp}-{isl}x{osl}-c{clients}" if dep.model == "llama-3.1-70b" else
@@ -156,28 +171,22 @@ def scenario(row: dict[str, str], api_server: bool = True, spread: bool = False,
     nodes = topology(dep)
     if nodes is not None:
         data["topology"] = nodes
-    data["engine"] = _engine(dep, isl, osl)
+    data["engine"] = _engine(dep, isl, osl, served, as_served)
+    if fixed_lengths:
+        lengths: dict = {"kind": "independent", "prompt_tokens": isl, "output_tokens": osl}
+    else:
+        lengths = {"kind": "independent", "prompt_tokens": _drawn(isl),
+                   "output_tokens": _drawn(osl)}
     data["workload"] = {
         "kind": "benchmark",
         "num_prompts": MEASURED_PER_CLIENT * clients,
-        "num_warmups": WARMUPS_PER_CLIENT * clients,
+        "num_warmups": served.num_warmups(clients),
         "max_concurrency": clients,
         "request_rate": math.inf,
-        "lengths": {"kind": "independent", "prompt_tokens": isl, "output_tokens": osl},
+        "lengths": lengths,
     }
     if turnaround_s > 0:
         data["workload"]["turnaround_s"] = turnaround_s
-    if early_fraction > 0:
-        data["workload"]["lengths"] = {"kind": "mixture", "classes": [
-            {"name": "full", "weight": 1.0 - early_fraction, "prompt_tokens": isl,
-             "output_tokens": osl},
-            {"name": "early", "weight": early_fraction, "prompt_tokens": isl,
-             "output_tokens": {"kind": "uniform", "low": 2, "high": osl}},
-        ]}
-    if short_answers > 0:
-        low = max(2, math.ceil((1.0 - short_answers) * osl))
-        data["workload"]["lengths"]["output_tokens"] = {"kind": "uniform", "low": low,
-                                                        "high": osl}
     if spread:
         data["workload"]["ramp_up_s"] = measured_cycle_s(row) * (clients - 1) / clients
     if api_server:
@@ -208,15 +217,16 @@ def row_score(row: dict[str, str], sim_ttft_ms: float, sim_tpot_ms: float,
 
 def replay(row: dict[str, str], api_server: bool = True, spread: bool = False,
            profile: str | None = None, turnaround_s: float = 0.0,
-           early_fraction: float = 0.0, short_answers: float = 0.0,
-           as_columns: bool = False) -> RowScore:
+           as_columns: bool = False, fixed_lengths: bool = False,
+           as_served: bool = False) -> RowScore:
     """The row's benchmark, simulated."""
-    data = scenario(row, api_server, spread, profile, turnaround_s, early_fraction,
-                    short_answers, as_columns)
+    data = scenario(row, api_server, spread, profile, turnaround_s, as_columns,
+                    fixed_lengths, as_served)
     return row_score(row, *simulate(data), as_columns=as_columns)
 
 
-def round_ttfts_ms(row: dict[str, str], spread: bool = False) -> list[float]:
+def round_ttfts_ms(row: dict[str, str], spread: bool = False,
+                   fixed_lengths: bool = False) -> list[float]:
     """Mean TTFT (ms) of each round of the row's measured requests, replayed with the API
     server's defaults: the requests in send order, ``concurrency`` at a time (the first
     round is the cold burst that opens the measured run)."""
@@ -226,7 +236,8 @@ def round_ttfts_ms(row: dict[str, str], spread: bool = False) -> list[float]:
     from clustersim.workload.benchmark import WARMUP_PREFIX
 
     clients = deployment(row).concurrency
-    result = run_scenario(parse_scenario(scenario(row, spread=spread)), record_steps=False)
+    data = scenario(row, spread=spread, fixed_lengths=fixed_lengths)
+    result = run_scenario(parse_scenario(data), record_steps=False)
     measured = sorted((r for r in result.requests
                        if not str(r.request_id).startswith(WARMUP_PREFIX)),
                       key=lambda r: r.arrival_s)
@@ -249,13 +260,6 @@ def by_concurrency(scores: Sequence[RowScore]) -> list[tuple[str, int, float, fl
     for c in sorted({s.concurrency for s in scores}):
         groups.append((f"C={c}", [s for s in scores if s.concurrency == c]))
     return [_errors(name, group) for name, group in groups]
-
-
-def by_shape(scores: Sequence[RowScore]) -> list[tuple[str, int, float, float, float, float]]:
-    """The same per prompt/output shape (``1024/8192``)."""
-    shapes = sorted({(s.isl, s.osl) for s in scores})
-    return [_errors(f"{isl}/{osl}", [s for s in scores if (s.isl, s.osl) == (isl, osl)])
-            for isl, osl in shapes]
 
 
 def _errors(name: str, group: Sequence[RowScore]) -> tuple[str, int, float, float, float, float]:

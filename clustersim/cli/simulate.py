@@ -148,7 +148,7 @@ def closed_loop_note(spec: Scenario) -> str | None:
     """A line for a benchmark whose clients all start at once and get answers of one length:
     they keep the groups the cold first round formed (every running request gains one token
     a step, so requests that start together finish together), as a real server's do; a
-    measured sweep whose clients spread out after it needs its answers' lengths to be
+    measured sweep whose client drew its lengths spreads out after it and needs those draws
     replayed (docs/benchmarks.md). None for any other workload."""
     from clustersim.workload.spec import BenchmarkWorkload, FixedLength, IndependentLengths
 
@@ -163,9 +163,10 @@ def closed_loop_note(spec: Scenario) -> str | None:
             f"{w.lengths.output_tokens.value} tokens long: requests that start in one engine "
             "step finish in one and are sent again together, so the first round's groups "
             "persist, as on a real server with answers of one length (evalscope PR #1641). "
-            "To replay a measured sweep whose clients spread out after its first round "
-            "(NVIDIA's 45 H100 runs did; against them this puts TTFT at mostly 2-5x theirs: "
-            "docs/benchmarks.md), give output_tokens its answers' measured distribution; "
+            "A sweep whose client drew its lengths spreads out after its first round "
+            "(InferenceX's, behind NVIDIA's silicon rows, drew every prompt and answer from "
+            "0.8 to 1 x the named length; fixed, they put TTFT at mostly 2-5x theirs: "
+            "docs/benchmarks.md): to replay one, give the lengths as its client drew them; "
             "workload.ramp_up_s opens the slots spread out.")
 
 
