@@ -102,9 +102,9 @@ def render_text(validation: Validation) -> str:
 
 SILICON_TITLE = (
     "calibration rows, not held out (fit-v2's host time is fitted on their TPOT): NVIDIA's 45 "
-    "measured vLLM runs, Llama-3.1-70B FP8 on H100 SXM, TP 2-8, 4-64 fixed-length closed-loop "
-    "clients, replayed with the benchmark client and the API server's defaults; mean TTFT and "
-    "TPOT errors")
+    "measured vLLM runs, Llama-3.1-70B FP8 on H100 SXM, TP 2-8, 4-64 closed-loop clients, "
+    "replayed with the benchmark client as their recipe ran it (lengths drawn from 0.8 to 1 x "
+    "the named ones) and the API server's defaults; mean TTFT and TPOT errors")
 
 
 # ------------------------------------------------------------------ prose figures
@@ -418,6 +418,8 @@ def render_markdown(validation: Validation) -> str:
         runs_few=markdown_table(VLLM_HEADER, vllm_rows(v.runs, "few-shot")),
         silicon=markdown_table(SILICON_HEADER, silicon_rows(v.silicon)),
         silicon_v1_tpot=f"{100 * by_concurrency(v.silicon[FITS[0]])[0][4]:.1f}",
+        silicon_v1_ttft=f"{100 * by_concurrency(v.silicon[FITS[0]])[0][2]:.1f}",
+        silicon_v2_ttft=f"{100 * by_concurrency(v.silicon[FITS[1]])[0][2]:.1f}",
         v1=FIT_LABELS["vidur"], v2=FIT_LABELS["aiconfigurator"],
     ) + AICONFIGURATOR_SECTION
 
@@ -467,20 +469,22 @@ docs/validation.md` rewrites this page.
 
 ## The calibration rows: the time outside the kernels
 
-NVIDIA's 45 measured vLLM serving runs (aiconfigurator's silicon rows: Llama-3.1-70B with
-`--quantization fp8` on H100 SXM, TP 2, 4 and 8, 4 to 64 closed-loop clients with fixed
-lengths 1K/1K, 1K/8K and 8K/1K) are calibration data, not validation: {v2}'s host time per
+NVIDIA's 45 measured vLLM serving runs (aiconfigurator's silicon rows, which are SemiAnalysis
+InferenceX runs: Llama-3.1-70B FP8 on H100 SXM, TP 2, 4 and 8, 4 to 64 closed-loop clients,
+shapes 1K/1K, 1K/8K and 8K/1K) are calibration data, not validation: {v2}'s host time per
 layer and per running request is within 0.1 point of the best of the grid `python
 benchmarks/silicon_calibration.py --fit-host` prints over their mean TPOT. Each row is replayed
-with the benchmark client (2 x concurrency warm-ups, 10 x concurrency measured requests, request
-rate inf) and the API server's defaults:
+with the benchmark client as the recipe ran it (`clustersim/calibration/recipes.py`: one test
+request, then 10 x concurrency measured requests at request rate inf, every prompt and answer
+drawn uniformly from 0.8 to 1 x the named length) and the API server's defaults:
 
 {silicon}
 
 TPOT holds on {v2}, whose host time is fitted here; {v1} misses these FP8 decode steps by
-{silicon_v1_tpot} % (TPOT MAPE). TTFT holds on neither: the simulated fixed-length clients
-stay bunched where the measured ones spread over the cycle (docs/benchmarks.md shows the evenly
-spread what-if), so closed-loop TTFT is not yet a figure to plan on.
+{silicon_v1_tpot} % (TPOT MAPE). Mean TTFT is within {silicon_v2_ttft} % on {v2} and
+{silicon_v1_ttft} % on {v1} (MAPE): with the lengths drawn, the clients spread after the cold
+first round as the measured ones did; with every prompt and answer the named length they keep
+that round's cohorts (docs/benchmarks.md shows that replay).
 
 ## Calibrated parameters, as shipped
 
