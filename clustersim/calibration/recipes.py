@@ -5,7 +5,8 @@ runs: the MoE rows name InferenceX's database dump, config and workflow-run ids;
 model, GPU, vLLM image, parallelism, concurrencies (4 to 64 or 128) and shapes (1K/1K, 1K/8K,
 8K/1K) are those of InferenceX's config of its date; and aiconfigurator's config adapter reads
 InferenceX records (``aiconfigurator.sdk.config_adapter.InferenceXSource``). Each sweep's
-"measured" time is the commit of its recipe in github.com/SemiAnalysisAI/InferenceX (below).
+"measured" time falls on or just after a commit of its recipe in
+github.com/SemiAnalysisAI/InferenceX (below).
 
 Every recipe drives the server with the same client, ``benchmark_serving.py`` (kimbochen's
 fork of vLLM's script, cloned at run time until InferenceX vendored it as
@@ -68,8 +69,8 @@ class Recipe:
 
 
 RECIPES: dict[str, Recipe] = {
-    # 2025-10-29, the last run before the 70B was dropped that day (PR #149; restored the next
-    # day as c198b20): vLLM v0.10.2, nvidia/Llama-3.3-70B-Instruct-FP8, config.yaml with
+    # 2025-10-29 (PR #148, the day's last commit before the 70B was dropped for a day, PR #149;
+    # restored as c198b20): vLLM v0.10.2, nvidia/Llama-3.3-70B-Instruct-FP8, config.yaml with
     # kv-cache-dtype fp8, async-scheduling true, no-enable-prefix-caching,
     # max-num-batched-tokens 8192, max-model-len 10240; --gpu-memory-utilization 0.9,
     # --max-num-seqs $CONC; kimbochen/bench_serving with --random-range-ratio 0.8 (70b-tmpl.yml,
@@ -79,8 +80,8 @@ RECIPES: dict[str, Recipe] = {
         script="benchmarks/70b_fp8_h100_slurm.sh",
         warmups_per_client=0, test_requests=1, gpu_memory_utilization=0.9, max_num_seqs=0,
         enable_prefix_caching=False, async_scheduling=True, kv_cache_dtype="fp8"),
-    # 2026-03-27 07:59:46 UTC, the image bump to v0.18.0 (PR #958), the rows' "measured"
-    # second: TP4 with EP_SIZE 4 (--enable-expert-parallel), --gpu-memory-utilization 0.90,
+    # 2026-03-27 07:59:46 UTC, the image bump to v0.18.0 (PR #958), 3 s before the rows'
+    # "measured" time: TP4 with EP_SIZE 4 (--enable-expert-parallel), --gpu-memory-utilization 0.90,
     # --max-num-seqs 256, cudagraph_mode PIECEWISE; prefix caching on (turned off that evening,
     # PR #966)
     "silicon_vllm_minimax_m25_fp8_h100_v0180.csv": Recipe(
@@ -104,7 +105,8 @@ RECIPES: dict[str, Recipe] = {
         script="benchmarks/single_node/minimaxm2.5_fp8_h200.sh",
         warmups_per_client=2, test_requests=0, gpu_memory_utilization=0.95,
         max_num_seqs=None, enable_prefix_caching=True),
-    # 2026-03-02 23:25:01 UTC (PR #847, the rows' "measured" minute): vLLM v0.16.0 at TP8,
+    # 2026-03-02 23:25:01 UTC (PR #847), 24 s before the rows' "measured" time: vLLM v0.16.0
+    # at TP8,
     # --gpu-memory-utilization 0.95, --max-num-seqs $CONC; prefix caching on (off from PR
     # #926, 2026-03-27)
     "silicon_vllm_kimi_k25_int4_h200_v0160.csv": Recipe(
