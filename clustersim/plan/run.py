@@ -144,4 +144,6 @@ def _no_winner_lines(comparison: Generations) -> tuple[str, ...]:
     lines = ["No generation can be named the cheapest that meets the SLO and the plan's "
              "target:"]
     lines += [f"{e.gpu}: {e.shortfall}" for e in comparison.entries]
-    return tuple(lines[:5])
+    if len(lines) > 5:  # at most five lines: the rest of the generations on the last one
+        lines = [*lines[:4], "; ".join(lines[4:])]
+    return tuple(lines)
