@@ -147,7 +147,8 @@ def test_the_catalog_lists_the_new_gpus_with_their_sources_and_profiles():
         assert g["source"] and g["link"]["source"] and g["calibration"] == f"fit-v2:{gpu_id}"
     assert gpus["gb200"]["link"]["max_gpus"] == 72 and gpus["b300"]["sm_count"] == 160
     assert gpus["gb200"]["link"]["host_gpus"] == 4 and gpus["b200"]["link"]["host_gpus"] is None
-    assert gpus["b300"]["usd_per_gpu_hour"] is None  # no public price found: none invented
+    assert gpus["b300"]["usd_per_gpu_hour"] == 7.40  # Hyperstack's on-demand card
+    assert gpus["gb300"]["usd_per_gpu_hour"] is None  # no public price found: none invented
 
 
 @pytest.mark.parametrize(("change", "message"), [

@@ -280,9 +280,9 @@ def test_plan_cli_writes_the_plan_and_the_ledger(tmp_path):
          "plan.nodes.h100-sxm: 'a100-8x' holds a100-80gb-sxm GPUs, not h100-sxm"),
         ({"plan": {"gpu_budget": 0}}, "plan.gpu_budget: Input should be greater than 0"),
         ({"plan": {"objective": "min_cost", "target_rate_per_s": 5,
-                   "colocated": {"gpus": ["b300"]}}},
+                   "colocated": {"gpus": ["gb300"]}}},
          "plan.prices_usd_per_gpu_hour: min_cost needs a price for every GPU it may use; none "
-         "for b300"),
+         "for gb300"),
     ],
 )
 def test_bad_plans_exit_2_with_one_line(tmp_path, change, message):

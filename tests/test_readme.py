@@ -60,7 +60,7 @@ def test_the_readme_is_a_front_door():
 
 
 def test_readme_scenario_and_layout_examples_validate():
-    plan, scenario, layout, _ = yaml_blocks()
+    plan, _, scenario, layout, _ = yaml_blocks()
     parsed = parse_scenario(scenario)
     assert parsed.workload.kind == "replay"
     split = parse_scenario({**scenario, **layout})
@@ -76,6 +76,16 @@ def test_readme_plan_example_validates_on_the_quickstart_scenario():
     assert parsed.slo.criterion == "joint" and parsed.slo.itl_s == 0.5
 
 
+def test_the_generations_example_is_the_shipped_generations_plan():
+    generations = yaml_blocks()[1]
+    shipped = yaml.safe_load(
+        (ROOT / "scenarios" / "gpt_oss_120b_generations_plan.yaml").read_text())
+    parsed = parse_scenario({**shipped, "plan": {**shipped["plan"], **generations["plan"]}})
+    assert parsed.plan is not None and parsed.plan.gpus == ["h100-sxm", "h200", "b200"]
+    assert {k: v for k, v in generations["plan"].items()} == {
+        k: v for k, v in shipped["plan"].items() if k != "search"}
+
+
 def test_readme_quick_start_runs_the_plan():
     text = (ROOT / "README.md").read_text()
     block = re.search(r"## Quick start.*?```bash\n(.*?)```", text, re.S).group(1)
@@ -84,7 +94,7 @@ def test_readme_quick_start_runs_the_plan():
 
 
 def test_readme_faults_example_validates_on_the_layout_example():
-    _, scenario, layout, faults = yaml_blocks()
+    _, _, scenario, layout, faults = yaml_blocks()
     layout["layout"]["kv_transfer"].update(faults["layout"]["kv_transfer"])
     parsed = parse_scenario({**scenario, **layout, "faults": faults["faults"]})
     assert [e.kind for e in parsed.faults.events] == ["instance", "node", "link", "link"]

@@ -23,6 +23,9 @@ from clustersim.plan.answer import (
     same_outcome,
     survival_text,
 )
+from clustersim.plan.generations import against, cost_text
+from clustersim.plan.generations import sentence as generation_sentence
+from clustersim.plan.generations import verdict as gen_verdict
 from clustersim.plan.outcome import outcome_of
 from clustersim.plan.result import (
     LEDGER_COLUMNS,
@@ -78,7 +81,7 @@ def plan_cmd(
     target rate or plan.require. With 3 or 4 the reasons follow on stderr, one line per kind,
     and plan.json, ledger.csv and the report are written as with 0."""
     from clustersim.plan.executors import make_executor
-    from clustersim.plan.planner import Planner
+    from clustersim.plan.run import run_plan
     from clustersim.scenario import load_scenario
 
     if report is not None and no_report:
@@ -94,8 +97,7 @@ def plan_cmd(
     started = time.perf_counter()
     try:
         with _progress(enabled=not as_json) as progress:
-            planner = Planner(spec, pool, progress, n_plus_one=n_plus_one)
-            result = planner.run()
+            result, planner = run_plan(spec, pool, progress, n_plus_one=n_plus_one)
     finally:
         pool.close()
     wall_s = time.perf_counter() - started
@@ -325,6 +327,8 @@ def print_plan(result: PlanResult, wall_s: float, workers: int) -> None:
             typer.echo(f"split rule: {rule}")
             for reason in result.split_verdict.reasons:
                 typer.echo(f"  - {reason}")
+    if result.generations is not None:
+        print_generations(result)
     for note in result.traffic_notes:
         typer.echo(f"traffic: {note}")
     if result.sensitivity is not None:
@@ -400,6 +404,36 @@ def print_table(result: PlanResult) -> None:
         typer.echo(f"    ... and {others} not simulated (screened or pruned, each with its "
                    "reason in ledger.csv)")
     typer.echo("")
+
+
+def print_generations(result: PlanResult) -> None:
+    """Each generation's best layout side by side, the comparison's verdict, and each best
+    layout's launch lines."""
+    gens = result.generations
+    assert gens is not None
+    typer.echo("generations (each planned on its own; cost per 1M output tokens at goodput):")
+    typer.echo(f"  {'GPU':<10}{'best layout':<44}{'GPUs':>5}{'per GPU':>9}{'tok/s/user':>11}"
+               f"{'$/h':>9}  {'$/1M output tokens [95% CI]':<31}verdict")
+    winner = None if gens.winner is None else gens.entry(gens.winner)
+    for g in gens.entries:
+        r = g.best
+        at = None if r is None else r.at_goodput
+        user = None if at is None else at.tokens_per_s_per_user
+        cost = "-" if g.cost_per_hour is None else f"{g.cost_per_hour:,.2f}"
+        verdict = gen_verdict(gens, g.gpu)
+        if winner is not None and g.gpu != gens.winner and g.eligible:
+            verdict += f" ({against(g, winner, gens.tolerance)})"
+        typer.echo(f"  {g.gpu:<10}{'-' if r is None else r.candidate.label()[:43]:<44}"
+                   f"{'-' if r is None else r.candidate.num_gpus:>5}"
+                   f"{'-' if r is None else f'{r.goodput_per_gpu or 0:.3f}':>9}"
+                   f"{'-' if user is None else f'{user:,.1f}':>11}{cost:>9}  "
+                   f"{cost_text(g):<31}{verdict}")
+    typer.echo(f"  {generation_sentence(gens)}")
+    for g in gens.entries:
+        if g.serve_commands and g.gpu != gens.winner:
+            typer.echo(f"  {g.gpu}'s best, launched:")
+            for line in g.serve_commands:
+                typer.echo(f"    {line}")
 
 
 def print_sensitivity(sens: Sensitivity, target: float) -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from clustersim.catalog.specs import ModelSpec
 from clustersim.metrics import RunSummary
-from clustersim.plan import story
+from clustersim.plan import generations, story
 from clustersim.scenario import SLO, Scenario
 from clustersim.workload.spec import (
     EmpiricalLengths,
@@ -341,6 +341,8 @@ def answer_parts(result: PlanResult, slo: SLO) -> list[str]:
     if rec.cost_per_million_output_tokens is not None:
         parts.append(f"${rec.cost_per_hour:,.2f}/h, ${rec.cost_per_million_output_tokens:,.3f}"
                      " per 1M output tokens at goodput.")
+    if result.generations is not None:
+        parts.append(generations.sentence(result.generations))
     if result.target_rate_per_s is not None:
         parts.append(f"{headroom_text(rec, result.target_rate_per_s).capitalize()}.")
     cliff = cliff_text(rec, slo.attainment_target)
@@ -461,7 +463,14 @@ VLLM_PROXY = ("# a proxy sends each request to a prefill instance with max_token
 
 def _vllm_args(pool: PoolChoice, info: InstanceInfo, candidate: Candidate, model: ModelSpec,
                settings: EngineSettings) -> list[str]:
-    """``vllm serve``'s arguments for one pool."""
+    """``vllm serve``'s arguments for one pool. The same on every GPU generation: vLLM picks
+    each GPU's kernels at start-up and needs no flag to run on Blackwell what the plan priced
+    (gpt-oss's MXFP4 experts take FlashInfer's MXFP4 x BF16 MoE there by default,
+    ``get_mxfp4_backend`` in vllm/model_executor/layers/quantization/mxfp4.py). The vLLM
+    recipe's Blackwell config (vllm-project/recipes OpenAI/GPT-OSS.md, GPT-OSS_Blackwell.yaml)
+    adds ``--kv-cache-dtype fp8``, a fusion pass and ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``:
+    tuning that changes what runs (an FP8 KV cache, MXFP8 activations into the experts), so a
+    line here adds it only where the candidate simulated it (``plan.kv_cache_dtype``)."""
     args = [f"vllm serve {model.hf_repo or model.id}",
             f"--tensor-parallel-size {pool.tensor_parallel_size}",
             *([f"--pipeline-parallel-size {pool.pipeline_parallel_size}"]

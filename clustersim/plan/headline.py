@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from clustersim.plan import story
+from clustersim.plan import generations, story
 from clustersim.plan.answer import LABELS, answer_parts, goodput_text, n_plus_one_sentence
 
 if TYPE_CHECKING:
@@ -63,6 +63,8 @@ def _cost(rec: CandidateResult, result: PlanResult) -> str:
     text = f"It costs ${rec.cost_per_hour:,.2f}/h"
     if rec.cost_per_million_output_tokens is not None:
         text += f", ${rec.cost_per_million_output_tokens:,.3f} per 1M output tokens at goodput"
+    if result.generations is not None:
+        text += f": {generations.brief(result.generations)}"
     return text + "."
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import heapq
 import pickle
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import fields
 from operator import attrgetter, itemgetter
 from pathlib import Path
@@ -192,3 +192,43 @@ class Ledger(Generic[Row]):
 
     def __contains__(self, item: object) -> bool:
         return any(r == item for r in self)
+
+
+class Ledgers(Generic[Row]):
+    """Several plans' ledgers as one (the GPU generations of ``plan.gpus``): every plan's
+    measured rows first, plan by plan in the order given, then every plan's other rows in
+    the same order. A collection, as :class:`Ledger`."""
+
+    def __init__(self, ledgers: Iterable[Collection[Row]]) -> None:
+        self._ledgers = list(ledgers)
+
+    @property
+    def measured(self) -> tuple[Row, ...]:
+        return tuple(r for ledger in self._ledgers for r in _measured(ledger))
+
+    def __iter__(self) -> Iterator[Row]:
+        yield from self.measured
+        for ledger in self._ledgers:
+            held = {id(r) for r in _measured(ledger)}
+            yield from (r for r in ledger if id(r) not in held)
+
+    def __len__(self) -> int:
+        return sum(len(ledger) for ledger in self._ledgers)
+
+    @property
+    def spilled(self) -> int:
+        return sum(getattr(ledger, "spilled", 0) for ledger in self._ledgers)
+
+    def __bool__(self) -> bool:
+        return any(bool(ledger) for ledger in self._ledgers)
+
+    def __contains__(self, item: object) -> bool:
+        return any(r == item for r in self)
+
+
+def _measured(ledger: Collection[Row]) -> tuple[Row, ...]:
+    """A ledger's measured rows (those it holds); a plain collection's rows with a
+    goodput."""
+    if isinstance(ledger, Ledger):
+        return ledger.measured
+    return tuple(r for r in ledger if getattr(r, "goodput", None) is not None)

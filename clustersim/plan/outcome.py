@@ -43,6 +43,11 @@ def outcome_of(result: PlanResult) -> Outcome:
     if result.recommended is not None:
         return Outcome("recommended")
     measured = result.measured
+    gens = result.generations
+    if gens is not None and measured:
+        return Outcome("no_feasible", "no GPU generation can be named the cheapest that meets "
+                       "the SLO and the plan's target:",
+                       tuple(f"{e.gpu}: {e.shortfall}" for e in gens.entries))
     if not measured:
         total = len(result.candidates)
         if total == 0:

@@ -55,6 +55,7 @@ from clustersim.plan.sensitivity import (
     load_reading,
 )
 from clustersim.plan.space import Candidate, baseline, families, fill_budget, variant
+from clustersim.plan.tie import TIE_RULE, tie_reason
 from clustersim.scenario import SLO, Scenario
 from clustersim.scenario.plan import PlanSpec
 from clustersim.workload import resolve_paths
@@ -80,21 +81,26 @@ MAX_REPAIR_ROUNDS = 2
 """plan.require: how many times a repair that still fails is repaired again."""
 UNRANKED = math.inf
 """A ledger row's place among the ranked simulated candidates when it is not one of them."""
-TIE_RULE = ("a tie goes to the layout with fewer pools (fewer failure domains: colocated "
-            "before a split), then the cheaper per hour, then the fewer GPUs, then the higher "
-            "mean goodput")
 
 
 class Planner:
     """One plan: built from a scenario with a ``plan:`` section, run with :meth:`run`."""
 
     def __init__(self, scenario: Scenario, executor: Executor,
-                 progress: Progress | None = None, n_plus_one: bool = True) -> None:
+                 progress: Progress | None = None, n_plus_one: bool = True,
+                 own_layout: bool = True) -> None:
         """``n_plus_one``: check the recommendation with one instance and one node lost
-        (``plan.n_plus_one``; a few more simulations)."""
+        (``plan.n_plus_one``; a few more simulations). ``own_layout``: the scenario's own
+        ``layout:`` is a candidate (a generation it does not run on leaves it out)."""
         if scenario.plan is None:
             raise ConfigError("plan", "the scenario has no plan: section (objective, budget, "
                               "choices); see docs/planning.md")
+        if scenario.plan.gpus is not None:
+            raise ValueError("plan.gpus plans each generation on its own: "
+                             "clustersim.plan.generations.run_plan runs them")
+        for role in ("colocated", "prefill", "decode"):
+            for i, gpu in enumerate(getattr(scenario.plan, role).gpus or ()):
+                load_gpu(gpu, path=f"plan.{role}.gpus[{i}]")
         if scenario.slo is None:
             raise ConfigError("slo", "a plan needs an slo: the limits goodput is measured "
                               "against")
@@ -102,6 +108,7 @@ class Planner:
         workload = resolve_paths(scenario.workload, base_dir) if base_dir else scenario.workload
         self.scenario = scenario.model_copy(update={"workload": workload})
         self.plan: PlanSpec = scenario.plan
+        self.own_layout = own_layout
         self.slo: SLO = scenario.slo
         self.executor = executor
         self.progress = progress
@@ -133,11 +140,7 @@ class Planner:
 
     # ------------------------------------------------------------- inputs
     def _prices(self) -> dict[str, tuple[float, str]]:
-        prices = dict(default_prices())
-        for gpu, value in self.plan.prices_usd_per_gpu_hour.items():
-            load_gpu(gpu, path=f"plan.prices_usd_per_gpu_hour.{gpu}")
-            prices[gpu] = (value, "the scenario's plan.prices_usd_per_gpu_hour")
-        return prices
+        return plan_prices(self.plan)
 
     def _search_gpus(self) -> set[str]:
         """Every GPU type a candidate of this plan may use."""
@@ -145,7 +148,7 @@ class Planner:
         for role in ("colocated", "prefill", "decode"):
             gpus |= set(getattr(self.plan, role).gpus or ())
         layout = self.scenario.layout
-        if layout is not None:
+        if layout is not None and self.own_layout:
             gpus |= {pool.gpu for pool in layout.pools if pool.gpu}
         return gpus
 
@@ -159,7 +162,7 @@ class Planner:
         plan's choices repeat, and a family's sizes are distinct, so one family is made once
         and no list of candidates is ever held."""
         plan = self.plan
-        own = baseline(self.scenario)
+        own = baseline(self.scenario) if self.own_layout else None
         twin = None
         if own is not None:
             twin = own.id.removeprefix("baseline/")
@@ -750,31 +753,17 @@ class Planner:
         return [chosen, *(r for r in ranked if r is not chosen)], tie
 
     def _tied(self, best: CandidateResult, other: CandidateResult) -> str | None:
-        """Why ``best`` is statistically tied with ``other``, or None: it wins by less than the
-        tolerance, or the difference cannot be told from zero. Seed k is the same traffic draw
-        for every candidate, so the draws are compared in pairs (the 95 % t-interval of the
-        per-draw differences holds zero); candidates on different numbers of draws compare
-        their intervals."""
+        """Why ``best`` is statistically tied with ``other``, or None (:func:`tie_reason`, on
+        goodput per GPU, or on goodput between candidates of one size where size is the
+        objective: different sizes never tie)."""
         a, b = best.goodput, other.goodput
         assert a is not None and b is not None
-        if a.capped or b.capped:
-            return None
         if self.plan.objective != "max_goodput_per_gpu":
             if self._size(best.candidate) != self._size(other.candidate):
                 return None
-            sa = sb = 1.0
-        else:
-            sa, sb = 1 / best.candidate.num_gpus, 1 / other.candidate.num_gpus
-        tolerance = self.plan.search.tolerance
-        if a.mean_per_s * sa <= b.mean_per_s * sb * (1 + tolerance):
-            return f"a gain under the {tolerance:.0%} tolerance"
-        if len(a.per_seed_per_s) == len(b.per_seed_per_s) > 1:
-            diffs = [x * sa - y * sb for x, y in zip(a.per_seed_per_s, b.per_seed_per_s,
-                                                     strict=True)]
-            _, low, _ = mean_interval(diffs, clip=False)
-            return ("per-draw differences that cannot be told from zero at 95 %"
-                    if low <= 0 else None)
-        return "overlapping 95 % intervals" if a.low_per_s * sa <= b.high_per_s * sb else None
+            return tie_reason(a, 1.0, b, 1.0, self.plan.search.tolerance)
+        return tie_reason(a, 1 / best.candidate.num_gpus, b, 1 / other.candidate.num_gpus,
+                          self.plan.search.tolerance)
 
     def _tie_key(self, r: CandidateResult) -> tuple:
         g = r.goodput
@@ -1041,6 +1030,15 @@ def _coincidences(results: list[CandidateResult]) -> dict[str, tuple[str, ...]]:
             notes[r.id] = (f"same goodput on every draw as {others}: the bisections probed the "
                            f"same rates with the same verdicts{attainment}",)
     return notes
+
+
+def plan_prices(plan: PlanSpec) -> dict[str, tuple[float, str]]:
+    """GPU id -> ($ per GPU-hour, source): the catalog's snapshots, the plan's own over them."""
+    prices = dict(default_prices())
+    for gpu, value in plan.prices_usd_per_gpu_hour.items():
+        load_gpu(gpu, path=f"plan.prices_usd_per_gpu_hour.{gpu}")
+        prices[gpu] = (value, "the scenario's plan.prices_usd_per_gpu_hour")
+    return prices
 
 
 def cost_per_hour(candidate: Candidate, prices: dict[str, tuple[float, str]]) -> float | None:

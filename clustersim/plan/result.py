@@ -1,4 +1,6 @@
-"""What a plan answers, typed: every candidate's fate (the ledger) and the recommendation.
+"""What a plan answers, typed: every candidate's fate (the ledger) and the recommendation;
+with ``plan.gpus``, each GPU generation's best layout beside it (:class:`Generations`, which
+``clustersim.plan.generations`` compares and words).
 
 ``PlanResult.to_json()`` is ``plan.json``; ``ledger_rows()`` is ``ledger.csv``. Neither holds
 wall times or anything else that varies between runs: the same scenario and seed give the same
@@ -8,13 +10,15 @@ bytes.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from clustersim.metrics import RunSummary
+from clustersim.metrics.goodput import cost_per_million_tokens
 from clustersim.plan.day import DayPlan
-from clustersim.plan.ledger import Ledger
+from clustersim.plan.ledger import Ledger, Ledgers
 from clustersim.plan.sensitivity import CliffPoint, Sensitivity
 from clustersim.plan.space import Candidate
 
@@ -397,6 +401,129 @@ class Survival:
 
 
 @dataclass(frozen=True)
+class Generation:
+    """One GPU generation's plan, as the comparison reads it."""
+
+    gpu: str
+    best: CandidateResult | None
+    """Its plan's recommendation (None: none of its layouts met the SLO and the plan's
+    requirements)."""
+    price_usd_per_gpu_hour: float | None
+    price_source: str | None
+    shortfall: str | None = None
+    """Why it cannot be named the cheapest: unpriced, no layout meets the SLO, short of the
+    target (None: it can)."""
+    answer: tuple[str, ...] = ()
+    """Its own plan's short answer."""
+    serve_commands: tuple[str, ...] = ()
+    """The launch lines of its best layout."""
+    num_simulations: int = 0
+    num_candidates: int = 0
+
+    @property
+    def eligible(self) -> bool:
+        return self.shortfall is None
+
+    @property
+    def cost_per_hour(self) -> float | None:
+        if self.best is None or self.price_usd_per_gpu_hour is None:
+            return None
+        return self.best.candidate.num_gpus * self.price_usd_per_gpu_hour
+
+    @property
+    def cost_per_million_output_tokens(self) -> float | None:
+        """$ per 1M output tokens of its best layout at goodput (the run of the median draw's
+        highest passing probe), at this generation's price."""
+        at = None if self.best is None else self.best.at_goodput
+        if at is None or self.price_usd_per_gpu_hour is None:
+            return None
+        return cost_per_million_tokens({self.gpu: self.best.candidate.num_gpus},
+                                       {self.gpu: self.price_usd_per_gpu_hour},
+                                       at.throughput.output_tokens_per_s or 0.0)
+
+    @property
+    def tokens_per_dollar(self) -> float | None:
+        """Output tokens per dollar per req/s of goodput: a draw's goodput times this is its
+        output tokens per dollar (the run at goodput's tokens per request, this price)."""
+        r, cost = self.best, self.cost_per_hour
+        at = None if r is None else r.at_goodput
+        tokens = None if at is None else at.throughput.output_tokens_per_s
+        rate = None if r is None else r.at_goodput_rate_per_s
+        if not tokens or not rate or not cost:
+            return None
+        return tokens / rate * 3600.0 / cost
+
+    def cost_interval(self) -> tuple[float, float] | None:
+        """$ per 1M output tokens at the ends of its goodput's 95 % interval (the dearer end
+        infinite where the interval reaches zero)."""
+        g, scale = (None if self.best is None else self.best.goodput), self.tokens_per_dollar
+        if g is None or scale is None or len(g.per_seed_per_s) < 2:
+            return None
+        return (1e6 / (g.high_per_s * scale),
+                1e6 / (g.low_per_s * scale) if g.low_per_s > 0 else math.inf)
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.best
+        at = None if r is None else r.at_goodput
+        ci = self.cost_interval()
+        return {
+            "gpu": self.gpu, "eligible": self.eligible, "shortfall": self.shortfall,
+            "price_usd_per_gpu_hour": self.price_usd_per_gpu_hour,
+            "price_source": self.price_source,
+            "best": None if r is None else r.id,
+            "label": None if r is None else r.candidate.label(),
+            "num_gpus": None if r is None else r.candidate.num_gpus,
+            "goodput_per_s": None if r is None or r.goodput is None else r.goodput.mean_per_s,
+            "goodput_per_gpu": None if r is None else r.goodput_per_gpu,
+            "operating_rate_per_s": None if r is None else r.operating_rate_per_s,
+            "tokens_per_s_per_user": None if at is None else at.tokens_per_s_per_user,
+            "cost_per_hour": self.cost_per_hour,
+            "cost_per_million_output_tokens": self.cost_per_million_output_tokens,
+            "cost_per_million_output_tokens_ci95": None if ci is None else [
+                ci[0], None if math.isinf(ci[1]) else ci[1]],
+            "answer": list(self.answer), "serve_commands": list(self.serve_commands),
+            "num_simulations": self.num_simulations, "num_candidates": self.num_candidates,
+        }
+
+
+@dataclass(frozen=True)
+class Generations:
+    """The comparison: every generation in the plan's order, and the one named."""
+
+    entries: tuple[Generation, ...]
+    winner: str | None
+    """The GPU named: the cheapest per 1M output tokens of those eligible, or the tie rule's
+    choice among those tied with it (None: none is eligible)."""
+    by_cost: str | None = None
+    """The cheapest by the figure alone (the winner unless a tie was broken)."""
+    tied: tuple[str, ...] = ()
+    """The generations statistically tied with the cheapest, the winner first (empty: no
+    tie)."""
+    tie_reasons: tuple[str, ...] = ()
+    tolerance: float = 0.02
+    ranking: tuple[str, ...] = field(default_factory=tuple)
+    """The eligible generations, cheapest first."""
+    objective: str = "max_goodput_per_gpu"
+    """The plans' objective: how each generation's best layout was chosen."""
+    rule: str = ""
+    """The tie rule that chose among the tied, in words (empty: no tie)."""
+
+    def entry(self, gpu: str) -> Generation:
+        return next(g for g in self.entries if g.gpu == gpu)
+
+    @property
+    def gpus(self) -> tuple[str, ...]:
+        return tuple(g.gpu for g in self.entries)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"gpus": list(self.gpus), "objective": self.objective, "winner": self.winner,
+                "by_cost": self.by_cost, "ranking": list(self.ranking), "tied": list(self.tied),
+                "tie_reasons": list(self.tie_reasons), "tie_rule": self.rule or None,
+                "tolerance": self.tolerance,
+                "entries": [g.to_json() for g in self.entries]}
+
+
+@dataclass(frozen=True)
 class PlanResult:
     scenario: str
     objective: str
@@ -460,6 +587,9 @@ class PlanResult:
     short_answer: tuple[str, ...] = ()
     """The answer in a few lines: what to deploy, what it serves, what it costs, whether it
     survives a loss, and the best alternative; the printout and the report open with them."""
+    generations: Generations | None = None
+    """``plan.gpus``: every GPU generation's best layout and the cheapest per token named
+    (this plan is the winner's, its ledger every generation's candidates)."""
 
     def best_of(self, layout: str) -> CandidateResult | None:
         """The plan's pick of ``layout`` (``best``), or None."""
@@ -471,7 +601,7 @@ class PlanResult:
         """The rows with a measured goodput (simulated or infeasible), in the ledger's order:
         a handful, where the ledger holds every candidate the plan weighed."""
         rows = self.candidates
-        if isinstance(rows, Ledger):
+        if isinstance(rows, Ledger | Ledgers):
             rows = rows.measured
         return tuple(r for r in rows if r.goodput is not None)
 
@@ -516,7 +646,8 @@ class PlanResult:
             "survival": None if self.survival is None else self.survival.to_json(),
             "traffic_notes": list(self.traffic_notes),
             "candidates": [c.to_json() for c in self.candidates] if candidates else [],
-        } | ({} if self.day is None else {"day": self.day.to_json()}) | (
+        } | ({} if self.generations is None else {"generations": self.generations.to_json()}
+             ) | ({} if self.day is None else {"day": self.day.to_json()}) | (
             {} if self.sensitivity is None else {"sensitivity": self.sensitivity.to_json()})
 
     def json_chunks(self) -> Iterator[str]:

@@ -49,18 +49,24 @@ def best_of_each_kind(recommended: CandidateResult, ranked: Iterable[CandidateRe
 
 
 def role(result: PlanResult, candidate_id: str) -> str | None:
-    """What the answer calls a candidate: the recommendation, the best of its kind, or None."""
+    """What the answer calls a candidate: the recommendation, the best of its kind, another
+    GPU generation's best layout (``plan.gpus``), or None."""
     if result.recommended is not None and result.recommended.id == candidate_id:
         return "recommendation"
     for layout, cid in result.best.items():
         if cid == candidate_id:
             return kind_name(layout)
+    if result.generations is not None:
+        for g in result.generations.entries:
+            if g.best is not None and g.best.id == candidate_id:
+                return f"best of {g.gpu}"
     return None
 
 
 def chosen_by(result: PlanResult) -> str:
     """What chose the recommendation, in words: the objective, then a tie rule or the
-    plan's survival requirement where they decided."""
+    plan's survival requirement where they decided; across GPU generations, first the
+    generation's cost per token."""
     rec = result.recommended
     if rec is None:
         return ""
@@ -84,6 +90,11 @@ def chosen_by(result: PlanResult) -> str:
                 else "one instance or one node")
         text += (f", the best by that order that keeps its SLO with {loss} lost (plan.require)"
                  if sv.unconstrained != rec.id else f", and it keeps its SLO with {loss} lost")
+    gens = result.generations
+    if gens is not None and gens.winner is not None:
+        tie = "; a statistical tie broken by the tie rule" if gens.tied else ""
+        text = (f"the generation whose best layout costs least per 1M output tokens at goodput "
+                f"(of {', '.join(gens.gpus)}{tie}), and within {gens.winner} as {text}")
     return text
 
 

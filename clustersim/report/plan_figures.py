@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from clustersim.plan import story
 from clustersim.plan.day import DayPlan
+from clustersim.plan.generations import against, dollars
 from clustersim.plan.result import CandidateResult, LossCheck, NPlusOne, PlanResult
 from clustersim.plan.sensitivity import Sensitivity
 from clustersim.report import fmt
@@ -433,6 +434,123 @@ def draw_pareto(ax, result: PlanResult, points: list[CandidateResult],
     return place_labels(ax, [(c.at_goodput.tokens_per_s_per_user,
                               c.at_goodput.output_tokens_per_s_per_gpu) for c in points],
                         [f"#{numbers[c.id]}" for c in points], marker_pt=12)
+
+
+GENERATION_MARKERS = {"colocated": "o", "disaggregated": "^", "three_pool": "s"}
+
+
+def cost_vs_interactivity(result: PlanResult, numbers: dict[str, int],
+                          name: str = "generations") -> Figure | None:
+    """``plan.gpus``: every simulated candidate of every priced generation at its goodput,
+    $ per 1M output tokens against output tokens/s per user, a colour per generation, each
+    generation's best layout ringed, the recommendation starred."""
+    gens = result.generations
+    if gens is None:
+        return None
+    colours = {gpu: PALETTE[i % len(PALETTE)] for i, gpu in enumerate(gens.gpus)}
+    points = [c for c in result.measured if c.at_goodput is not None
+              and c.at_goodput.tokens_per_s_per_user is not None
+              and c.cost_per_million_output_tokens is not None
+              and _generation(c) in colours]
+    if not points:
+        return None
+    bests = {g.best.id: g for g in gens.entries if g.best is not None
+             and g.cost_per_million_output_tokens is not None}
+
+    def xy(c: CandidateResult) -> tuple[float, float]:
+        assert c.at_goodput is not None and c.at_goodput.tokens_per_s_per_user is not None
+        assert c.cost_per_million_output_tokens is not None
+        return c.at_goodput.tokens_per_s_per_user, c.cost_per_million_output_tokens
+
+    with canvas(8, 4.6) as fig:
+        ax = fig.subplots()
+        for gpu in gens.gpus:
+            for layout, marker in GENERATION_MARKERS.items():
+                mine = [c for c in points if _generation(c) == gpu
+                        and c.candidate.layout == layout]
+                if mine:
+                    label = gpu if layout == "colocated" else f"{gpu}, {layout}"
+                    ax.scatter([xy(c)[0] for c in mine], [xy(c)[1] for c in mine],
+                               marker=marker, s=36, color=colours[gpu], label=label, zorder=3)
+        ringed = [c for c in points if c.id in bests]
+        if ringed:
+            ax.scatter([xy(c)[0] for c in ringed], [xy(c)[1] for c in ringed], marker="o",
+                       s=150, facecolors="none", edgecolors="black", linewidths=0.9,
+                       label="each generation's best layout", zorder=4)
+        rec = result.recommended
+        if rec is not None and any(c.id == rec.id for c in points):
+            ax.scatter([xy(rec)[0]], [xy(rec)[1]], marker="*", s=260, facecolors="none",
+                       edgecolors="black", linewidths=1.2, label="recommendation", zorder=5)
+        ax.set_xlabel("interactivity (output tokens/s per user = 1 / mean TPOT)")
+        ax.set_ylabel("cost ($ per 1M output tokens at goodput)")
+        ax.margins(x=0.12)
+        ax.set_ylim(0, max(xy(c)[1] for c in points) * 1.18)  # from zero: costs compare
+        legend_outside(fig)
+        place_labels(ax, [xy(c) for c in points], [f"#{numbers[c.id]}" for c in points],
+                     marker_pt=14)
+        caption = ("Every simulated candidate of each priced GPU generation at its goodput: "
+                   "what 1M output tokens cost against how fast one stream reads (output "
+                   "tokens/s per user); a colour per generation, circles colocated"
+                   + (", triangles split" if any(c.candidate.layout == "disaggregated"
+                                                 for c in points) else "")
+                   + (", squares three-pool" if any(c.candidate.layout == "three_pool"
+                                                    for c in points) else "")
+                   + ", each generation's best layout ringed, the star the recommendation, "
+                   "#n rows of the candidates table. What to see: lower is cheaper per token, "
+                   "right is faster for each user; the plan names the lowest ringed point "
+                   "among the generations that meet the target. " + _generations_reading(
+                       result, numbers, points))
+        return figure(fig, name, "Cost per 1M output tokens against interactivity, per GPU "
+                      "generation", caption)
+
+
+def _generation(c: CandidateResult) -> str:
+    """The one GPU a generation's candidate runs on."""
+    return next(iter(c.candidate.gpus_by_type))
+
+
+def _generations_reading(result: PlanResult, numbers: dict[str, int],
+                         points: list[CandidateResult]) -> str:
+    """The figure's answer in a sentence, read off what it draws: the recommendation's point
+    against each other generation's best, and what is not drawn."""
+    gens = result.generations
+    assert gens is not None
+    drawn = {c.id for c in points}
+    parts = []
+    if gens.winner is not None:
+        win = gens.entry(gens.winner)
+        assert win.best is not None and win.best.at_goodput is not None
+        text = (f"Here the recommendation, #{numbers[win.best.id]} ({gens.winner}), costs "
+                f"{dollars(win.cost_per_million_output_tokens)} per 1M output tokens at "
+                f"{fmt.tokens_per_s(win.best.at_goodput.tokens_per_s_per_user)} tokens/s per "
+                "user")
+        others = [e for e in gens.entries if e.gpu != gens.winner and e.eligible
+                  and e.best is not None and e.best.id in drawn]
+        if others:
+            text += "; the other generations' best: " + "; ".join(
+                f"#{numbers[e.best.id]} ({e.gpu}) {dollars(e.cost_per_million_output_tokens)} "
+                f"({against(e, win, gens.tolerance)})" for e in others if e.best is not None)
+        parts.append(text + ".")
+        if gens.tied and gens.by_cost != gens.winner:
+            parts.append(f"The star is not the lowest ringed point: {gens.by_cost} is "
+                         "cheaper by a margin the draws cannot tell from none, and the tie "
+                         "rule chose the recommendation.")
+    else:
+        parts.append("Here no generation meets the SLO and the plan's target at a price, so "
+                     "none is starred.")
+    lower = [c for c in points if c.id not in {g.best.id for g in gens.entries if g.best}
+             and any(g.best is not None and g.gpu == _generation(c)
+                     and c.cost_per_million_output_tokens
+                     < (g.best.cost_per_million_output_tokens or 0) for g in gens.entries)]
+    if lower:
+        parts.append(", ".join(f"#{numbers[c.id]}" for c in lower)
+                     + (" sits" if len(lower) == 1 else " sit")
+                     + " below its generation's ringed best: within a generation the plan "
+                     f"picks by {result.objective} (and its tie rule), not by this axis.")
+    missing = [e.gpu for e in gens.entries if e.price_usd_per_gpu_hour is None]
+    if missing:
+        parts.append(f"Not drawn: {', '.join(missing)}, unpriced.")
+    return " ".join(parts)
 
 
 def day_plan(day: DayPlan, target: float, name: str = "day") -> Figure:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from clustersim.plan import story
+from clustersim.plan import generations, story
 from clustersim.plan.result import CandidateResult, NPlusOne, PlanResult
 from clustersim.plan.space import ROLE_LETTER
 from clustersim.report import assumptions, blocks, fmt, plan_figures, run_figures
@@ -218,6 +218,56 @@ def recommendation(result: PlanResult) -> list[Block]:
     if result.bench_command:
         out += [Text.of("Check it on real GPUs (its output holds next to the Serving "
                         "Benchmark Result blocks below):"), Pre(result.bench_command, "commands")]
+    return out
+
+
+GENERATIONS_HEADER = ("GPU", "best layout", "#", "GPUs", "goodput req/s [95% CI]",
+                      "goodput per GPU", "tokens/s per user", "$ per GPU-hour", "$/h",
+                      "$/1M output tokens [95% CI]", "verdict")
+
+
+def generations_section(result: PlanResult) -> list[Block]:
+    """``plan.gpus``: each generation's best layout side by side, the comparison in words,
+    the figure, and each best layout's launch lines."""
+    gens = result.generations
+    assert gens is not None
+    num = numbers(result)
+    winner = None if gens.winner is None else gens.entry(gens.winner)
+    rows = []
+    for g in gens.entries:
+        r = g.best
+        at = None if r is None else r.at_goodput
+        verdict = generations.verdict(gens, g.gpu)
+        if winner is not None and g.gpu != gens.winner and g.eligible:
+            verdict += f" ({generations.against(g, winner, gens.tolerance)})"
+        if g.shortfall is not None and g.shortfall != generations.UNPRICED:
+            verdict += f": {g.shortfall}"
+        rows.append((
+            g.gpu, fmt.DASH if r is None else r.candidate.label(),
+            fmt.DASH if r is None or r.id not in num else f"#{num[r.id]}",
+            fmt.DASH if r is None else str(r.candidate.num_gpus),
+            fmt.DASH if r is None else _goodput(r),
+            fmt.per_gpu(None if r is None else r.goodput_per_gpu),
+            fmt.tokens_per_s(None if at is None else at.tokens_per_s_per_user),
+            "unpriced" if g.price_usd_per_gpu_hour is None
+            else fmt.dollars_per_hour(g.price_usd_per_gpu_hour),
+            fmt.dollars_per_hour(g.cost_per_hour), generations.cost_text(g), verdict))
+    out: list[Block] = [
+        Text.of("Each GPU generation planned on its own for the same traffic, SLO and seeds "
+                "(every pool on that GPU), its best layout its plan's recommendation; cost "
+                "per 1M output tokens at goodput, its interval from the goodput's 95 % "
+                "interval over the traffic draws."),
+        Table(GENERATIONS_HEADER, tuple(rows), "lllrlrrrrll"),
+        Text.of(generations.sentence(gens)),
+    ]
+    figure = plan_figures.cost_vs_interactivity(result, num)
+    if figure is not None:
+        out.append(figure)
+    for g in gens.entries:
+        if g.serve_commands:
+            who = "the recommendation" if g.gpu == gens.winner else "its best layout"
+            out += [Text.of(f"{g.gpu}, {who}, launched:"),
+                    Pre("\n".join(g.serve_commands), "commands")]
     return out
 
 
@@ -473,6 +523,8 @@ def plan_document(result: PlanResult, scenario: Scenario, runs: dict[str, RunRes
         Section("Answer", short_answer(result)),
         Section("Recommendation", recommendation(result)),
     ]
+    if result.generations is not None:
+        sections.append(Section("GPU generations", generations_section(result)))
     rec = result.recommended
     if rec is not None and rec.at_goodput is not None and rec.at_goodput.slo is not None:
         sections.append(Section("SLO verdict at goodput", [

@@ -170,6 +170,14 @@ class PlanSpec(Strict):
         None, description="Requests per second the deployment must serve within the SLO "
         "(required by min_gpus and min_cost; with max_goodput_per_gpu, reported as headroom)."
     )
+    gpus: list[str] | None = Field(
+        None, min_length=1, max_length=MAX_CHOICES,
+        description="GPU generations to compare, e.g. [h100-sxm, h200, b200]: each is planned "
+        "on its own for the same traffic and SLO (every pool on that GPU, its servers from "
+        "plan.nodes or the shipped one), and the answer is the cheapest per 1M output tokens "
+        "at goodput of the generations' best layouts that meet the target (a tie within the "
+        "tolerance broken by the tie rule); a generation without a price is planned and "
+        "shown, not ranked. Not with per-pool gpus.")
     layouts: list[LayoutKind] = Field(
         ["colocated", "disaggregated"], min_length=1, max_length=3,
         description="Layout kinds to consider. three_pool: prefill-heavy requests "
@@ -262,6 +270,17 @@ class PlanSpec(Strict):
         return self
 
     @model_validator(mode="after")
+    def _generations_or_pool_gpus(self) -> PlanSpec:
+        if self.gpus is None:
+            return self
+        pools = [role for role in ("colocated", "prefill", "decode")
+                 if getattr(self, role).gpus is not None]
+        if pools:
+            raise ValueError(f"gpus (the generations to compare) and {pools[0]}.gpus (a "
+                             "pool's GPU choices within one plan): give one of them")
+        return self
+
+    @model_validator(mode="after")
     def _pipelines_on_colocated_pools(self) -> PlanSpec:
         for role in ("prefill", "decode"):
             sizes = getattr(self, role).pipeline_parallel_sizes or []
@@ -281,6 +300,13 @@ class PlanSpec(Strict):
             if any(seen.index(c) != i for i, c in enumerate(seen)):
                 raise ValueError("speculative choices repeat")
         return choices
+
+    @field_validator("gpus")
+    @classmethod
+    def _distinct_gpus(cls, gpus: list[str] | None) -> list[str] | None:
+        if gpus is not None and len(set(gpus)) != len(gpus):
+            raise ValueError(f"GPUs repeat: {gpus}")
+        return gpus
 
     @field_validator("sensitivity")
     @classmethod
