@@ -648,7 +648,14 @@ class Scheduler:
         """The blocks this step makes full that the CPU tier does not hold yet: room is made
         for them now and they are copied once the step ends (vLLM's ``build_connector_meta``
         with the offloading connector, before the step runs). A request whose blocks find no
-        room tries again at its next step."""
+        room tries again at its next step.
+
+        vLLM then touches all the request's stored blocks, at every store. Here a prompt's
+        stores touch them, and the blocks an answer fills are touched once, when the request
+        ends (``update_from_output``): touching a long context at each block of its answer
+        costs the simulation O(context) per block, and only orders the tier's blocks
+        differently while the answer runs (its prompt's blocks, held in HBM, look older to
+        an eviction than vLLM would see them)."""
         tier = self.offload
         assert tier is not None
         block_size = self.kv.block_size
@@ -672,7 +679,8 @@ class Scheduler:
             if new is None:
                 continue
             next_store[rid] = num_full
-            tier.touch(hashes, num_full)
+            if not request.num_output_tokens:  # (a decode's: once, when it ends)
+                tier.touch(hashes, num_full)
             if new:
                 if stores is NOTHING:
                     stores = new
@@ -755,9 +763,13 @@ class Scheduler:
             remove_all(self.running, finished)
             if self.offload is not None:
                 next_store = self._next_store
+                tier = self.offload
                 for request in finished:
-                    if request.request_id in next_store:
+                    stored = next_store.get(request.request_id)
+                    if stored is not None:
                         del next_store[request.request_id]
+                        if request.num_output_tokens > 1:  # its answer's stores: now
+                            tier.touch(request.block_hashes, stored)
         if members is not None:
             self._join_decodes(members, plan)
         return finished
