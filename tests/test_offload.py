@@ -157,6 +157,22 @@ def test_with_an_unbounded_cpu_tier_no_prefix_is_computed_twice():
     assert _recomputed_blocks(with_tier.requests) == 0
 
 
+@pytest.mark.parametrize("tier_gib", [0.5, 8.0])  # 585 blocks (651 evicted), 9,362
+def test_coalesced_runs_give_what_stepping_gives_with_a_tier(tier_gib: float):
+    spec = parse_scenario(_sessions_scenario(tier_gib))
+
+    def outcome(coalesce: bool):
+        result = run_scenario(spec, coalesce=coalesce)
+        link = next(iter(result.host_links.values()))
+        return ([(r.request_id, r.first_token_s, r.finish_s, r.num_cached_tokens,
+                  r.num_cpu_hit_tokens) for r in result.requests],
+                (link.loaded_bytes, link.stored_bytes, link.num_loads, link.num_stores))
+
+    stepped = outcome(False)
+    assert stepped[1][2] > 0  # loads happened
+    assert outcome(True) == stepped
+
+
 def test_a_tier_nothing_hits_changes_no_request_and_no_step():
     """Stores copy beside the steps and take no GPU time: with a workload that never repeats
     a prefix, a tier changes no request's timing and no step (it only moves bytes)."""
