@@ -157,9 +157,13 @@ def test_with_an_unbounded_cpu_tier_no_prefix_is_computed_twice():
     assert _recomputed_blocks(with_tier.requests) == 0
 
 
-@pytest.mark.parametrize("tier_gib", [0.5, 8.0])  # 585 blocks (651 evicted), 9,362
-def test_coalesced_runs_give_what_stepping_gives_with_a_tier(tier_gib: float):
-    spec = parse_scenario(_sessions_scenario(tier_gib))
+@pytest.mark.parametrize(("tier_gib", "async_scheduling"), [
+    (0.5, False), (8.0, False), (8.0, True)])  # 585 blocks (651 evicted), 9,362
+def test_coalesced_runs_give_what_stepping_gives_with_a_tier(tier_gib: float,
+                                                            async_scheduling: bool):
+    data = _sessions_scenario(tier_gib)
+    data["engine"]["async_scheduling"] = async_scheduling
+    spec = parse_scenario(data)
 
     def outcome(coalesce: bool):
         result = run_scenario(spec, coalesce=coalesce)
