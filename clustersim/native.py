@@ -45,6 +45,7 @@ MODULES = (
     "clustersim.engine.request",
     "clustersim.engine.step_plan",
     "clustersim.engine.kv_manager",
+    "clustersim.engine.offload",
     "clustersim.engine.queues",
     "clustersim.engine.fastforward.decode_set",
     "clustersim.engine.fastforward.run",

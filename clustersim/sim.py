@@ -19,6 +19,7 @@ from clustersim.catalog import load_model
 from clustersim.cluster.build import InstanceInfo
 from clustersim.cluster.system import Cluster
 from clustersim.engine.clock import Clock
+from clustersim.engine.offload import HostLink
 from clustersim.engine.request import Request
 from clustersim.engine.steplog import StepRecord, StepTotals
 from clustersim.scenario import Scenario
@@ -70,6 +71,8 @@ class RunResult:
     warmup_start_s: float | None = None
     """When the first warm-up request was sent (None: no warm-ups); the engines' busy time
     and KV use are read from there, since their steps are in the trace."""
+    host_links: dict[str, HostLink] = field(default_factory=dict)
+    """Per engine with a CPU tier: its copies to and from it (``engine.offload``)."""
 
     @property
     def num_transfers(self) -> int:
@@ -164,6 +167,8 @@ def run_scenario(
         faults=_fault_log(cluster),
         measured_start_s=getattr(source, "measured_start_s", None),
         warmup_start_s=min((r.arrival_s for r in warmups), default=None),
+        host_links={instance.name: instance.host_link for instance in instances
+                    if instance.host_link is not None},
     )
 
 

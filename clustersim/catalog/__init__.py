@@ -213,6 +213,19 @@ def default_prices() -> dict[str, tuple[float, str]]:
 
 
 @lru_cache(maxsize=1)
+def host_memory_price() -> tuple[float, str]:
+    """(USD per GiB-hour of host memory, source): ``prices.yaml``'s ``host_memory``, what a
+    plan prices a CPU KV tier at when the scenario sets no price."""
+    text = resources.files(__package__).joinpath(_PRICES_FILE).read_text(encoding="utf-8")
+    entry = parse_shipped_yaml(text).get("host_memory")
+    value = entry.get("usd_per_gib_hour") if isinstance(entry, dict) else None
+    if not isinstance(value, int | float) or value < 0 or not entry.get("source"):
+        raise CatalogError(f"{_PRICES_FILE}:host_memory",
+                           "needs usd_per_gib_hour (a number >= 0) and a source")
+    return float(value), str(entry["source"])
+
+
+@lru_cache(maxsize=1)
 def _gpus() -> dict[str, GpuSpec]:
     entries = _read_table(_GPUS_FILE, "gpus")
     return {gpu_id: _validate(GpuSpec, _GPUS_FILE, gpu_id, e) for gpu_id, e in entries.items()}

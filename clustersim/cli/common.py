@@ -120,10 +120,14 @@ def describe_layout(name: str, model: str, instances: list[Any]) -> str:
         kv = f" of {info.block_size} tokens ({kv})" if kv else ""
         pp = getattr(info, "pipeline_parallel_size", 1)
         stages = f" x PP{pp}" if pp > 1 else ""
+        tier = ""
+        if getattr(info, "cpu_kv_blocks", 0):
+            tier = (f", CPU tier {info.cpu_kv_gib:g} GiB ({info.cpu_kv_blocks} blocks) over "
+                    f"{info.host_link_gb_per_s:.1f} GB/s")
         return (f"{info.gpu} TP{info.tensor_parallel_size}{stages}{precision}, "
                 f"max_num_batched_tokens "
                 f"{info.max_num_batched_tokens}, max_num_seqs {info.max_num_seqs}, "
-                f"{info.num_gpu_blocks} KV blocks{kv}")
+                f"{info.num_gpu_blocks} KV blocks{kv}{tier}")
 
     if len(instances) == 1:
         return f"{name}: {model} on {engine(instances[0])}"

@@ -99,6 +99,13 @@ def print_summary(summary: RunSummary, header: str) -> None:
     if cache is not None and cache.hit_rate is not None:
         typer.echo(f"prefix cache: {cache.hit_rate:.1%} of prompt tokens hit "
                    f"({cache.cached_tokens:,} of {cache.prompt_tokens:,})")
+    tier = summary.cpu_tier
+    if tier is not None and tier.hit_rate is not None:
+        typer.echo(
+            f"CPU KV tier: {tier.hit_rate:.1%} of prompt tokens loaded from it "
+            f"({tier.hit_tokens:,}; HBM + CPU {tier.hbm_and_cpu_hit_rate:.1%}), "
+            f"{tier.loaded_bytes / 1e9:,.1f} GB loaded in {tier.num_loads:,} loads, "
+            f"{tier.stored_bytes / 1e9:,.1f} GB stored over PCIe")
     for inst in summary.instances:
         util, kv_mean = inst.utilization, inst.kv_usage_mean
         typer.echo(

@@ -30,6 +30,7 @@ from clustersim.engine.defaults import EngineSetup, resolve_engine
 from clustersim.engine.fastforward.timer import append_ends
 from clustersim.engine.instance import Instance
 from clustersim.engine.kv_manager import KVCacheManager
+from clustersim.engine.offload import CpuKVTier, HostLink
 from clustersim.engine.pipeline import ACTIVATION_TENSORS, Pipeline, PipelinePricer, stage_model
 from clustersim.engine.scheduler import Scheduler, StepPlan
 from clustersim.engine.settings import EngineSettings
@@ -76,6 +77,13 @@ class InstanceInfo:
     pipeline_parallel_size: int = 1
     """Pipeline stages of the engine, each ``tensor_parallel_size`` GPUs (summary.json lists
     it only when above 1)."""
+    cpu_kv_blocks: int = 0
+    """Blocks of the engine's CPU tier (``engine.kv_offloading_size``; summary.json lists it
+    and the two fields after it only with a tier)."""
+    cpu_kv_gib: float = 0.0
+    """The CPU tier's host memory, GiB."""
+    host_link_gb_per_s: float = 0.0
+    """GB/s the engine copies to and from its CPU tier each way (its GPUs' PCIe links)."""
 
     @property
     def num_gpus(self) -> int:
@@ -328,6 +336,14 @@ class EngineBuilder:
             except ClusterSimError as error:
                 raise type(error)(f"{where}{error.path}", error.message) from None
             self._check_kv_dtype(pool, settings, where, kv_dtypes)
+            if setup.offload_blocks and pool.role != "colocated":
+                own = pool.engine is not None and "kv_offloading_size" in (
+                    pool.engine.model_fields_set)
+                raise ConfigError(
+                    f"{where if own else ''}engine.kv_offloading_size",
+                    f"a CPU KV tier is modelled on colocated pools only, not on {pool.role} "
+                    f"pool {pool.name!r} (vLLM runs it there beside the KV connector of the "
+                    "split, which clustersim does not combine)")
             if dp > 1 and self.model.is_moe and settings.async_scheduling:
                 raise ConfigError(
                     f"{where}engine.async_scheduling",
@@ -611,6 +627,18 @@ class EngineBuilder:
         self.rank_groups.append(RankGroup(f"{pool.name}-{index}", role, tuple(positions),
                                           stepper))
 
+    def _host_link(self, gpu: GpuSpec, group: list[str], setup: EngineSetup) -> HostLink | None:
+        """The engine's link to its CPU tier (None: no tier): each of its GPUs copies its own
+        share of every block over its own PCIe link, the topology's or else the GPU
+        catalog's."""
+        if not setup.offload_blocks:
+            return None
+        if self.topology is not None:
+            per_gpu = min(self.topology.pcie_bytes_per_s(g) for g in group)
+        else:
+            per_gpu = gpu.pcie.effective_bytes_per_s
+        return HostLink(per_gpu * len(group), setup.offload_block_bytes)
+
     def _make_instance(
         self, pool: PoolSpec, gpu: GpuSpec, tp: int, setup: EngineSetup, name: str,
         group: list[str], position: int, cost_model: CostModel | None, run: bool = True,
@@ -631,10 +659,13 @@ class EngineBuilder:
             )
             # (a pipeline's requests do not all decode every step: no decode set)
             return Scheduler(config, kv, keep_token_times=self.record_steps,
-                             bulk_decodes=self.coalesce and pipeline is None)
+                             bulk_decodes=self.coalesce and pipeline is None,
+                             offload=(CpuKVTier(setup.offload_blocks) if setup.offload_blocks
+                                      else None))
 
         self.fresh_scheduler[name] = fresh_scheduler  # an engine restarts empty
         role = pool.role
+        host_link = self._host_link(gpu, group, setup)
         instance = Instance(
             self.env,
             name,
@@ -648,6 +679,7 @@ class EngineBuilder:
             record_steps=self.record_steps,
             coalesce=self.coalesce,
             pipeline=pipeline,
+            host_link=host_link,
         )
         instance.gpus = tuple(group)
         self.served[name] = setup.model
@@ -674,6 +706,10 @@ class EngineBuilder:
                 gemm_kernel="fixed step time" if isinstance(self.scenario.cost, FixedCost)
                 else gemm_kernel(setup.model.quantization, gpu).describe,
                 pipeline_parallel_size=1 if pipeline is None else pipeline.depth,
+                cpu_kv_blocks=setup.offload_blocks,
+                cpu_kv_gib=(0.0 if host_link is None
+                            else self._moe_settings[pool.name].kv_offloading_size or 0.0),
+                host_link_gb_per_s=0.0 if host_link is None else host_link.bytes_per_s / 1e9,
             )
         )
         return instance

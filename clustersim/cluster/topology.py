@@ -361,6 +361,14 @@ class Topology:
         """The server ``gpu_id`` sits in."""
         return self._gpu(gpu_id)["node"]
 
+    def pcie_bytes_per_s(self, gpu_id: str) -> float:
+        """Effective bytes/s of ``gpu_id``'s PCIe link, each direction: its server's
+        ``pcie_link`` (the GPU's link to its host, its NIC and its PCIe peers)."""
+        node = self.node_of(gpu_id)
+        spec = next(n for n in self.spec.nodes if n.name == node)
+        link = self.spec.links[spec.pcie_link]
+        return link.bw_gb_per_s_per_dir * GIGA * link.efficiency
+
     def _gpu(self, gpu_id: str) -> dict[str, Any]:
         attrs = self.graph.nodes.get(gpu_id)
         if attrs is None or attrs["role"] != "gpu":

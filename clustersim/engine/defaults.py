@@ -78,6 +78,10 @@ class EngineSetup:
     model: ModelSpec
     """The model with the quantization and KV cache dtype the engine runs (its weights, KV
     bytes and GEMM kernels follow them); the input model itself when both are 16-bit."""
+    offload_blocks: int = 0
+    """Blocks the engine's CPU tier holds (``engine.kv_offloading_size``; 0: no tier)."""
+    offload_block_bytes: int = 0
+    """Bytes one block takes in the CPU tier: its KV on every GPU of the engine."""
 
 
 def resolve_engine(
@@ -201,7 +205,33 @@ def resolve_engine(
         speculative=speculative,
         **fields,
     )
-    return EngineSetup(scheduler=scheduler, num_gpu_blocks=blocks, model=model)
+    offload_blocks, offload_block_bytes = offload_size(settings, model, tp)
+    return EngineSetup(scheduler=scheduler, num_gpu_blocks=blocks, model=model,
+                       offload_blocks=offload_blocks, offload_block_bytes=offload_block_bytes)
+
+
+def offload_size(settings: EngineSettings, model: ModelSpec, tp: int) -> tuple[int, int]:
+    """(blocks, bytes per block) of the engine's CPU tier; (0, 0) without one. A block there
+    holds its tokens' KV from every GPU of the engine, as vLLM sizes it
+    (``CPUOffloadingSpec``: ``cpu_bytes_to_use // (page bytes x KV tensors x world size)``,
+    ``cpu_bytes_to_use = kv_offloading_size x 2**30``): every layer's, on each of the
+    ``tp`` ranks (a stage's layers on each stage under pipeline parallelism)."""
+    size_gib = settings.kv_offloading_size
+    if size_gib is None:
+        return 0, 0
+    if model.sliding_window:
+        raise ConfigError(
+            "engine.kv_offloading_size",
+            f"a CPU KV tier is not modelled for {model.id}'s sliding-window layers (vLLM's "
+            "offloading connector runs them with the hybrid KV-cache manager's groups)")
+    block_bytes = model.kv_bytes_per_token(tp) * settings.block_size * tp
+    blocks = int(size_gib * GIB) // block_bytes
+    if blocks < 1:
+        raise ConfigError(
+            "engine.kv_offloading_size",
+            f"{size_gib:g} GiB holds no KV block of {settings.block_size} tokens "
+            f"({block_bytes / (1 << 20):,.1f} MiB across the engine's GPUs)")
+    return blocks, block_bytes
 
 
 def check_pipeline(settings: EngineSettings, model: ModelSpec, pp: int) -> None:

@@ -27,6 +27,7 @@ from typing import Final
 
 from clustersim.engine.events import URGENT, Alarm, Env, Signal, Waitable, alarm, now_of
 from clustersim.engine.fastforward.engine import FastForward, may_coalesce
+from clustersim.engine.offload import CpuKVTier, HostLink
 from clustersim.engine.pipeline import Pipeline
 from clustersim.engine.request import Request, RequestStatus
 from clustersim.engine.scheduler import Scheduler, StepPlan
@@ -63,12 +64,14 @@ class Instance:
         record_steps: bool = True,
         coalesce: bool = False,
         pipeline: Pipeline | None = None,
+        host_link: HostLink | None = None,
     ) -> None:
         """``run=False``: no step loop of its own; a :class:`DataParallelGroup` steps it.
         ``record_steps=False``: keep only the step totals, not every step. ``coalesce``:
         wait once for a run of identical decode steps where ``may_coalesce``
         (``engine.fastforward``). ``pipeline``: pipeline parallelism, up to its depth of
-        batches in flight (never coalesced; see ``_next_step``)."""
+        batches in flight (never coalesced; see ``_next_step``). ``host_link``: the copies
+        to and from the scheduler's CPU tier (``engine.offload``)."""
         self.env = env
         self.name = name
         self.scheduler = scheduler
@@ -90,6 +93,8 @@ class Instance:
         """The pricer, if it is the roofline one: called natively (no boxed arguments)."""
         self.pipeline = pipeline
         """Pipeline parallelism's stages (None: one batch at a time)."""
+        self.host_link = host_link
+        """Loads from and stores to the CPU tier (None: the engine has none)."""
         self._in_flight: list[tuple[StepPlan, float, float]] = []
         """Pipeline parallelism: the batches in flight, oldest first (plan, entry, exit)."""
         self._landed_s = 0.0
@@ -221,9 +226,46 @@ class Instance:
             self._wakeup.succeed()
 
     def begin(self, plan: StepPlan) -> None:
-        """What the worker does as a step starts: issue the plan's KV reads (spec §7.4 step 5)."""
+        """What the worker does as a step starts: issue the plan's KV reads (spec §7.4 step 5)
+        and its loads from the CPU tier."""
         for request, num_blocks in plan.kv_loads:
             self._pull(request, num_blocks)
+        if plan.cpu_loads:
+            self._load_from_host(plan)
+
+    def _load_from_host(self, plan: StepPlan) -> None:
+        """Start the plan's loads from the CPU tier; each request is admitted once its own
+        load ends."""
+        link = self.host_link
+        assert link is not None, f"{self.name}: a CPU-tier load without a host link"
+        now = now_of(self.env)
+        scheduler = self.scheduler
+        for request, num_blocks in plan.cpu_loads:
+            end = link.load(now, num_blocks)
+            self._on_host_load(scheduler, request, end - now)
+
+    def _on_host_load(self, scheduler: Scheduler, request: Request, delay_s: float) -> None:
+        """(A closure of its own per load: see ``_pull``.)"""
+        alarm(self.env, delay_s, lambda _event: self._host_loaded(scheduler, request))
+
+    def _host_loaded(self, scheduler: Scheduler, request: Request) -> None:
+        if scheduler is not self.scheduler:
+            return  # the engine restarted: that load's blocks went with it
+        if self.fastforward.run is not None:
+            self.fastforward.settle(scheduler, apply=False)
+        if scheduler.finish_cpu_load(request):
+            self._wake()
+
+    def _store_to_host(self, plan: StepPlan) -> None:
+        """The step that made ``plan.cpu_stores`` full ended: copy them out; the CPU tier can
+        read them once the copy ends."""
+        link = self.host_link
+        tier = self.scheduler.offload
+        assert link is not None and tier is not None
+        stores = plan.cpu_stores
+        now = now_of(self.env)
+        end = link.store(now, len(stores))
+        alarm(self.env, end - now, lambda _event: _stored(tier, stores))
 
     def _pull(self, request: Request, num_blocks: int) -> None:
         if self.start_kv_load is None:
@@ -397,6 +439,8 @@ class Instance:
         """``plan``'s step ended and its output is applied (``finished``); ``next_plan`` was
         scheduled while it ran: start it."""
         self._done(finished)
+        if plan.cpu_stores:
+            self._store_to_host(plan)
         self._give_up_thrashing(plan)
         self._give_up_thrashing(next_plan)
         if next_plan.is_empty:
@@ -415,6 +459,8 @@ class Instance:
         finished requests back, give up on thrashing ones (sync scheduling)."""
         finished = self.scheduler.update_from_output(plan, now_of(self.env))
         self.log.add_plan(plan, start_s, now_of(self.env))
+        if plan.cpu_stores:
+            self._store_to_host(plan)
         self._done(finished)
         self._give_up_thrashing(plan)
 
@@ -465,3 +511,8 @@ class Instance:
         scheduler = self.scheduler
         self.log.add(start_s, end_s, 0, (), 0, len(scheduler.running), len(scheduler.waiting),
                      scheduler.kv.num_used_blocks, 0)
+
+
+def _stored(tier: CpuKVTier, hashes: list[int]) -> None:
+    """A store to the CPU tier ended: its blocks can be read."""
+    tier.complete_store(hashes)

@@ -93,6 +93,10 @@ class Request:
     """Prompt tokens its first prefill found in the prefix cache (vLLM's
     ``Request.num_cached_tokens``, the usage's ``cached_tokens``; a disaggregated request's
     are its prefill instance's); -1: never admitted."""
+    num_cpu_hit_tokens: int = 0
+    """Prompt tokens its first prefill loaded from the engine's CPU tier, past those the
+    prefix cache in HBM held (vLLM's ``num_external_computed_tokens`` from the offloading
+    connector; ``engine.offload``)."""
 
     def __init__(self, request_id: str, arrival_s: float, num_prompt_tokens: int,
                  max_tokens: int, priority: int = 0, block_hashes: tuple[int, ...] = (),
@@ -130,6 +134,7 @@ class Request:
         self.attempt_arrival_s = None
         self.dispatch_s = None
         self.num_cached_tokens = -1
+        self.num_cpu_hit_tokens = 0
 
     @property
     def engine_arrival_s(self) -> float:
@@ -152,6 +157,7 @@ class Request:
         self.handoff_bytes = 0
         self.handoff_start_s = self.handoff_end_s = None
         self.num_cached_tokens = -1
+        self.num_cpu_hit_tokens = 0
 
     @property
     def token_times_s(self) -> array:

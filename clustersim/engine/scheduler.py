@@ -12,10 +12,12 @@ Like vLLM, ``schedule()`` applies the schedule-time transitions itself (blocks a
 from __future__ import annotations
 
 from array import array
+from typing import Final
 
 from clustersim.engine.config import SchedulerConfig
 from clustersim.engine.fastforward.decode_set import DecodeSet, StepClock, bulk_decodes_allowed
 from clustersim.engine.kv_manager import KVCacheManager, cdiv
+from clustersim.engine.offload import CpuKVTier
 from clustersim.engine.queues import FCFSQueue, PriorityQueue, WaitingQueue
 from clustersim.engine.request import Request, RequestStatus
 from clustersim.engine.spec_decode import AcceptanceSampler
@@ -23,13 +25,19 @@ from clustersim.engine.step_plan import NOTHING, StepPlan, listed
 
 __all__ = ["FCFSQueue", "PriorityQueue", "Scheduler", "StepPlan"]
 
+NO_LOAD: Final = 0
+LOADING: Final = 1
+NO_ROOM: Final = 2
+DEFERRED: Final = 3
+"""What asking the CPU tier did for a waiting request (``Scheduler._start_cpu_load``)."""
+
 
 class Scheduler:
     """One instance's queues and the V1 scheduling loop (spec §3)."""
 
     def __init__(
         self, config: SchedulerConfig, kv: KVCacheManager, keep_token_times: bool = True,
-        bulk_decodes: bool = False,
+        bulk_decodes: bool = False, offload: CpuKVTier | None = None,
     ) -> None:
         """``keep_token_times=False`` (a lean run): requests keep no ``token_times_s``; their
         tokens are noted as positions in :attr:`token_clock` instead. ``bulk_decodes``:
@@ -40,9 +48,17 @@ class Scheduler:
         With speculative decoding (``config.speculative``) a decode schedules its drafts too
         and gains ``1 + accepted`` tokens per step: requests then keep their token times (a
         step's tokens share one time, which a lean run's clock positions cannot say), and
-        there is no decode set, so the engine steps one step at a time (no coalesced runs)."""
+        there is no decode set, so the engine steps one step at a time (no coalesced runs).
+
+        ``offload``: the engine's CPU tier below HBM (``engine.offload``; None: none)."""
         self.config = config
         self.kv = kv
+        self.offload = offload
+        self._next_store: dict[str, int] = {}
+        """CPU tier: each unfinished request's blocks before this one are stored (or were
+        loaded from the tier); vLLM's ``_next_stored_block_idx``."""
+        self._cpu_loading: dict[str, tuple[Request, tuple[int, ...]]] = {}
+        """CPU tier: the requests whose load is under way, with the block hashes it reads."""
         spec = config.speculative
         keep_token_times = keep_token_times or spec is not None
         self.keep_token_times = keep_token_times
@@ -119,7 +135,21 @@ class Scheduler:
             self.running.remove(request)
         elif request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
             self.waiting.remove(request)
+        if self.offload is not None:
+            self._forget_offload(request)
         self.kv.free(request)
+
+    def _forget_offload(self, request: Request) -> None:
+        """The request leaves this engine unfinished: a load it has under way no longer
+        holds the tier's blocks (its copy's end finds nothing to do)."""
+        rid = request.request_id
+        if rid in self._next_store:
+            del self._next_store[rid]
+        loading = self._cpu_loading.get(rid)
+        if loading is not None and loading[0] is request:
+            del self._cpu_loading[rid]
+            assert self.offload is not None
+            self.offload.complete_load(loading[1])
 
     def recompute_remote_load(self, request: Request) -> None:
         """Reading a request's prompt KV failed and the policy is to recompute it (vLLM's
@@ -262,6 +292,8 @@ class Scheduler:
                 budget -= num_new
 
         self._update_after_schedule(plan)
+        if self.offload is not None:
+            self._plan_stores(plan)
         plan.num_running = len(self.running)
         plan.num_waiting = len(self.waiting) + len(self.kv_holding)  # pulling KV counts as waiting
         plan.kv_blocks_used = self.kv.num_used_blocks
@@ -280,6 +312,8 @@ class Scheduler:
         holding = self.kv_holding
         running = self.running
         blocked: list[Request] = NOTHING  # holding requests whose pull is still in flight
+        deferred: list[Request] = NOTHING  # waiting ones whose CPU hit another request loads
+        offload = self.offload
         stopped_by: str | None = "budget"
         while budget > 0:
             from_holding = len(holding) > 0
@@ -310,6 +344,17 @@ class Scheduler:
             num_computed = request.num_computed_tokens
             if num_computed == 0:
                 hit_blocks, num_computed = kv.get_computed_blocks(request)
+                if offload is not None and request.block_hashes and not from_holding:
+                    loading = self._start_cpu_load(request, plan, hit_blocks, num_computed)
+                    if loading == LOADING:
+                        continue
+                    if loading == DEFERRED:
+                        deferred = listed(deferred, waiting.pop())
+                        continue
+                    if loading == NO_ROOM:
+                        stopped_by = "kv"
+                        plan.waiting_head = request
+                        break
             num_new = request.num_tokens - num_computed
             if 0 < threshold < num_new:
                 num_new = threshold
@@ -350,7 +395,79 @@ class Scheduler:
         if blocked:
             for request in reversed(blocked):  # back at the front, in their order
                 holding.prepend(request)
+        if deferred:
+            for request in reversed(deferred):
+                waiting.prepend(request)
         return budget
+
+    def _start_cpu_load(self, request: Request, plan: StepPlan, hit_blocks: list[int],
+                        hit: int) -> int:
+        """Ask the CPU tier for the blocks after the request's HBM hit of ``hit`` tokens
+        (``engine.offload``; vLLM's ``get_num_new_matched_tokens`` and the scheduler's
+        remote-KV path). ``LOADING``: a load of at least one block is planned and the
+        request waits in ``kv_holding``, its blocks taken; ``NO_ROOM``: its blocks do not fit
+        (admission stops: head of line); ``DEFERRED``: another request is loading one of its
+        hit blocks (it waits a step); ``NO_LOAD``: nothing to load, prefill as usual."""
+        tier = self.offload
+        assert tier is not None
+        kv = self.kv
+        block_size = kv.block_size
+        hashes = request.block_hashes
+        num_full = request.num_tokens // block_size
+        if num_full > len(hashes):
+            num_full = len(hashes)
+        tier.touch(hashes, num_full)
+        start = hit // block_size
+        if num_full <= start:
+            return NO_LOAD
+        hits, busy = tier.lookup(hashes, start, num_full)
+        if not hits:
+            return NO_LOAD
+        if busy:
+            return DEFERRED
+        external = hits * block_size
+        cfg = self.config
+        if not kv.allocate_slots(
+            request,
+            0,
+            new_computed_blocks=hit_blocks,
+            num_new_computed_tokens=hit,
+            num_external_tokens=external,
+            full_sequence_must_fit=cfg.scheduler_reserve_full_isl,
+            watermark_blocks=self._watermark_blocks if self.running else 0,
+            reserved_blocks=self._blocks_still_needed_by_prefills(),
+            delay_cache_blocks=True,
+        ):
+            return NO_ROOM
+        self.waiting.pop()
+        loaded = hashes[start:start + hits]
+        tier.prepare_load(loaded)
+        rid = request.request_id
+        self._cpu_loading[rid] = (request, loaded)
+        self._next_store[rid] = start + hits  # (what it loads is not stored again)
+        if request.num_cached_tokens < 0:  # its first prefill
+            request.num_cached_tokens = hit
+            request.num_cpu_hit_tokens = external
+        request.status = RequestStatus.WAITING_FOR_REMOTE_KVS
+        request.num_computed_tokens = hit + external
+        request.kv_transfer_done = False
+        self.kv_holding.add(request)
+        plan.cpu_loads = listed(plan.cpu_loads, (request, hits))
+        return LOADING
+
+    def finish_cpu_load(self, request: Request) -> bool:
+        """The request's load from the CPU tier ended: its blocks there are free to evict
+        again, and the next ``schedule()`` admits it. False: it is no longer loading here
+        (removed meanwhile)."""
+        rid = request.request_id
+        loading = self._cpu_loading.get(rid)
+        if loading is None or loading[0] is not request:
+            return False
+        del self._cpu_loading[rid]
+        assert self.offload is not None
+        self.offload.complete_load(loading[1])
+        request.kv_transfer_done = True
+        return True
 
     def _start_remote_load(self, request: Request, plan: StepPlan) -> bool | None:
         """Allocate blocks for a prompt whose KV a producer computed, and park the request.
@@ -527,6 +644,55 @@ class Scheduler:
         plan.num_spec_tokens = spec_tokens
         plan.spec_attn_pairs = spec_pairs
 
+    def _plan_stores(self, plan: StepPlan) -> None:
+        """The blocks this step makes full that the CPU tier does not hold yet: room is made
+        for them now and they are copied once the step ends (vLLM's ``build_connector_meta``
+        with the offloading connector, before the step runs). A request whose blocks find no
+        room tries again at its next step.
+
+        vLLM then touches all the request's stored blocks, at every store. Here a prompt's
+        stores touch them, and the blocks an answer fills are touched once, when the request
+        ends (``update_from_output``): touching a long context at each block of its answer
+        costs the simulation O(context) per block, and only orders the tier's blocks
+        differently while the answer runs (its prompt's blocks, held in HBM, look older to
+        an eviction than vLLM would see them)."""
+        tier = self.offload
+        assert tier is not None
+        block_size = self.kv.block_size
+        next_store = self._next_store
+        stores: list[int] = NOTHING
+        for request, _num_new in plan.scheduled:
+            hashes = request.block_hashes
+            if not hashes:
+                continue
+            computed = request.num_computed_tokens  # (advanced: what the step computes)
+            if computed > request.num_tokens:
+                computed = request.num_tokens  # (async: a placeholder's token is not known)
+            num_full = computed // block_size
+            if num_full > len(hashes):
+                num_full = len(hashes)
+            rid = request.request_id
+            start = next_store.get(rid, 0)
+            if num_full <= start:
+                continue
+            new = tier.prepare_store(hashes, start, num_full)
+            if new is None:
+                continue
+            next_store[rid] = num_full
+            if not request.num_output_tokens:  # (a decode's: once, when it ends)
+                tier.touch(hashes, num_full)
+            if new:
+                if stores is NOTHING:
+                    stores = new
+                else:
+                    stores.extend(new)
+        plan.cpu_stores = stores
+
+    def stores_pending(self, request: Request) -> bool:
+        """CPU tier: whether some of the request's keyed blocks are not stored yet (not yet
+        full, or a store that found no room, which retries at the request's next step)."""
+        return self._next_store.get(request.request_id, 0) < len(request.block_hashes)
+
     # ----------------------------------------------------------------- update
     def update_from_output(self, plan: StepPlan, now_s: float) -> list[Request]:
         """Apply a finished step: sampled tokens, stops, freed blocks. Returns finished ones
@@ -595,6 +761,15 @@ class Scheduler:
                     self.waiting.remove(request)
         if finished:
             remove_all(self.running, finished)
+            if self.offload is not None:
+                next_store = self._next_store
+                tier = self.offload
+                for request in finished:
+                    stored = next_store.get(request.request_id)
+                    if stored is not None:
+                        del next_store[request.request_id]
+                        if request.num_output_tokens > 1:  # its answer's stores: now
+                            tier.touch(request.block_hashes, stored)
         if members is not None:
             self._join_decodes(members, plan)
         return finished
@@ -642,7 +817,8 @@ class Scheduler:
             request = running[index]
             if (id(request) not in sampled or request.num_output_tokens == 0
                     or request.num_computed_tokens != request.num_tokens - 1
-                    or kv.has_uncached_blocks(request)):
+                    or kv.has_uncached_blocks(request)
+                    or (self.offload is not None and self.stores_pending(request))):
                 return  # still prefilling (or caching): the ones after it wait behind it
             members.join(request)
             index += 1

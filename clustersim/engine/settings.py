@@ -30,6 +30,9 @@ VllmVersion = Annotated[str, AfterValidator(_vllm_version)]
 """A vLLM release as ``0.19`` or ``0.19.1``."""
 
 
+MAX_KV_OFFLOADING_GIB = 65536.0
+"""Largest CPU tier per engine (64 TiB): more host memory than any server takes."""
+
 MAX_SPECULATIVE_TOKENS = 16
 """Most draft tokens per step clustersim takes (vLLM sets no cap; EAGLE trees stop near 8)."""
 
@@ -215,6 +218,17 @@ class EngineSettings(Strict):
         "num_redundant_experts, SGLang --ep-num-redundant-experts): the experts plus these "
         "must split evenly over the expert-parallel GPUs (256 + 32 = 288 over 72); their "
         "weights are not counted in memory.")
+    kv_offloading_size: Annotated[float, Field(gt=0.0), Within(
+        high=MAX_KV_OFFLOADING_GIB, unit="GiB",
+        reason="more host memory than a server holds (two sockets take up to 12 TB)")
+    ] | None = Field(
+        None, description="GiB of host memory for a CPU tier of KV blocks below HBM, per "
+        "engine (all its GPUs together; each data-parallel rank its own), as vLLM's "
+        "--kv-offloading-size with --kv-offloading-backend native (its OffloadingConnector, "
+        "LRU): every full block with a prefix key that a step computes is copied out, and a "
+        "request whose prefix misses HBM but hits the tier loads those blocks over PCIe "
+        "before its prefill goes on, each GPU over its own link (the topology node's "
+        "pcie_link, else the GPU catalog's pcie). Colocated pools; default off.")
     vllm_version: VllmVersion = Field(
         "0.33",
         description="The vLLM release whose start-up memory profile sizes the KV cache "

@@ -10,10 +10,11 @@ from clustersim.cost.roofline import BatchShape
 from clustersim.engine.request import Request
 
 NOTHING: Final[list[Any]] = []
-"""What a new plan's ``preempted``, ``prefill_chunks`` and ``kv_loads`` are, and the finished
-requests of a step in which none finished: one shared empty list, never appended to (most
-steps have none of them: a list each cost an allocation and a free per step). Use
-:func:`listed` to add to one; ``tests/test_coalesce.py`` checks that it stays empty."""
+"""What a new plan's ``preempted``, ``prefill_chunks``, ``kv_loads``, ``cpu_loads`` and
+``cpu_stores`` are, and the finished requests of a step in which none finished: one shared
+empty list, never appended to (most steps have none of them: a list each cost an allocation
+and a free per step). Use :func:`listed` to add to one; ``tests/test_coalesce.py`` checks
+that it stays empty."""
 
 
 def listed(entries: list[Any], entry: Any) -> list[Any]:
@@ -60,6 +61,11 @@ class StepPlan:
     kv_loads: list[tuple[Request, int]] = field(default_factory=list)
     """(request, tokens to read): KV pulls this step's execute starts (decode side of P/D);
     zero tokens only releases the producer's blocks."""
+    cpu_loads: list[tuple[Request, int]] = field(default_factory=list)
+    """(request, blocks): loads from the engine's CPU tier this step's execute starts
+    (``engine.offload``)."""
+    cpu_stores: list[int] = field(default_factory=list)
+    """Block hashes this step's blocks store to the CPU tier, copied once the step ends."""
     waiting_stopped_by: str | None = None
     """Why admitting waiting requests stopped: None (nothing left to admit), "seats",
     "budget", "whole_prompt" (chunked prefill off), "remote_kv" (a pull's blocks do not fit),
@@ -90,6 +96,8 @@ class StepPlan:
         self.kv_blocks_used = 0
         self.prefill_chunks = NOTHING
         self.kv_loads = NOTHING
+        self.cpu_loads = NOTHING
+        self.cpu_stores = NOTHING
         self.waiting_stopped_by = None
         self.waiting_head = None
         self.num_bulk = 0

@@ -70,6 +70,8 @@ class RequestRecords:
         """Prompt tokens the admitted requests' first prefills found in the prefix cache."""
         self.num_admitted_prompt_tokens = 0
         """Prompt tokens of the requests ever admitted (those a prefix cache was asked for)."""
+        self.num_cpu_hit_tokens = 0
+        """Prompt tokens the admitted requests' first prefills loaded from a CPU tier."""
         self.last_finish_s: float | None = None
         self._gaps = PooledGaps()
         """The pooled token gaps, read once the run has ended."""
@@ -106,6 +108,7 @@ class RequestRecords:
         if r.num_cached_tokens >= 0:
             self.num_cached_tokens += r.num_cached_tokens
             self.num_admitted_prompt_tokens += r.num_prompt_tokens
+            self.num_cpu_hit_tokens += r.num_cpu_hit_tokens
         if r.num_preemptions:
             self.num_preemptions += r.num_preemptions
             self.num_preempted_requests += 1

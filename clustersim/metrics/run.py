@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from clustersim.cluster.build import InstanceInfo
     from clustersim.cluster.faults import FaultLog, FaultTally
+    from clustersim.engine.offload import HostLink
     from clustersim.engine.request import Request
     from clustersim.engine.steplog import StepRecord, StepTotals
     from clustersim.scenario import SLO
@@ -162,6 +163,72 @@ class PrefixCacheSummary:
                 "prompt_tokens": self.prompt_tokens}
 
 
+CPU_TIER_DEFINITIONS = (
+    " CPU tier hit rate = prompt tokens each admitted request's first prefill loaded from "
+    "its engine's CPU tier (past its HBM prefix hit) / prompt tokens of the requests "
+    "admitted; HBM + CPU = the share either served; loaded / stored bytes = KV copied over "
+    "the engines' PCIe links from / to host memory; link busy = copy seconds each way over "
+    "the span (first arrival to end of the last step), summed over engines."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CpuTierSummary:
+    """What the engines' CPU tiers below HBM did (``engine.offload``)."""
+
+    hit_tokens: int
+    """Prompt tokens first prefills loaded from a CPU tier."""
+    cached_tokens: int
+    """Prompt tokens first prefills found in HBM."""
+    prompt_tokens: int
+    loaded_bytes: int
+    stored_bytes: int
+    num_loads: int
+    num_stores: int
+    load_busy_s: float
+    store_busy_s: float
+    load_wait_s: float
+    """Summed time loads queued behind earlier loads on their engine's link."""
+
+    @property
+    def hit_rate(self) -> float | None:
+        return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else None
+
+    @property
+    def hbm_and_cpu_hit_rate(self) -> float | None:
+        if not self.prompt_tokens:
+            return None
+        return (self.hit_tokens + self.cached_tokens) / self.prompt_tokens
+
+    def to_json(self) -> dict[str, Any]:
+        return {"hit_rate": self.hit_rate, "hbm_and_cpu_hit_rate": self.hbm_and_cpu_hit_rate,
+                "hit_tokens": self.hit_tokens, "prompt_tokens": self.prompt_tokens,
+                "loaded_bytes": self.loaded_bytes, "stored_bytes": self.stored_bytes,
+                "num_loads": self.num_loads, "num_stores": self.num_stores,
+                "load_busy_s": self.load_busy_s, "store_busy_s": self.store_busy_s,
+                "load_wait_s": self.load_wait_s}
+
+
+def cpu_tier_summary(links: Mapping[str, HostLink],
+                     records: RequestRecords) -> CpuTierSummary | None:
+    """The CPU tiers' figures (None: no engine had one)."""
+    if not links:
+        return None
+    ordered = [links[name] for name in sorted(links)]
+    return CpuTierSummary(
+        hit_tokens=records.num_cpu_hit_tokens,
+        cached_tokens=records.num_cached_tokens,
+        prompt_tokens=records.num_admitted_prompt_tokens,
+        loaded_bytes=sum(link.loaded_bytes for link in ordered),
+        stored_bytes=sum(link.stored_bytes for link in ordered),
+        num_loads=sum(link.num_loads for link in ordered),
+        num_stores=sum(link.num_stores for link in ordered),
+        load_busy_s=sum(link.load_busy_s for link in ordered),
+        store_busy_s=sum(link.store_busy_s for link in ordered),
+        load_wait_s=sum(link.load_wait_s for link in ordered),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class InstanceSummary:
     name: str
@@ -218,6 +285,8 @@ class RunSummary:
     """Set for a ``benchmark`` workload: the run as ``vllm bench serve`` reports it."""
     prefix_cache: PrefixCacheSummary | None = None
     """Set when the workload's requests carry prefix-cache keys."""
+    cpu_tier: CpuTierSummary | None = None
+    """Set when the engines have a CPU tier below HBM (``engine.kv_offloading_size``)."""
 
     @property
     def gpus_by_type(self) -> dict[str, int]:
@@ -273,6 +342,8 @@ class RunSummary:
         out["num_preempted_requests"] = self.num_preempted_requests
         if self.prefix_cache is not None:
             out["prefix_cache"] = self.prefix_cache.to_json()
+        if self.cpu_tier is not None:
+            out["cpu_tier"] = self.cpu_tier.to_json()
         if self.handoff_s is not None:
             out["handoff_s"] = self.handoff_s.to_json()
             out["handoff_bytes"] = self.handoff_bytes
@@ -289,7 +360,8 @@ class RunSummary:
         out["definitions"] = (DEFINITIONS
                               + (FAULT_DEFINITIONS if self.faults is not None else "")
                               + (PREFIX_CACHE_DEFINITIONS if self.prefix_cache is not None
-                                 else ""))
+                                 else "")
+                              + (CPU_TIER_DEFINITIONS if self.cpu_tier is not None else ""))
         return out
 
 
@@ -318,6 +390,8 @@ def summarize_run(result: RunResult, records: RequestRecords | None = None) -> R
         faults=result.faults,
         span_start_s=result.warmup_start_s,
     )
+    if result.host_links:
+        summary = replace(summary, cpu_tier=cpu_tier_summary(result.host_links, records))
     workload = scenario.workload
     if isinstance(workload, BenchmarkWorkload) and result.measured_start_s is not None:
         summary = replace(summary, benchmark=benchmark_summary(
@@ -495,4 +569,7 @@ def _engine_json(info: InstanceInfo) -> dict[str, Any]:
     out = asdict(info)
     if out.get("pipeline_parallel_size") == 1:
         del out["pipeline_parallel_size"]
+    if not out.get("cpu_kv_blocks"):  # (no CPU tier: as before there was one)
+        for key in ("cpu_kv_blocks", "cpu_kv_gib", "host_link_gb_per_s"):
+            out.pop(key, None)
     return out

@@ -373,6 +373,8 @@ def answer_parts(result: PlanResult, slo: SLO) -> list[str]:
     rule = story.split_rule_sentence(result)
     if rule is not None and verdict is not None:
         parts.append(f"{rule} Its readings: " + "; ".join(verdict.reasons) + ".")
+    if result.memory_note is not None:
+        parts.append(result.memory_note)
     return parts + notes
 
 
@@ -491,6 +493,9 @@ def _vllm_args(pool: PoolChoice, info: InstanceInfo, candidate: Candidate, model
         args.append(f"--speculative-config '{speculative_config(candidate.speculative)}'")
     if not settings.enable_prefix_caching:
         args.append("--no-enable-prefix-caching")
+    if candidate.kv_offloading_gib:
+        args.append(f"--kv-offloading-backend native --kv-offloading-size "
+                    f"{candidate.kv_offloading_gib:g}")
     if settings.two_batch_overlap and pool.data_parallel_size > 1:
         # every step of two or more tokens split in two, as simulated (vLLM's defaults split
         # only decode batches over 32 tokens and prefill steps over 512)

@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 
-from clustersim.catalog import default_prices, load_gpu, load_model
+from clustersim.catalog import default_prices, host_memory_price, load_gpu, load_model
 from clustersim.catalog.specs import ModelSpec
 from clustersim.errors import ConfigError
 from clustersim.metrics import RunSummary
@@ -117,6 +117,12 @@ class Planner:
                                       block_size=scenario.engine.block_size)
         self.templates: dict[str, NodeTemplate] = node_templates(self.scenario, self.plan)
         self.prices = self._prices()
+        self.host_memory_price: tuple[float, str] = (
+            (self.plan.price_usd_per_gib_hour_host_memory,
+             "the scenario's plan.price_usd_per_gib_hour_host_memory")
+            if self.plan.price_usd_per_gib_hour_host_memory is not None
+            else host_memory_price())
+        """USD per GiB-hour of host memory for CPU KV tiers, and where it comes from."""
         if self.plan.objective == "min_cost":
             missing = sorted(gpu for gpu in self._search_gpus() if gpu not in self.prices)
             if missing:
@@ -153,7 +159,7 @@ class Planner:
         return gpus
 
     def cost_per_hour(self, candidate: Candidate) -> float | None:
-        return cost_per_hour(candidate, self.prices)
+        return cost_per_hour(candidate, self.prices, self.host_memory_price[0])
 
     # ------------------------------------------------------------- search
     def candidates(self) -> Iterator[Candidate]:
@@ -299,6 +305,7 @@ class Planner:
             if layout == "colocated":
                 if self.plan.objective != "max_goodput_per_gpu":
                     out += [c.resized({"colocated": counts["colocated"] + d}) for d in (-1, 1)]
+                out += self._tier_neighbours(c)
                 continue
             if self.plan.objective != "max_goodput_per_gpu" or budget is None:
                 out += [c.resized({role: counts[role] + step})
@@ -319,6 +326,57 @@ class Planner:
                     if min(moved.values()) >= 1:
                         out.append(c.resized(moved))
         return out
+
+    def _tier_neighbours(self, c: Candidate) -> list[Candidate]:
+        """The best colocated candidate with each other CPU KV tier size of the plan, and
+        (min_gpus, min_cost) with one instance fewer too: whether host memory buys the SLO
+        with fewer GPUs, or a GPU does it cheaper."""
+        out: list[Candidate] = []
+        n = c.pool("colocated").instances
+        for gib in self.plan.kv_offloading_sizes or ():
+            if gib == c.kv_offloading_gib:
+                continue
+            other = c.with_tier(gib)
+            out.append(other)
+            if self.plan.objective != "max_goodput_per_gpu" and n > 1:
+                out.append(other.resized({"colocated": n - 1}))
+        return out
+
+    def _memory_note(self, measured: dict[str, CandidateResult]) -> str | None:
+        """Host memory against GPUs (a plan that tries CPU KV tier sizes): the best simulated
+        colocated deployment with a tier and the best without one, by the plan's objective,
+        and which of the two buys the SLO cheaper (None: the plan tries no tier, or one side
+        has no measured candidate)."""
+        if not any(self.plan.kv_offloading_sizes or ()):
+            return None
+        colocated = [r for r in measured.values() if r.candidate.layout == "colocated"]
+        with_tier = self._best([r for r in colocated if r.candidate.kv_offloading_gib])
+        without = self._best([r for r in colocated if not r.candidate.kv_offloading_gib])
+        if with_tier is None or without is None:
+            return None
+        price, source = self.host_memory_price
+
+        def told(r: CandidateResult) -> str:
+            cost = "" if r.cost_per_hour is None else f", ${r.cost_per_hour:,.2f}/h"
+            return f"{r.candidate.label()} ({answers.goodput_text(r)}{cost})"
+
+        objective = self.plan.objective
+        tier_wins = self._key(with_tier) < self._key(without)
+        target = self.plan.target_rate_per_s
+        if objective != "max_goodput_per_gpu" and target is not None and not any(
+                self._usable(r.goodput) >= target for r in (with_tier, without)
+                if r.goodput is not None):
+            verdict = f"neither reaches the target of {target:g} req/s"
+        elif objective == "max_goodput_per_gpu":
+            verdict = ("the tier serves more per GPU" if tier_wins
+                       else "the tier adds nothing per GPU")
+        else:
+            what = "cheaper" if objective == "min_cost" else "with fewer GPUs"
+            verdict = (f"host memory buys the SLO {what}" if tier_wins
+                       else f"GPUs without a tier buy it {what}")
+        return (f"Host memory against GPUs: the best with a CPU KV tier is {told(with_tier)}, "
+                f"without one {told(without)}: {verdict} (host memory at ${price:g} per "
+                f"GiB-hour: {source}).")
 
     def _best_generated(self, layout: str, measured: dict[str, CandidateResult]
                         ) -> CandidateResult | None:
@@ -592,6 +650,9 @@ class Planner:
         price = {gpu: self.prices[gpu][0] for gpu in gpus if gpu in self.prices}
         cost = (cost_per_million_tokens(gpus, price, tokens) if len(price) == len(gpus)
                 else None)
+        if cost is not None and result.candidate.kv_offloading_gib and tokens > 0:
+            cost += (result.candidate.host_memory_gib * self.host_memory_price[0]
+                     / (tokens * 3600.0) * 1e6)  # (the CPU tiers' host memory, likewise)
         return replace(result, at_goodput=at, at_goodput_rate_per_s=runs[k].lo,
                        cost_per_million_output_tokens=cost)
 
@@ -640,7 +701,7 @@ class Planner:
                self._key(r) if r.goodput is not None and r.goodput.mean_per_s > 0
                else self._rank_key(r.candidate, r.screen_per_s or 0.0)), r)
              for r in rows.values()],
-            verdicts, VerdictRow(self.prices),
+            verdicts, VerdictRow(self.prices, self.host_memory_price[0]),
             skip=[self._verdict_key(by_id[cid]) for cid in rows if cid in by_id])
         gpus = verdicts.gpus | {p.gpu for r in rows.values() for p in r.candidate.pools}
         # the keep-or-reject rule for a split is a second opinion beside the answer
@@ -666,7 +727,8 @@ class Planner:
                 (r for r in ledger.measured if r.at_goodput is not None), None)),
             best=best, handoff_budget_s=plan.handoff_budget_s,
         )
-        result = replace(result, chosen_by=story.chosen_by(result))
+        result = replace(result, chosen_by=story.chosen_by(result),
+                         memory_note=self._memory_note(measured))
         parts = answers.answer_parts(result, self.slo)
         return replace(
             result,
@@ -1041,12 +1103,17 @@ def plan_prices(plan: PlanSpec) -> dict[str, tuple[float, str]]:
     return prices
 
 
-def cost_per_hour(candidate: Candidate, prices: dict[str, tuple[float, str]]) -> float | None:
-    """USD per hour of the candidate's GPUs (None: a GPU without a price)."""
+def cost_per_hour(candidate: Candidate, prices: dict[str, tuple[float, str]],
+                  host_memory_usd_per_gib_hour: float = 0.0) -> float | None:
+    """USD per hour of the candidate's GPUs and of its CPU KV tiers' host memory (None: a GPU
+    without a price)."""
     try:
-        return sum(n * prices[gpu][0] for gpu, n in candidate.gpus_by_type.items())
+        gpus = sum(n * prices[gpu][0] for gpu, n in candidate.gpus_by_type.items())
     except KeyError:
         return None
+    if not candidate.kv_offloading_gib:
+        return gpus
+    return gpus + candidate.host_memory_gib * host_memory_usd_per_gib_hour
 
 
 @dataclass(frozen=True)
@@ -1054,6 +1121,7 @@ class VerdictRow:
     """The ledger row of a candidate the plan did not simulate: what the screen said."""
 
     prices: dict[str, tuple[float, str]]
+    host_memory_usd_per_gib_hour: float = 0.0
 
     def __call__(self, s: Screened) -> CandidateResult:
         c = s.candidate
@@ -1061,7 +1129,7 @@ class VerdictRow:
             return CandidateResult(c, "pruned", reason=s.reason)
         return CandidateResult(
             c, "screened", screen_per_s=s.estimate_per_s, screen_binding=s.binding,
-            cost_per_hour=cost_per_hour(c, self.prices),
+            cost_per_hour=cost_per_hour(c, self.prices, self.host_memory_usd_per_gib_hour),
             reason="ranked below the simulated candidates by the analytic screen")
 
 

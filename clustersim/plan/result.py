@@ -173,6 +173,7 @@ class CandidateResult:
             "quantization": c.quantization,
             "kv_cache_dtype": c.kv_cache_dtype,
             **({} if c.speculative is None else {"speculative": json.loads(c.speculative)}),
+            **({"kv_offloading_size": c.kv_offloading_gib} if c.kv_offloading_gib else {}),
             "baseline": c.baseline,
             "screen_per_s": self.screen_per_s,
             "screen_binding": self.screen_binding,
@@ -581,6 +582,9 @@ class PlanResult:
     """What chose the recommendation, in words (the objective, a tie rule, a requirement)."""
     handoff_budget_s: float | None = None
     """plan.handoff_budget_s: the KV handoff p95's budget."""
+    memory_note: str | None = None
+    """A plan that tries CPU KV tier sizes: the best deployment with a tier and the best
+    without, and which buys the SLO cheaper (a sentence of the answer)."""
     answer_parts: tuple[str, ...] = ()
     """``answer`` by topic, one or a few sentences each (``answer`` joins them; the report
     lists them); not in ``plan.json``, which holds ``answer``."""

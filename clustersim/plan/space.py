@@ -3,7 +3,8 @@
 A :class:`Candidate` is a layout kind, its pools (GPU type, tensor parallelism, instance
 count per role) and the engine budget. The families come from the plan's choices (layouts x
 GPUs x TP, PP and DP per pool x ``max_num_batched_tokens`` x chunked prefill x quantization x KV
-dtype x speculative decoding); the sizes from the objective::
+dtype x speculative decoding x the CPU KV tier's size on colocated layouts); the sizes from the
+objective::
 
     max_goodput_per_gpu   every layout that fills the GPU budget: colocated n = budget // tp;
                           disaggregated every x prefill + y decode instances with no room left
@@ -96,6 +97,8 @@ class Candidate:
     speculative: str | None = None
     """vLLM's --speculative-config for every pool, as the JSON of the scenario's
     ``engine.speculative`` form (:func:`speculative_json`; None: off)."""
+    kv_offloading_gib: float = 0.0
+    """GiB of host memory for each engine's CPU KV tier (0: none; colocated layouts)."""
     _num_gpus: int = field(init=False, repr=False, compare=False)
     _id: str = field(init=False, repr=False, compare=False)
 
@@ -123,7 +126,24 @@ class Candidate:
         """Everything but the instance counts: candidates of one family differ in size only."""
         return (self.layout, tuple(p.family() for p in self.pools), self.max_num_batched_tokens,
                 self.enable_chunked_prefill, self.baseline, self.quantization, self.kv_cache_dtype,
-                self.speculative)
+                self.speculative, self.kv_offloading_gib)
+
+    @property
+    def num_engines(self) -> int:
+        """Engines of the deployment: every instance's data-parallel ranks."""
+        return sum(p.num_engines for p in self.pools)
+
+    @property
+    def host_memory_gib(self) -> float:
+        """Host memory its CPU KV tiers take, every engine's."""
+        return self.kv_offloading_gib * self.num_engines
+
+    def with_tier(self, gib: float) -> Candidate:
+        """The same deployment with a CPU KV tier of ``gib`` per engine (0: none)."""
+        return Candidate(self.layout, self.pools, self.max_num_batched_tokens,
+                         self.enable_chunked_prefill, quantization=self.quantization,
+                         kv_cache_dtype=self.kv_cache_dtype, speculative=self.speculative,
+                         kv_offloading_gib=gib)
 
     def resized(self, counts: dict[str, int]) -> Candidate:
         pools = tuple(
@@ -132,7 +152,8 @@ class Candidate:
             for p in self.pools)
         return Candidate(self.layout, pools, self.max_num_batched_tokens,
                          self.enable_chunked_prefill, quantization=self.quantization,
-                         kv_cache_dtype=self.kv_cache_dtype, speculative=self.speculative)
+                         kv_cache_dtype=self.kv_cache_dtype, speculative=self.speculative,
+                         kv_offloading_gib=self.kv_offloading_gib)
 
     @property
     def pd_ratio(self) -> str | None:
@@ -159,7 +180,8 @@ class Candidate:
                                                    ("kv", self.kv_cache_dtype))
             if value not in (None, "auto"))
         spec = "" if self.speculative is None else f"/spec-{_spec_tag(self.speculative)}"
-        return f"{prefix}{self.layout}/{pools}/mnbt-{budget}/{chunk}{precision}{spec}"
+        tier = f"/cpu-kv-{self.kv_offloading_gib:g}gib" if self.kv_offloading_gib else ""
+        return f"{prefix}{self.layout}/{pools}/mnbt-{budget}/{chunk}{precision}{spec}{tier}"
 
     def label(self) -> str:
         """How an infra review writes it: '8 x h100-sxm TP2, mnbt 8192' or
@@ -175,6 +197,8 @@ class Candidate:
             text += f", {self.kv_cache_dtype} KV"
         if self.speculative is not None and not self.baseline:
             text += f", {_spec_label(self.speculative)}"
+        if self.kv_offloading_gib and not self.baseline:
+            text += f", {self.kv_offloading_gib:g} GiB CPU KV tier"
         return f"{text} (scenario's layout)" if self.baseline else text
 
 
@@ -227,7 +251,8 @@ def pool_options(plan: PlanSpec, scenario: Scenario, role: str
 def engine_options(plan: PlanSpec, scenario: Scenario
                    ) -> list[tuple[int | None, bool, str | None, str, str | None]]:
     """(max_num_batched_tokens, enable_chunked_prefill, quantization, kv_cache_dtype,
-    speculative) to try; each the scenario's own when the plan does not vary it."""
+    speculative) to try; each the scenario's own when the plan does not vary it (the CPU KV
+    tier: :func:`tier_options`)."""
     budgets: list[int | None] = list(plan.max_num_batched_tokens or [None])
     chunked = plan.enable_chunked_prefill or [scenario.engine.enable_chunked_prefill]
     quantization = plan.quantization or [scenario.engine.quantization]
@@ -235,6 +260,15 @@ def engine_options(plan: PlanSpec, scenario: Scenario
     speculative = [speculative_json(s) for s in (plan.speculative
                                                  or [scenario.engine.speculative])]
     return list(itertools.product(budgets, chunked, quantization, kv, speculative))
+
+
+def tier_options(plan: PlanSpec, scenario: Scenario, layout: str) -> list[float]:
+    """CPU KV tier sizes to try on ``layout`` (GiB per engine, 0: none): the plan's on a
+    colocated layout, else the scenario's own (the tier runs on colocated pools)."""
+    own = scenario.engine.kv_offloading_size or 0.0
+    if layout != "colocated" or plan.kv_offloading_sizes is None:
+        return [own]
+    return [float(size) for size in plan.kv_offloading_sizes]
 
 
 def families(plan: PlanSpec, scenario: Scenario) -> list[Candidate]:
@@ -250,9 +284,10 @@ def families(plan: PlanSpec, scenario: Scenario) -> list[Candidate]:
         ]
         for pools in itertools.product(*per_role):
             for budget, chunked, quantization, kv, spec in engine_options(plan, scenario):
-                out.append(Candidate(layout, tuple(pools), budget, chunked,
-                                     quantization=quantization, kv_cache_dtype=kv,
-                                     speculative=spec))
+                for tier in tier_options(plan, scenario, layout):
+                    out.append(Candidate(layout, tuple(pools), budget, chunked,
+                                         quantization=quantization, kv_cache_dtype=kv,
+                                         speculative=spec, kv_offloading_gib=tier))
     return out
 
 
@@ -342,7 +377,8 @@ def baseline(scenario: Scenario) -> Candidate | None:
                      scenario.engine.enable_chunked_prefill, baseline=True,
                      quantization=scenario.engine.quantization,
                      kv_cache_dtype=scenario.engine.kv_cache_dtype,
-                     speculative=speculative_json(scenario.engine.speculative))
+                     speculative=speculative_json(scenario.engine.speculative),
+                     kv_offloading_gib=scenario.engine.kv_offloading_size or 0.0)
 
 
 def variant(scenario: Scenario, candidate: Candidate, topology: object) -> Scenario:
@@ -357,6 +393,8 @@ def variant(scenario: Scenario, candidate: Candidate, topology: object) -> Scena
         engine_update["speculative"] = speculative_settings(candidate.speculative)
     if candidate.max_num_batched_tokens is not None:
         engine_update["max_num_batched_tokens"] = candidate.max_num_batched_tokens
+    if candidate.kv_offloading_gib or scenario.engine.kv_offloading_size is not None:
+        engine_update["kv_offloading_size"] = candidate.kv_offloading_gib or None
     settings = scenario.engine.model_dump(exclude_unset=True) | engine_update
     engine = type(scenario.engine)(**settings)
     own = scenario.layout

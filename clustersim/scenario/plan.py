@@ -21,7 +21,7 @@ from pydantic import (
 
 from clustersim.catalog.quantization import QuantMethod
 from clustersim.catalog.specs import KvCacheDType
-from clustersim.engine.settings import SpeculativeSettings
+from clustersim.engine.settings import MAX_KV_OFFLOADING_GIB, SpeculativeSettings
 from clustersim.limits import (
     GPUS_REASON,
     MAX_CHOICES,
@@ -215,6 +215,22 @@ class PlanSpec(Strict):
         "[null, {method: eagle, num_speculative_tokens: 3, acceptance_rate: 0.7}]; default "
         "the scenario's engine.speculative.",
     )
+    kv_offloading_sizes: list[Annotated[NonNegativeFloat, Within(
+        high=MAX_KV_OFFLOADING_GIB, unit="GiB",
+        reason="more host memory than a server holds (two sockets take up to 12 TB)")]
+    ] | None = Field(
+        None, min_length=1, max_length=MAX_CHOICES,
+        description="CPU KV tier sizes to try, GiB of host memory per engine as "
+        "engine.kv_offloading_size (0: no tier), e.g. [0, 256, 1024]; colocated layouts only "
+        "(split layouts keep the scenario's engine). A tier costs its GiB at "
+        "price_usd_per_gib_hour_host_memory, so min_cost weighs host memory against GPUs; "
+        "the neighbours of the best candidate are tried with every size, one instance fewer "
+        "too. Default the scenario's engine.kv_offloading_size.",
+    )
+    price_usd_per_gib_hour_host_memory: NonNegativeFloat | None = Field(
+        None, description="$ per GiB-hour of host memory for a CPU KV tier; default the "
+        "catalog's prices.yaml host_memory (a cloud on-demand rate, with its source).",
+    )
     nodes: dict[str, str] = Field(
         default_factory=dict,
         description="GPU id -> the one-node topology its servers look like (a shipped name or "
@@ -307,6 +323,13 @@ class PlanSpec(Strict):
         if gpus is not None and len(set(gpus)) != len(gpus):
             raise ValueError(f"GPUs repeat: {gpus}")
         return gpus
+
+    @field_validator("kv_offloading_sizes")
+    @classmethod
+    def _distinct_sizes(cls, sizes: list[float] | None) -> list[float] | None:
+        if sizes is not None and len(set(sizes)) != len(sizes):
+            raise ValueError(f"sizes repeat: {sizes}")
+        return sizes
 
     @field_validator("sensitivity")
     @classmethod

@@ -54,7 +54,10 @@ lasts for steps ``m = 1, 2, ...`` while:
   full-prompt reservation is off (its chunk can need fewer blocks after a hit block is
   evicted): no run then;
 * no block is newly cached: a request that still has prompt hashes to register (hashes past
-  its prompt's full blocks) stops coalescing.
+  its prompt's full blocks) stops coalescing;
+* with a CPU tier (``engine.offload``): step 0 issues no copy to or from it, nothing waits
+  (the tier may let a waiting request in by a load, whatever stopped admission), and no
+  request in the batch has a keyed block not yet stored.
 
 With async scheduling (2: step N+1 is scheduled before step N's output is applied) the
 step that starts and the plan scheduled while it runs are the run's steps 0 and 1, and the
@@ -62,7 +65,8 @@ conditions above are read on step 1's plan (:meth:`.engine.FastForward.start_asy
 what step 1 schedules, every later step does. Besides:
 
 * step 1 starts no KV pull (the loop starts a step's pulls as the step starts, within the
-  run), and step 0 none either (not needed for exactness, as for sync scheduling);
+  run), and step 0 none either (not needed for exactness, as for sync scheduling); with a
+  CPU tier, neither step copies to or from it (step 0's copies are issued as it ends);
 * the batch fits the decode cap of the step policy, so that the steps scheduled for real
   within the run (below) schedule the decode set in bulk;
 * "nobody finishes" counts the tokens in flight: a request's tokens after its placeholders,
@@ -80,14 +84,14 @@ in, and a set dissolved while its step is in flight leaves that step's token to 
 to its members as to requests scheduled alone.
 
 And while a run is in progress, nothing from outside changes the engine: a request submitted,
-a KV pull done, a producer's blocks released, an abort, a removal, a failed pull recomputed or
-the engine's failure ends the run at the step in progress (:meth:`.engine.FastForward.settle`;
-for a lockstep group, every rank's): the steps that ended are applied, the one in progress
-runs to its end as planned, and the change is seen by the next ``schedule()``, as in the
-step-by-step loop (with async scheduling the schedule of the step after the one in progress
-is made first: the loop made it when that step started). An event at exactly a skipped
-step's end cuts the run there (:meth:`.timer.RunTimer.on_tie`), so the two keep the step
-loop's order.
+a KV pull or a load from the CPU tier done, a producer's blocks released, an abort, a removal,
+a failed pull recomputed or the engine's failure ends the run at the step in progress
+(:meth:`.engine.FastForward.settle`; for a lockstep group, every rank's): the steps that ended
+are applied, the one in progress runs to its end as planned, and the change is seen by the
+next ``schedule()``, as in the step-by-step loop (with async scheduling the schedule of the
+step after the one in progress is made first: the loop made it when that step started). An
+event at exactly a skipped step's end cuts the run there (:meth:`.timer.RunTimer.on_tie`), so
+the two keep the step loop's order.
 
 Modules
 =======

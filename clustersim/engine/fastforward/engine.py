@@ -130,6 +130,8 @@ class FastForward:
         if plan.kv_loads or next_plan.kv_loads:
             return None  # step 1 would start its pulls within the run (and step 0's usually
             # land within it: one step is cheaper than a run cut at once)
+        if plan.cpu_loads or plan.cpu_stores:
+            return None  # CPU tier: step 0's copies are issued as it ends (the step loop's)
         first = max(FIRST_CHUNK_STEPS, int(self.typical_run))
         steps = plan_decode_run(scheduler, next_plan, first + 1, head=2)
         if steps is None:

@@ -153,6 +153,9 @@ def plan_decode_run(scheduler: Scheduler, plan: StepPlan, num_steps: int,
         return None
     if head == 2 and batch_size > config.decode_cap:
         return None  # the plans an async run schedules for real must schedule the set in bulk
+    offload = scheduler.offload
+    if offload is not None and (plan.cpu_stores or plan.cpu_loads or len(scheduler.waiting)):
+        return None  # CPU tier: copies to issue, or a waiting request it may let in
     # every running request is scheduled (each once) and samples: members stay (none is
     # retired: each got its step), the others (listed in the plan) join the set with the
     # output of the step before ``plan`` and all decode from step ``head`` on
@@ -168,7 +171,8 @@ def plan_decode_run(scheduler: Scheduler, plan: StepPlan, num_steps: int,
     req_to_blocks = kv.req_to_blocks
     for i in range(len(members), batch_size):
         request = running[i]
-        if kv.has_uncached_blocks(request):
+        if kv.has_uncached_blocks(request) or (
+                offload is not None and scheduler.stores_pending(request)):
             return None
         # its tokens after the head's (sync: the one of ``plan``; async: its placeholders,
         # that one included), one a step from step ``head`` on
