@@ -136,11 +136,25 @@ def _split(scenario: Scenario, topology: Topology | None) -> Counterparts:
     })
     colocated = (scenario if explicit and not grown and fleet is None
                  else _derived(scenario, colocated_layout, fleet))
-    split = _derived(scenario, split_layout, fleet)
+    tier = pool.engine.kv_offloading_size if pool.engine is not None else None
+    tier = tier or scenario.engine.kv_offloading_size
+    split_from = scenario
+    if tier:
+        # the CPU KV tier is modelled on colocated engines only: the split runs without it
+        split_from = scenario.model_copy(update={"engine": scenario.engine.model_copy(
+            update={"kv_offloading_size": None})})
+        split_layout = split_layout.model_copy(update={"pools": [
+            p if p.engine is None else p.model_copy(update={"engine": p.engine.model_copy(
+                update={"kv_offloading_size": None})}) for p in split_layout.pools]})
+    split = _derived(split_from, split_layout, fleet)
     notes.append(f"layouts: colocated {count} instances; disaggregated {num_prefill} prefill + "
                  f"{count - num_prefill} decode, routed by {routers['prefill_router'].kind} "
                  f"(prefill) and {routers['decode_router'].kind} (decode); every instance "
                  "keeps the pool's parallelism and engine settings")
+    if tier:
+        notes.append(f"CPU KV tier: the colocated side keeps its {tier:g} GiB per engine; the "
+                     "split runs without one (clustersim models the tier on colocated engines "
+                     "only, where vLLM would run it beside the split's KV connector)")
     pp = _parallel(scenario, pool)[1]
     if pp > 1:
         notes.append(f"pipeline stages: the handoff moves each prefill stage's layers to the "
