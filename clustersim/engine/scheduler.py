@@ -426,20 +426,8 @@ class Scheduler:
         if busy:
             return DEFERRED
         external = hits * block_size
-        cfg = self.config
-        if not kv.allocate_slots(
-            request,
-            0,
-            new_computed_blocks=hit_blocks,
-            num_new_computed_tokens=hit,
-            num_external_tokens=external,
-            full_sequence_must_fit=cfg.scheduler_reserve_full_isl,
-            watermark_blocks=self._watermark_blocks if self.running else 0,
-            reserved_blocks=self._blocks_still_needed_by_prefills(),
-            delay_cache_blocks=True,
-        ):
+        if not self._park_for_external_kv(request, hit_blocks, hit, external):
             return NO_ROOM
-        self.waiting.pop()
         loaded = hashes[start:start + hits]
         tier.prepare_load(loaded)
         rid = request.request_id
@@ -448,10 +436,7 @@ class Scheduler:
         if request.num_cached_tokens < 0:  # its first prefill
             request.num_cached_tokens = hit
             request.num_cpu_hit_tokens = external
-        request.status = RequestStatus.WAITING_FOR_REMOTE_KVS
-        request.num_computed_tokens = hit + external
         request.kv_transfer_done = False
-        self.kv_holding.add(request)
         plan.cpu_loads = listed(plan.cpu_loads, (request, hits))
         return LOADING
 
@@ -467,6 +452,33 @@ class Scheduler:
         assert self.offload is not None
         self.offload.complete_load(loading[1])
         request.kv_transfer_done = True
+        return True
+
+    def _park_for_external_kv(self, request: Request, hit_blocks: list[int], hit: int,
+                              external: int) -> bool:
+        """Take blocks for ``external`` tokens whose KV is read from outside HBM (a producer's
+        or the CPU tier's) after a local hit of ``hit`` tokens, and park the head request in
+        ``kv_holding`` as ``WAITING_FOR_REMOTE_KVS``: one path for every KV connector, as in
+        vLLM. False: the blocks do not fit (admission stops: head of line)."""
+        cfg = self.config
+        if not self.kv.allocate_slots(
+            request,
+            0,
+            new_computed_blocks=hit_blocks,
+            num_new_computed_tokens=hit,
+            num_external_tokens=external,
+            full_sequence_must_fit=cfg.scheduler_reserve_full_isl,
+            watermark_blocks=self._watermark_blocks if self.running else 0,
+            reserved_blocks=(
+                0 if cfg.kv_full_blocks_only else self._blocks_still_needed_by_prefills()
+            ),  # v0.33 reserves room for in-flight prefills; older versions did not
+            delay_cache_blocks=True,
+        ):
+            return False
+        self.waiting.pop()
+        request.status = RequestStatus.WAITING_FOR_REMOTE_KVS
+        request.num_computed_tokens = hit + external
+        self.kv_holding.add(request)
         return True
 
     def _start_remote_load(self, request: Request, plan: StepPlan) -> bool | None:
@@ -488,24 +500,8 @@ class Scheduler:
             # nothing to read: only tell the producer
             plan.kv_loads = listed(plan.kv_loads, (request, 0))
             return None
-        if not kv.allocate_slots(
-            request,
-            0,
-            new_computed_blocks=hit_blocks,
-            num_new_computed_tokens=hit,
-            num_external_tokens=external,
-            full_sequence_must_fit=cfg.scheduler_reserve_full_isl,
-            watermark_blocks=self._watermark_blocks if self.running else 0,
-            reserved_blocks=(
-                0 if cfg.kv_full_blocks_only else self._blocks_still_needed_by_prefills()
-            ),  # v0.33 reserves room for in-flight prefills; older versions did not
-            delay_cache_blocks=True,
-        ):
+        if not self._park_for_external_kv(request, hit_blocks, hit, external):
             return False
-        self.waiting.pop()
-        request.status = RequestStatus.WAITING_FOR_REMOTE_KVS
-        request.num_computed_tokens = hit + external
-        self.kv_holding.add(request)
         # tokens found in the local prefix cache are not read again
         plan.kv_loads = listed(plan.kv_loads, (request, external))
         return True
